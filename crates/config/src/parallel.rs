@@ -1,0 +1,148 @@
+//! `[parallel]`: the (dp, pp, tp) layout and the tensor-parallel scheme.
+
+use crate::{ConfigError, ModelConfig, choices, divisors};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheme {
+    /// `megatron` for full-rank models, `btp` for low-rank ones.
+    Auto,
+    /// Full-rank Megatron TP: column QKV/gate/up, row o/down, replicated residual.
+    Megatron,
+    /// Each low-rank factor pair as column-A / row-B; attention and MLP replicated.
+    Vanilla,
+    /// Bottleneck-aware TP: row-parallel A, column-parallel B, hidden-sharded residual.
+    Btp,
+}
+
+/// How a hidden-sharded residual is normalised (BTP only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NormMode {
+    /// Statistic folded into the following row-parallel GEMM's all-reduce.
+    Online,
+    /// A separate all-reduce of the statistic, forward and backward.
+    Sync,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PipeSchedule {
+    Afab,
+    #[serde(rename = "1f1b")]
+    OneFOneB,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ParallelConfig {
+    pub tp: usize,
+    pub pp: usize,
+    pub dp: usize,
+    pub scheme: Scheme,
+    pub norm: NormMode,
+    /// Group [A_q;A_k;A_v] and [A_gate;A_up] into one GEMM and one collective each.
+    pub grouping: bool,
+    pub schedule: PipeSchedule,
+    /// ZeRO stage: 0 or 1.
+    pub zero: usize,
+}
+
+impl Default for ParallelConfig {
+    fn default() -> Self {
+        Self {
+            tp: 1,
+            pp: 1,
+            dp: 1,
+            scheme: Scheme::Auto,
+            norm: NormMode::Online,
+            grouping: true,
+            schedule: PipeSchedule::OneFOneB,
+            zero: 0,
+        }
+    }
+}
+
+impl ParallelConfig {
+    /// The scheme after resolving `auto` for the architecture.
+    pub fn resolved_scheme(&self, model: &ModelConfig) -> Scheme {
+        match self.scheme {
+            Scheme::Auto if model.arch.is_low_rank() => Scheme::Btp,
+            Scheme::Auto => Scheme::Megatron,
+            s => s,
+        }
+    }
+
+    pub fn world_size(&self) -> usize {
+        self.tp * self.pp * self.dp
+    }
+
+    pub fn validate(&self, model: &ModelConfig) -> Result<(), ConfigError> {
+        for (key, v) in [("tp", self.tp), ("pp", self.pp), ("dp", self.dp)] {
+            if v == 0 {
+                return Err(ConfigError::new(format!("parallel.{key}"), "must be at least 1"));
+            }
+        }
+        if self.zero > 1 {
+            return Err(ConfigError::new("parallel.zero", "only ZeRO stages 0 and 1 exist here"));
+        }
+        let scheme = self.resolved_scheme(model);
+        match scheme {
+            Scheme::Megatron if model.arch.is_low_rank() => {
+                return Err(ConfigError::new(
+                    "parallel.scheme",
+                    format!(
+                        "megatron shards dense weights, but model.arch = {}; use \"vanilla\" or \"btp\" for low-rank models",
+                        model.arch.name()
+                    ),
+                ));
+            }
+            Scheme::Vanilla | Scheme::Btp if !model.arch.is_low_rank() => {
+                return Err(ConfigError::new(
+                    "parallel.scheme",
+                    "vanilla and btp shard low-rank factors, but model.arch = full; use \"megatron\"",
+                ));
+            }
+            _ => {}
+        }
+        let tp = self.tp;
+        let check = |what: &str, key: &str, n: usize| -> Result<(), ConfigError> {
+            if n % tp != 0 {
+                let valid: Vec<usize> = divisors(n);
+                Err(ConfigError::new(
+                    "parallel.tp",
+                    format!(
+                        "{what} = {n} is not divisible by parallel.tp = {tp}; choose tp in {} (or change {key})",
+                        choices(&valid)
+                    ),
+                ))
+            } else {
+                Ok(())
+            }
+        };
+        if tp > 1 {
+            check("model.heads", "model.heads", model.heads)?;
+            check("model.kv_heads", "model.kv_heads", model.kv_heads())?;
+            check("model.d_ff", "model.d_ff", model.d_ff)?;
+            if scheme == Scheme::Btp {
+                check("model.d", "model.d", model.d)?;
+            }
+            if scheme == Scheme::Vanilla {
+                check("model.rank", "model.rank", model.rank)?;
+            }
+        }
+        if model.layers % self.pp != 0 {
+            return Err(ConfigError::new(
+                "parallel.pp",
+                format!(
+                    "model.layers = {} cannot be split evenly into parallel.pp = {} stages; choose pp in {}",
+                    model.layers,
+                    self.pp,
+                    choices(&divisors(model.layers))
+                ),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,160 @@
+//! `[train]`: optimisation, schedule and the step's shape.
+
+use crate::ConfigError;
+use serde::{Deserialize, Serialize};
+
+/// Learning-rate schedule after the linear warm-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    /// Cosine decay to `min_lr_ratio · lr` at the last step.
+    Cosine,
+    /// Warmup-stable-decay: constant, then linear decay over the last `decay_fraction` of steps.
+    Wsd,
+    /// Constant after warm-up.
+    Constant,
+}
+
+/// What the forward pass keeps for the backward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Recompute {
+    None,
+    Full,
+    Lowrank,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainConfig {
+    /// Optimizer steps.
+    pub steps: usize,
+    pub seq_len: usize,
+    /// Sequences per micro-batch.
+    pub micro_batch: usize,
+    /// Micro-batches per optimizer step (per data-parallel rank).
+    pub accumulation: usize,
+    /// Peak learning rate.
+    pub lr: f64,
+    pub warmup_steps: usize,
+    pub schedule: Schedule,
+    /// Final learning rate as a fraction of `lr` (cosine and WSD).
+    pub min_lr_ratio: f64,
+    /// WSD: fraction of the steps spent in the final decay.
+    pub decay_fraction: f64,
+    pub weight_decay: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    /// Global gradient-norm clip; 0 disables it.
+    pub grad_clip: f64,
+    /// Compute threads; 0 uses every core.
+    pub threads: usize,
+    pub seed: u64,
+    /// Validation every N steps (and at the end); 0 only at the end.
+    pub eval_every: usize,
+    /// Micro-batches of validation data per evaluation.
+    pub eval_batches: usize,
+    /// Checkpoint every N steps (and at the end); 0 only at the end.
+    pub checkpoint_every: usize,
+    pub recompute: Recompute,
+    /// `cpu`, `cuda` or `cuda:N`.
+    pub device: String,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            steps: 600,
+            seq_len: 128,
+            micro_batch: 16,
+            accumulation: 1,
+            lr: 3e-3,
+            warmup_steps: 60,
+            schedule: Schedule::Cosine,
+            min_lr_ratio: 0.1,
+            decay_fraction: 0.2,
+            weight_decay: 0.01,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            grad_clip: 0.5,
+            threads: 0,
+            seed: 42,
+            eval_every: 100,
+            eval_batches: 8,
+            checkpoint_every: 200,
+            recompute: Recompute::None,
+            device: "cpu".into(),
+        }
+    }
+}
+
+impl TrainConfig {
+    pub fn tokens_per_micro_batch(&self) -> usize {
+        self.seq_len * self.micro_batch
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let pos = |key: &str, v: usize| {
+            if v == 0 {
+                Err(ConfigError::new(format!("train.{key}"), "must be at least 1"))
+            } else {
+                Ok(())
+            }
+        };
+        pos("steps", self.steps)?;
+        pos("seq_len", self.seq_len)?;
+        pos("micro_batch", self.micro_batch)?;
+        pos("accumulation", self.accumulation)?;
+        if !(self.lr > 0.0 && self.lr.is_finite()) {
+            return Err(ConfigError::new("train.lr", "must be a positive number, e.g. 3e-3"));
+        }
+        if !(0.0..=1.0).contains(&self.min_lr_ratio) {
+            return Err(ConfigError::new("train.min_lr_ratio", "must lie in [0, 1], e.g. 0.1"));
+        }
+        if !(0.0..=1.0).contains(&self.decay_fraction) {
+            return Err(ConfigError::new("train.decay_fraction", "must lie in [0, 1], e.g. 0.2"));
+        }
+        for (key, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&b) {
+                return Err(ConfigError::new(format!("train.{key}"), "must lie in [0, 1)"));
+            }
+        }
+        if !(self.eps > 0.0) {
+            return Err(ConfigError::new("train.eps", "must be positive, e.g. 1e-8"));
+        }
+        if self.weight_decay < 0.0 {
+            return Err(ConfigError::new("train.weight_decay", "must be ≥ 0"));
+        }
+        if self.grad_clip < 0.0 {
+            return Err(ConfigError::new("train.grad_clip", "must be ≥ 0 (0 disables clipping)"));
+        }
+        if self.eval_batches == 0 {
+            return Err(ConfigError::new("train.eval_batches", "must be at least 1"));
+        }
+        parse_device(&self.device)?;
+        Ok(())
+    }
+}
+
+/// The compute device named by `train.device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(usize),
+}
+
+pub fn parse_device(s: &str) -> Result<Device, ConfigError> {
+    let bad = || {
+        ConfigError::new("train.device", format!("\"{s}\" is not a device; use \"cpu\", \"cuda\" or \"cuda:N\""))
+    };
+    match s {
+        "cpu" => Ok(Device::Cpu),
+        "cuda" => Ok(Device::Cuda(0)),
+        _ => match s.strip_prefix("cuda:") {
+            Some(n) => n.parse().map(Device::Cuda).map_err(|_| bad()),
+            None => Err(bad()),
+        },
+    }
+}
