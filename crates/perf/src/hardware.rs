@@ -1,0 +1,273 @@
+//! Hardware descriptions (TOML) and the time of each op on them.
+//!
+//! GEMM time is a roofline with an efficiency curve by shape:
+//! `t = max(2MNK / (P·η), bytes / (BW·η_mem)) + overhead`, with
+//! `η = η_max · Π_{x ∈ {M, N, K}} x / (x + c)`: every dimension smaller than a few times `c`
+//! (`gemm_half_dim`) costs efficiency, a dimension equal to `c` halves it. `η_max`
+//! (`gemm_efficiency`) is the fraction of peak a large square GEMM reaches.
+//! Attention: `t = max(executed FLOPs / (P·η_attn), bytes / (BW·η_mem))`.
+//! Elementwise kernels: `bytes / (BW·η_mem)`.
+//! Collectives: an α–β model on the link level the group spans (NVLink-class inside a node,
+//! network between nodes): ring all-reduce `2(p−1)α + 2(p−1)/p · n/β`, all-gather and
+//! reduce-scatter (n the gathered size) `(p−1)α + (p−1)/p · n/β`, point-to-point `α + n/β`.
+//! Ranks are laid out tp fastest, then dp, then pp.
+
+use crate::ops::{Attention, CollKind, Collective, Elementwise, Gemm, Group, Op};
+use crate::setup::{Dtype, Setup};
+use anyhow::{Context, Result, bail};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ComputeSpec {
+    /// Peak dense throughput of the device in the default dtype (FLOP/s).
+    pub peak_flops: f64,
+    /// η_max: the fraction of peak a large GEMM reaches.
+    pub gemm_efficiency: f64,
+    /// c in the per-dimension factor x / (x + c).
+    pub gemm_half_dim: f64,
+    /// Fraction of peak the attention kernel reaches on executed FLOPs.
+    pub attention_efficiency: f64,
+    /// Fixed cost per kernel (launch, tail).
+    pub kernel_overhead_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySpec {
+    /// Device memory bandwidth (bytes/s).
+    pub bandwidth: f64,
+    /// Fraction of it that streaming kernels reach.
+    pub efficiency: f64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinkSpec {
+    /// Latency per ring step (s).
+    pub alpha_s: f64,
+    /// Bandwidth per direction per device (bytes/s).
+    pub bandwidth: f64,
+}
+
+/// A cluster: identical devices, `devices_per_node` per node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hardware {
+    pub name: String,
+    pub description: String,
+    /// Default numeric format of training on this hardware (`bf16` or `f32`).
+    pub dtype: String,
+    pub devices_per_node: usize,
+    /// Memory per device (bytes).
+    pub memory_bytes: f64,
+    /// Fraction of `memory_bytes` a run may plan to use.
+    pub usable_memory_fraction: f64,
+    /// Ranks are threads on one machine sharing its cores and memory bandwidth
+    /// (the CPU engine's in-process ranks): each rank gets 1/world of compute and bandwidth.
+    pub ranks_share_device: bool,
+    pub compute: ComputeSpec,
+    pub memory: MemorySpec,
+    pub intra_node: LinkSpec,
+    pub inter_node: LinkSpec,
+    /// Free-form record of how the numbers were measured (written by calibration).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<toml::Table>,
+}
+
+/// The embedded presets: (name, TOML text).
+pub const PRESETS: &[(&str, &str)] = &[
+    ("a100-80gb", include_str!("../presets/a100-80gb.toml")),
+    ("h100", include_str!("../presets/h100.toml")),
+    ("h200", include_str!("../presets/h200.toml")),
+    ("cpu", include_str!("../presets/cpu.toml")),
+];
+
+pub fn preset_names() -> Vec<&'static str> {
+    PRESETS.iter().map(|(n, _)| *n).collect()
+}
+
+impl Hardware {
+    pub fn from_toml_str(text: &str) -> Result<Self> {
+        let hw: Hardware = toml::from_str(text).context("hardware TOML")?;
+        hw.validate()?;
+        Ok(hw)
+    }
+
+    pub fn preset(name: &str) -> Result<Self> {
+        let name = match name {
+            "a100" | "a100-80g" => "a100-80gb",
+            n => n,
+        };
+        match PRESETS.iter().find(|(n, _)| *n == name) {
+            Some((_, text)) => Self::from_toml_str(text).with_context(|| format!("preset {name}")),
+            None => bail!(
+                "unknown cluster \"{name}\"; presets: {}, or a path to a TOML file",
+                preset_names().join(", ")
+            ),
+        }
+    }
+
+    /// A preset name, or a path to a TOML file.
+    pub fn load(name_or_path: &str) -> Result<Self> {
+        let p = Path::new(name_or_path);
+        if name_or_path.ends_with(".toml") || p.is_file() {
+            let text =
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            Self::from_toml_str(&text).with_context(|| format!("in {}", p.display()))
+        } else {
+            Self::preset(name_or_path)
+        }
+    }
+
+    pub fn validate(&self) -> Result<()> {
+        let c = &self.compute;
+        let pos = [
+            ("compute.peak_flops", c.peak_flops),
+            ("compute.gemm_efficiency", c.gemm_efficiency),
+            ("compute.attention_efficiency", c.attention_efficiency),
+            ("memory.bandwidth", self.memory.bandwidth),
+            ("memory.efficiency", self.memory.efficiency),
+            ("memory_bytes", self.memory_bytes),
+            ("usable_memory_fraction", self.usable_memory_fraction),
+            ("intra_node.bandwidth", self.intra_node.bandwidth),
+            ("inter_node.bandwidth", self.inter_node.bandwidth),
+        ];
+        for (k, v) in pos {
+            if !(v > 0.0 && v.is_finite()) {
+                bail!("hardware key `{k}` must be a positive number, got {v}");
+            }
+        }
+        if c.gemm_half_dim < 0.0 || c.kernel_overhead_s < 0.0 {
+            bail!("compute.gemm_half_dim and compute.kernel_overhead_s must be ≥ 0");
+        }
+        if self.devices_per_node == 0 {
+            bail!("devices_per_node must be at least 1");
+        }
+        Dtype::parse(&self.dtype)?;
+        Ok(())
+    }
+
+    pub fn default_dtype(&self) -> Dtype {
+        Dtype::parse(&self.dtype).unwrap_or(Dtype::Bf16)
+    }
+
+    pub fn usable_memory(&self) -> f64 {
+        self.memory_bytes * self.usable_memory_fraction
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("hardware serialises")
+    }
+}
+
+/// Times ops of one set-up on one hardware.
+pub struct Timer<'a> {
+    pub hw: &'a Hardware,
+    pub setup: &'a Setup,
+    /// Compute and bandwidth share of one rank.
+    share: f64,
+    /// Peak of the set-up's dtype (f32 runs at half the bf16 Tensor-Core rate on GPUs
+    /// is not modelled: the preset's dtype is the one its peak is for).
+    peak: f64,
+}
+
+impl<'a> Timer<'a> {
+    pub fn new(hw: &'a Hardware, setup: &'a Setup) -> Self {
+        let share = if hw.ranks_share_device {
+            1.0 / setup.world() as f64
+        } else {
+            1.0
+        };
+        let mut peak = hw.compute.peak_flops;
+        if hw.default_dtype() == Dtype::Bf16 && setup.dtype == Dtype::F32 {
+            // Without bf16 Tensor Cores a GPU runs f32 GEMMs on TF32 at half the bf16 rate.
+            peak *= 0.5;
+        }
+        Timer {
+            hw,
+            setup,
+            share,
+            peak: peak * share,
+        }
+    }
+
+    pub fn peak_flops(&self) -> f64 {
+        self.peak
+    }
+
+    fn bandwidth(&self) -> f64 {
+        self.hw.memory.bandwidth * self.hw.memory.efficiency * self.share
+    }
+
+    /// η(M, N, K) of the efficiency curve.
+    pub fn gemm_efficiency(&self, g: &Gemm) -> f64 {
+        let c = self.hw.compute.gemm_half_dim;
+        let f = |x: u64| x as f64 / (x as f64 + c);
+        self.hw.compute.gemm_efficiency * f(g.m) * f(g.n) * f(g.k)
+    }
+
+    pub fn gemm(&self, g: &Gemm) -> f64 {
+        let tc = g.flops() / (self.peak * self.gemm_efficiency(g));
+        let tm = g.bytes() / self.bandwidth();
+        tc.max(tm) + self.hw.compute.kernel_overhead_s
+    }
+
+    pub fn attention(&self, a: &Attention) -> f64 {
+        let tc = a.executed_flops() / (self.peak * self.hw.compute.attention_efficiency);
+        let tm = a.bytes() / self.bandwidth();
+        tc.max(tm) + self.hw.compute.kernel_overhead_s
+    }
+
+    pub fn elementwise(&self, e: &Elementwise) -> f64 {
+        e.bytes / self.bandwidth() + self.hw.compute.kernel_overhead_s
+    }
+
+    /// Size of a group and whether it stays inside one node.
+    pub fn group_span(&self, g: Group) -> (usize, bool) {
+        let s = self.setup;
+        let n = self.hw.devices_per_node;
+        let (tp, dp, pp) = (s.tp, s.dp, s.pp);
+        match g {
+            Group::Tp => (tp, tp <= n),
+            Group::Dp => (dp, tp * dp <= n),
+            Group::Pp => (if pp > 1 { 2 } else { 1 }, tp * dp * pp <= n),
+            Group::Model => (tp * pp, s.world() <= n),
+            Group::World => (s.world(), s.world() <= n),
+        }
+    }
+
+    pub fn collective(&self, c: &Collective) -> f64 {
+        let (p, intra) = self.group_span(c.group);
+        if p <= 1 {
+            return 0.0;
+        }
+        let link = if intra {
+            &self.hw.intra_node
+        } else {
+            &self.hw.inter_node
+        };
+        let (alpha, beta) = (link.alpha_s, link.bandwidth);
+        let n = c.bytes() as f64;
+        let pf = p as f64;
+        match c.kind {
+            CollKind::AllReduce | CollKind::AllReduceMax => {
+                2.0 * (pf - 1.0) * alpha + 2.0 * (pf - 1.0) / pf * n / beta
+            }
+            CollKind::AllGather | CollKind::ReduceScatter => {
+                (pf - 1.0) * alpha + (pf - 1.0) / pf * n / beta
+            }
+            CollKind::SendRecv => alpha + n / beta,
+        }
+    }
+
+    pub fn op(&self, op: &Op) -> f64 {
+        match op {
+            Op::Gemm(g) => self.gemm(g),
+            Op::Attention(a) => self.attention(a),
+            Op::Elementwise(e) => self.elementwise(e),
+            Op::Collective(c) => self.collective(c),
+        }
+    }
+}

@@ -1,0 +1,838 @@
+//! One decoder layer on one tensor-parallel rank: every GEMM, attention, elementwise kernel and
+//! collective of its forward, backward and recompute passes, and what its forward keeps.
+//!
+//! Labels: every op is named `layer.<block>.<module>[.<factor>]`, with block `attn` or `mlp`,
+//! module `norm`, `qkv` / `q` / `k` / `v`, `rope`, `core` (attention), `o`, `residual`,
+//! `gate_up` / `gate` / `up`, `act` (the SwiGLU product), `down`, and factor `A`, `B` or
+//! `cross` (LaX crossing) for low-rank layers. A collective carries the label of the op that
+//! issues it:
+//! - megatron: forward `layer.attn.o`, `layer.mlp.down` (g after the row-parallel GEMM);
+//!   backward `layer.attn.qkv`, `layer.mlp.gate_up` (f in front of the column-parallel GEMMs,
+//!   one per shared input, grouped or not);
+//! - vanilla: forward `layer.<block>.<proj>.B` for each of the seven B's (g);
+//!   backward `layer.attn.qkv.A`, `layer.attn.o.A`, `layer.mlp.gate_up.A`, `layer.mlp.down.A`
+//!   (f, one per shared input, grouped or not); LaX adds all-gathers `layer.<block>.<group>.cross`
+//!   (per projection when ungrouped) in both passes;
+//! - btp: forward `layer.<block>.<group>.A` (grouped) or `layer.<block>.<proj>.A` (g after each
+//!   row-parallel A; with the online norm the first A after a norm carries the fp32 statistic);
+//!   backward `layer.<block>.<group>.B` / `layer.<block>.<proj>.B` (f in front of the
+//!   column-parallel B's); the sync norm adds `layer.attn.norm`, `layer.mlp.norm` in both passes.
+
+use crate::ops::{Attention, CollKind, Collective, Elementwise, Gemm, GemmRole, Group, Op, Phase};
+use crate::setup::{NormKind, Setup};
+use boost_config::{Arch, LaxGate, Phi, Recompute, Scheme};
+use serde::Serialize;
+
+/// The ops of one layer, per micro-batch, on one TP rank.
+#[derive(Debug, Clone, Serialize)]
+pub struct LayerOps {
+    pub layer: usize,
+    pub forward: Vec<Op>,
+    pub backward: Vec<Op>,
+    /// Forward work redone in backward (empty without recompute).
+    pub recompute: Vec<Op>,
+}
+
+impl LayerOps {
+    pub fn all(&self) -> impl Iterator<Item = &Op> {
+        self.forward
+            .iter()
+            .chain(&self.recompute)
+            .chain(&self.backward)
+    }
+    pub fn collectives(&self) -> impl Iterator<Item = &Collective> {
+        self.all().filter_map(Op::as_collective)
+    }
+}
+
+/// A tensor the forward keeps for backward, per token of the micro-batch, on one rank.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Saved {
+    pub label: String,
+    pub elements_per_token: f64,
+    pub bytes_per_element: u64,
+}
+
+impl Saved {
+    pub fn bytes_per_token(&self) -> f64 {
+        self.elements_per_token * self.bytes_per_element as f64
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Proj {
+    name: &'static str,
+    d_in: u64,
+    d_out: u64,
+}
+
+/// Projections sharing one input: `qkv`, `o`, `gate_up`, `down`.
+struct ProjGroup {
+    block: &'static str,
+    name: &'static str,
+    projs: Vec<Proj>,
+    /// The group reads a norm's output (the online statistic rides in its all-reduce).
+    after_norm: bool,
+    /// Megatron: column-parallel (f in front) or row-parallel (g behind).
+    column: bool,
+}
+
+impl ProjGroup {
+    fn n(&self) -> u64 {
+        self.projs.len() as u64
+    }
+    fn d_in(&self) -> u64 {
+        self.projs[0].d_in
+    }
+    fn d_out_sum(&self) -> u64 {
+        self.projs.iter().map(|p| p.d_out).sum()
+    }
+    fn label(&self) -> String {
+        format!("layer.{}.{}", self.block, self.name)
+    }
+    fn proj_label(&self, p: &Proj) -> String {
+        format!("layer.{}.{}", self.block, p.name)
+    }
+}
+
+struct Ctx<'a> {
+    s: &'a Setup,
+    layer: usize,
+    t: u64,
+    p: u64,
+    d: u64,
+    d_ff: u64,
+    d_kv: u64,
+    r: u64,
+    h: u64,
+    h_kv: u64,
+    d_h: u64,
+    a: u64,
+    ops: Vec<Op>,
+    phase: Phase,
+    /// Recompute from saved post-crossing LaX latents: no gate GEMM, no add.
+    from_saved_latents: bool,
+}
+
+impl<'a> Ctx<'a> {
+    fn new(s: &'a Setup, layer: usize) -> Self {
+        let m = &s.model;
+        Ctx {
+            s,
+            layer,
+            t: s.tokens(),
+            p: s.tp as u64,
+            d: m.d as u64,
+            d_ff: m.d_ff as u64,
+            d_kv: m.d_kv() as u64,
+            r: m.rank as u64,
+            h: m.heads as u64,
+            h_kv: m.kv_heads() as u64,
+            d_h: m.head_dim() as u64,
+            a: s.dtype.bytes(),
+            ops: Vec::new(),
+            phase: Phase::Forward,
+            from_saved_latents: false,
+        }
+    }
+
+    fn scheme(&self) -> Scheme {
+        self.s.scheme
+    }
+    fn lax(&self) -> bool {
+        self.s.model.arch == Arch::Lax
+    }
+    fn crossing(&self) -> bool {
+        self.lax() && self.layer > 0
+    }
+    fn silu(&self) -> bool {
+        self.s.model.phi() == Phi::Silu
+    }
+    /// Width of the residual stream on this rank.
+    fn w_res(&self) -> u64 {
+        if self.scheme() == Scheme::Btp {
+            self.d / self.p
+        } else {
+            self.d
+        }
+    }
+    /// Attention heads (and kv heads) on this rank.
+    fn heads_local(&self) -> (u64, u64) {
+        if self.scheme() == Scheme::Vanilla {
+            (self.h, self.h_kv)
+        } else {
+            (self.h / self.p, self.h_kv / self.p)
+        }
+    }
+    /// Width of the SwiGLU product on this rank.
+    fn w_ff(&self) -> u64 {
+        if self.scheme() == Scheme::Vanilla {
+            self.d_ff
+        } else {
+            self.d_ff / self.p
+        }
+    }
+    fn tp_comm(&self) -> bool {
+        self.p > 1
+    }
+
+    fn groups(&self) -> [ProjGroup; 4] {
+        let (d, d_ff, d_kv) = (self.d, self.d_ff, self.d_kv);
+        [
+            ProjGroup {
+                block: "attn",
+                name: "qkv",
+                projs: vec![
+                    Proj {
+                        name: "q",
+                        d_in: d,
+                        d_out: d,
+                    },
+                    Proj {
+                        name: "k",
+                        d_in: d,
+                        d_out: d_kv,
+                    },
+                    Proj {
+                        name: "v",
+                        d_in: d,
+                        d_out: d_kv,
+                    },
+                ],
+                after_norm: true,
+                column: true,
+            },
+            ProjGroup {
+                block: "attn",
+                name: "o",
+                projs: vec![Proj {
+                    name: "o",
+                    d_in: d,
+                    d_out: d,
+                }],
+                after_norm: false,
+                column: false,
+            },
+            ProjGroup {
+                block: "mlp",
+                name: "gate_up",
+                projs: vec![
+                    Proj {
+                        name: "gate",
+                        d_in: d,
+                        d_out: d_ff,
+                    },
+                    Proj {
+                        name: "up",
+                        d_in: d,
+                        d_out: d_ff,
+                    },
+                ],
+                after_norm: true,
+                column: true,
+            },
+            ProjGroup {
+                block: "mlp",
+                name: "down",
+                projs: vec![Proj {
+                    name: "down",
+                    d_in: d_ff,
+                    d_out: d,
+                }],
+                after_norm: false,
+                column: false,
+            },
+        ]
+    }
+
+    // ---- emitters -------------------------------------------------------------------------
+
+    fn gemm(
+        &mut self,
+        label: String,
+        role: GemmRole,
+        m: u64,
+        k: u64,
+        n: u64,
+        batch: u64,
+        redundant: bool,
+    ) {
+        self.ops.push(Op::Gemm(Gemm {
+            label,
+            phase: self.phase,
+            role,
+            m,
+            n,
+            k,
+            batch,
+            dtype_bytes: self.a,
+            redundant,
+        }));
+    }
+
+    /// Forward GEMM `(T×k)·(k×n)`; in backward the data and weight gradients.
+    fn linear(&mut self, label: String, k: u64, n: u64, batch: u64, redundant: bool) {
+        let t = self.t;
+        match self.phase {
+            Phase::Backward => {
+                self.gemm(
+                    label.clone(),
+                    GemmRole::BackwardData,
+                    t,
+                    n,
+                    k,
+                    batch,
+                    redundant,
+                );
+                self.gemm(label, GemmRole::BackwardWeight, k, t, n, batch, redundant);
+            }
+            _ => self.gemm(label, GemmRole::Forward, t, k, n, batch, redundant),
+        }
+    }
+
+    /// An elementwise kernel reading and writing the given elements per token
+    /// (activation dtype) plus fp32 elements per token.
+    fn ew(&mut self, label: String, read: u64, write: u64, f32_elems: u64) {
+        let bytes = ((read + write) * self.a + 4 * f32_elems) as f64 * self.t as f64;
+        if bytes > 0.0 {
+            self.ops.push(Op::Elementwise(Elementwise {
+                label,
+                phase: self.phase,
+                bytes,
+            }));
+        }
+    }
+
+    fn coll(&mut self, label: String, kind: CollKind, per_token: u64, f32_per_token: u64) {
+        if !self.tp_comm() {
+            return;
+        }
+        let t = self.t;
+        self.ops.push(Op::Collective(Collective {
+            label,
+            phase: self.phase,
+            kind,
+            group: Group::Tp,
+            elements: (per_token + f32_per_token) * t,
+            elements_f32: f32_per_token * t,
+            dtype_bytes: self.a,
+        }));
+    }
+
+    // ---- pieces of the layer ----------------------------------------------------------------
+
+    /// RMSNorm forward (`recompute` = norm output rebuilt from the saved residual and statistic).
+    fn norm_fwd(&mut self, block: &str, recompute: bool) {
+        let label = format!("layer.{block}.norm");
+        let w = self.w_res();
+        if self.scheme() != Scheme::Btp {
+            if !recompute {
+                self.ew(label.clone(), w, 0, 1);
+            }
+            self.ew(label, w, w, 1);
+            return;
+        }
+        if !recompute {
+            self.ew(label.clone(), w, 0, 1);
+            if self.s.norm == NormKind::Sync {
+                self.coll(label.clone(), CollKind::AllReduce, 0, 1);
+            }
+        }
+        self.ew(label, w, w, 1);
+    }
+
+    fn norm_bwd(&mut self, block: &str) {
+        let label = format!("layer.{block}.norm");
+        let w = self.w_res();
+        match (self.scheme(), self.s.norm) {
+            (Scheme::Btp, NormKind::Sync) => {
+                self.ew(label.clone(), 2 * w, 0, 1);
+                self.coll(label.clone(), CollKind::AllReduce, 0, 1);
+                self.ew(label, 2 * w, w, 1);
+            }
+            _ => self.ew(label, 2 * w, w, 1),
+        }
+        // The residual's gradient: skip path plus branch.
+        self.ew(format!("layer.{block}.residual"), 2 * w, w, 0);
+    }
+
+    fn residual_fwd(&mut self, block: &str) {
+        let w = self.w_res();
+        self.ew(format!("layer.{block}.residual"), 2 * w, w, 0);
+    }
+
+    fn rope(&mut self) {
+        let (hl, kvl) = self.heads_local();
+        let w = (hl + kvl) * self.d_h;
+        self.ew("layer.attn.rope".into(), w, w, 0);
+    }
+
+    fn attention(&mut self) {
+        let (hl, kvl) = self.heads_local();
+        self.ops.push(Op::Attention(Attention {
+            label: "layer.attn.core".into(),
+            phase: self.phase,
+            batch: self.s.micro_batch as u64,
+            seq: self.s.seq as u64,
+            heads: hl,
+            kv_heads: kvl,
+            head_dim: self.d_h,
+            dtype_bytes: self.a,
+        }));
+    }
+
+    fn act(&mut self) {
+        let w = self.w_ff();
+        if self.phase == Phase::Backward {
+            self.ew("layer.mlp.act".into(), 3 * w, 2 * w, 0);
+        } else {
+            self.ew("layer.mlp.act".into(), 2 * w, w, 0);
+        }
+    }
+
+    /// Megatron: a dense group, column- or row-parallel.
+    fn dense(&mut self, g: &ProjGroup) {
+        let p = self.p;
+        let fwd = self.phase != Phase::Backward;
+        if g.column {
+            // f in front: identity forward, all-reduce of the input gradient backward.
+            if self.s.grouping {
+                self.linear(g.label(), g.d_in(), g.d_out_sum() / p, 1, false);
+            } else {
+                for pr in &g.projs {
+                    self.linear(g.proj_label(pr), pr.d_in, pr.d_out / p, 1, false);
+                }
+                if !fwd {
+                    self.ew(
+                        g.label(),
+                        (g.n() - 1) * 2 * g.d_in(),
+                        (g.n() - 1) * g.d_in(),
+                        0,
+                    );
+                }
+            }
+            if !fwd {
+                self.coll(g.label(), CollKind::AllReduce, g.d_in(), 0);
+            }
+        } else {
+            let pr = g.projs[0];
+            self.linear(g.label(), pr.d_in / p, pr.d_out, 1, false);
+            if fwd {
+                self.coll(g.label(), CollKind::AllReduce, pr.d_out, 0);
+            }
+        }
+    }
+
+    /// The LaX crossing (or φ) on a latent of width `width` per projection, `n` projections,
+    /// forward. `whole` = the latent is replicated (BTP, or vanilla after its all-gather).
+    fn latent_fwd(&mut self, label: String, n: u64, width: u64, redundant: bool) {
+        if self.lax() {
+            if self.crossing() {
+                if !self.from_saved_latents {
+                    self.gate(label.clone(), n, redundant);
+                    self.ew(label.clone(), 2 * n * width, n * width, 0);
+                }
+                // LN_r over the latent: statistics and affine.
+                self.ew(label.clone(), n * width, n * width, 2 * n);
+            }
+            if self.silu() {
+                self.ew(label, n * width, n * width, 0);
+            }
+        } else if self.silu() {
+            self.ew(label, n * width, n * width, 0);
+        }
+    }
+
+    fn latent_bwd(&mut self, label: String, n: u64, width: u64, redundant: bool) {
+        if self.silu() {
+            self.ew(label.clone(), 2 * n * width, n * width, 0);
+        }
+        if self.crossing() {
+            self.ew(label.clone(), 2 * n * width, n * width, 2 * n);
+            self.gate(label.clone(), n, redundant);
+            // The gate's input gradient adds into the previous layer's latent gradient.
+            self.ew(label, 2 * n * width, n * width, 0);
+        }
+    }
+
+    /// The r×r crossing gate G applied to `n` latents (dense with bias, or Kronecker).
+    fn gate(&mut self, label: String, n: u64, redundant: bool) {
+        let r = self.r;
+        match self.s.model.lax.gate {
+            LaxGate::Dense => {
+                self.linear(label.clone(), r, r, n, redundant);
+                self.ew(label, n * r, n * r, 0);
+            }
+            LaxGate::Kron => {
+                // Z (a×b per token) ↦ K_aᵀ·Z·K_b: two small GEMMs over all tokens.
+                let (ka, kb) = self.s.s_kron();
+                let t = self.t;
+                let saved_t = self.t;
+                self.t = t * kb;
+                self.linear(label.clone(), ka, ka, n, redundant);
+                self.t = t * ka;
+                self.linear(label, kb, kb, n, redundant);
+                self.t = saved_t;
+            }
+        }
+    }
+
+    /// A low-rank group under vanilla TP: A column-parallel (r/p), B row-parallel.
+    fn vanilla_group(&mut self, g: &ProjGroup, parts: Parts) {
+        let (p, r) = (self.p, self.r);
+        let rl = r / p;
+        let n = g.n();
+        let grouped = self.s.grouping && n > 1;
+        let lax = self.lax();
+        let latent_label = |pr: Option<&Proj>| match pr {
+            Some(pr) => format!("layer.{}.{}.cross", g.block, pr.name),
+            None => format!("layer.{}.{}.cross", g.block, g.name),
+        };
+        if self.phase != Phase::Backward {
+            if parts.a {
+                if grouped {
+                    self.linear(format!("{}.A", g.label()), g.d_in(), n * rl, 1, false);
+                } else {
+                    for pr in &g.projs {
+                        self.linear(format!("{}.A", g.proj_label(pr)), pr.d_in, rl, 1, false);
+                    }
+                }
+                if lax {
+                    if grouped {
+                        self.coll(latent_label(None), CollKind::AllGather, n * r, 0);
+                    } else {
+                        for pr in &g.projs {
+                            self.coll(latent_label(Some(pr)), CollKind::AllGather, r, 0);
+                        }
+                    }
+                }
+            }
+            if parts.latent {
+                if lax {
+                    self.latent_fwd(latent_label(None), n, r, true);
+                } else {
+                    self.latent_fwd(latent_label(None), n, rl, false);
+                }
+            }
+            if parts.b {
+                for pr in &g.projs {
+                    let label = format!("{}.B", g.proj_label(pr));
+                    self.linear(label.clone(), rl, pr.d_out, 1, false);
+                    self.coll(label, CollKind::AllReduce, pr.d_out, 0);
+                }
+            }
+        } else {
+            for pr in &g.projs {
+                self.linear(format!("{}.B", g.proj_label(pr)), rl, pr.d_out, 1, false);
+            }
+            if lax {
+                if grouped {
+                    self.coll(latent_label(None), CollKind::AllGather, n * r, 0);
+                } else {
+                    for pr in &g.projs {
+                        self.coll(latent_label(Some(pr)), CollKind::AllGather, r, 0);
+                    }
+                }
+                self.latent_bwd(latent_label(None), n, r, true);
+            } else {
+                self.latent_bwd(latent_label(None), n, rl, false);
+            }
+            if grouped {
+                self.linear(format!("{}.A", g.label()), g.d_in(), n * rl, 1, false);
+            } else {
+                for pr in &g.projs {
+                    self.linear(format!("{}.A", g.proj_label(pr)), pr.d_in, rl, 1, false);
+                }
+                if n > 1 {
+                    self.ew(
+                        format!("{}.A", g.label()),
+                        (n - 1) * 2 * g.d_in(),
+                        (n - 1) * g.d_in(),
+                        0,
+                    );
+                }
+            }
+            self.coll(format!("{}.A", g.label()), CollKind::AllReduce, g.d_in(), 0);
+        }
+    }
+
+    /// A low-rank group under BTP: A row-parallel (input d_in/p, output partial T×r),
+    /// B column-parallel (output d_out/p).
+    fn btp_group(&mut self, g: &ProjGroup, parts: Parts) {
+        let (p, r) = (self.p, self.r);
+        let n = g.n();
+        let grouped = self.s.grouping && n > 1;
+        let stat = u64::from(g.after_norm && self.s.norm == NormKind::Online);
+        let latent_label = format!("{}.cross", g.label());
+        let same_shape = g.projs.iter().all(|pr| pr.d_out == g.projs[0].d_out);
+        if self.phase != Phase::Backward {
+            if parts.a {
+                if grouped {
+                    let label = format!("{}.A", g.label());
+                    self.linear(label.clone(), g.d_in() / p, n * r, 1, false);
+                    self.coll(label, CollKind::AllReduce, n * r, stat);
+                } else {
+                    for (i, pr) in g.projs.iter().enumerate() {
+                        let label = format!("{}.A", g.proj_label(pr));
+                        self.linear(label.clone(), pr.d_in / p, r, 1, false);
+                        self.coll(label, CollKind::AllReduce, r, if i == 0 { stat } else { 0 });
+                    }
+                }
+                if stat == 1 {
+                    // Y = H / sqrt(S/d + ε) on the replicated latent.
+                    self.ew(format!("layer.{}.norm", g.block), n * r, n * r, 1);
+                }
+            }
+            if parts.latent {
+                self.latent_fwd(latent_label, n, r, true);
+            }
+            if parts.b {
+                if grouped && same_shape {
+                    self.linear(
+                        format!("{}.B", g.label()),
+                        r,
+                        g.projs[0].d_out / p,
+                        n,
+                        false,
+                    );
+                } else {
+                    for pr in &g.projs {
+                        self.linear(format!("{}.B", g.proj_label(pr)), r, pr.d_out / p, 1, false);
+                    }
+                }
+            }
+        } else {
+            if grouped && same_shape {
+                self.linear(
+                    format!("{}.B", g.label()),
+                    r,
+                    g.projs[0].d_out / p,
+                    n,
+                    false,
+                );
+            } else {
+                for pr in &g.projs {
+                    self.linear(format!("{}.B", g.proj_label(pr)), r, pr.d_out / p, 1, false);
+                }
+            }
+            if grouped {
+                self.coll(format!("{}.B", g.label()), CollKind::AllReduce, n * r, 0);
+            } else {
+                for pr in &g.projs {
+                    self.coll(format!("{}.B", g.proj_label(pr)), CollKind::AllReduce, r, 0);
+                }
+            }
+            self.latent_bwd(latent_label, n, r, true);
+            if stat == 1 {
+                // dH = dY/ρ and dS = −Σ(dY ⊙ Y)/(2dρ²) over the replicated latent.
+                self.ew(format!("layer.{}.norm", g.block), 2 * n * r, n * r, 1);
+            }
+            if grouped {
+                self.linear(format!("{}.A", g.label()), g.d_in() / p, n * r, 1, false);
+            } else {
+                for pr in &g.projs {
+                    self.linear(format!("{}.A", g.proj_label(pr)), pr.d_in / p, r, 1, false);
+                }
+                if n > 1 {
+                    let w = g.d_in() / p;
+                    self.ew(format!("{}.A", g.label()), (n - 1) * 2 * w, (n - 1) * w, 0);
+                }
+            }
+        }
+    }
+
+    fn group(&mut self, g: &ProjGroup, parts: Parts) {
+        match self.scheme() {
+            Scheme::Megatron | Scheme::Auto => self.dense(g),
+            Scheme::Vanilla => self.vanilla_group(g, parts),
+            Scheme::Btp => self.btp_group(g, parts),
+        }
+    }
+
+    fn forward(&mut self, phase: Phase) {
+        self.phase = phase;
+        let [qkv, o, gu, down] = self.groups();
+        self.norm_fwd("attn", false);
+        self.group(&qkv, Parts::ALL);
+        self.rope();
+        self.attention();
+        self.group(&o, Parts::ALL);
+        self.residual_fwd("attn");
+        self.norm_fwd("mlp", false);
+        self.group(&gu, Parts::ALL);
+        self.act();
+        self.group(&down, Parts::ALL);
+        self.residual_fwd("mlp");
+    }
+
+    fn backward(&mut self) {
+        self.phase = Phase::Backward;
+        let [qkv, o, gu, down] = self.groups();
+        self.group(&down, Parts::ALL);
+        self.act();
+        self.group(&gu, Parts::ALL);
+        self.norm_bwd("mlp");
+        self.group(&o, Parts::ALL);
+        self.attention();
+        self.rope();
+        self.group(&qkv, Parts::ALL);
+        self.norm_bwd("attn");
+    }
+
+    /// Low-rank checkpointing (spec §5): rebuild from the saved pre-φ latents, residual
+    /// shards and norm statistics; no A GEMM and no B_o / B_down.
+    fn recompute_lowrank(&mut self) {
+        self.phase = Phase::Recompute;
+        self.from_saved_latents = true;
+        let [qkv, o, gu, down] = self.groups();
+        let latent_only = Parts {
+            a: false,
+            latent: true,
+            b: false,
+        };
+        let latent_b = Parts {
+            a: false,
+            latent: true,
+            b: true,
+        };
+        self.norm_fwd("attn", true);
+        self.group(&qkv, latent_b);
+        self.rope();
+        self.attention();
+        self.group(&o, latent_only);
+        self.norm_fwd("mlp", true);
+        self.group(&gu, latent_b);
+        self.act();
+        self.group(&down, latent_only);
+        self.from_saved_latents = false;
+    }
+
+    /// What a forward keeps per token for backward, by policy.
+    fn saved(&self, policy: Recompute) -> Vec<Saved> {
+        let a = self.a;
+        let mut out = Vec::new();
+        let mut push = |label: &str, e: f64, b: u64| {
+            if e > 0.0 {
+                out.push(Saved {
+                    label: label.to_string(),
+                    elements_per_token: e,
+                    bytes_per_element: b,
+                });
+            }
+        };
+        let (p, r) = (self.p as f64, self.r as f64);
+        let w_res = self.w_res() as f64;
+        let scheme = self.scheme();
+        // The latent width a rank holds: BTP and LaX-under-vanilla keep it whole.
+        let lat = match scheme {
+            Scheme::Vanilla if !self.lax() => r / p,
+            _ => r,
+        };
+        match policy {
+            Recompute::Full => push("layer input (residual)", w_res, a),
+            Recompute::Lowrank => {
+                push("pre-φ latents (3r + r + 2r + r)", 7.0 * lat, a);
+                push("residual at the two norm inputs", 2.0 * w_res, a);
+                push("norm statistics", 2.0, 4);
+            }
+            Recompute::None => {
+                let (hl, kvl) = self.heads_local();
+                let (hl, kvl, dh) = (hl as f64, kvl as f64, self.d_h as f64);
+                let w_ff = self.w_ff() as f64;
+                push("residual at the two norm inputs", 2.0 * w_res, a);
+                push("norm outputs (GEMM inputs)", 2.0 * w_res, a);
+                push("norm statistics", 2.0, 4);
+                if self.s.model.arch.is_low_rank() {
+                    // Per latent: its pre-φ value and, when φ is not the identity, φ's output
+                    // (the B GEMM's input). LaX crossing layers keep the post-crossing value,
+                    // the LN output and φ's output, plus LN statistics.
+                    let per = if self.crossing() {
+                        if self.silu() { 3.0 } else { 2.0 }
+                    } else if self.silu() {
+                        2.0
+                    } else {
+                        1.0
+                    };
+                    push("latents (7 per layer)", 7.0 * lat * per, a);
+                    if self.crossing() {
+                        push("LaX LN_r statistics", 14.0, 4);
+                    }
+                }
+                push("q, k, v after RoPE", (hl + 2.0 * kvl) * dh, a);
+                push("attention output", hl * dh, a);
+                push("attention log-sum-exp", hl, 4);
+                push("SwiGLU gate, up and product", 3.0 * w_ff, a);
+            }
+        }
+        out
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Parts {
+    a: bool,
+    latent: bool,
+    b: bool,
+}
+
+impl Parts {
+    const ALL: Parts = Parts {
+        a: true,
+        latent: true,
+        b: true,
+    };
+}
+
+impl Setup {
+    fn s_kron(&self) -> (u64, u64) {
+        let (a, b) = self.model.kron_factors();
+        (a as u64, b as u64)
+    }
+}
+
+/// Every op of decoder layer `layer` (0-based; LaX layer 0 has no crossing) for one
+/// micro-batch on one TP rank.
+pub fn layer_ops(s: &Setup, layer: usize) -> LayerOps {
+    let mut c = Ctx::new(s, layer);
+    c.forward(Phase::Forward);
+    let forward = std::mem::take(&mut c.ops);
+    c.backward();
+    let backward = std::mem::take(&mut c.ops);
+    match s.recompute {
+        Recompute::None => {}
+        Recompute::Full => c.forward(Phase::Recompute),
+        Recompute::Lowrank => c.recompute_lowrank(),
+    }
+    let recompute = std::mem::take(&mut c.ops);
+    LayerOps {
+        layer,
+        forward,
+        backward,
+        recompute,
+    }
+}
+
+/// What the forward of `layer` keeps for backward under the set-up's recompute policy,
+/// per token of one micro-batch, on one rank.
+///
+/// Assumptions for `none`: the forward keeps every tensor a hand-written backward reads — the
+/// residual and the output of each norm, every latent before φ and (for SiLU) after it, q, k, v
+/// after RoPE, the attention output and its per-head log-sum-exp (flash-style: no S² matrix),
+/// the SwiGLU gate, up and product; fp32 per-token statistics. Temporary buffers of the backward
+/// pass are not counted here (see [`layer_transient`]).
+pub fn layer_saved(s: &Setup, layer: usize) -> Vec<Saved> {
+    Ctx::new(s, layer).saved(s.recompute)
+}
+
+/// The extra activation bytes per token alive while one recomputed layer runs its backward:
+/// the layer's tensors that the policy dropped and recompute rebuilt (0 without recompute).
+pub fn layer_transient(s: &Setup, layer: usize) -> f64 {
+    if s.recompute == Recompute::None {
+        return 0.0;
+    }
+    let c = Ctx::new(s, layer);
+    c.saved(Recompute::None)
+        .iter()
+        .map(Saved::bytes_per_token)
+        .sum()
+}

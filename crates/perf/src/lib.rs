@@ -1,0 +1,119 @@
+//! The analytic cost model of BOOST (spec §2, §5, §6) and its planner, `boost plan`.
+//!
+//! - [`Setup`]: a model × layout × micro-batch × dtype, built from the training config.
+//! - [`layer_ops`]: every op of one decoder layer on one TP rank — GEMMs with per-rank shapes,
+//!   FLOPs and arithmetic intensity, attention, elementwise kernels by bytes moved, and
+//!   collectives with kind, group, element count and the label of the op that issues them.
+//! - [`stage_ops`], [`step_ops`], [`step_collectives`]: the whole step on one rank.
+//! - [`memory`]: weights, gradients, optimizer state and activations per rank.
+//! - [`Hardware`] (TOML presets) and [`predict`]: iteration time with its breakdown.
+//! - [`cli`]: `boost plan`.
+
+pub mod calibrate;
+pub mod chart;
+pub mod cli;
+pub mod hardware;
+pub mod layer;
+pub mod ops;
+pub mod paper;
+pub mod predict;
+pub mod search;
+pub mod setup;
+pub mod step;
+
+pub use hardware::{Hardware, Timer};
+pub use layer::{LayerOps, Saved, layer_ops, layer_saved};
+pub use ops::{Attention, CollKind, Collective, Elementwise, Gemm, GemmRole, Group, Op, Phase};
+pub use predict::{Breakdown, LayerComm, Prediction, bubble_fraction, layer_comm, predict};
+pub use setup::{AttnConvention, Dtype, NormKind, Setup};
+pub use step::{
+    Memory, StageOps, layer_params, matmul_params, memory, model_flops_per_token, stage_ops,
+    step_ops, total_params,
+};
+
+use std::collections::BTreeMap;
+
+/// A collective of one step on one rank, with where it happens.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct StepCollective {
+    /// Pipeline stage of the rank.
+    pub stage: usize,
+    /// Micro-batch index (None for once-per-step collectives).
+    pub micro_batch: Option<usize>,
+    /// Decoder layer index (None outside the decoder stack).
+    pub layer: Option<usize>,
+    pub collective: Collective,
+}
+
+/// Every collective one rank of `stage` issues in one optimizer step, in program order within
+/// a micro-batch (forward of each layer, then recompute and backward in reverse layer order,
+/// then the step's once-only collectives). This is what a recording communicator should see.
+pub fn step_collectives(s: &Setup, stage: usize) -> Vec<StepCollective> {
+    let ops = stage_ops(s, stage);
+    let mut out = Vec::new();
+    for mb in 0..s.accumulation {
+        let mut push = |layer: Option<usize>, op: &Op, phases: &[Phase]| {
+            if let Some(c) = op.as_collective()
+                && phases.contains(&c.phase)
+            {
+                out.push(StepCollective {
+                    stage,
+                    micro_batch: Some(mb),
+                    layer,
+                    collective: c.clone(),
+                });
+            }
+        };
+        let fwd = [Phase::Forward];
+        let bwd = [Phase::Backward, Phase::Recompute];
+        for op in ops.p2p.iter().chain(&ops.entry) {
+            push(None, op, &fwd);
+        }
+        for l in &ops.layers {
+            for op in &l.forward {
+                push(Some(l.layer), op, &fwd);
+            }
+        }
+        for op in &ops.exit {
+            push(None, op, &fwd);
+        }
+        for op in &ops.exit {
+            push(None, op, &bwd);
+        }
+        for l in ops.layers.iter().rev() {
+            for op in l.recompute.iter().chain(&l.backward) {
+                push(Some(l.layer), op, &bwd);
+            }
+        }
+        for op in ops.entry.iter().chain(&ops.p2p) {
+            push(None, op, &bwd);
+        }
+    }
+    for op in step_ops(s, stage) {
+        if let Some(c) = op.as_collective() {
+            out.push(StepCollective {
+                stage,
+                micro_batch: None,
+                layer: None,
+                collective: c.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// Totals per (label, phase, kind): number of calls and elements. Comparing this map between
+/// the model and a recording is order-insensitive.
+pub fn collective_totals<'a>(
+    cs: impl IntoIterator<Item = &'a Collective>,
+) -> BTreeMap<(String, Phase, CollKind), (usize, u64)> {
+    let mut m = BTreeMap::new();
+    for c in cs {
+        let e = m
+            .entry((c.label.clone(), c.phase, c.kind))
+            .or_insert((0, 0));
+        e.0 += 1;
+        e.1 += c.elements;
+    }
+    m
+}

@@ -1,0 +1,251 @@
+//! Predicted iteration time of a set-up on a cluster, with its breakdown.
+//!
+//! Timing assumptions: every op of a rank runs one after the other (no overlap of
+//! communication with compute, as in Megatron-style TP without sequence-parallel overlap, and
+//! data-parallel gradient traffic after the last micro-batch). The pipeline runs
+//! `(m + pp − 1)` slots of the slowest stage's micro-batch time (1F1B and AFAB alike); the
+//! `pp − 1` extra slots are the bubble, a fraction `(pp − 1)/(m + pp − 1)`.
+
+use crate::hardware::{Hardware, Timer};
+use crate::ops::{Group, Op, Phase};
+use crate::setup::Setup;
+use crate::step::{Memory, memory, model_flops_per_token, stage_ops, step_ops};
+use serde::Serialize;
+
+/// Seconds of one micro-batch (or one step's once-only work) by category.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Breakdown {
+    pub gemm_s: f64,
+    pub attention_s: f64,
+    pub elementwise_s: f64,
+    /// gemm + attention + elementwise.
+    pub compute_s: f64,
+    /// The part of `compute_s` (and of `tp_comm_s`) spent redoing forward work.
+    pub recompute_s: f64,
+    pub tp_comm_s: f64,
+    pub pp_comm_s: f64,
+    /// Data-parallel gradient traffic, tied-embedding and gradient-norm all-reduces.
+    pub dp_comm_s: f64,
+    /// tp + pp + dp communication.
+    pub communication_s: f64,
+    pub bubble_s: f64,
+    pub optimizer_s: f64,
+}
+
+impl Breakdown {
+    fn add_op(&mut self, t: f64, op: &Op) {
+        if op.phase() == Phase::Recompute {
+            self.recompute_s += t;
+        }
+        match op {
+            Op::Gemm(_) => self.gemm_s += t,
+            Op::Attention(_) => self.attention_s += t,
+            Op::Elementwise(e) if e.label == "optimizer" => self.optimizer_s += t,
+            Op::Elementwise(_) => self.elementwise_s += t,
+            Op::Collective(c) => match c.group {
+                Group::Tp => self.tp_comm_s += t,
+                Group::Pp if c.label.starts_with("pp.") => self.pp_comm_s += t,
+                _ => self.dp_comm_s += t,
+            },
+        }
+    }
+    fn finish(&mut self) {
+        self.compute_s = self.gemm_s + self.attention_s + self.elementwise_s;
+        self.communication_s = self.tp_comm_s + self.pp_comm_s + self.dp_comm_s;
+    }
+    fn total(&self) -> f64 {
+        self.compute_s + self.communication_s + self.bubble_s + self.optimizer_s
+    }
+    fn scale(&mut self, k: f64) {
+        for v in [
+            &mut self.gemm_s,
+            &mut self.attention_s,
+            &mut self.elementwise_s,
+            &mut self.compute_s,
+            &mut self.recompute_s,
+            &mut self.tp_comm_s,
+            &mut self.pp_comm_s,
+            &mut self.dp_comm_s,
+            &mut self.communication_s,
+            &mut self.bubble_s,
+            &mut self.optimizer_s,
+        ] {
+            *v *= k;
+        }
+    }
+    fn plus(&mut self, o: &Breakdown) {
+        self.gemm_s += o.gemm_s;
+        self.attention_s += o.attention_s;
+        self.elementwise_s += o.elementwise_s;
+        self.recompute_s += o.recompute_s;
+        self.tp_comm_s += o.tp_comm_s;
+        self.pp_comm_s += o.pp_comm_s;
+        self.dp_comm_s += o.dp_comm_s;
+        self.bubble_s += o.bubble_s;
+        self.optimizer_s += o.optimizer_s;
+        self.finish();
+    }
+}
+
+/// Communication of one decoder layer on one rank, per micro-batch, per token.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LayerComm {
+    pub forward_calls: usize,
+    pub forward_elements_per_token: f64,
+    pub forward_bytes: f64,
+    pub backward_calls: usize,
+    pub backward_elements_per_token: f64,
+    pub backward_bytes: f64,
+    pub recompute_calls: usize,
+    pub recompute_bytes: f64,
+}
+
+/// Summarise the TP collectives of one layer (layer 1, so that LaX crossings are included).
+pub fn layer_comm(s: &Setup) -> LayerComm {
+    let layer = if s.model.layers > 1 { 1 } else { 0 };
+    let ops = crate::layer::layer_ops(s, layer);
+    let t = s.tokens() as f64;
+    let mut c = LayerComm::default();
+    for x in ops.collectives() {
+        let (calls, elems, bytes) = match x.phase {
+            Phase::Forward => (
+                &mut c.forward_calls,
+                Some(&mut c.forward_elements_per_token),
+                &mut c.forward_bytes,
+            ),
+            Phase::Backward => (
+                &mut c.backward_calls,
+                Some(&mut c.backward_elements_per_token),
+                &mut c.backward_bytes,
+            ),
+            Phase::Recompute => (&mut c.recompute_calls, None, &mut c.recompute_bytes),
+        };
+        *calls += 1;
+        if let Some(e) = elems {
+            *e += x.elements as f64 / t;
+        }
+        *bytes += x.bytes() as f64;
+    }
+    c
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Flops {
+    /// Model FLOPs of one iteration over all ranks (6·N + attention by `attention_convention`).
+    pub model_flops: f64,
+    /// FLOPs executed by the busiest stage's ranks times world size, recompute and redundant
+    /// (replicated) work included, attention as the kernel runs it.
+    pub hardware_flops: f64,
+    pub attention_convention: String,
+    /// Model FLOP utilisation against the device peak.
+    pub mfu: f64,
+    /// Hardware FLOP utilisation (executed FLOPs, recompute included).
+    pub hfu: f64,
+    /// Achieved GEMM throughput over time spent in GEMMs, as a fraction of peak.
+    pub gemm_utilization: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Prediction {
+    pub setup: String,
+    pub cluster: String,
+    pub iteration_time_s: f64,
+    pub tokens_per_s: f64,
+    /// Whole iteration, by category (sums to `iteration_time_s`).
+    pub breakdown: Breakdown,
+    /// One micro-batch of the slowest stage.
+    pub micro_batch: Breakdown,
+    pub slowest_stage: usize,
+    pub bubble_fraction: f64,
+    pub memory: Memory,
+    pub memory_limit_bytes: f64,
+    pub fits: bool,
+    pub flops: Flops,
+    pub layer_comm: LayerComm,
+}
+
+/// The 1F1B (and AFAB) bubble fraction (pp − 1)/(m + pp − 1).
+pub fn bubble_fraction(pp: usize, m: usize) -> f64 {
+    (pp as f64 - 1.0) / (m as f64 + pp as f64 - 1.0)
+}
+
+pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
+    let timer = Timer::new(hw, s);
+    // Micro-batch time of every stage; the slowest sets the pace.
+    let mut best: Option<(usize, Breakdown, f64, f64)> = None;
+    for stage in 0..s.pp {
+        let ops = stage_ops(s, stage);
+        let mut b = Breakdown::default();
+        let (mut gemm_flops, mut exec_flops) = (0.0, 0.0);
+        for op in ops.all() {
+            let t = timer.op(op);
+            b.add_op(t, op);
+            match op {
+                Op::Gemm(g) => {
+                    gemm_flops += g.flops();
+                    exec_flops += g.flops();
+                }
+                Op::Attention(a) => exec_flops += a.executed_flops(),
+                _ => {}
+            }
+        }
+        b.finish();
+        if best
+            .as_ref()
+            .is_none_or(|(_, bb, _, _)| b.total() > bb.total())
+        {
+            best = Some((stage, b, gemm_flops, exec_flops));
+        }
+    }
+    let (slowest_stage, mb, gemm_flops, exec_flops) = best.expect("pp ≥ 1");
+    let m = s.accumulation as f64;
+    let mut total = mb.clone();
+    total.scale(m);
+    // Bubble: pp − 1 slots of the slowest stage's micro-batch (transfers excluded).
+    let slot = mb.total() - mb.pp_comm_s;
+    let mut step = Breakdown {
+        bubble_s: (s.pp as f64 - 1.0) * slot,
+        ..Default::default()
+    };
+    for op in step_ops(s, slowest_stage) {
+        step.add_op(timer.op(&op), &op);
+    }
+    total.plus(&step);
+    let iteration = total.total();
+    let tokens = (s.tokens() * s.accumulation as u64 * s.dp as u64) as f64;
+    let mem = memory(s);
+    let limit = hw.usable_memory();
+    // Peak of all ranks together (ranks sharing one device split its peak).
+    let all_peak = timer.peak_flops() * s.world() as f64;
+    let model_flops = model_flops_per_token(s) * tokens;
+    let world = s.world() as f64;
+    let hardware_flops = exec_flops * m * world;
+    let gemm_utilization = if mb.gemm_s > 0.0 {
+        gemm_flops / (mb.gemm_s * timer.peak_flops())
+    } else {
+        0.0
+    };
+    let flops = Flops {
+        model_flops,
+        hardware_flops,
+        attention_convention: s.attention.name().to_string(),
+        mfu: model_flops / (iteration * all_peak),
+        hfu: hardware_flops / (iteration * all_peak),
+        gemm_utilization,
+    };
+    Prediction {
+        setup: s.describe(),
+        cluster: hw.name.clone(),
+        iteration_time_s: iteration,
+        tokens_per_s: tokens / iteration,
+        breakdown: total,
+        micro_batch: mb,
+        slowest_stage,
+        bubble_fraction: bubble_fraction(s.pp, s.accumulation),
+        fits: mem.total <= limit,
+        memory: mem,
+        memory_limit_bytes: limit,
+        flops,
+        layer_comm: layer_comm(s),
+    }
+}

@@ -1,0 +1,297 @@
+//! What is being modelled: a model, a layout, a micro-batch shape and the numeric format.
+
+use anyhow::{Result, bail};
+use boost_config::{Arch, Config, ModelConfig, NormMode, PipeSchedule, Recompute, Scheme};
+use serde::{Deserialize, Serialize};
+
+/// How a BTP layer normalises its hidden-sharded residual (spec §3). `Local` is the reference
+/// code's per-shard norm: a different model (not equivalent to RMSNorm over d), which the
+/// planner can cost even though the engine does not train it. Megatron and vanilla run the
+/// norm replicated on the whole residual and ignore this setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NormKind {
+    /// The statistic rides in the following row-parallel all-reduce: no extra collective.
+    Online,
+    /// A separate T×1 all-reduce of the statistic, forward and backward.
+    Sync,
+    /// Normalise each shard by its own statistic: no collective, not equivalent.
+    Local,
+}
+
+impl NormKind {
+    pub const ALL: [NormKind; 3] = [NormKind::Online, NormKind::Sync, NormKind::Local];
+    pub fn name(self) -> &'static str {
+        match self {
+            NormKind::Online => "online",
+            NormKind::Sync => "sync",
+            NormKind::Local => "local",
+        }
+    }
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "online" => Ok(NormKind::Online),
+            "sync" => Ok(NormKind::Sync),
+            "local" => Ok(NormKind::Local),
+            _ => bail!("unknown norm \"{s}\"; use online, sync or local"),
+        }
+    }
+}
+
+impl From<NormMode> for NormKind {
+    fn from(m: NormMode) -> Self {
+        match m {
+            NormMode::Online => NormKind::Online,
+            NormMode::Sync => NormKind::Sync,
+        }
+    }
+}
+
+/// Numeric format of weights and activations. Collectives of norm statistics and the
+/// cross-entropy reductions are fp32 whatever this is; gradients and optimizer state are fp32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dtype {
+    Bf16,
+    F32,
+}
+
+impl Dtype {
+    pub fn bytes(self) -> u64 {
+        match self {
+            Dtype::Bf16 => 2,
+            Dtype::F32 => 4,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Dtype::Bf16 => "bf16",
+            Dtype::F32 => "f32",
+        }
+    }
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "bf16" => Ok(Dtype::Bf16),
+            "f32" | "fp32" => Ok(Dtype::F32),
+            _ => bail!("unknown dtype \"{s}\"; use bf16 or f32"),
+        }
+    }
+}
+
+/// Which attention FLOPs count as model FLOPs (spec §6). Forward plus backward per token per
+/// layer: `Full` = 12·s·d (the whole S² score matrix), `Causal` = 6·s·d (the causal half).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttnConvention {
+    Full,
+    Causal,
+}
+
+impl AttnConvention {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttnConvention::Full => "full S² (12·s·d per token per layer)",
+            AttnConvention::Causal => "causal half (6·s·d per token per layer)",
+        }
+    }
+}
+
+/// One modelled configuration: everything the cost model reads.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Setup {
+    pub model: ModelConfig,
+    /// Resolved (never `Auto`).
+    pub scheme: Scheme,
+    pub norm: NormKind,
+    pub grouping: bool,
+    pub recompute: Recompute,
+    pub tp: usize,
+    pub pp: usize,
+    pub dp: usize,
+    pub schedule: PipeSchedule,
+    /// ZeRO stage (0 or 1).
+    pub zero: usize,
+    /// Sequences per micro-batch.
+    pub micro_batch: usize,
+    pub seq: usize,
+    /// Micro-batches per optimizer step per data-parallel rank.
+    pub accumulation: usize,
+    pub dtype: Dtype,
+    pub attention: AttnConvention,
+}
+
+impl Setup {
+    /// The set-up a training config describes; `norm` and `dtype` come from elsewhere
+    /// (the config has no `local` norm and no dtype: CPU training is f32).
+    pub fn from_config(cfg: &Config, norm: Option<NormKind>, dtype: Dtype) -> Result<Self> {
+        let mut model = cfg.model.clone();
+        if model.vocab == 0 {
+            model.vocab = cfg.data.vocab_size;
+        }
+        let s = Setup {
+            scheme: cfg.parallel.resolved_scheme(&cfg.model),
+            model,
+            norm: norm.unwrap_or(cfg.parallel.norm.into()),
+            grouping: cfg.parallel.grouping,
+            recompute: cfg.train.recompute,
+            tp: cfg.parallel.tp,
+            pp: cfg.parallel.pp,
+            dp: cfg.parallel.dp,
+            schedule: cfg.parallel.schedule,
+            zero: cfg.parallel.zero,
+            micro_batch: cfg.train.micro_batch,
+            seq: cfg.train.seq_len,
+            accumulation: cfg.train.accumulation,
+            dtype,
+            attention: AttnConvention::Causal,
+        };
+        s.validate()?;
+        Ok(s)
+    }
+
+    /// A set-up from a model preset with every layout knob at its simplest value
+    /// (tp = pp = dp = 1, the architecture's default scheme, online norm, grouping, no recompute).
+    pub fn preset(name: &str, arch: Arch) -> Result<Self> {
+        let mut model = ModelConfig::preset(name)?;
+        model.arch = arch;
+        let scheme = if arch.is_low_rank() {
+            Scheme::Btp
+        } else {
+            Scheme::Megatron
+        };
+        Ok(Setup {
+            model,
+            scheme,
+            norm: NormKind::Online,
+            grouping: true,
+            recompute: Recompute::None,
+            tp: 1,
+            pp: 1,
+            dp: 1,
+            schedule: PipeSchedule::OneFOneB,
+            zero: 0,
+            micro_batch: 4,
+            seq: 4096,
+            accumulation: 1,
+            dtype: Dtype::Bf16,
+            attention: AttnConvention::Causal,
+        })
+    }
+
+    /// The checks of the config crate plus the planner's own (recompute policy vs scheme).
+    pub fn validate(&self) -> Result<()> {
+        let m = &self.model;
+        m.validate()?;
+        if self.scheme == Scheme::Auto {
+            bail!("the scheme must be resolved (megatron, vanilla or btp)");
+        }
+        let mut par = boost_config::ParallelConfig {
+            tp: self.tp,
+            pp: self.pp,
+            dp: self.dp,
+            scheme: self.scheme,
+            schedule: self.schedule,
+            zero: self.zero,
+            grouping: self.grouping,
+            ..Default::default()
+        };
+        if let Ok(n) = self.norm.try_into_mode() {
+            par.norm = n;
+        }
+        par.validate(m)?;
+        if self.recompute == Recompute::Lowrank && !m.arch.is_low_rank() {
+            bail!(
+                "train.recompute = lowrank cuts segments at low-rank latents, but model.arch = full; use none or full"
+            );
+        }
+        if self.micro_batch == 0 || self.seq == 0 || self.accumulation == 0 {
+            bail!("micro_batch, seq and accumulation must be at least 1");
+        }
+        if m.vocab == 0 {
+            bail!("model.vocab must be set for the planner (e.g. --set model.vocab=32000)");
+        }
+        Ok(())
+    }
+
+    /// Tokens in one micro-batch (T = b·s).
+    pub fn tokens(&self) -> u64 {
+        (self.micro_batch * self.seq) as u64
+    }
+    pub fn world(&self) -> usize {
+        self.tp * self.pp * self.dp
+    }
+    pub fn layers_per_stage(&self) -> usize {
+        self.model.layers / self.pp
+    }
+    /// Sequences per optimizer step over all data-parallel ranks.
+    pub fn global_batch(&self) -> usize {
+        self.micro_batch * self.accumulation * self.dp
+    }
+    /// Vocabulary padded to a multiple of tp (spec §2.3).
+    pub fn padded_vocab(&self) -> u64 {
+        let v = self.model.vocab;
+        v.div_ceil(self.tp) as u64 * self.tp as u64
+    }
+    /// A one-line description of the layout.
+    pub fn describe(&self) -> String {
+        let norm = if self.scheme == Scheme::Btp {
+            self.norm.name()
+        } else {
+            "replicated"
+        };
+        format!(
+            "{} {} · {} · norm {} · {} · recompute {} · tp{} pp{} dp{} · mb {} × seq {} × acc {} · {}",
+            self.model.preset,
+            self.model.arch.name(),
+            scheme_name(self.scheme),
+            norm,
+            if self.grouping {
+                "grouped"
+            } else {
+                "ungrouped"
+            },
+            recompute_name(self.recompute),
+            self.tp,
+            self.pp,
+            self.dp,
+            self.micro_batch,
+            self.seq,
+            self.accumulation,
+            self.dtype.name()
+        )
+    }
+}
+
+impl NormKind {
+    fn try_into_mode(self) -> std::result::Result<NormMode, ()> {
+        match self {
+            NormKind::Online => Ok(NormMode::Online),
+            NormKind::Sync => Ok(NormMode::Sync),
+            NormKind::Local => Err(()),
+        }
+    }
+}
+
+pub fn scheme_name(s: Scheme) -> &'static str {
+    match s {
+        Scheme::Auto => "auto",
+        Scheme::Megatron => "megatron",
+        Scheme::Vanilla => "vanilla",
+        Scheme::Btp => "btp",
+    }
+}
+
+pub fn recompute_name(r: Recompute) -> &'static str {
+    match r {
+        Recompute::None => "none",
+        Recompute::Full => "full",
+        Recompute::Lowrank => "lowrank",
+    }
+}
+
+pub fn schedule_name(s: PipeSchedule) -> &'static str {
+    match s {
+        PipeSchedule::Afab => "afab",
+        PipeSchedule::OneFOneB => "1f1b",
+    }
+}
