@@ -1,0 +1,76 @@
+//! Token embedding lookup and the cross-entropy loss.
+
+use super::par::{COL_BLOCK, par_rows, row};
+use crate::scalar::Scalar;
+use crate::view::{Mat, MatMut};
+use rayon::prelude::*;
+
+/// Target id meaning "no loss at this position".
+pub const IGNORE: u32 = u32::MAX;
+
+pub fn embed<T: Scalar>(out: MatMut<Vec<T>>, table: Mat<Vec<T>>, ids: &[u32], first: usize) {
+    assert_eq!(out.rows, ids.len(), "embed: one row per id");
+    assert_eq!(out.cols, table.cols, "embed: width");
+    par_rows(out).for_each(|(i, o)| {
+        let id = ids[i] as usize;
+        if id >= first && id < first + table.rows {
+            o.copy_from_slice(row(&table, id - first));
+        } else {
+            o.fill(T::zero());
+        }
+    });
+}
+
+/// Scatter-add by column blocks: each block walks the ids in order, so the sum is fixed.
+pub fn embed_bwd<T: Scalar>(dtable: MatMut<Vec<T>>, dout: Mat<Vec<T>>, ids: &[u32], first: usize) {
+    assert_eq!(dout.rows, ids.len());
+    assert_eq!(dtable.cols, dout.cols);
+    let (rows, cols, ld) = (dtable.rows, dtable.cols, dtable.ld);
+    let base = super::par::SendPtr(dtable.buf[dtable.off..].as_mut_ptr());
+    (0..cols.div_ceil(COL_BLOCK)).into_par_iter().for_each(|b| {
+        let j0 = b * COL_BLOCK;
+        let j1 = (j0 + COL_BLOCK).min(cols);
+        for (i, id) in ids.iter().enumerate() {
+            let id = *id as usize;
+            if id < first || id >= first + rows {
+                continue;
+            }
+            // SAFETY: block b owns columns j0..j1 of every row of the table view.
+            let dst = unsafe { std::slice::from_raw_parts_mut(base.get().add((id - first) * ld + j0), j1 - j0) };
+            for (o, v) in dst.iter_mut().zip(&row(&dout, i)[j0..j1]) {
+                *o = *o + *v;
+            }
+        }
+    });
+}
+
+pub fn cross_entropy<T: Scalar>(losses: MatMut<Vec<T>>, logits: MatMut<Vec<T>>, targets: &[u32], grad_scale: Option<f64>) {
+    assert_eq!(logits.rows, targets.len());
+    assert_eq!((losses.rows, losses.cols), (targets.len(), 1));
+    let v = logits.cols;
+    par_rows(logits).zip(par_rows(losses)).for_each(|((i, r), (_, l))| {
+        let t = targets[i];
+        if t == IGNORE {
+            l[0] = T::zero();
+            if grad_scale.is_some() {
+                r.fill(T::zero());
+            }
+            return;
+        }
+        let t = t as usize;
+        assert!(t < v, "target id {t} is outside the vocabulary of {v}");
+        let m = r.iter().fold(T::neg_infinity(), |a, x| a.max(*x));
+        let mut sum = T::zero();
+        for x in r.iter() {
+            sum = sum + (*x - m).exp();
+        }
+        l[0] = sum.ln() + m - r[t];
+        if let Some(s) = grad_scale {
+            let f = T::of(s) / sum;
+            for x in r.iter_mut() {
+                *x = (*x - m).exp() * f;
+            }
+            r[t] = r[t] - T::of(s);
+        }
+    });
+}

@@ -1,0 +1,189 @@
+//! RMSNorm (plain and over a hidden shard) and LayerNorm, forward and backward.
+
+use super::par::{col_reduce, par_rows, row};
+use crate::scalar::Scalar;
+use crate::view::{Mat, MatMut};
+use rayon::prelude::*;
+
+#[inline(always)]
+fn dot3<T: Scalar>(a: &[T], b: &[T], c: &[T]) -> T {
+    let mut s = T::zero();
+    for ((x, y), z) in a.iter().zip(b).zip(c) {
+        s = s + *x * *y * *z;
+    }
+    s
+}
+
+pub fn row_sumsq<T: Scalar>(out: MatMut<Vec<T>>, x: Mat<Vec<T>>) {
+    assert_eq!((out.rows, out.cols), (x.rows, 1));
+    par_rows(out).for_each(|(i, o)| {
+        o[0] = row(&x, i).iter().fold(T::zero(), |s, v| s + *v * *v);
+    });
+}
+
+pub fn rstd_from_sumsq<T: Scalar>(s: MatMut<Vec<T>>, n: usize, eps: f64) {
+    let inv_n = T::of(1.0 / n as f64);
+    let eps = T::of(eps);
+    par_rows(s).for_each(|(_, r)| {
+        for v in r {
+            *v = T::one() / (*v * inv_n + eps).sqrt();
+        }
+    });
+}
+
+pub fn rmsnorm_apply<T: Scalar>(y: MatMut<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>, rstd: Mat<Vec<T>>) {
+    assert_eq!((y.rows, y.cols), (x.rows, x.cols));
+    let g = row(&gamma, 0);
+    assert_eq!(g.len(), x.cols);
+    par_rows(y).for_each(|(i, yr)| {
+        let r = row(&rstd, i)[0];
+        for ((o, v), gj) in yr.iter_mut().zip(row(&x, i)).zip(g) {
+            *o = *v * r * *gj;
+        }
+    });
+}
+
+pub fn rmsnorm_bwd_dot<T: Scalar>(dot: MatMut<Vec<T>>, dy: Mat<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>) {
+    let g = row(&gamma, 0);
+    par_rows(dot).for_each(|(i, o)| o[0] = dot3(row(&dy, i), row(&x, i), g));
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn rmsnorm_bwd<T: Scalar>(
+    dx: MatMut<Vec<T>>,
+    dgamma: MatMut<Vec<T>>,
+    dy: Mat<Vec<T>>,
+    x: Mat<Vec<T>>,
+    gamma: Mat<Vec<T>>,
+    rstd: Mat<Vec<T>>,
+    dot: Mat<Vec<T>>,
+    n: usize,
+    accumulate: bool,
+) {
+    let g = row(&gamma, 0);
+    let inv_n = T::of(1.0 / n as f64);
+    col_reduce(dgamma, x.rows, |i, j0, acc| {
+        let r = row(&rstd, i)[0];
+        let (dyr, xr) = (&row(&dy, i)[j0..], &row(&x, i)[j0..]);
+        for ((a, d), v) in acc.iter_mut().zip(dyr).zip(xr) {
+            *a = *a + *d * *v * r;
+        }
+    });
+    par_rows(dx).for_each(|(i, o)| {
+        let r = row(&rstd, i)[0];
+        let c = row(&dot, i)[0] * r * r * r * inv_n;
+        for (((o, d), v), gj) in o.iter_mut().zip(row(&dy, i)).zip(row(&x, i)).zip(g) {
+            let val = r * *gj * *d - *v * c;
+            *o = if accumulate { *o + val } else { val };
+        }
+    });
+}
+
+pub fn row_dot<T: Scalar>(out: MatMut<Vec<T>>, a: Mat<Vec<T>>, b: Mat<Vec<T>>, scale_rows: Option<Mat<Vec<T>>>, alpha: f64) {
+    let alpha = T::of(alpha);
+    par_rows(out).for_each(|(i, o)| {
+        let mut s = T::zero();
+        for (x, y) in row(&a, i).iter().zip(row(&b, i)) {
+            s = s + *x * *y;
+        }
+        let f = scale_rows.as_ref().map_or(T::one(), |r| {
+            let v = row(r, i)[0];
+            v * v
+        });
+        o[0] = alpha * s * f;
+    });
+}
+
+pub fn online_norm_bwd<T: Scalar>(
+    dx: MatMut<Vec<T>>,
+    dgamma: MatMut<Vec<T>>,
+    g: Mat<Vec<T>>,
+    x: Mat<Vec<T>>,
+    gamma: Mat<Vec<T>>,
+    ds: Mat<Vec<T>>,
+    accumulate: bool,
+) {
+    let gm = row(&gamma, 0);
+    col_reduce(dgamma, x.rows, |i, j0, acc| {
+        for ((a, v), gv) in acc.iter_mut().zip(&row(&x, i)[j0..]).zip(&row(&g, i)[j0..]) {
+            *a = *a + *v * *gv;
+        }
+    });
+    let two = T::of(2.0);
+    par_rows(dx).for_each(|(i, o)| {
+        let s = two * row(&ds, i)[0];
+        for (((o, gv), v), gj) in o.iter_mut().zip(row(&g, i)).zip(row(&x, i)).zip(gm) {
+            let val = *gj * *gv + s * *v;
+            *o = if accumulate { *o + val } else { val };
+        }
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_fwd<T: Scalar>(
+    y: MatMut<Vec<T>>,
+    mean: MatMut<Vec<T>>,
+    rstd: MatMut<Vec<T>>,
+    x: Mat<Vec<T>>,
+    w: Mat<Vec<T>>,
+    b: Mat<Vec<T>>,
+    eps: f64,
+) {
+    assert_eq!((y.rows, y.cols), (x.rows, x.cols));
+    let n = T::of(x.cols as f64);
+    let eps = T::of(eps);
+    let (wr, br) = (row(&w, 0), row(&b, 0));
+    par_rows(y).zip(par_rows(mean)).zip(par_rows(rstd)).for_each(|(((i, yr), (_, m)), (_, r))| {
+        let xr = row(&x, i);
+        let mu = xr.iter().fold(T::zero(), |s, v| s + *v) / n;
+        let var = xr.iter().fold(T::zero(), |s, v| s + (*v - mu) * (*v - mu)) / n;
+        let rs = T::one() / (var + eps).sqrt();
+        m[0] = mu;
+        r[0] = rs;
+        for (((o, v), wj), bj) in yr.iter_mut().zip(xr).zip(wr).zip(br) {
+            *o = (*v - mu) * rs * *wj + *bj;
+        }
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_bwd<T: Scalar>(
+    dx: MatMut<Vec<T>>,
+    dw: MatMut<Vec<T>>,
+    db: MatMut<Vec<T>>,
+    dy: Mat<Vec<T>>,
+    x: Mat<Vec<T>>,
+    w: Mat<Vec<T>>,
+    mean: Mat<Vec<T>>,
+    rstd: Mat<Vec<T>>,
+) {
+    let wr = row(&w, 0);
+    let n = T::of(x.cols as f64);
+    col_reduce(dw, x.rows, |i, j0, acc| {
+        let (m, r) = (row(&mean, i)[0], row(&rstd, i)[0]);
+        for ((a, d), v) in acc.iter_mut().zip(&row(&dy, i)[j0..]).zip(&row(&x, i)[j0..]) {
+            *a = *a + *d * (*v - m) * r;
+        }
+    });
+    col_reduce(db, x.rows, |i, j0, acc| {
+        for (a, d) in acc.iter_mut().zip(&row(&dy, i)[j0..]) {
+            *a = *a + *d;
+        }
+    });
+    par_rows(dx).for_each(|(i, o)| {
+        let (m, r) = (row(&mean, i)[0], row(&rstd, i)[0]);
+        let (dyr, xr) = (row(&dy, i), row(&x, i));
+        // xhat = (x − m)·r, dxhat = dy·w; dx = r·(dxhat − mean(dxhat) − xhat·mean(dxhat·xhat))
+        let mut s1 = T::zero();
+        let mut s2 = T::zero();
+        for ((d, v), wj) in dyr.iter().zip(xr).zip(wr) {
+            let dh = *d * *wj;
+            s1 = s1 + dh;
+            s2 = s2 + dh * (*v - m) * r;
+        }
+        let (s1, s2) = (s1 / n, s2 / n);
+        for (((o, d), v), wj) in o.iter_mut().zip(dyr).zip(xr).zip(wr) {
+            *o = r * (*d * *wj - s1 - (*v - m) * r * s2);
+        }
+    });
+}

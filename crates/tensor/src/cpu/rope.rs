@@ -1,0 +1,41 @@
+//! Rotary position embedding, Hugging Face LLaMA layout (rotate_half).
+
+use super::par::par_rows;
+use crate::scalar::Scalar;
+use crate::view::MatMut;
+use rayon::prelude::*;
+
+/// `[cos | sin]`, each `seq × head_dim/2`, computed in f64.
+pub fn table<T: Scalar>(seq: usize, head_dim: usize, theta: f64) -> Vec<T> {
+    let half = head_dim / 2;
+    let mut t = vec![T::zero(); 2 * seq * half];
+    for p in 0..seq {
+        for i in 0..half {
+            let inv = theta.powf(-2.0 * i as f64 / head_dim as f64);
+            let a = p as f64 * inv;
+            t[p * half + i] = T::of(a.cos());
+            t[seq * half + p * half + i] = T::of(a.sin());
+        }
+    }
+    t
+}
+
+pub fn rope<T: Scalar>(x: MatMut<Vec<T>>, table: &[T], seq: usize, head_dim: usize, inverse: bool) {
+    let half = head_dim / 2;
+    assert_eq!(x.cols % head_dim, 0, "rope: width {} is not a multiple of the head dim {head_dim}", x.cols);
+    assert_eq!(table.len(), 2 * seq * half, "rope: table for another shape");
+    let (cos, sin) = table.split_at(seq * half);
+    par_rows(x).for_each(|(i, r)| {
+        let p = i % seq;
+        let (c, s) = (&cos[p * half..(p + 1) * half], &sin[p * half..(p + 1) * half]);
+        for h in r.chunks_exact_mut(head_dim) {
+            let (a, b) = h.split_at_mut(half);
+            for j in 0..half {
+                let (x1, x2) = (a[j], b[j]);
+                let sj = if inverse { -s[j] } else { s[j] };
+                a[j] = x1 * c[j] - x2 * sj;
+                b[j] = x2 * c[j] + x1 * sj;
+            }
+        }
+    });
+}

@@ -1,0 +1,14 @@
+//! Buffers, views and kernels: the device seam of the engine.
+//!
+//! The model is written once against [`Backend`] and [`Collective`]. [`cpu::Cpu`] runs every
+//! kernel on the host (GEMM through the `gemm` crate, the rest on rayon), generic over f32
+//! (training) and f64 (gradient checks).
+
+pub mod backend;
+pub mod cpu;
+pub mod scalar;
+pub mod view;
+
+pub use backend::{AdamStep, AttnShape, Backend, Collective, Label, ReduceOp, Solo};
+pub use scalar::Scalar;
+pub use view::{DeviceBuf, Mat, MatMut};
