@@ -1,1 +1,371 @@
-//! todo
+//! Microbenchmarks of this machine that fill a CPU hardware description: f32 GEMM throughput
+//! over a set of shapes (the `gemm` crate, rayon-parallel), copy and elementwise bandwidth, and
+//! the fixed cost of one parallel kernel.
+//!
+//! Fitting: with `f(x) = x / (x + c)`, the model says `GFLOP/s(M, N, K) = P · f(M)·f(N)·f(K)`.
+//! For each c on a grid, the best P is the geometric mean of `measured / (f(M)f(N)f(K))`; the c
+//! with the least squared log error wins. The file then has `peak_flops = P`,
+//! `gemm_efficiency = 1` (P is already an achieved rate) and `gemm_half_dim = c`.
+//!
+//! Collectives are not measured here yet: [`calibrate_collectives`] is the hook where the
+//! in-process communicator (and MPI) will be timed; until then the CPU links are placeholders.
+
+use crate::hardware::LinkSpec;
+use anyhow::{Context, Result};
+use rayon::prelude::*;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+/// GEMM shapes (M, N, K) measured: large squares for the peak, one small dimension at a time
+/// for the curve, and the shapes of the cola-60m and 1b layers at a few thousand tokens.
+pub const SHAPES: &[(usize, usize, usize)] = &[
+    (1024, 1024, 1024),
+    (2048, 1024, 1024),
+    (2048, 2048, 512),
+    (2048, 1024, 16),
+    (2048, 1024, 32),
+    (2048, 1024, 64),
+    (2048, 1024, 128),
+    (2048, 1024, 256),
+    (2048, 16, 1024),
+    (2048, 32, 1024),
+    (2048, 64, 1024),
+    (2048, 128, 1024),
+    (2048, 256, 1024),
+    (32, 1024, 1024),
+    (64, 1024, 1024),
+    (128, 1024, 1024),
+    (256, 1024, 1024),
+    (2048, 384, 512),
+    (2048, 512, 128),
+    (2048, 1376, 128),
+    (2048, 128, 1376),
+    (2048, 1536, 2048),
+    (2048, 512, 2048),
+    (2048, 2048, 512),
+    (512, 128, 2048),
+];
+
+#[derive(Debug, Clone)]
+pub struct GemmSample {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub flops_per_s: f64,
+}
+
+/// Measure one f32 GEMM `(m×k)·(k×n)` (row-major), best of a few timed runs.
+pub fn measure_gemm(m: usize, n: usize, k: usize, threads: usize) -> f64 {
+    let lhs: Vec<f32> = (0..m * k)
+        .map(|i| ((i % 97) as f32 - 48.0) * 0.01)
+        .collect();
+    let rhs: Vec<f32> = (0..k * n)
+        .map(|i| ((i % 89) as f32 - 44.0) * 0.01)
+        .collect();
+    let mut dst = vec![0f32; m * n];
+    let flops = 2.0 * (m * n * k) as f64;
+    let run = |dst: &mut [f32]| {
+        // SAFETY: the three buffers are distinct, row-major, and sized m×k, k×n, m×n.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                lhs.as_ptr(),
+                1,
+                k as isize,
+                rhs.as_ptr(),
+                1,
+                n as isize,
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::Rayon(threads),
+            )
+        }
+    };
+    run(&mut dst);
+    // Repeat to at least ~60 ms per timed run.
+    let t0 = Instant::now();
+    run(&mut dst);
+    let once = t0.elapsed().as_secs_f64().max(1e-7);
+    let reps = ((0.06 / once).ceil() as usize).clamp(1, 10_000);
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        for _ in 0..reps {
+            run(&mut dst);
+        }
+        best = best.min(t.elapsed().as_secs_f64() / reps as f64);
+    }
+    std::hint::black_box(&dst);
+    flops / best
+}
+
+/// Fit (P, c) of `P · Π x/(x+c)` to the samples; returns (P, c, rms log error).
+pub fn fit_curve(samples: &[GemmSample]) -> (f64, f64, f64) {
+    let f = |x: usize, c: f64| x as f64 / (x as f64 + c);
+    let eval = |c: f64| {
+        let logs: Vec<f64> = samples
+            .iter()
+            .map(|s| s.flops_per_s.ln() - (f(s.m, c) * f(s.n, c) * f(s.k, c)).ln())
+            .collect();
+        let lp = logs.iter().sum::<f64>() / logs.len() as f64;
+        let err = logs.iter().map(|l| (l - lp).powi(2)).sum::<f64>() / logs.len() as f64;
+        (lp.exp(), err.sqrt())
+    };
+    let mut best = (0.0, f64::MAX, 0.0);
+    let mut c = 0.0;
+    while c <= 1024.0 {
+        let (p, e) = eval(c);
+        if e < best.1 {
+            best = (c, e, p);
+        }
+        c += if c < 64.0 { 0.5 } else { 4.0 };
+    }
+    (best.2, best.0, best.1)
+}
+
+/// Bytes per second of a parallel copy (read + write counted) and of `a = b + c`
+/// (two reads, one write), on 64 MiB buffers.
+pub fn measure_bandwidth() -> (f64, f64) {
+    let n = 16 << 20;
+    let src = vec![1.0f32; n];
+    let src2 = vec![2.0f32; n];
+    let mut dst = vec![0.0f32; n];
+    let chunk = 1 << 16;
+    let time = |f: &mut dyn FnMut()| {
+        f();
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t = Instant::now();
+            f();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        best
+    };
+    let copy = time(&mut || {
+        dst.par_chunks_mut(chunk)
+            .zip(src.par_chunks(chunk))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+    });
+    let add = time(&mut || {
+        dst.par_chunks_mut(chunk)
+            .zip(src.par_chunks(chunk))
+            .zip(src2.par_chunks(chunk))
+            .for_each(|((d, a), b)| {
+                for ((x, y), z) in d.iter_mut().zip(a).zip(b) {
+                    *x = y + z;
+                }
+            });
+    });
+    std::hint::black_box(&dst);
+    let bytes = (n * 4) as f64;
+    (2.0 * bytes / copy, 3.0 * bytes / add)
+}
+
+/// The fixed cost of launching one small rayon-parallel kernel.
+pub fn measure_kernel_overhead() -> f64 {
+    let mut v = vec![0f32; 1024];
+    let reps = 2000;
+    let t = Instant::now();
+    for i in 0..reps {
+        v.par_chunks_mut(256).for_each(|c| c[0] += i as f32);
+    }
+    std::hint::black_box(&v);
+    t.elapsed().as_secs_f64() / reps as f64
+}
+
+/// Hook for collective calibration: time all-reduce / all-gather over the in-process
+/// communicator (and MPI) at several sizes and rank counts and fit α, β. Not implemented yet:
+/// returns `None`, and the CPU preset keeps placeholder links.
+pub fn calibrate_collectives() -> Option<LinkSpec> {
+    None
+}
+
+/// Run every microbenchmark and write a CPU hardware TOML to `out`; returns the text.
+pub fn calibrate_cpu(out: &Path, threads: usize, verbose: bool) -> Result<String> {
+    let threads = if threads == 0 {
+        rayon::current_num_threads()
+    } else {
+        threads
+    };
+    let mut samples = Vec::new();
+    for &(m, n, k) in SHAPES {
+        let r = measure_gemm(m, n, k, threads);
+        if verbose {
+            eprintln!("gemm {m:>5} × {n:>5} × {k:>5}: {:7.1} GFLOP/s", r / 1e9);
+        }
+        samples.push(GemmSample {
+            m,
+            n,
+            k,
+            flops_per_s: r,
+        });
+    }
+    let (peak, c, rms) = fit_curve(&samples);
+    let (copy_bw, add_bw) = measure_bandwidth();
+    let overhead = measure_kernel_overhead();
+    if verbose {
+        eprintln!(
+            "fit: P = {:.1} GFLOP/s, c = {c:.1}, rms log error {rms:.3}; copy {:.1} GB/s, add {:.1} GB/s; kernel {:.1} µs",
+            peak / 1e9,
+            copy_bw / 1e9,
+            add_bw / 1e9,
+            overhead * 1e6
+        );
+    }
+    let links = calibrate_collectives();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let mem = memory_total_bytes().unwrap_or(24.0 * (1u64 << 30) as f64);
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# This machine, measured by `boost plan --calibrate-cpu` ({cores} cores, {threads} threads, f32)."
+    );
+    let _ = writeln!(
+        o,
+        "# Ranks are threads of one process sharing the cores: each gets 1/world of compute and bandwidth."
+    );
+    let _ = writeln!(
+        o,
+        "# GEMM: the `gemm` crate (f32, Parallelism::Rayon({threads})) over {} shapes, fitted to",
+        samples.len()
+    );
+    let _ = writeln!(
+        o,
+        "#   P · Π x/(x+c); rms log error {rms:.3}. Measured samples are in [calibration]."
+    );
+    let _ = writeln!(o, "name = \"cpu\"");
+    let _ = writeln!(
+        o,
+        "description = \"this machine: {cores} cores, f32 via the gemm crate, in-process ranks\""
+    );
+    let _ = writeln!(o, "dtype = \"f32\"");
+    let _ = writeln!(
+        o,
+        "devices_per_node = 1024              # in-process ranks: one \"node\""
+    );
+    let _ = writeln!(
+        o,
+        "memory_bytes = {mem:.0}              # /proc/meminfo MemTotal [measured]"
+    );
+    let _ = writeln!(
+        o,
+        "usable_memory_fraction = 0.8         # leave room for the OS and other processes [assumption]"
+    );
+    let _ = writeln!(o, "ranks_share_device = true");
+    let _ = writeln!(o);
+    let _ = writeln!(o, "[compute]");
+    let _ = writeln!(
+        o,
+        "peak_flops = {peak:.4e}             # fitted P [measured]"
+    );
+    let _ = writeln!(
+        o,
+        "gemm_efficiency = 1.0                # P is already an achieved rate"
+    );
+    let _ = writeln!(
+        o,
+        "gemm_half_dim = {c:.1}                # fitted c [measured]"
+    );
+    let _ = writeln!(
+        o,
+        "attention_efficiency = 0.5           # not measured: the engine's attention kernel is timed by `boost bench` [assumption]"
+    );
+    let _ = writeln!(
+        o,
+        "kernel_overhead_s = {overhead:.3e}    # one small rayon-parallel kernel [measured]"
+    );
+    let _ = writeln!(o);
+    let _ = writeln!(o, "[memory]");
+    let _ = writeln!(
+        o,
+        "bandwidth = {add_bw:.4e}              # a = b + c over 64 MiB, bytes read + written [measured]"
+    );
+    let _ = writeln!(
+        o,
+        "efficiency = 1.0                     # the bandwidth above is already achieved"
+    );
+    let _ = writeln!(o);
+    match links {
+        Some(l) => {
+            let _ = writeln!(
+                o,
+                "[intra_node]\nalpha_s = {:.3e}\nbandwidth = {:.4e}\n",
+                l.alpha_s, l.bandwidth
+            );
+            let _ = writeln!(
+                o,
+                "[inter_node]\nalpha_s = {:.3e}\nbandwidth = {:.4e}\n",
+                l.alpha_s, l.bandwidth
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "# Collectives are not calibrated yet (calibrate::calibrate_collectives): an in-process"
+            );
+            let _ = writeln!(
+                o,
+                "# all-reduce is modelled as a condvar hand-off (α) plus a copy at half the copy bandwidth."
+            );
+            let _ = writeln!(o, "[intra_node]");
+            let _ = writeln!(o, "alpha_s = 20e-6                      # [placeholder]");
+            let _ = writeln!(
+                o,
+                "bandwidth = {:.4e}                   # copy bandwidth / 2 [placeholder]",
+                copy_bw / 2.0
+            );
+            let _ = writeln!(o);
+            let _ = writeln!(o, "[inter_node]");
+            let _ = writeln!(o, "alpha_s = 20e-6                      # [placeholder]");
+            let _ = writeln!(
+                o,
+                "bandwidth = {:.4e}                   # [placeholder]",
+                copy_bw / 2.0
+            );
+            let _ = writeln!(o);
+        }
+    }
+    let _ = writeln!(o, "[calibration]");
+    let _ = writeln!(o, "threads = {threads}");
+    let _ = writeln!(o, "copy_bandwidth = {copy_bw:.4e}");
+    let _ = writeln!(o, "elementwise_bandwidth = {add_bw:.4e}");
+    let _ = writeln!(o, "fit_rms_log_error = {rms:.4}");
+    let _ = writeln!(o, "# [m, n, k, measured GFLOP/s, fitted GFLOP/s]");
+    let _ = writeln!(o, "gemm = [");
+    let f = |x: usize| x as f64 / (x as f64 + c);
+    for s in &samples {
+        let _ = writeln!(
+            o,
+            "  [{}, {}, {}, {:.1}, {:.1}],",
+            s.m,
+            s.n,
+            s.k,
+            s.flops_per_s / 1e9,
+            peak * f(s.m) * f(s.n) * f(s.k) / 1e9
+        );
+    }
+    let _ = writeln!(o, "]");
+    crate::hardware::Hardware::from_toml_str(&o)
+        .context("the calibrated description does not parse")?;
+    std::fs::write(out, &o).with_context(|| format!("writing {}", out.display()))?;
+    Ok(o)
+}
+
+fn memory_total_bytes() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024.0)
+}

@@ -3,8 +3,8 @@
 //!
 //! Labels: every op is named `layer.<block>.<module>[.<factor>]`, with block `attn` or `mlp`,
 //! module `norm`, `qkv` / `q` / `k` / `v`, `rope`, `core` (attention), `o`, `residual`,
-//! `gate_up` / `gate` / `up`, `act` (the SwiGLU product), `down`, and factor `A`, `B` or
-//! `cross` (LaX crossing) for low-rank layers. A collective carries the label of the op that
+//! `gate_up` / `gate` / `up`, `act` (the SwiGLU product), `down`, and for low-rank layers the
+//! part `A`, `B`, `phi` (the bottleneck activation) or `cross` (LaX crossing, LN_r and φ). A collective carries the label of the op that
 //! issues it:
 //! - megatron: forward `layer.attn.o`, `layer.mlp.down` (g after the row-parallel GEMM);
 //!   backward `layer.attn.qkv`, `layer.mlp.gate_up` (f in front of the column-parallel GEMMs,
@@ -175,6 +175,14 @@ impl<'a> Ctx<'a> {
     fn tp_comm(&self) -> bool {
         self.p > 1
     }
+    /// The latent has an elementwise kernel (φ = SiLU, or a LaX crossing).
+    fn latent_kernel(&self) -> bool {
+        self.silu() || self.crossing()
+    }
+    /// The residual is sharded, so norms need the global statistic (BTP with tp > 1).
+    fn sharded_norm(&self) -> bool {
+        self.scheme() == Scheme::Btp && self.p > 1
+    }
 
     fn groups(&self) -> [ProjGroup; 4] {
         let (d, d_ff, d_kv) = (self.d, self.d_ff, self.d_kv);
@@ -247,16 +255,15 @@ impl<'a> Ctx<'a> {
 
     // ---- emitters -------------------------------------------------------------------------
 
+    /// A GEMM `(m×k)·(k×n)`, `batch` times; `shape` = (m, k, n, batch).
     fn gemm(
         &mut self,
         label: String,
         role: GemmRole,
-        m: u64,
-        k: u64,
-        n: u64,
-        batch: u64,
+        shape: (u64, u64, u64, u64),
         redundant: bool,
     ) {
+        let (m, k, n, batch) = shape;
         self.ops.push(Op::Gemm(Gemm {
             label,
             phase: self.phase,
@@ -278,15 +285,12 @@ impl<'a> Ctx<'a> {
                 self.gemm(
                     label.clone(),
                     GemmRole::BackwardData,
-                    t,
-                    n,
-                    k,
-                    batch,
+                    (t, n, k, batch),
                     redundant,
                 );
-                self.gemm(label, GemmRole::BackwardWeight, k, t, n, batch, redundant);
+                self.gemm(label, GemmRole::BackwardWeight, (k, t, n, batch), redundant);
             }
-            _ => self.gemm(label, GemmRole::Forward, t, k, n, batch, redundant),
+            _ => self.gemm(label, GemmRole::Forward, (t, k, n, batch), redundant),
         }
     }
 
@@ -325,7 +329,7 @@ impl<'a> Ctx<'a> {
     fn norm_fwd(&mut self, block: &str, recompute: bool) {
         let label = format!("layer.{block}.norm");
         let w = self.w_res();
-        if self.scheme() != Scheme::Btp {
+        if !self.sharded_norm() {
             if !recompute {
                 self.ew(label.clone(), w, 0, 1);
             }
@@ -344,8 +348,8 @@ impl<'a> Ctx<'a> {
     fn norm_bwd(&mut self, block: &str) {
         let label = format!("layer.{block}.norm");
         let w = self.w_res();
-        match (self.scheme(), self.s.norm) {
-            (Scheme::Btp, NormKind::Sync) => {
+        match (self.sharded_norm(), self.s.norm) {
+            (true, NormKind::Sync) => {
                 self.ew(label.clone(), 2 * w, 0, 1);
                 self.coll(label.clone(), CollKind::AllReduce, 0, 1);
                 self.ew(label, 2 * w, w, 1);
@@ -485,8 +489,18 @@ impl<'a> Ctx<'a> {
         let grouped = self.s.grouping && n > 1;
         let lax = self.lax();
         let latent_label = |pr: Option<&Proj>| match pr {
-            Some(pr) => format!("layer.{}.{}.cross", g.block, pr.name),
-            None => format!("layer.{}.{}.cross", g.block, g.name),
+            Some(pr) => format!(
+                "layer.{}.{}.{}",
+                g.block,
+                pr.name,
+                if lax { "cross" } else { "phi" }
+            ),
+            None => format!(
+                "layer.{}.{}.{}",
+                g.block,
+                g.name,
+                if lax { "cross" } else { "phi" }
+            ),
         };
         if self.phase != Phase::Backward {
             if parts.a {
@@ -562,8 +576,9 @@ impl<'a> Ctx<'a> {
         let (p, r) = (self.p, self.r);
         let n = g.n();
         let grouped = self.s.grouping && n > 1;
-        let stat = u64::from(g.after_norm && self.s.norm == NormKind::Online);
-        let latent_label = format!("{}.cross", g.label());
+        let stat =
+            u64::from(g.after_norm && self.s.norm == NormKind::Online && self.sharded_norm());
+        let latent_label = format!("{}.{}", g.label(), if self.lax() { "cross" } else { "phi" });
         let same_shape = g.projs.iter().all(|pr| pr.d_out == g.projs[0].d_out);
         if self.phase != Phase::Backward {
             if parts.a {
@@ -578,8 +593,9 @@ impl<'a> Ctx<'a> {
                         self.coll(label, CollKind::AllReduce, r, if i == 0 { stat } else { 0 });
                     }
                 }
-                if stat == 1 {
-                    // Y = H / sqrt(S/d + ε) on the replicated latent.
+                if stat == 1 && !self.latent_kernel() {
+                    // Y = H / sqrt(S/d + ε) on the replicated latent (fused into φ or the
+                    // crossing when the latent has a kernel of its own).
                     self.ew(format!("layer.{}.norm", g.block), n * r, n * r, 1);
                 }
             }
@@ -623,8 +639,9 @@ impl<'a> Ctx<'a> {
                 }
             }
             self.latent_bwd(latent_label, n, r, true);
-            if stat == 1 {
-                // dH = dY/ρ and dS = −Σ(dY ⊙ Y)/(2dρ²) over the replicated latent.
+            if stat == 1 && !self.latent_kernel() {
+                // dH = dY/ρ and dS = −Σ(dY ⊙ Y)/(2dρ²) over the replicated latent (fused into
+                // φ's or the crossing's backward when there is one).
                 self.ew(format!("layer.{}.norm", g.block), 2 * n * r, n * r, 1);
             }
             if grouped {
