@@ -144,8 +144,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
     if args.json {
         let mut v = serde_json::to_value(&p)?;
         if args.ops {
-            let layer = if s.model.layers > 1 { 1 } else { 0 };
-            v["layer_ops"] = serde_json::to_value(layer_ops(&s, layer))?;
+            v["layer_ops"] = ops_json(&s, &hw)?;
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
@@ -374,6 +373,37 @@ pub fn report(s: &Setup, hw: &Hardware, p: &Prediction) -> String {
         );
     }
     o
+}
+
+/// Every op of one decoder layer as JSON, each with its FLOPs, bytes, arithmetic intensity
+/// and predicted time.
+pub fn ops_json(s: &Setup, hw: &Hardware) -> Result<serde_json::Value> {
+    let timer = Timer::new(hw, s);
+    let layer = if s.model.layers > 1 { 1 } else { 0 };
+    let ops = layer_ops(s, layer);
+    let mut list = Vec::new();
+    for op in ops
+        .forward
+        .iter()
+        .chain(&ops.recompute)
+        .chain(&ops.backward)
+    {
+        let mut v = serde_json::to_value(op)?;
+        let (flops, bytes) = match op {
+            Op::Gemm(g) => (g.flops(), g.bytes()),
+            Op::Attention(a) => (a.executed_flops(), a.bytes()),
+            Op::Elementwise(e) => (0.0, e.bytes),
+            Op::Collective(c) => (0.0, c.bytes() as f64),
+        };
+        v["flops"] = flops.into();
+        v["bytes"] = bytes.into();
+        if flops > 0.0 {
+            v["intensity"] = (flops / bytes).into();
+        }
+        v["time_s"] = timer.op(op).into();
+        list.push(v);
+    }
+    Ok(serde_json::json!({ "layer": layer, "ops": list }))
 }
 
 /// Every op of one decoder layer with its cost.

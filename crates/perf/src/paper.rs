@@ -248,6 +248,39 @@ pub fn paper_report(hw: &Hardware) -> String {
             );
         }
     }
+    let mut oom = Vec::new();
+    for r in &rows {
+        for (v, p) in &r.variants {
+            let s = paper_setup(&r.case, *v);
+            if !p.fits && s.recompute != Recompute::Full {
+                let alt = Setup {
+                    recompute: Recompute::Full,
+                    ..s
+                };
+                let q = predict(&alt, hw);
+                oom.push(format!(
+                    "{} {}: {:.1} GiB without recompute does not fit; with full-layer recompute {:.3} s, {:.1} GiB{}",
+                    r.case.name,
+                    v.name(),
+                    p.memory.total / gib,
+                    q.iteration_time_s,
+                    q.memory.total / gib,
+                    if q.fits { "" } else { " (still OOM)" }
+                ));
+            }
+        }
+    }
+    if !oom.is_empty() {
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "Runs the memory model says do not fit in {:.0} GiB as configured:",
+            hw.usable_memory() / gib
+        );
+        for line in oom {
+            let _ = writeln!(o, "- {line}");
+        }
+    }
     let _ = writeln!(o);
     let seven = rows.iter().find(|r| r.case.preset == "7b").expect("7b row");
     let _ = writeln!(
@@ -263,7 +296,7 @@ pub fn paper_report(hw: &Hardware) -> String {
     for (v, want) in [
         (Variant::FullRank, "0.25"),
         (Variant::Vanilla, "1.30"),
-        (Variant::Btp, "0.22 (online: 7r + 2)"),
+        (Variant::Btp, "0.22"),
         (Variant::BtpOnline, "0.22"),
     ] {
         let c = &seven.get(v).layer_comm;

@@ -426,3 +426,55 @@ fn presets_parse_and_predict() {
         assert!((sum / p.iteration_time_s - 1.0).abs() < 1e-12);
     }
 }
+
+#[test]
+fn every_variant_predicts_and_recompute_trades_memory_for_time() {
+    let hw = Hardware::preset("a100-80gb").unwrap();
+    let combos = [
+        (Arch::Full, Scheme::Megatron),
+        (Arch::Svd, Scheme::Vanilla),
+        (Arch::Cola, Scheme::Vanilla),
+        (Arch::Lax, Scheme::Vanilla),
+        (Arch::Svd, Scheme::Btp),
+        (Arch::Cola, Scheme::Btp),
+        (Arch::Lax, Scheme::Btp),
+    ];
+    for (arch, scheme) in combos {
+        for norm in NormKind::ALL {
+            for grouping in [true, false] {
+                for kv in [None, Some(8)] {
+                    let mut s = setup("cola-350m", arch, scheme, 4);
+                    s.model.kv_heads = kv;
+                    s.norm = norm;
+                    s.grouping = grouping;
+                    s.pp = 2;
+                    s.accumulation = 3;
+                    s.seq = 1024;
+                    let mut last: Option<(f64, f64)> = None;
+                    for rc in [Recompute::None, Recompute::Lowrank, Recompute::Full] {
+                        if rc == Recompute::Lowrank && arch == Arch::Full {
+                            continue;
+                        }
+                        s.recompute = rc;
+                        s.validate().unwrap();
+                        let p = predict(&s, &hw);
+                        let what =
+                            format!("{arch:?} {scheme:?} {norm:?} g={grouping} kv={kv:?} {rc:?}");
+                        assert!(
+                            p.iteration_time_s.is_finite() && p.iteration_time_s > 0.0,
+                            "{what}"
+                        );
+                        assert!(p.memory.total > 0.0, "{what}");
+                        assert!(p.flops.hfu >= p.flops.mfu * 0.99, "{what}");
+                        // Each stronger policy keeps less and takes longer.
+                        if let Some((t, m)) = last {
+                            assert!(p.iteration_time_s > t, "{what}: time");
+                            assert!(p.memory.activations < m, "{what}: memory");
+                        }
+                        last = Some((p.iteration_time_s, p.memory.activations));
+                    }
+                }
+            }
+        }
+    }
+}
