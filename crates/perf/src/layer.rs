@@ -1,22 +1,23 @@
 //! One decoder layer on one tensor-parallel rank: every GEMM, attention, elementwise kernel and
 //! collective of its forward, backward and recompute passes, and what its forward keeps.
 //!
-//! Labels: every op is named `layer.<block>.<module>[.<factor>]`, with block `attn` or `mlp`,
-//! module `norm`, `qkv` / `q` / `k` / `v`, `rope`, `core` (attention), `o`, `residual`,
-//! `gate_up` / `gate` / `up`, `act` (the SwiGLU product), `down`, and for low-rank layers the
-//! part `A`, `B`, `phi` (the bottleneck activation) or `cross` (LaX crossing, LN_r and φ). A collective carries the label of the op that
-//! issues it:
-//! - megatron: forward `layer.attn.o`, `layer.mlp.down` (g after the row-parallel GEMM);
-//!   backward `layer.attn.qkv`, `layer.mlp.gate_up` (f in front of the column-parallel GEMMs,
-//!   one per shared input, grouped or not);
-//! - vanilla: forward `layer.<block>.<proj>.B` for each of the seven B's (g);
-//!   backward `layer.attn.qkv.A`, `layer.attn.o.A`, `layer.mlp.gate_up.A`, `layer.mlp.down.A`
-//!   (f, one per shared input, grouped or not); LaX adds all-gathers `layer.<block>.<group>.cross`
-//!   (per projection when ungrouped) in both passes;
-//! - btp: forward `layer.<block>.<group>.A` (grouped) or `layer.<block>.<proj>.A` (g after each
+//! Labels: every op is named `<block>.<module>[.<part>]` (the layer index is kept beside it),
+//! with block `attn` or `mlp`; module `norm`, `qkv` / `q` / `k` / `v`, `rope`, `core`
+//! (attention), `o`, `residual`, `gate_up` / `gate` / `up`, `act` (the SwiGLU product), `down`;
+//! for low-rank layers the part `A`, `B`, `phi` (the bottleneck activation) or `cross` (LaX
+//! crossing, LN_r and φ). A collective carries the name the engine's recorder reports
+//! (`boost-model`'s `labels`); backward ones end in `.bwd`, recompute repeats the forward name:
+//! - megatron: forward `attn.o.B`, `mlp.down.B` (g after the row-parallel GEMM); backward
+//!   `attn.qkv.f.bwd`, `mlp.gate_up.f.bwd` (f in front of the column-parallel GEMMs, one per
+//!   shared input, grouped or not);
+//! - vanilla: forward `<block>.<proj>.B` for each of the seven B's (g); backward
+//!   `attn.qkv.f.bwd`, `attn.o.f.bwd`, `mlp.gate_up.f.bwd`, `mlp.down.f.bwd` (f, one per shared
+//!   input); LaX adds all-gathers `<block>.<group>.cross` (per projection when ungrouped) and
+//!   `….cross.bwd`;
+//! - btp: forward `<block>.<group>.A` (grouped) or `<block>.<proj>.A` (g after each
 //!   row-parallel A; with the online norm the first A after a norm carries the fp32 statistic);
-//!   backward `layer.<block>.<group>.B` / `layer.<block>.<proj>.B` (f in front of the
-//!   column-parallel B's); the sync norm adds `layer.attn.norm`, `layer.mlp.norm` in both passes.
+//!   backward `<block>.<group>.B.bwd` / `<block>.<proj>.B.bwd` (f in front of the
+//!   column-parallel B's); the sync norm adds `attn.norm.stat`, `mlp.norm.stat` and their `.bwd`.
 
 use crate::ops::{Attention, CollKind, Collective, Elementwise, Gemm, GemmRole, Group, Op, Phase};
 use crate::setup::{NormKind, Setup};
@@ -88,10 +89,10 @@ impl ProjGroup {
         self.projs.iter().map(|p| p.d_out).sum()
     }
     fn label(&self) -> String {
-        format!("layer.{}.{}", self.block, self.name)
+        format!("{}.{}", self.block, self.name)
     }
     fn proj_label(&self, p: &Proj) -> String {
-        format!("layer.{}.{}", self.block, p.name)
+        format!("{}.{}", self.block, p.name)
     }
 }
 
@@ -307,11 +308,17 @@ impl<'a> Ctx<'a> {
         }
     }
 
+    /// A TP collective; backward labels get the suffix `.bwd`.
     fn coll(&mut self, label: String, kind: CollKind, per_token: u64, f32_per_token: u64) {
         if !self.tp_comm() {
             return;
         }
         let t = self.t;
+        let label = if self.phase == Phase::Backward {
+            format!("{label}.bwd")
+        } else {
+            label
+        };
         self.ops.push(Op::Collective(Collective {
             label,
             phase: self.phase,
@@ -327,7 +334,7 @@ impl<'a> Ctx<'a> {
 
     /// RMSNorm forward (`recompute` = norm output rebuilt from the saved residual and statistic).
     fn norm_fwd(&mut self, block: &str, recompute: bool) {
-        let label = format!("layer.{block}.norm");
+        let label = format!("{block}.norm");
         let w = self.w_res();
         if !self.sharded_norm() {
             if !recompute {
@@ -339,42 +346,42 @@ impl<'a> Ctx<'a> {
         if !recompute {
             self.ew(label.clone(), w, 0, 1);
             if self.s.norm == NormKind::Sync {
-                self.coll(label.clone(), CollKind::AllReduce, 0, 1);
+                self.coll(format!("{block}.norm.stat"), CollKind::AllReduce, 0, 1);
             }
         }
         self.ew(label, w, w, 1);
     }
 
     fn norm_bwd(&mut self, block: &str) {
-        let label = format!("layer.{block}.norm");
+        let label = format!("{block}.norm");
         let w = self.w_res();
         match (self.sharded_norm(), self.s.norm) {
             (true, NormKind::Sync) => {
                 self.ew(label.clone(), 2 * w, 0, 1);
-                self.coll(label.clone(), CollKind::AllReduce, 0, 1);
+                self.coll(format!("{block}.norm.stat"), CollKind::AllReduce, 0, 1);
                 self.ew(label, 2 * w, w, 1);
             }
             _ => self.ew(label, 2 * w, w, 1),
         }
         // The residual's gradient: skip path plus branch.
-        self.ew(format!("layer.{block}.residual"), 2 * w, w, 0);
+        self.ew(format!("{block}.residual"), 2 * w, w, 0);
     }
 
     fn residual_fwd(&mut self, block: &str) {
         let w = self.w_res();
-        self.ew(format!("layer.{block}.residual"), 2 * w, w, 0);
+        self.ew(format!("{block}.residual"), 2 * w, w, 0);
     }
 
     fn rope(&mut self) {
         let (hl, kvl) = self.heads_local();
         let w = (hl + kvl) * self.d_h;
-        self.ew("layer.attn.rope".into(), w, w, 0);
+        self.ew("attn.rope".into(), w, w, 0);
     }
 
     fn attention(&mut self) {
         let (hl, kvl) = self.heads_local();
         self.ops.push(Op::Attention(Attention {
-            label: "layer.attn.core".into(),
+            label: "attn.core".into(),
             phase: self.phase,
             batch: self.s.micro_batch as u64,
             seq: self.s.seq as u64,
@@ -388,9 +395,9 @@ impl<'a> Ctx<'a> {
     fn act(&mut self) {
         let w = self.w_ff();
         if self.phase == Phase::Backward {
-            self.ew("layer.mlp.act".into(), 3 * w, 2 * w, 0);
+            self.ew("mlp.act".into(), 3 * w, 2 * w, 0);
         } else {
-            self.ew("layer.mlp.act".into(), 2 * w, w, 0);
+            self.ew("mlp.act".into(), 2 * w, w, 0);
         }
     }
 
@@ -416,13 +423,13 @@ impl<'a> Ctx<'a> {
                 }
             }
             if !fwd {
-                self.coll(g.label(), CollKind::AllReduce, g.d_in(), 0);
+                self.coll(format!("{}.f", g.label()), CollKind::AllReduce, g.d_in(), 0);
             }
         } else {
             let pr = g.projs[0];
             self.linear(g.label(), pr.d_in / p, pr.d_out, 1, false);
             if fwd {
-                self.coll(g.label(), CollKind::AllReduce, pr.d_out, 0);
+                self.coll(format!("{}.B", g.label()), CollKind::AllReduce, pr.d_out, 0);
             }
         }
     }
@@ -490,13 +497,13 @@ impl<'a> Ctx<'a> {
         let lax = self.lax();
         let latent_label = |pr: Option<&Proj>| match pr {
             Some(pr) => format!(
-                "layer.{}.{}.{}",
+                "{}.{}.{}",
                 g.block,
                 pr.name,
                 if lax { "cross" } else { "phi" }
             ),
             None => format!(
-                "layer.{}.{}.{}",
+                "{}.{}.{}",
                 g.block,
                 g.name,
                 if lax { "cross" } else { "phi" }
@@ -566,7 +573,7 @@ impl<'a> Ctx<'a> {
                     );
                 }
             }
-            self.coll(format!("{}.A", g.label()), CollKind::AllReduce, g.d_in(), 0);
+            self.coll(format!("{}.f", g.label()), CollKind::AllReduce, g.d_in(), 0);
         }
     }
 
@@ -596,7 +603,7 @@ impl<'a> Ctx<'a> {
                 if stat == 1 && !self.latent_kernel() {
                     // Y = H / sqrt(S/d + ε) on the replicated latent (fused into φ or the
                     // crossing when the latent has a kernel of its own).
-                    self.ew(format!("layer.{}.norm", g.block), n * r, n * r, 1);
+                    self.ew(format!("{}.norm", g.block), n * r, n * r, 1);
                 }
             }
             if parts.latent {
@@ -642,7 +649,7 @@ impl<'a> Ctx<'a> {
             if stat == 1 && !self.latent_kernel() {
                 // dH = dY/ρ and dS = −Σ(dY ⊙ Y)/(2dρ²) over the replicated latent (fused into
                 // φ's or the crossing's backward when there is one).
-                self.ew(format!("layer.{}.norm", g.block), 2 * n * r, n * r, 1);
+                self.ew(format!("{}.norm", g.block), 2 * n * r, n * r, 1);
             }
             if grouped {
                 self.linear(format!("{}.A", g.label()), g.d_in() / p, n * r, 1, false);

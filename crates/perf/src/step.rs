@@ -129,9 +129,9 @@ fn entry_ops(s: &Setup) -> Vec<Op> {
             bytes: (bytes * t) as f64,
         })
     };
-    let coll = |phase, kind, elements: u64| {
+    let coll = |label: &str, phase, kind, elements: u64| {
         Op::Collective(Collective {
-            label: "embed".into(),
+            label: label.into(),
             phase,
             kind,
             group: Group::Tp,
@@ -151,8 +151,8 @@ fn entry_ops(s: &Setup) -> Vec<Op> {
             // Vocab-parallel lookup, then reduce-scatter to the hidden shard.
             ops.push(ew(Phase::Forward, 2 * d * a));
             if p > 1 {
-                ops.push(coll(Phase::Forward, CollKind::ReduceScatter, d));
-                ops.push(coll(Phase::Backward, CollKind::AllGather, d));
+                ops.push(coll("embed", Phase::Forward, CollKind::ReduceScatter, d));
+                ops.push(coll("embed.bwd", Phase::Backward, CollKind::AllGather, d));
             }
             ops.push(ew(Phase::Backward, 2 * d * 4));
         }
@@ -160,7 +160,7 @@ fn entry_ops(s: &Setup) -> Vec<Op> {
             // Vocab-parallel lookup, all-reduce to the replicated residual.
             ops.push(ew(Phase::Forward, 2 * d * a));
             if p > 1 {
-                ops.push(coll(Phase::Forward, CollKind::AllReduce, d));
+                ops.push(coll("embed", Phase::Forward, CollKind::AllReduce, d));
             }
             ops.push(ew(Phase::Backward, 2 * d * 4));
         }
@@ -243,7 +243,13 @@ fn exit_ops(s: &Setup) -> Vec<Op> {
     ops.push(gemm(Phase::Backward, GemmRole::BackwardData, t, vl, d));
     ops.push(gemm(Phase::Backward, GemmRole::BackwardWeight, d, t, vl));
     if tp {
-        ops.push(coll("head", Phase::Backward, CollKind::AllReduce, d, false));
+        ops.push(coll(
+            "head.f.bwd",
+            Phase::Backward,
+            CollKind::AllReduce,
+            d,
+            false,
+        ));
     }
     ops.push(ew("final_norm", Phase::Backward, 3 * d * a + 4));
     ops

@@ -233,15 +233,15 @@ fn gemm_shapes_per_rank_follow_the_spec() {
     let mut v = setup("7b", Arch::Cola, Scheme::Vanilla, 4);
     v.grouping = false;
     let t = v.tokens();
-    let a = find(&v, "layer.attn.o.A");
+    let a = find(&v, "attn.o.A");
     assert_eq!((a.m, a.k, a.n), (t, 4096, 256));
-    let b = find(&v, "layer.attn.o.B");
+    let b = find(&v, "attn.o.B");
     assert_eq!((b.m, b.k, b.n), (t, 256, 4096));
     let mut p = setup("7b", Arch::Cola, Scheme::Btp, 4);
     p.grouping = false;
-    let a = find(&p, "layer.attn.o.A");
+    let a = find(&p, "attn.o.A");
     assert_eq!((a.m, a.k, a.n), (t, 1024, 1024));
-    let b = find(&p, "layer.mlp.gate.B");
+    let b = find(&p, "mlp.gate.B");
     assert_eq!((b.m, b.k, b.n), (t, 1024, 11008 / 4));
     let ai = b.flops() / (2.0 * (t * 1024 + 1024 * 2752 + t * 2752) as f64);
     assert!((b.intensity() - ai).abs() < 1e-9);
@@ -364,7 +364,7 @@ fn stack_entry_and_exit_collectives() {
             ("head.gather".into(), Phase::Forward, CollKind::AllGather),
             ("loss.max".into(), Phase::Forward, CollKind::AllReduceMax),
             ("loss.sumexp".into(), Phase::Forward, CollKind::AllReduce),
-            ("head".into(), Phase::Backward, CollKind::AllReduce),
+            ("head.f.bwd".into(), Phase::Backward, CollKind::AllReduce),
             ("grad_norm".into(), Phase::Backward, CollKind::AllReduce),
         ]
     );
@@ -375,7 +375,7 @@ fn stack_entry_and_exit_collectives() {
         l[0],
         ("embed".into(), Phase::Forward, CollKind::ReduceScatter)
     );
-    assert!(l.contains(&("embed".into(), Phase::Backward, CollKind::AllGather)));
+    assert!(l.contains(&("embed.bwd".into(), Phase::Backward, CollKind::AllGather)));
     let m = setup("cola-60m", Arch::Full, Scheme::Megatron, 2);
     assert_eq!(
         labels(&m)[0],
@@ -403,7 +403,7 @@ fn step_collectives_repeat_per_micro_batch() {
     assert_eq!(per_layer, 8);
     let totals = collective_totals(all.iter().map(|c| &c.collective));
     let (calls, _) = totals[&(
-        "layer.attn.qkv.A".to_string(),
+        "attn.qkv.A".to_string(),
         Phase::Forward,
         CollKind::AllReduce,
     )];
@@ -477,4 +477,98 @@ fn every_variant_predicts_and_recompute_trades_memory_for_time() {
             }
         }
     }
+}
+
+#[test]
+fn collective_labels_in_program_order() {
+    let names = |s: &Setup, phase: Phase| -> Vec<String> {
+        layer_ops(s, 1)
+            .collectives()
+            .filter(|c| c.phase == phase)
+            .map(|c| c.label.clone())
+            .collect()
+    };
+    let m = setup("cola-60m", Arch::Full, Scheme::Megatron, 2);
+    assert_eq!(names(&m, Phase::Forward), ["attn.o.B", "mlp.down.B"]);
+    assert_eq!(
+        names(&m, Phase::Backward),
+        ["mlp.gate_up.f.bwd", "attn.qkv.f.bwd"]
+    );
+    let v = setup("cola-60m", Arch::Cola, Scheme::Vanilla, 2);
+    assert_eq!(
+        names(&v, Phase::Forward),
+        [
+            "attn.q.B",
+            "attn.k.B",
+            "attn.v.B",
+            "attn.o.B",
+            "mlp.gate.B",
+            "mlp.up.B",
+            "mlp.down.B"
+        ]
+    );
+    assert_eq!(
+        names(&v, Phase::Backward),
+        [
+            "mlp.down.f.bwd",
+            "mlp.gate_up.f.bwd",
+            "attn.o.f.bwd",
+            "attn.qkv.f.bwd"
+        ]
+    );
+    let mut b = setup("cola-60m", Arch::Cola, Scheme::Btp, 2);
+    assert_eq!(
+        names(&b, Phase::Forward),
+        ["attn.qkv.A", "attn.o.A", "mlp.gate_up.A", "mlp.down.A"]
+    );
+    assert_eq!(
+        names(&b, Phase::Backward),
+        [
+            "mlp.down.B.bwd",
+            "mlp.gate_up.B.bwd",
+            "attn.o.B.bwd",
+            "attn.qkv.B.bwd"
+        ]
+    );
+    b.norm = NormKind::Sync;
+    b.grouping = false;
+    assert_eq!(
+        names(&b, Phase::Forward),
+        [
+            "attn.norm.stat",
+            "attn.q.A",
+            "attn.k.A",
+            "attn.v.A",
+            "attn.o.A",
+            "mlp.norm.stat",
+            "mlp.gate.A",
+            "mlp.up.A",
+            "mlp.down.A"
+        ]
+    );
+    assert_eq!(
+        names(&b, Phase::Backward),
+        [
+            "mlp.down.B.bwd",
+            "mlp.gate.B.bwd",
+            "mlp.up.B.bwd",
+            "mlp.norm.stat.bwd",
+            "attn.o.B.bwd",
+            "attn.q.B.bwd",
+            "attn.k.B.bwd",
+            "attn.v.B.bwd",
+            "attn.norm.stat.bwd"
+        ]
+    );
+    // Online: the statistic rides with the first A after each norm (T + T·r elements).
+    b.norm = NormKind::Online;
+    let q = layer_ops(&b, 1)
+        .collectives()
+        .find(|c| c.label == "attn.q.A")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (q.elements, q.elements_f32),
+        (b.tokens() * (b.model.rank as u64 + 1), b.tokens())
+    );
 }
