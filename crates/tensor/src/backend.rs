@@ -5,7 +5,7 @@
 use crate::scalar::Scalar;
 use crate::view::{DeviceBuf, Mat, MatMut};
 
-/// Shape of a causal self-attention over packed `[q | k | v]` rows.
+/// Shape of a causal self-attention.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttnShape {
     pub batch: usize,
@@ -24,9 +24,12 @@ impl AttnShape {
     pub fn kv_width(&self) -> usize {
         self.kv_heads * self.head_dim
     }
-    /// Width of a packed `[q | k | v]` row.
-    pub fn qkv_width(&self) -> usize {
-        self.q_width() + 2 * self.kv_width()
+    pub fn tokens(&self) -> usize {
+        self.batch * self.seq
+    }
+    /// Elements of the q, k, v blocks together.
+    pub fn qkv_len(&self) -> usize {
+        self.tokens() * (self.q_width() + 2 * self.kv_width())
     }
     /// Elements of the saved softmax probabilities.
     pub fn probs_len(&self) -> usize {
@@ -72,7 +75,14 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     // ---- dense algebra ----
     /// `c = alpha·op(a)·op(b)` (`+ c` when `accumulate`); `op` honours each view's `trans`.
-    fn gemm(&self, c: MatMut<Self::Buf>, a: Mat<Self::Buf>, b: Mat<Self::Buf>, alpha: f64, accumulate: bool);
+    fn gemm(
+        &self,
+        c: MatMut<Self::Buf>,
+        a: Mat<Self::Buf>,
+        b: Mat<Self::Buf>,
+        alpha: f64,
+        accumulate: bool,
+    );
     fn fill(&self, x: MatMut<Self::Buf>, v: f64);
     fn copy(&self, dst: MatMut<Self::Buf>, src: Mat<Self::Buf>);
     /// `dst += alpha·src`.
@@ -93,9 +103,21 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// In place: `s ← 1/√(s/n + eps)` (turns a sum of squares over n features into rstd).
     fn rstd_from_sumsq(&self, s: MatMut<Self::Buf>, n: usize, eps: f64);
     /// `y = x · rstd[i] · gamma[j]`.
-    fn rmsnorm_apply(&self, y: MatMut<Self::Buf>, x: Mat<Self::Buf>, gamma: Mat<Self::Buf>, rstd: Mat<Self::Buf>);
+    fn rmsnorm_apply(
+        &self,
+        y: MatMut<Self::Buf>,
+        x: Mat<Self::Buf>,
+        gamma: Mat<Self::Buf>,
+        rstd: Mat<Self::Buf>,
+    );
     /// `dot[i] = Σ_j dy·gamma·x` — the per-token sum RMSNorm's backward needs over all features.
-    fn rmsnorm_bwd_dot(&self, dot: MatMut<Self::Buf>, dy: Mat<Self::Buf>, x: Mat<Self::Buf>, gamma: Mat<Self::Buf>);
+    fn rmsnorm_bwd_dot(
+        &self,
+        dot: MatMut<Self::Buf>,
+        dy: Mat<Self::Buf>,
+        x: Mat<Self::Buf>,
+        gamma: Mat<Self::Buf>,
+    );
     /// `dx (+)= rstd·gamma⊙dy − x·rstd³·dot/n`; `dgamma += Σ_i dy⊙x·rstd`.
     #[allow(clippy::too_many_arguments)]
     fn rmsnorm_bwd(
@@ -110,8 +132,17 @@ pub trait Backend: Send + Sync + Sized + 'static {
         n: usize,
         accumulate: bool,
     );
-    /// `out[i] = alpha · Σ_j a[i,j]·b[i,j] · row[i]²` (row optional) — the online norm's dS.
-    fn row_dot(&self, out: MatMut<Self::Buf>, a: Mat<Self::Buf>, b: Mat<Self::Buf>, row: Option<Mat<Self::Buf>>, alpha: f64);
+    /// `out[i] (+)= alpha · Σ_j a[i,j]·b[i,j] · row[i]²` (row optional) — the online norm's dS.
+    #[allow(clippy::too_many_arguments)]
+    fn row_dot(
+        &self,
+        out: MatMut<Self::Buf>,
+        a: Mat<Self::Buf>,
+        b: Mat<Self::Buf>,
+        row: Option<Mat<Self::Buf>>,
+        alpha: f64,
+        accumulate: bool,
+    );
     /// Online-norm backward over a shard: `dx (+)= gamma⊙g + 2·ds[i]·x`; `dgamma += Σ_i x⊙g`.
     #[allow(clippy::too_many_arguments)]
     fn online_norm_bwd(
@@ -156,10 +187,17 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn silu(&self, y: MatMut<Self::Buf>, x: Mat<Self::Buf>);
     /// In place: `d ← d ⊙ silu'(x)`.
     fn silu_bwd(&self, d: MatMut<Self::Buf>, x: Mat<Self::Buf>);
-    /// `m = act(g) ⊙ u` over packed `gu = [g | u]`; act = SiLU when `outer_silu`, else identity.
+    /// `m = act(g) ⊙ u` with `gu` the rows of g stacked over the rows of u (2T × n);
+    /// act = SiLU when `outer_silu`, else identity.
     fn swiglu(&self, m: MatMut<Self::Buf>, gu: Mat<Self::Buf>, outer_silu: bool);
-    /// Overwrites `dgu = [dg | du]`.
-    fn swiglu_bwd(&self, dgu: MatMut<Self::Buf>, dm: Mat<Self::Buf>, gu: Mat<Self::Buf>, outer_silu: bool);
+    /// Overwrites `dgu` (stacked like `gu`).
+    fn swiglu_bwd(
+        &self,
+        dgu: MatMut<Self::Buf>,
+        dm: Mat<Self::Buf>,
+        gu: Mat<Self::Buf>,
+        outer_silu: bool,
+    );
     /// `y[i, :] += b`.
     fn add_bias(&self, y: MatMut<Self::Buf>, b: Mat<Self::Buf>);
     /// `db += Σ_i dy[i, :]`.
@@ -170,18 +208,31 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn rope_table(&self, seq: usize, head_dim: usize, theta: f64) -> Self::Buf;
     /// Rotate every head of every row in place (position = row mod seq); `inverse` undoes it
     /// (the backward of a rotation is its inverse).
-    fn rope(&self, x: MatMut<Self::Buf>, table: &Self::Buf, seq: usize, head_dim: usize, inverse: bool);
-    /// Causal softmax attention over packed `[q | k | v]` rows; saves the probabilities.
-    fn attention_fwd(&self, out: MatMut<Self::Buf>, probs: &mut Self::Buf, qkv: Mat<Self::Buf>, shape: AttnShape);
-    /// Overwrites `dqkv` (packed like `qkv`); `scratch` holds `probs_len` elements.
-    #[allow(clippy::too_many_arguments)]
+    fn rope(
+        &self,
+        x: MatMut<Self::Buf>,
+        table: &Self::Buf,
+        seq: usize,
+        head_dim: usize,
+        inverse: bool,
+    );
+    /// Causal softmax attention; saves the probabilities. `qkv` holds three row-major
+    /// blocks one after the other: q (`T × heads·d_h`), k and v (`T × kv_heads·d_h` each).
+    fn attention_fwd(
+        &self,
+        out: MatMut<Self::Buf>,
+        probs: &mut Self::Buf,
+        qkv: &Self::Buf,
+        shape: AttnShape,
+    );
+    /// Overwrites `dqkv` (laid out like `qkv`); `scratch` holds `probs_len` elements.
     fn attention_bwd(
         &self,
-        dqkv: MatMut<Self::Buf>,
+        dqkv: &mut Self::Buf,
         dout: Mat<Self::Buf>,
         probs: &Self::Buf,
         scratch: &mut Self::Buf,
-        qkv: Mat<Self::Buf>,
+        qkv: &Self::Buf,
         shape: AttnShape,
     );
 
@@ -189,10 +240,22 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// `out[i] = table[ids[i] − first]` for ids in `first..first+table.rows`, zero otherwise.
     fn embed(&self, out: MatMut<Self::Buf>, table: Mat<Self::Buf>, ids: &Self::Ids, first: usize);
     /// `dtable[ids[i] − first] += dout[i]` for ids in range.
-    fn embed_bwd(&self, dtable: MatMut<Self::Buf>, dout: Mat<Self::Buf>, ids: &Self::Ids, first: usize);
+    fn embed_bwd(
+        &self,
+        dtable: MatMut<Self::Buf>,
+        dout: Mat<Self::Buf>,
+        ids: &Self::Ids,
+        first: usize,
+    );
     /// Per-token cross-entropy into `losses` (rows×1; 0 for ignored targets `u32::MAX`).
     /// With `grad_scale`, `logits` is overwritten by `grad_scale·(softmax − onehot)`.
-    fn cross_entropy(&self, losses: MatMut<Self::Buf>, logits: MatMut<Self::Buf>, targets: &Self::Ids, grad_scale: Option<f64>);
+    fn cross_entropy(
+        &self,
+        losses: MatMut<Self::Buf>,
+        logits: MatMut<Self::Buf>,
+        targets: &Self::Ids,
+        grad_scale: Option<f64>,
+    );
 
     // ---- LaX Kronecker gate: per row, Z (a×b) ↦ Kaᵀ·Z·Kb ----
     /// `y (+)= kron(ka, kb)` applied to every row of `z`; `scratch` holds rows·a·b elements.
@@ -255,7 +318,10 @@ impl Label {
         Self { op, layer: None }
     }
     pub const fn layer(op: &'static str, layer: usize) -> Self {
-        Self { op, layer: Some(layer as u32) }
+        Self {
+            op,
+            layer: Some(layer as u32),
+        }
     }
 }
 

@@ -15,7 +15,9 @@ type B = Cpu<f64>;
 const CPU: B = Cpu::<f64>::new();
 
 fn rnd(rng: &mut ChaCha8Rng, n: usize, scale: f64) -> Vec<f64> {
-    (0..n).map(|_| (rng.random::<f64>() * 2.0 - 1.0) * scale).collect()
+    (0..n)
+        .map(|_| (rng.random::<f64>() * 2.0 - 1.0) * scale)
+        .collect()
 }
 
 /// Compare an analytic gradient with central differences of `f` around `x`.
@@ -24,7 +26,10 @@ fn check(name: &str, x: &[f64], analytic: &[f64], f: impl Fn(&[f64]) -> f64) {
     let h = 1e-6;
     let mut xp = x.to_vec();
     let mut worst: f64 = 0.0;
-    let scale = analytic.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-12);
+    let scale = analytic
+        .iter()
+        .fold(0.0f64, |m, v| m.max(v.abs()))
+        .max(1e-12);
     for i in 0..x.len() {
         xp[i] = x[i] + h;
         let fp = f(&xp);
@@ -34,8 +39,14 @@ fn check(name: &str, x: &[f64], analytic: &[f64], f: impl Fn(&[f64]) -> f64) {
         let num = (fp - fm) / (2.0 * h);
         worst = worst.max((num - analytic[i]).abs() / scale);
     }
-    assert!(worst < 1e-6, "{name}: finite differences disagree, worst relative error {worst:e}");
-    assert!(scale > 1e-9, "{name}: gradient is identically zero, the check is vacuous");
+    assert!(
+        worst < 1e-6,
+        "{name}: finite differences disagree, worst relative error {worst:e}"
+    );
+    assert!(
+        scale > 1e-9,
+        "{name}: gradient is identically zero, the check is vacuous"
+    );
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {
@@ -55,7 +66,10 @@ fn rmsnorm() {
     let (t, d) = (5, 12);
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let x = rnd(&mut rng, t * d, 1.0);
-    let g = rnd(&mut rng, d, 1.0).iter().map(|v| 1.0 + 0.3 * v).collect::<Vec<_>>();
+    let g = rnd(&mut rng, d, 1.0)
+        .iter()
+        .map(|v| 1.0 + 0.3 * v)
+        .collect::<Vec<_>>();
     let w = rnd(&mut rng, t * d, 1.0);
     let eps = 1e-6;
     let fwd = |x: &Vec<f64>, g: &Vec<f64>| {
@@ -63,12 +77,22 @@ fn rmsnorm() {
         CPU.row_sumsq(mat_mut(&mut s, t, 1), mat(x, t, d));
         CPU.rstd_from_sumsq(mat_mut(&mut s, t, 1), d, eps);
         let mut y = vec![0.0; t * d];
-        CPU.rmsnorm_apply(mat_mut(&mut y, t, d), mat(x, t, d), mat(g, 1, d), mat(&s, t, 1));
+        CPU.rmsnorm_apply(
+            mat_mut(&mut y, t, d),
+            mat(x, t, d),
+            mat(g, 1, d),
+            mat(&s, t, 1),
+        );
         (y, s)
     };
     let (_, rstd) = fwd(&x, &g);
     let mut dotv = vec![0.0; t];
-    CPU.rmsnorm_bwd_dot(mat_mut(&mut dotv, t, 1), mat(&w, t, d), mat(&x, t, d), mat(&g, 1, d));
+    CPU.rmsnorm_bwd_dot(
+        mat_mut(&mut dotv, t, 1),
+        mat(&w, t, d),
+        mat(&x, t, d),
+        mat(&g, 1, d),
+    );
     // accumulate = true onto a non-zero dx checks the accumulation path too.
     let base = rnd(&mut rng, t * d, 1.0);
     let mut dx = base.clone();
@@ -85,8 +109,12 @@ fn rmsnorm() {
         true,
     );
     let dx: Vec<f64> = dx.iter().zip(&base).map(|(a, b)| a - b).collect();
-    check("rmsnorm dx", &x, &dx, |xp| dot(&fwd(&xp.to_vec(), &g).0, &w));
-    check("rmsnorm dgamma", &g, &dg, |gp| dot(&fwd(&x, &gp.to_vec()).0, &w));
+    check("rmsnorm dx", &x, &dx, |xp| {
+        dot(&fwd(&xp.to_vec(), &g).0, &w)
+    });
+    check("rmsnorm dgamma", &g, &dg, |gp| {
+        dot(&fwd(&x, &gp.to_vec()).0, &w)
+    });
 }
 
 #[test]
@@ -95,7 +123,10 @@ fn online_norm_matches_its_derivation() {
     let (t, d, r) = (4, 10, 6);
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     let x = rnd(&mut rng, t * d, 1.0);
-    let g = rnd(&mut rng, d, 1.0).iter().map(|v| 1.0 + 0.3 * v).collect::<Vec<_>>();
+    let g = rnd(&mut rng, d, 1.0)
+        .iter()
+        .map(|v| 1.0 + 0.3 * v)
+        .collect::<Vec<_>>();
     let a = rnd(&mut rng, d * r, 0.5);
     let w = rnd(&mut rng, t * r, 1.0);
     let eps = 1e-6;
@@ -103,7 +134,13 @@ fn online_norm_matches_its_derivation() {
         let mut xg = vec![0.0; t * d];
         CPU.mul_cols(mat_mut(&mut xg, t, d), mat(x, t, d), mat(g, 1, d));
         let mut y = vec![0.0; t * r];
-        CPU.gemm(mat_mut(&mut y, t, r), mat(&xg, t, d), mat(a, d, r), 1.0, false);
+        CPU.gemm(
+            mat_mut(&mut y, t, r),
+            mat(&xg, t, d),
+            mat(a, d, r),
+            1.0,
+            false,
+        );
         let mut s = vec![0.0; t];
         CPU.row_sumsq(mat_mut(&mut s, t, 1), mat(x, t, d));
         CPU.rstd_from_sumsq(mat_mut(&mut s, t, 1), d, eps);
@@ -115,17 +152,50 @@ fn online_norm_matches_its_derivation() {
     let mut dh = w.clone();
     CPU.mul_rows(mat_mut(&mut dh, t, r), mat(&rstd, t, 1));
     let mut ds = vec![0.0; t];
-    CPU.row_dot(mat_mut(&mut ds, t, 1), mat(&w, t, r), mat(&y, t, r), Some(mat(&rstd, t, 1)), -1.0 / (2.0 * d as f64));
+    CPU.row_dot(
+        mat_mut(&mut ds, t, 1),
+        mat(&w, t, r),
+        mat(&y, t, r),
+        Some(mat(&rstd, t, 1)),
+        -1.0 / (2.0 * d as f64),
+        false,
+    );
     let mut gm = vec![0.0; t * d];
-    CPU.gemm(mat_mut(&mut gm, t, d), mat(&dh, t, r), mat(&a, d, r).t(), 1.0, false);
+    CPU.gemm(
+        mat_mut(&mut gm, t, d),
+        mat(&dh, t, r),
+        mat(&a, d, r).t(),
+        1.0,
+        false,
+    );
     let mut dx = vec![0.0; t * d];
     let mut dg = vec![0.0; d];
-    CPU.online_norm_bwd(mat_mut(&mut dx, t, d), mat_mut(&mut dg, 1, d), mat(&gm, t, d), mat(&x, t, d), mat(&g, 1, d), mat(&ds, t, 1), false);
+    CPU.online_norm_bwd(
+        mat_mut(&mut dx, t, d),
+        mat_mut(&mut dg, 1, d),
+        mat(&gm, t, d),
+        mat(&x, t, d),
+        mat(&g, 1, d),
+        mat(&ds, t, 1),
+        false,
+    );
     let mut da = vec![0.0; d * r];
-    CPU.gemm(mat_mut(&mut da, d, r), mat(&xg, t, d).t(), mat(&dh, t, r), 1.0, false);
-    check("online dx", &x, &dx, |p| dot(&fwd(&p.to_vec(), &g, &a).0, &w));
-    check("online dgamma", &g, &dg, |p| dot(&fwd(&x, &p.to_vec(), &a).0, &w));
-    check("online dA", &a, &da, |p| dot(&fwd(&x, &g, &p.to_vec()).0, &w));
+    CPU.gemm(
+        mat_mut(&mut da, d, r),
+        mat(&xg, t, d).t(),
+        mat(&dh, t, r),
+        1.0,
+        false,
+    );
+    check("online dx", &x, &dx, |p| {
+        dot(&fwd(&p.to_vec(), &g, &a).0, &w)
+    });
+    check("online dgamma", &g, &dg, |p| {
+        dot(&fwd(&x, &p.to_vec(), &a).0, &w)
+    });
+    check("online dA", &a, &da, |p| {
+        dot(&fwd(&x, &g, &p.to_vec()).0, &w)
+    });
 }
 
 #[test]
@@ -138,15 +208,38 @@ fn layernorm() {
     let w = rnd(&mut rng, t * n, 1.0);
     let fwd = |x: &Vec<f64>, wv: &Vec<f64>, b: &Vec<f64>| {
         let (mut y, mut m, mut r) = (vec![0.0; t * n], vec![0.0; t], vec![0.0; t]);
-        CPU.layernorm_fwd(mat_mut(&mut y, t, n), mat_mut(&mut m, t, 1), mat_mut(&mut r, t, 1), mat(x, t, n), mat(wv, 1, n), mat(b, 1, n), 1e-6);
+        CPU.layernorm_fwd(
+            mat_mut(&mut y, t, n),
+            mat_mut(&mut m, t, 1),
+            mat_mut(&mut r, t, 1),
+            mat(x, t, n),
+            mat(wv, 1, n),
+            mat(b, 1, n),
+            1e-6,
+        );
         (y, m, r)
     };
     let (_, m, r) = fwd(&x, &wv, &b);
     let (mut dx, mut dw, mut db) = (vec![0.0; t * n], vec![0.0; n], vec![0.0; n]);
-    CPU.layernorm_bwd(mat_mut(&mut dx, t, n), mat_mut(&mut dw, 1, n), mat_mut(&mut db, 1, n), mat(&w, t, n), mat(&x, t, n), mat(&wv, 1, n), mat(&m, t, 1), mat(&r, t, 1));
-    check("layernorm dx", &x, &dx, |p| dot(&fwd(&p.to_vec(), &wv, &b).0, &w));
-    check("layernorm dw", &wv, &dw, |p| dot(&fwd(&x, &p.to_vec(), &b).0, &w));
-    check("layernorm db", &b, &db, |p| dot(&fwd(&x, &wv, &p.to_vec()).0, &w));
+    CPU.layernorm_bwd(
+        mat_mut(&mut dx, t, n),
+        mat_mut(&mut dw, 1, n),
+        mat_mut(&mut db, 1, n),
+        mat(&w, t, n),
+        mat(&x, t, n),
+        mat(&wv, 1, n),
+        mat(&m, t, 1),
+        mat(&r, t, 1),
+    );
+    check("layernorm dx", &x, &dx, |p| {
+        dot(&fwd(&p.to_vec(), &wv, &b).0, &w)
+    });
+    check("layernorm dw", &wv, &dw, |p| {
+        dot(&fwd(&x, &p.to_vec(), &b).0, &w)
+    });
+    check("layernorm db", &b, &db, |p| {
+        dot(&fwd(&x, &wv, &p.to_vec()).0, &w)
+    });
 }
 
 #[test]
@@ -168,11 +261,16 @@ fn silu_and_swiglu() {
         let gu = rnd(&mut rng, t * 2 * n, 2.0);
         let f = |p: &[f64]| {
             let mut m = vec![0.0; t * n];
-            CPU.swiglu(mat_mut(&mut m, t, n), mat(&p.to_vec(), t, 2 * n), outer);
+            CPU.swiglu(mat_mut(&mut m, t, n), mat(&p.to_vec(), 2 * t, n), outer);
             dot(&m, &w)
         };
         let mut dgu = vec![0.0; t * 2 * n];
-        CPU.swiglu_bwd(mat_mut(&mut dgu, t, 2 * n), mat(&w, t, n), mat(&gu, t, 2 * n), outer);
+        CPU.swiglu_bwd(
+            mat_mut(&mut dgu, 2 * t, n),
+            mat(&w, t, n),
+            mat(&gu, 2 * t, n),
+            outer,
+        );
         check(if outer { "swiglu" } else { "gated product" }, &gu, &dgu, f);
     }
 }
@@ -219,22 +317,30 @@ fn rope_backward_is_the_inverse_rotation() {
 }
 
 fn naive_attention(qkv: &[f64], sh: AttnShape) -> Vec<f64> {
-    let (s, dh, w) = (sh.seq, sh.head_dim, sh.qkv_width());
-    let mut out = vec![0.0; sh.batch * s * sh.q_width()];
+    let (s, dh, t) = (sh.seq, sh.head_dim, sh.tokens());
+    let (qw, kw) = (sh.q_width(), sh.kv_width());
+    let q_at = |r: usize, h: usize| &qkv[r * qw + h * dh..][..dh];
+    let k_at = |r: usize, g: usize| &qkv[t * qw + r * kw + g * dh..][..dh];
+    let v_at = |r: usize, g: usize| &qkv[t * (qw + kw) + r * kw + g * dh..][..dh];
+    let mut out = vec![0.0; t * qw];
     for b in 0..sh.batch {
         for h in 0..sh.heads {
             let g = h / (sh.heads / sh.kv_heads);
             for i in 0..s {
-                let q = &qkv[(b * s + i) * w + h * dh..][..dh];
                 let mut sc: Vec<f64> = (0..=i)
-                    .map(|j| dot(q, &qkv[(b * s + j) * w + sh.q_width() + g * dh..][..dh]) / (dh as f64).sqrt())
+                    .map(|j| dot(q_at(b * s + i, h), k_at(b * s + j, g)) / (dh as f64).sqrt())
                     .collect();
                 let m = sc.iter().cloned().fold(f64::MIN, f64::max);
-                let z: f64 = sc.iter_mut().map(|v| { *v = (*v - m).exp(); *v }).sum();
+                let z: f64 = sc
+                    .iter_mut()
+                    .map(|v| {
+                        *v = (*v - m).exp();
+                        *v
+                    })
+                    .sum();
                 for j in 0..=i {
-                    let v = &qkv[(b * s + j) * w + sh.q_width() + sh.kv_width() + g * dh..][..dh];
                     for k in 0..dh {
-                        out[(b * s + i) * sh.q_width() + h * dh + k] += sc[j] / z * v[k];
+                        out[(b * s + i) * qw + h * dh + k] += sc[j] / z * v_at(b * s + j, g)[k];
                     }
                 }
             }
@@ -246,25 +352,44 @@ fn naive_attention(qkv: &[f64], sh: AttnShape) -> Vec<f64> {
 #[test]
 fn attention_matches_naive_and_finite_differences() {
     // seq 70 crosses the 64-row block boundary.
-    let sh = AttnShape { batch: 2, seq: 70, heads: 4, kv_heads: 2, head_dim: 4 };
-    let t = sh.batch * sh.seq;
+    let sh = AttnShape {
+        batch: 2,
+        seq: 70,
+        heads: 4,
+        kv_heads: 2,
+        head_dim: 4,
+    };
+    let t = sh.tokens();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
-    let qkv = rnd(&mut rng, t * sh.qkv_width(), 1.0);
+    let qkv = rnd(&mut rng, sh.qkv_len(), 1.0);
     let w = rnd(&mut rng, t * sh.q_width(), 1.0);
     let fwd = |p: &Vec<f64>| {
         let mut out = vec![0.0; t * sh.q_width()];
         let mut probs = vec![0.0; sh.probs_len()];
-        CPU.attention_fwd(mat_mut(&mut out, t, sh.q_width()), &mut probs, mat(p, t, sh.qkv_width()), sh);
+        CPU.attention_fwd(mat_mut(&mut out, t, sh.q_width()), &mut probs, p, sh);
         (out, probs)
     };
     let (out, probs) = fwd(&qkv);
     let naive = naive_attention(&qkv, sh);
-    let err = out.iter().zip(&naive).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-    assert!(err < 1e-12, "attention forward differs from the naive loop by {err:e}");
-    let mut dqkv = vec![7.0; t * sh.qkv_width()]; // overwritten, not accumulated
+    let err = out
+        .iter()
+        .zip(&naive)
+        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(
+        err < 1e-12,
+        "attention forward differs from the naive loop by {err:e}"
+    );
+    let mut dqkv = vec![7.0; sh.qkv_len()]; // overwritten, not accumulated
     let mut scratch = vec![0.0; sh.probs_len()];
-    CPU.attention_bwd(mat_mut(&mut dqkv, t, sh.qkv_width()), mat(&w, t, sh.q_width()), &probs, &mut scratch, mat(&qkv, t, sh.qkv_width()), sh);
-    // FD on a subset of coordinates (the full set is slow in debug builds): every 7th.
+    CPU.attention_bwd(
+        &mut dqkv,
+        mat(&w, t, sh.q_width()),
+        &probs,
+        &mut scratch,
+        &qkv,
+        sh,
+    );
+    // Finite differences on every 7th coordinate (all of q, k and v are covered).
     let idx: Vec<usize> = (0..qkv.len()).step_by(7).collect();
     let sub: Vec<f64> = idx.iter().map(|&i| qkv[i]).collect();
     let dsub: Vec<f64> = idx.iter().map(|&i| dqkv[i]).collect();
@@ -296,7 +421,10 @@ fn embedding_with_offset_and_out_of_range_ids() {
     check("embedding", &table, &dt, f);
     let mut out = vec![1.0; n * d];
     CPU.embed(mat_mut(&mut out, n, d), mat(&table, v, d), &ids, first);
-    assert!(out[d..2 * d].iter().all(|x| *x == 0.0), "id 9 is outside this table and must read zeros");
+    assert!(
+        out[d..2 * d].iter().all(|x| *x == 0.0),
+        "id 9 is outside this table and must read zeros"
+    );
 }
 
 #[test]
@@ -309,12 +437,22 @@ fn cross_entropy() {
     let f = |p: &[f64]| {
         let mut l = p.to_vec();
         let mut losses = vec![0.0; t];
-        CPU.cross_entropy(mat_mut(&mut losses, t, 1), mat_mut(&mut l, t, v), &targets, None);
+        CPU.cross_entropy(
+            mat_mut(&mut losses, t, 1),
+            mat_mut(&mut l, t, v),
+            &targets,
+            None,
+        );
         c * losses.iter().sum::<f64>()
     };
     let mut g = logits.clone();
     let mut losses = vec![0.0; t];
-    CPU.cross_entropy(mat_mut(&mut losses, t, 1), mat_mut(&mut g, t, v), &targets, Some(c));
+    CPU.cross_entropy(
+        mat_mut(&mut losses, t, 1),
+        mat_mut(&mut g, t, v),
+        &targets,
+        Some(c),
+    );
     check("cross entropy", &logits, &g, f);
     assert_eq!(losses[2], 0.0);
     let row0 = &logits[..v];
@@ -335,7 +473,14 @@ fn kronecker_gate() {
     let fwd = |z: &Vec<f64>, ka: &Vec<f64>, kb: &Vec<f64>| {
         let mut y = vec![0.0; t * r];
         let mut s = vec![0.0; t * r];
-        CPU.kron_fwd(mat_mut(&mut y, t, r), mat(z, t, r), mat(ka, a, a), mat(kb, b, b), &mut s, false);
+        CPU.kron_fwd(
+            mat_mut(&mut y, t, r),
+            mat(z, t, r),
+            mat(ka, a, a),
+            mat(kb, b, b),
+            &mut s,
+            false,
+        );
         y
     };
     // Against the explicit Kronecker product z·kron(Ka, Kb).
@@ -352,10 +497,23 @@ fn kronecker_gate() {
         }
     }
     let (mut dz, mut dka, mut dkb) = (vec![0.0; t * r], vec![0.0; a * a], vec![0.0; b * b]);
-    CPU.kron_bwd(mat_mut(&mut dz, t, r), mat_mut(&mut dka, a, a), mat_mut(&mut dkb, b, b), mat(&w, t, r), mat(&z, t, r), mat(&ka, a, a), mat(&kb, b, b), &mut scratch);
+    CPU.kron_bwd(
+        mat_mut(&mut dz, t, r),
+        mat_mut(&mut dka, a, a),
+        mat_mut(&mut dkb, b, b),
+        mat(&w, t, r),
+        mat(&z, t, r),
+        mat(&ka, a, a),
+        mat(&kb, b, b),
+        &mut scratch,
+    );
     check("kron dz", &z, &dz, |p| dot(&fwd(&p.to_vec(), &ka, &kb), &w));
-    check("kron dKa", &ka, &dka, |p| dot(&fwd(&z, &p.to_vec(), &kb), &w));
-    check("kron dKb", &kb, &dkb, |p| dot(&fwd(&z, &ka, &p.to_vec()), &w));
+    check("kron dKa", &ka, &dka, |p| {
+        dot(&fwd(&z, &p.to_vec(), &kb), &w)
+    });
+    check("kron dKb", &kb, &dkb, |p| {
+        dot(&fwd(&z, &ka, &p.to_vec()), &w)
+    });
 }
 
 #[test]
@@ -368,14 +526,26 @@ fn gemm_transposes_strides_and_accumulation() {
     let c0 = rnd(&mut rng, m * (n + 1), 1.0);
     let mut c = c0.clone();
     let av = Mat::at(&a_t, 1, k, m, m + 2).t();
-    CPU.gemm(MatMut::at(&mut c, 0, m, n, n + 1), av, mat(&b, k, n), 0.5, true);
+    CPU.gemm(
+        MatMut::at(&mut c, 0, m, n, n + 1),
+        av,
+        mat(&b, k, n),
+        0.5,
+        true,
+    );
     for i in 0..m {
         for j in 0..n {
-            let s: f64 = (0..k).map(|p| a_t[1 + p * (m + 2) + i] * b[p * n + j]).sum();
+            let s: f64 = (0..k)
+                .map(|p| a_t[1 + p * (m + 2) + i] * b[p * n + j])
+                .sum();
             let want = c0[i * (n + 1) + j] + 0.5 * s;
             assert!((c[i * (n + 1) + j] - want).abs() < 1e-12);
         }
-        assert_eq!(c[i * (n + 1) + n], c0[i * (n + 1) + n], "column outside the view untouched");
+        assert_eq!(
+            c[i * (n + 1) + n],
+            c0[i * (n + 1) + n],
+            "column outside the view untouched"
+        );
     }
 }
 
@@ -385,13 +555,25 @@ fn adamw_step() {
     let p0 = rnd(&mut rng, 10, 1.0);
     let g = rnd(&mut rng, 10, 1.0);
     let (mut p, mut m, mut v) = (p0.clone(), vec![0.1; 10], vec![0.2; 10]);
-    let s = AdamStep { lr: 0.01, beta1: 0.9, beta2: 0.99, eps: 1e-8, weight_decay: 0.1, bias_corr1: 0.5, bias_corr2: 0.3, grad_scale: 0.5 };
+    let s = AdamStep {
+        lr: 0.01,
+        beta1: 0.9,
+        beta2: 0.99,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        bias_corr1: 0.5,
+        bias_corr2: 0.3,
+        grad_scale: 0.5,
+    };
     CPU.adamw(&mut p, &g, &mut m, &mut v, 0, 10, &s, true);
     for i in 0..10 {
         let gi = g[i] * 0.5;
         let mi = 0.9 * 0.1 + 0.1 * gi;
         let vi = 0.99 * 0.2 + 0.01 * gi * gi;
-        let want = p0[i] * (1.0 - 0.01 * 0.1) - 0.01 / 0.5 * mi / (vi.sqrt() / 0.3f64.sqrt() + 1e-8);
-        assert!((p[i] - want).abs() < 1e-15 && (m[i] - mi).abs() < 1e-15 && (v[i] - vi).abs() < 1e-15);
+        let want =
+            p0[i] * (1.0 - 0.01 * 0.1) - 0.01 / 0.5 * mi / (vi.sqrt() / 0.3f64.sqrt() + 1e-8);
+        assert!(
+            (p[i] - want).abs() < 1e-15 && (m[i] - mi).abs() < 1e-15 && (v[i] - vi).abs() < 1e-15
+        );
     }
 }

@@ -35,10 +35,10 @@ pub fn silu_bwd<T: Scalar>(d: MatMut<Vec<T>>, x: Mat<Vec<T>>) {
 }
 
 pub fn swiglu<T: Scalar>(m: MatMut<Vec<T>>, gu: Mat<Vec<T>>, outer_silu: bool) {
-    let n = m.cols;
-    assert_eq!((gu.rows, gu.cols), (m.rows, 2 * n));
+    let (t, n) = (m.rows, m.cols);
+    assert_eq!((gu.rows, gu.cols), (2 * t, n), "swiglu: g stacked over u");
     par_rows(m).for_each(|(i, o)| {
-        let (g, u) = row(&gu, i).split_at(n);
+        let (g, u) = (row(&gu, i), row(&gu, t + i));
         for ((o, gv), uv) in o.iter_mut().zip(g).zip(u) {
             let a = if outer_silu { *gv * sigmoid(*gv) } else { *gv };
             *o = a * *uv;
@@ -46,22 +46,40 @@ pub fn swiglu<T: Scalar>(m: MatMut<Vec<T>>, gu: Mat<Vec<T>>, outer_silu: bool) {
     });
 }
 
-pub fn swiglu_bwd<T: Scalar>(dgu: MatMut<Vec<T>>, dm: Mat<Vec<T>>, gu: Mat<Vec<T>>, outer_silu: bool) {
-    let n = dm.cols;
-    assert_eq!((dgu.rows, dgu.cols), (dm.rows, 2 * n));
-    par_rows(dgu).for_each(|(i, o)| {
-        let (dg, du) = o.split_at_mut(n);
-        let (g, u) = row(&gu, i).split_at(n);
-        for ((((dg, du), d), gv), uv) in dg.iter_mut().zip(du).zip(row(&dm, i)).zip(g).zip(u) {
-            if outer_silu {
-                *dg = *d * *uv * silu_grad(*gv);
-                *du = *d * *gv * sigmoid(*gv);
-            } else {
-                *dg = *d * *uv;
-                *du = *d * *gv;
+pub fn swiglu_bwd<T: Scalar>(
+    dgu: MatMut<Vec<T>>,
+    dm: Mat<Vec<T>>,
+    gu: Mat<Vec<T>>,
+    outer_silu: bool,
+) {
+    let (t, n) = (dm.rows, dm.cols);
+    assert_eq!((dgu.rows, dgu.cols), (2 * t, n));
+    assert_eq!((gu.rows, gu.cols), (2 * t, n));
+    // Rows 0..t of dgu are dg, rows t..2t are du: handle row i of both in one task.
+    let ld = dgu.ld;
+    let base = super::par::SendPtr(dgu.buf[dgu.off..].as_mut_ptr());
+    (0..t)
+        .into_par_iter()
+        .with_min_len((4096 / n.max(1)).max(1))
+        .for_each(|i| {
+            // SAFETY: task i owns rows i and t + i of dgu.
+            let (dg, du) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(base.get().add(i * ld), n),
+                    std::slice::from_raw_parts_mut(base.get().add((t + i) * ld), n),
+                )
+            };
+            let (g, u) = (row(&gu, i), row(&gu, t + i));
+            for ((((dg, du), d), gv), uv) in dg.iter_mut().zip(du).zip(row(&dm, i)).zip(g).zip(u) {
+                if outer_silu {
+                    *dg = *d * *uv * silu_grad(*gv);
+                    *du = *d * *gv * sigmoid(*gv);
+                } else {
+                    *dg = *d * *uv;
+                    *du = *d * *gv;
+                }
             }
-        }
-    });
+        });
 }
 
 pub fn add_bias<T: Scalar>(y: MatMut<Vec<T>>, b: Mat<Vec<T>>) {

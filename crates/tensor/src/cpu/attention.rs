@@ -1,4 +1,4 @@
-//! Causal softmax attention with GQA over packed `[q | k | v]` rows.
+//! Causal softmax attention with GQA. q, k and v are three row-major blocks of one buffer.
 //!
 //! Work units are (sequence, head) in forward and (sequence, kv head) in backward, so the
 //! gradients of a shared kv head are summed by one thread in head order. Rows are processed
@@ -14,44 +14,54 @@ use rayon::prelude::*;
 
 const BLOCK: usize = 64;
 
+/// Offsets and row strides of the q, k, v blocks; head h's columns start at h·d_h.
 struct Layout {
     s: usize,
     dh: usize,
-    ld: usize,
-    q_col: usize,
-    k_col: usize,
-    v_col: usize,
+    q: (usize, usize),
+    k: (usize, usize),
+    v: (usize, usize),
     group: usize,
 }
 
 impl Layout {
-    fn new(sh: &AttnShape, ld: usize) -> Self {
+    fn new(sh: &AttnShape) -> Self {
+        let t = sh.tokens();
+        let (qw, kw) = (sh.q_width(), sh.kv_width());
         Self {
             s: sh.seq,
             dh: sh.head_dim,
-            ld,
-            q_col: 0,
-            k_col: sh.q_width(),
-            v_col: sh.q_width() + sh.kv_width(),
+            q: (0, qw),
+            k: (t * qw, kw),
+            v: (t * (qw + kw), kw),
             group: sh.heads / sh.kv_heads,
         }
     }
 }
 
-fn check(qkv: &Mat<Vec<impl Scalar>>, sh: &AttnShape) {
-    assert_eq!(sh.heads % sh.kv_heads, 0, "attention: {} heads over {} kv heads", sh.heads, sh.kv_heads);
-    assert_eq!(qkv.cols, sh.qkv_width(), "attention: packed width");
-    assert_eq!(qkv.rows, sh.batch * sh.seq, "attention: rows");
+fn check<T>(qkv: &[T], sh: &AttnShape) {
+    assert_eq!(
+        sh.heads % sh.kv_heads,
+        0,
+        "attention: {} heads over {} kv heads",
+        sh.heads,
+        sh.kv_heads
+    );
+    assert!(
+        qkv.len() >= sh.qkv_len(),
+        "attention: q, k, v need {} elements, buffer has {}",
+        sh.qkv_len(),
+        qkv.len()
+    );
 }
 
-pub fn forward<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: Mat<Vec<T>>, sh: AttnShape) {
-    check(&qkv, &sh);
-    assert_eq!((out.rows, out.cols), (qkv.rows, sh.q_width()));
+pub fn forward<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: &[T], sh: AttnShape) {
+    check(qkv, &sh);
+    assert_eq!((out.rows, out.cols), (sh.tokens(), sh.q_width()));
     assert!(probs.len() >= sh.probs_len());
-    let l = Layout::new(&sh, qkv.ld);
+    let l = Layout::new(&sh);
     let scale = 1.0 / (sh.head_dim as f64).sqrt();
-    let base = qkv.buf[qkv.off..].as_ptr();
-    let base = SendPtr(base as *mut T);
+    let base = SendPtr(qkv.as_ptr() as *mut T);
     let o_ld = out.ld;
     let o_base = SendPtr(out.buf[out.off..].as_mut_ptr());
     let p_base = SendPtr(probs.as_mut_ptr());
@@ -59,13 +69,34 @@ pub fn forward<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: Mat<Vec<T>>
         let (b, h) = (unit / sh.heads, unit % sh.heads);
         let g = h / l.group;
         let row0 = b * l.s;
-        let at = |col: usize, r: usize| unsafe { base.get().add((row0 + r) * l.ld + col) as *const T };
+        let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
+            (
+                base.get().add(off + (row0 + r) * ld + col) as *const T,
+                ld as isize,
+            )
+        };
         let p = unsafe { p_base.get().add(unit * l.s * l.s) };
         for i0 in (0..l.s).step_by(BLOCK) {
             let i1 = (i0 + BLOCK).min(l.s);
-            let q = Operand { ptr: at(l.q_col + h * l.dh, i0), rs: l.ld as isize, cs: 1 };
-            let kt = Operand { ptr: at(l.k_col + g * l.dh, 0), rs: 1, cs: l.ld as isize };
-            // SAFETY: unit (b, h) owns rows b·S.. of its probs block and its output columns.
+            let (qp, qld) = at(l.q, h * l.dh, i0);
+            let (kp, kld) = at(l.k, g * l.dh, 0);
+            let (vp, vld) = at(l.v, g * l.dh, 0);
+            let q = Operand {
+                ptr: qp,
+                rs: qld,
+                cs: 1,
+            };
+            let kt = Operand {
+                ptr: kp,
+                rs: 1,
+                cs: kld,
+            };
+            let v = Operand {
+                ptr: vp,
+                rs: vld,
+                cs: 1,
+            };
+            // SAFETY: unit (b, h) owns its probs block and its output columns of rows b·S...
             unsafe {
                 let pb = p.add(i0 * l.s);
                 gemm_raw(i1 - i0, i1, l.dh, pb, l.s, q, kt, scale, false, false);
@@ -73,8 +104,11 @@ pub fn forward<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: Mat<Vec<T>>
                     let r = std::slice::from_raw_parts_mut(p.add(i * l.s), i1);
                     softmax_causal(r, i);
                 }
-                let v = Operand { ptr: at(l.v_col + g * l.dh, 0), rs: l.ld as isize, cs: 1 };
-                let pr = Operand { ptr: pb as *const T, rs: l.s as isize, cs: 1 };
+                let pr = Operand {
+                    ptr: pb as *const T,
+                    rs: l.s as isize,
+                    cs: 1,
+                };
                 let o = o_base.get().add((row0 + i0) * o_ld + h * l.dh);
                 gemm_raw(i1 - i0, l.dh, i1, o, o_ld, pr, v, 1.0, false, false);
             }
@@ -98,77 +132,141 @@ fn softmax_causal<T: Scalar>(r: &mut [T], i: usize) {
 }
 
 pub fn backward<T: Scalar>(
-    dqkv: MatMut<Vec<T>>,
+    dqkv: &mut [T],
     dout: Mat<Vec<T>>,
     probs: &[T],
     scratch: &mut [T],
-    qkv: Mat<Vec<T>>,
+    qkv: &[T],
     sh: AttnShape,
 ) {
-    check(&qkv, &sh);
-    assert_eq!((dqkv.rows, dqkv.cols), (qkv.rows, qkv.cols));
-    assert_eq!((dout.rows, dout.cols), (qkv.rows, sh.q_width()));
+    check(qkv, &sh);
+    check(dqkv, &sh);
+    assert_eq!((dout.rows, dout.cols), (sh.tokens(), sh.q_width()));
     assert!(probs.len() >= sh.probs_len() && scratch.len() >= sh.probs_len());
-    let l = Layout::new(&sh, qkv.ld);
+    let l = Layout::new(&sh);
     let scale = 1.0 / (sh.head_dim as f64).sqrt();
-    let base = SendPtr(qkv.buf[qkv.off..].as_ptr() as *mut T);
-    let d_ld = dqkv.ld;
-    let d_base = SendPtr(dqkv.buf[dqkv.off..].as_mut_ptr());
+    let base = SendPtr(qkv.as_ptr() as *mut T);
+    let d_base = SendPtr(dqkv.as_mut_ptr());
     let do_ld = dout.ld;
     let do_base = SendPtr(dout.buf[dout.off..].as_ptr() as *mut T);
     let p_base = SendPtr(probs.as_ptr() as *mut T);
     let s_base = SendPtr(scratch.as_mut_ptr());
-    (0..sh.batch * sh.kv_heads).into_par_iter().for_each(|unit| {
-        let (b, g) = (unit / sh.kv_heads, unit % sh.kv_heads);
-        let row0 = b * l.s;
-        let at = |col: usize, r: usize| unsafe { base.get().add((row0 + r) * l.ld + col) as *const T };
-        let dat = |col: usize, r: usize| unsafe { d_base.get().add((row0 + r) * d_ld + col) };
-        // SAFETY: unit (b, g) owns rows b·S.. of the dq columns of its heads and of its dk, dv
-        // columns, and the probs/scratch blocks of its heads.
-        unsafe {
-            for r in 0..l.s {
-                std::slice::from_raw_parts_mut(dat(l.k_col + g * l.dh, r), l.dh).fill(T::zero());
-                std::slice::from_raw_parts_mut(dat(l.v_col + g * l.dh, r), l.dh).fill(T::zero());
-            }
-            for h in g * l.group..(g + 1) * l.group {
-                let hu = b * sh.heads + h;
-                let p = p_base.get().add(hu * l.s * l.s);
-                let ds = s_base.get().add(hu * l.s * l.s);
-                let dout_h = |r: usize| do_base.get().add((row0 + r) * do_ld + h * l.dh) as *const T;
-                for i0 in (0..l.s).step_by(BLOCK) {
-                    let i1 = (i0 + BLOCK).min(l.s);
-                    let m = i1 - i0;
-                    let d_o = Operand { ptr: dout_h(i0), rs: do_ld as isize, cs: 1 };
-                    let vt = Operand { ptr: at(l.v_col + g * l.dh, 0), rs: 1, cs: l.ld as isize };
-                    let dsb = ds.add(i0 * l.s);
-                    // dP = dO·Vᵀ
-                    gemm_raw(m, i1, l.dh, dsb, l.s, d_o, vt, 1.0, false, false);
-                    // dS = P ⊙ (dP − Σ_j P·dP)
-                    for i in i0..i1 {
-                        let pr = std::slice::from_raw_parts(p.add(i * l.s), i1);
-                        let dr = std::slice::from_raw_parts_mut(ds.add(i * l.s), i1);
-                        let mut dsum = T::zero();
-                        for j in 0..=i {
-                            dsum = dsum + pr[j] * dr[j];
+    (0..sh.batch * sh.kv_heads)
+        .into_par_iter()
+        .for_each(|unit| {
+            let (b, g) = (unit / sh.kv_heads, unit % sh.kv_heads);
+            let row0 = b * l.s;
+            let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
+                Operand {
+                    ptr: base.get().add(off + (row0 + r) * ld + col) as *const T,
+                    rs: ld as isize,
+                    cs: 1,
+                }
+            };
+            let at_t = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
+                Operand {
+                    ptr: base.get().add(off + (row0 + r) * ld + col) as *const T,
+                    rs: 1,
+                    cs: ld as isize,
+                }
+            };
+            let dat = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
+                (d_base.get().add(off + (row0 + r) * ld + col), ld)
+            };
+            // SAFETY: unit (b, g) owns rows b·S.. of the dq columns of its heads and of its dk, dv
+            // columns, and the probs/scratch blocks of its heads.
+            unsafe {
+                for r in 0..l.s {
+                    std::slice::from_raw_parts_mut(dat(l.k, g * l.dh, r).0, l.dh).fill(T::zero());
+                    std::slice::from_raw_parts_mut(dat(l.v, g * l.dh, r).0, l.dh).fill(T::zero());
+                }
+                for h in g * l.group..(g + 1) * l.group {
+                    let hu = b * sh.heads + h;
+                    let p = p_base.get().add(hu * l.s * l.s);
+                    let ds = s_base.get().add(hu * l.s * l.s);
+                    for i0 in (0..l.s).step_by(BLOCK) {
+                        let i1 = (i0 + BLOCK).min(l.s);
+                        let m = i1 - i0;
+                        let d_o = Operand {
+                            ptr: do_base.get().add((row0 + i0) * do_ld + h * l.dh) as *const T,
+                            rs: do_ld as isize,
+                            cs: 1,
+                        };
+                        let dsb = ds.add(i0 * l.s);
+                        // dP = dO·Vᵀ
+                        gemm_raw(
+                            m,
+                            i1,
+                            l.dh,
+                            dsb,
+                            l.s,
+                            d_o,
+                            at_t(l.v, g * l.dh, 0),
+                            1.0,
+                            false,
+                            false,
+                        );
+                        // dS = P ⊙ (dP − Σ_j P·dP)
+                        for i in i0..i1 {
+                            let pr = std::slice::from_raw_parts(p.add(i * l.s), i1);
+                            let dr = std::slice::from_raw_parts_mut(ds.add(i * l.s), i1);
+                            let mut dsum = T::zero();
+                            for j in 0..=i {
+                                dsum = dsum + pr[j] * dr[j];
+                            }
+                            for j in 0..=i {
+                                dr[j] = pr[j] * (dr[j] - dsum);
+                            }
+                            dr[i + 1..].fill(T::zero());
                         }
-                        for j in 0..=i {
-                            dr[j] = pr[j] * (dr[j] - dsum);
-                        }
-                        dr[i + 1..].fill(T::zero());
+                        let dsm = Operand {
+                            ptr: dsb as *const T,
+                            rs: l.s as isize,
+                            cs: 1,
+                        };
+                        let dsm_t = Operand {
+                            ptr: dsb as *const T,
+                            rs: 1,
+                            cs: l.s as isize,
+                        };
+                        let pm_t = Operand {
+                            ptr: p.add(i0 * l.s) as *const T,
+                            rs: 1,
+                            cs: l.s as isize,
+                        };
+                        // dQ = scale·dS·K
+                        let (dq, dq_ld) = dat(l.q, h * l.dh, i0);
+                        gemm_raw(
+                            m,
+                            l.dh,
+                            i1,
+                            dq,
+                            dq_ld,
+                            dsm,
+                            at(l.k, g * l.dh, 0),
+                            scale,
+                            false,
+                            false,
+                        );
+                        // dK += scale·dSᵀ·Q
+                        let (dk, dk_ld) = dat(l.k, g * l.dh, 0);
+                        gemm_raw(
+                            i1,
+                            l.dh,
+                            m,
+                            dk,
+                            dk_ld,
+                            dsm_t,
+                            at(l.q, h * l.dh, i0),
+                            scale,
+                            true,
+                            false,
+                        );
+                        // dV += Pᵀ·dO
+                        let (dv, dv_ld) = dat(l.v, g * l.dh, 0);
+                        gemm_raw(i1, l.dh, m, dv, dv_ld, pm_t, d_o, 1.0, true, false);
                     }
-                    let dsm = Operand { ptr: dsb as *const T, rs: l.s as isize, cs: 1 };
-                    let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: l.s as isize };
-                    let pm_t = Operand { ptr: p.add(i0 * l.s) as *const T, rs: 1, cs: l.s as isize };
-                    // dQ = scale·dS·K
-                    let k = Operand { ptr: at(l.k_col + g * l.dh, 0), rs: l.ld as isize, cs: 1 };
-                    gemm_raw(m, l.dh, i1, dat(l.q_col + h * l.dh, i0), d_ld, dsm, k, scale, false, false);
-                    // dK += scale·dSᵀ·Q
-                    let q = Operand { ptr: at(l.q_col + h * l.dh, i0), rs: l.ld as isize, cs: 1 };
-                    gemm_raw(i1, l.dh, m, dat(l.k_col + g * l.dh, 0), d_ld, dsm_t, q, scale, true, false);
-                    // dV += Pᵀ·dO
-                    gemm_raw(i1, l.dh, m, dat(l.v_col + g * l.dh, 0), d_ld, pm_t, d_o, 1.0, true, false);
                 }
             }
-        }
-    });
+        });
 }

@@ -17,7 +17,19 @@ impl<T> Operand<T> {
     /// Operand for `op(v)` of a view.
     pub fn of(v: &Mat<Vec<T>>) -> Self {
         let ptr = v.buf[v.off..].as_ptr();
-        if v.trans { Self { ptr, rs: 1, cs: v.ld as isize } } else { Self { ptr, rs: v.ld as isize, cs: 1 } }
+        if v.trans {
+            Self {
+                ptr,
+                rs: 1,
+                cs: v.ld as isize,
+            }
+        } else {
+            Self {
+                ptr,
+                rs: v.ld as isize,
+                cs: 1,
+            }
+        }
     }
 }
 
@@ -50,26 +62,72 @@ pub unsafe fn gemm_raw<T: Scalar>(
         }
         return;
     }
-    let par = if parallel { Parallelism::Rayon(0) } else { Parallelism::None };
+    let par = if parallel {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    };
     // SAFETY: forwarded from the caller.
     unsafe {
         gemm::gemm(
-            m, n, k, c, 1, c_ld as isize, accumulate, a.ptr, a.cs, a.rs, b.ptr, b.cs, b.rs, T::one(), T::of(alpha),
-            false, false, false, par,
+            m,
+            n,
+            k,
+            c,
+            1,
+            c_ld as isize,
+            accumulate,
+            a.ptr,
+            a.cs,
+            a.rs,
+            b.ptr,
+            b.cs,
+            b.rs,
+            T::one(),
+            T::of(alpha),
+            false,
+            false,
+            false,
+            par,
         );
     }
 }
 
 /// `c = alpha·op(a)·op(b) (+ c)` on views, using the rayon pool.
-pub fn gemm<T: Scalar>(c: MatMut<Vec<T>>, a: Mat<Vec<T>>, b: Mat<Vec<T>>, alpha: f64, accumulate: bool) {
+pub fn gemm<T: Scalar>(
+    c: MatMut<Vec<T>>,
+    a: Mat<Vec<T>>,
+    b: Mat<Vec<T>>,
+    alpha: f64,
+    accumulate: bool,
+) {
     let (m, k) = a.op_shape();
     let (k2, n) = b.op_shape();
     assert_eq!(k, k2, "gemm: inner dimensions {m}×{k} · {k2}×{n}");
-    assert_eq!((c.rows, c.cols), (m, n), "gemm: output {}×{} for {m}×{n}", c.rows, c.cols);
+    assert_eq!(
+        (c.rows, c.cols),
+        (m, n),
+        "gemm: output {}×{} for {m}×{n}",
+        c.rows,
+        c.cols
+    );
     if m == 0 || n == 0 {
         return;
     }
     let c_ptr = c.buf[c.off..].as_mut_ptr();
     // SAFETY: views are bounds-checked on construction; `c` is a unique borrow.
-    unsafe { gemm_raw(m, n, k, c_ptr, c.ld, Operand::of(&a), Operand::of(&b), alpha, accumulate, true) }
+    unsafe {
+        gemm_raw(
+            m,
+            n,
+            k,
+            c_ptr,
+            c.ld,
+            Operand::of(&a),
+            Operand::of(&b),
+            alpha,
+            accumulate,
+            true,
+        )
+    }
 }

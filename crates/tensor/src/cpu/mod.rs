@@ -59,7 +59,13 @@ impl<T: Scalar> Backend for Cpu<T> {
     }
     fn write_mat<H: Scalar>(&self, dst: MatMut<Vec<T>>, src: &[H]) {
         let cols = dst.cols;
-        assert_eq!(src.len(), dst.rows * cols, "write_mat: host data has {} elements for {}×{cols}", src.len(), dst.rows);
+        assert_eq!(
+            src.len(),
+            dst.rows * cols,
+            "write_mat: host data has {} elements for {}×{cols}",
+            src.len(),
+            dst.rows
+        );
         for (r, s) in rows_mut(dst).zip(src.chunks_exact(cols.max(1))) {
             for (o, v) in r.iter_mut().zip(s) {
                 *o = T::of(v.f64());
@@ -74,7 +80,14 @@ impl<T: Scalar> Backend for Cpu<T> {
         out
     }
 
-    fn gemm(&self, c: MatMut<Vec<T>>, a: Mat<Vec<T>>, b: Mat<Vec<T>>, alpha: f64, accumulate: bool) {
+    fn gemm(
+        &self,
+        c: MatMut<Vec<T>>,
+        a: Mat<Vec<T>>,
+        b: Mat<Vec<T>>,
+        alpha: f64,
+        accumulate: bool,
+    ) {
         gemm::gemm(c, a, b, alpha, accumulate)
     }
     fn fill(&self, x: MatMut<Vec<T>>, v: f64) {
@@ -108,10 +121,22 @@ impl<T: Scalar> Backend for Cpu<T> {
     fn rstd_from_sumsq(&self, s: MatMut<Vec<T>>, n: usize, eps: f64) {
         norm::rstd_from_sumsq(s, n, eps)
     }
-    fn rmsnorm_apply(&self, y: MatMut<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>, rstd: Mat<Vec<T>>) {
+    fn rmsnorm_apply(
+        &self,
+        y: MatMut<Vec<T>>,
+        x: Mat<Vec<T>>,
+        gamma: Mat<Vec<T>>,
+        rstd: Mat<Vec<T>>,
+    ) {
         norm::rmsnorm_apply(y, x, gamma, rstd)
     }
-    fn rmsnorm_bwd_dot(&self, dot: MatMut<Vec<T>>, dy: Mat<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>) {
+    fn rmsnorm_bwd_dot(
+        &self,
+        dot: MatMut<Vec<T>>,
+        dy: Mat<Vec<T>>,
+        x: Mat<Vec<T>>,
+        gamma: Mat<Vec<T>>,
+    ) {
         norm::rmsnorm_bwd_dot(dot, dy, x, gamma)
     }
     fn rmsnorm_bwd(
@@ -128,8 +153,16 @@ impl<T: Scalar> Backend for Cpu<T> {
     ) {
         norm::rmsnorm_bwd(dx, dgamma, dy, x, gamma, rstd, dot, n, accumulate)
     }
-    fn row_dot(&self, out: MatMut<Vec<T>>, a: Mat<Vec<T>>, b: Mat<Vec<T>>, r: Option<Mat<Vec<T>>>, alpha: f64) {
-        norm::row_dot(out, a, b, r, alpha)
+    fn row_dot(
+        &self,
+        out: MatMut<Vec<T>>,
+        a: Mat<Vec<T>>,
+        b: Mat<Vec<T>>,
+        r: Option<Mat<Vec<T>>>,
+        alpha: f64,
+        acc: bool,
+    ) {
+        norm::row_dot(out, a, b, r, alpha, acc)
     }
     fn online_norm_bwd(
         &self,
@@ -194,16 +227,22 @@ impl<T: Scalar> Backend for Cpu<T> {
     fn rope(&self, x: MatMut<Vec<T>>, table: &Vec<T>, seq: usize, head_dim: usize, inverse: bool) {
         rope::rope(x, table, seq, head_dim, inverse)
     }
-    fn attention_fwd(&self, out: MatMut<Vec<T>>, probs: &mut Vec<T>, qkv: Mat<Vec<T>>, shape: AttnShape) {
+    fn attention_fwd(
+        &self,
+        out: MatMut<Vec<T>>,
+        probs: &mut Vec<T>,
+        qkv: &Vec<T>,
+        shape: AttnShape,
+    ) {
         attention::forward(out, probs, qkv, shape)
     }
     fn attention_bwd(
         &self,
-        dqkv: MatMut<Vec<T>>,
+        dqkv: &mut Vec<T>,
         dout: Mat<Vec<T>>,
         probs: &Vec<T>,
         scratch: &mut Vec<T>,
-        qkv: Mat<Vec<T>>,
+        qkv: &Vec<T>,
         shape: AttnShape,
     ) {
         attention::backward(dqkv, dout, probs, scratch, qkv, shape)
@@ -215,7 +254,13 @@ impl<T: Scalar> Backend for Cpu<T> {
     fn embed_bwd(&self, dtable: MatMut<Vec<T>>, dout: Mat<Vec<T>>, ids: &Vec<u32>, first: usize) {
         embed::embed_bwd(dtable, dout, ids, first)
     }
-    fn cross_entropy(&self, losses: MatMut<Vec<T>>, logits: MatMut<Vec<T>>, targets: &Vec<u32>, grad_scale: Option<f64>) {
+    fn cross_entropy(
+        &self,
+        losses: MatMut<Vec<T>>,
+        logits: MatMut<Vec<T>>,
+        targets: &Vec<u32>,
+        grad_scale: Option<f64>,
+    ) {
         embed::cross_entropy(losses, logits, &targets[..], grad_scale)
     }
 
@@ -256,6 +301,13 @@ impl<T: Scalar> Backend for Cpu<T> {
         decay: bool,
     ) {
         let r = off..off + n;
-        optim::adamw(&mut p[r.clone()], &g[r.clone()], &mut m[r.clone()], &mut v[r], step, decay)
+        optim::adamw(
+            &mut p[r.clone()],
+            &g[r.clone()],
+            &mut m[r.clone()],
+            &mut v[r],
+            step,
+            decay,
+        )
     }
 }

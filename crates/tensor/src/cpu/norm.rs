@@ -31,7 +31,12 @@ pub fn rstd_from_sumsq<T: Scalar>(s: MatMut<Vec<T>>, n: usize, eps: f64) {
     });
 }
 
-pub fn rmsnorm_apply<T: Scalar>(y: MatMut<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>, rstd: Mat<Vec<T>>) {
+pub fn rmsnorm_apply<T: Scalar>(
+    y: MatMut<Vec<T>>,
+    x: Mat<Vec<T>>,
+    gamma: Mat<Vec<T>>,
+    rstd: Mat<Vec<T>>,
+) {
     assert_eq!((y.rows, y.cols), (x.rows, x.cols));
     let g = row(&gamma, 0);
     assert_eq!(g.len(), x.cols);
@@ -43,7 +48,12 @@ pub fn rmsnorm_apply<T: Scalar>(y: MatMut<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Ve
     });
 }
 
-pub fn rmsnorm_bwd_dot<T: Scalar>(dot: MatMut<Vec<T>>, dy: Mat<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>) {
+pub fn rmsnorm_bwd_dot<T: Scalar>(
+    dot: MatMut<Vec<T>>,
+    dy: Mat<Vec<T>>,
+    x: Mat<Vec<T>>,
+    gamma: Mat<Vec<T>>,
+) {
     let g = row(&gamma, 0);
     par_rows(dot).for_each(|(i, o)| o[0] = dot3(row(&dy, i), row(&x, i), g));
 }
@@ -79,7 +89,14 @@ pub fn rmsnorm_bwd<T: Scalar>(
     });
 }
 
-pub fn row_dot<T: Scalar>(out: MatMut<Vec<T>>, a: Mat<Vec<T>>, b: Mat<Vec<T>>, scale_rows: Option<Mat<Vec<T>>>, alpha: f64) {
+pub fn row_dot<T: Scalar>(
+    out: MatMut<Vec<T>>,
+    a: Mat<Vec<T>>,
+    b: Mat<Vec<T>>,
+    scale_rows: Option<Mat<Vec<T>>>,
+    alpha: f64,
+    accumulate: bool,
+) {
     let alpha = T::of(alpha);
     par_rows(out).for_each(|(i, o)| {
         let mut s = T::zero();
@@ -90,7 +107,8 @@ pub fn row_dot<T: Scalar>(out: MatMut<Vec<T>>, a: Mat<Vec<T>>, b: Mat<Vec<T>>, s
             let v = row(r, i)[0];
             v * v
         });
-        o[0] = alpha * s * f;
+        let v = alpha * s * f;
+        o[0] = if accumulate { o[0] + v } else { v };
     });
 }
 
@@ -133,17 +151,20 @@ pub fn layernorm_fwd<T: Scalar>(
     let n = T::of(x.cols as f64);
     let eps = T::of(eps);
     let (wr, br) = (row(&w, 0), row(&b, 0));
-    par_rows(y).zip(par_rows(mean)).zip(par_rows(rstd)).for_each(|(((i, yr), (_, m)), (_, r))| {
-        let xr = row(&x, i);
-        let mu = xr.iter().fold(T::zero(), |s, v| s + *v) / n;
-        let var = xr.iter().fold(T::zero(), |s, v| s + (*v - mu) * (*v - mu)) / n;
-        let rs = T::one() / (var + eps).sqrt();
-        m[0] = mu;
-        r[0] = rs;
-        for (((o, v), wj), bj) in yr.iter_mut().zip(xr).zip(wr).zip(br) {
-            *o = (*v - mu) * rs * *wj + *bj;
-        }
-    });
+    par_rows(y)
+        .zip(par_rows(mean))
+        .zip(par_rows(rstd))
+        .for_each(|(((i, yr), (_, m)), (_, r))| {
+            let xr = row(&x, i);
+            let mu = xr.iter().fold(T::zero(), |s, v| s + *v) / n;
+            let var = xr.iter().fold(T::zero(), |s, v| s + (*v - mu) * (*v - mu)) / n;
+            let rs = T::one() / (var + eps).sqrt();
+            m[0] = mu;
+            r[0] = rs;
+            for (((o, v), wj), bj) in yr.iter_mut().zip(xr).zip(wr).zip(br) {
+                *o = (*v - mu) * rs * *wj + *bj;
+            }
+        });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -161,7 +182,11 @@ pub fn layernorm_bwd<T: Scalar>(
     let n = T::of(x.cols as f64);
     col_reduce(dw, x.rows, |i, j0, acc| {
         let (m, r) = (row(&mean, i)[0], row(&rstd, i)[0]);
-        for ((a, d), v) in acc.iter_mut().zip(&row(&dy, i)[j0..]).zip(&row(&x, i)[j0..]) {
+        for ((a, d), v) in acc
+            .iter_mut()
+            .zip(&row(&dy, i)[j0..])
+            .zip(&row(&x, i)[j0..])
+        {
             *a = *a + *d * (*v - m) * r;
         }
     });

@@ -1,0 +1,359 @@
+//! One decoder layer: attention half and MLP half around the residual stream, each a
+//! projection group feeding a local op (RoPE + attention; the SwiGLU product).
+
+use crate::group::{Ctx, Group, GroupActs, GroupKind, Scratch};
+use crate::layout::{Dims, Layout};
+use crate::params::ParamStore;
+use boost_config::{ModelConfig, Phi};
+use boost_tensor::{AttnShape, Backend, Mat, MatMut};
+
+pub struct Block {
+    pub layer: usize,
+    pub qkv: Group,
+    pub o: Group,
+    pub gu: Group,
+    pub down: Group,
+    pub outer_silu: bool,
+}
+
+/// What a layer's forward keeps. The layer's input residual is kept by the model.
+pub struct BlockActs<B: Backend> {
+    pub qkv: GroupActs<B>,
+    /// q | k | v blocks, after RoPE.
+    pub qkv_out: B::Buf,
+    pub probs: B::Buf,
+    pub attn: B::Buf,
+    pub o: GroupActs<B>,
+    /// The residual after the attention half.
+    pub mid: B::Buf,
+    pub gu: GroupActs<B>,
+    /// g stacked over u.
+    pub gu_out: B::Buf,
+    pub m: B::Buf,
+    pub down: GroupActs<B>,
+}
+
+/// Per-micro-batch scratch for the backward of a layer.
+pub struct BlockGrads<B: Backend> {
+    pub dqkv: B::Buf,
+    pub dattn: B::Buf,
+    pub dgu: B::Buf,
+    pub dm: B::Buf,
+    pub attn_scratch: B::Buf,
+    /// LaX: gradients w.r.t. a layer's z, passed down to the layer below (two per group
+    /// kind, used alternately).
+    pub carries: Vec<[B::Buf; 2]>,
+}
+
+impl Block {
+    pub fn build<B: Backend>(
+        layer: usize,
+        m: &ModelConfig,
+        lay: &Layout,
+        dims: &Dims,
+        store: &mut ParamStore<B>,
+        be: &B,
+    ) -> Self {
+        let mut g = |k| Group::build(k, layer, m, lay, dims, store, be);
+        Self {
+            layer,
+            qkv: g(GroupKind::Qkv),
+            o: g(GroupKind::O),
+            gu: g(GroupKind::GateUp),
+            down: g(GroupKind::Down),
+            outer_silu: m.outer_silu(),
+        }
+    }
+
+    pub fn groups(&self) -> [&Group; 4] {
+        [&self.qkv, &self.o, &self.gu, &self.down]
+    }
+
+    pub fn attn_shape(&self, dims: &Dims, batch: usize, seq: usize) -> AttnShape {
+        AttnShape {
+            batch,
+            seq,
+            heads: dims.heads_loc,
+            kv_heads: dims.kv_loc,
+            head_dim: dims.head_dim,
+        }
+    }
+
+    pub fn alloc_acts<B: Backend>(
+        &self,
+        be: &B,
+        dims: &Dims,
+        batch: usize,
+        seq: usize,
+        phi: Phi,
+    ) -> BlockActs<B> {
+        let t = batch * seq;
+        let sh = self.attn_shape(dims, batch, seq);
+        BlockActs {
+            qkv: self.qkv.alloc_acts(be, t, phi),
+            qkv_out: be.alloc(self.qkv.out_len(t)),
+            probs: be.alloc(sh.probs_len()),
+            attn: be.alloc(t * dims.q_loc()),
+            o: self.o.alloc_acts(be, t, phi),
+            mid: be.alloc(t * dims.d_res),
+            gu: self.gu.alloc_acts(be, t, phi),
+            gu_out: be.alloc(self.gu.out_len(t)),
+            m: be.alloc(t * dims.d_ff_loc),
+            down: self.down.alloc_acts(be, t, phi),
+        }
+    }
+
+    pub fn alloc_grads<B: Backend>(
+        &self,
+        be: &B,
+        dims: &Dims,
+        batch: usize,
+        seq: usize,
+    ) -> BlockGrads<B> {
+        let t = batch * seq;
+        let sh = self.attn_shape(dims, batch, seq);
+        let carries = self
+            .groups()
+            .iter()
+            .map(|g| [be.alloc(g.geom(t).len()), be.alloc(g.geom(t).len())])
+            .collect();
+        BlockGrads {
+            dqkv: be.alloc(self.qkv.out_len(t)),
+            dattn: be.alloc(t * dims.q_loc()),
+            dgu: be.alloc(self.gu.out_len(t)),
+            dm: be.alloc(t * dims.d_ff_loc),
+            attn_scratch: be.alloc(sh.probs_len()),
+            carries,
+        }
+    }
+
+    /// `x_out = layer(x_in)`. `prev` is the layer below (LaX crossing).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        params: &[B::Buf],
+        x_in: &B::Buf,
+        x_out: &mut B::Buf,
+        acts: &mut BlockActs<B>,
+        prev: Option<(&Block, &BlockActs<B>)>,
+        rope: &B::Buf,
+        batch: usize,
+        seq: usize,
+        sc: &mut Scratch<B>,
+    ) {
+        let (be, t, dims) = (cx.be, cx.t, &cx.dims);
+        let dres = dims.d_res;
+        let x = Mat::new(x_in, t, dres);
+        let pg = |f: fn(&Block) -> &Group, g: fn(&BlockActs<B>) -> &GroupActs<B>| {
+            prev.map(|(b, a)| (f(b), g(a)))
+        };
+
+        self.qkv.forward(
+            cx,
+            params,
+            x,
+            &mut acts.qkv,
+            pg(|b| &b.qkv, |a| &a.qkv),
+            &mut acts.qkv_out,
+            sc,
+        );
+        let (qw, kw) = (dims.q_loc(), dims.kv_w_loc());
+        be.rope(
+            MatMut::at(&mut acts.qkv_out, 0, t, qw, qw),
+            rope,
+            seq,
+            dims.head_dim,
+            false,
+        );
+        be.rope(
+            MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw),
+            rope,
+            seq,
+            dims.head_dim,
+            false,
+        );
+        let sh = self.attn_shape(dims, batch, seq);
+        be.attention_fwd(
+            MatMut::new(&mut acts.attn, t, qw),
+            &mut acts.probs,
+            &acts.qkv_out,
+            sh,
+        );
+        self.o.forward(
+            cx,
+            params,
+            Mat::new(&acts.attn, t, qw),
+            &mut acts.o,
+            pg(|b| &b.o, |a| &a.o),
+            &mut acts.mid,
+            sc,
+        );
+        be.axpy(MatMut::new(&mut acts.mid, t, dres), x, 1.0);
+
+        let mid = Mat::new(&acts.mid, t, dres);
+        self.gu.forward(
+            cx,
+            params,
+            mid,
+            &mut acts.gu,
+            pg(|b| &b.gu, |a| &a.gu),
+            &mut acts.gu_out,
+            sc,
+        );
+        let f = dims.d_ff_loc;
+        be.swiglu(
+            MatMut::new(&mut acts.m, t, f),
+            Mat::new(&acts.gu_out, 2 * t, f),
+            self.outer_silu,
+        );
+        self.down.forward(
+            cx,
+            params,
+            Mat::new(&acts.m, t, f),
+            &mut acts.down,
+            pg(|b| &b.down, |a| &a.down),
+            x_out,
+            sc,
+        );
+        be.axpy(MatMut::new(x_out, t, dres), mid, 1.0);
+    }
+
+    /// Backward of the layer: `dx` holds dL/dx_out on entry and dL/dx_in on return.
+    /// `above_lax` says the layer above crossed into this one's latents (LaX).
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        params: &[B::Buf],
+        grads: &mut [B::Buf],
+        x_in: &B::Buf,
+        acts: &BlockActs<B>,
+        prev: Option<(&Block, &BlockActs<B>)>,
+        above_lax: bool,
+        dx: &mut B::Buf,
+        rope: &B::Buf,
+        batch: usize,
+        seq: usize,
+        bg: &mut BlockGrads<B>,
+        sc: &mut Scratch<B>,
+    ) {
+        let (be, t, dims) = (cx.be, cx.t, &cx.dims);
+        let (dres, f, qw, kw) = (dims.d_res, dims.d_ff_loc, dims.q_loc(), dims.kv_w_loc());
+        let pg = |f: fn(&Block) -> &Group, g: fn(&BlockActs<B>) -> &GroupActs<B>| {
+            prev.map(|(b, a)| (f(b), g(a)))
+        };
+        let BlockGrads {
+            dqkv,
+            dattn,
+            dgu,
+            dm,
+            attn_scratch,
+            carries,
+        } = bg;
+        // LaX carries: this layer reads the slot the layer above wrote, (layer+1) mod 2, and
+        // writes slot layer mod 2 for the layer below.
+        let rd = (self.layer + 1) % 2;
+
+        // MLP half.
+        let (ci, co) = carry_io(&mut carries[3], rd, above_lax, self.down.has_lax());
+        self.down.backward(
+            cx,
+            params,
+            grads,
+            Mat::new(&acts.m, t, f),
+            &acts.down,
+            pg(|b| &b.down, |a| &a.down),
+            dx,
+            dm,
+            ci,
+            co,
+            sc,
+        );
+        be.swiglu_bwd(
+            MatMut::new(dgu, 2 * t, f),
+            Mat::new(dm, t, f),
+            Mat::new(&acts.gu_out, 2 * t, f),
+            self.outer_silu,
+        );
+        let (ci, co) = carry_io(&mut carries[2], rd, above_lax, self.gu.has_lax());
+        self.gu.backward(
+            cx,
+            params,
+            grads,
+            Mat::new(&acts.mid, t, dres),
+            &acts.gu,
+            pg(|b| &b.gu, |a| &a.gu),
+            dgu,
+            dx,
+            ci,
+            co,
+            sc,
+        );
+
+        // Attention half.
+        let (ci, co) = carry_io(&mut carries[1], rd, above_lax, self.o.has_lax());
+        self.o.backward(
+            cx,
+            params,
+            grads,
+            Mat::new(&acts.attn, t, qw),
+            &acts.o,
+            pg(|b| &b.o, |a| &a.o),
+            dx,
+            dattn,
+            ci,
+            co,
+            sc,
+        );
+        let sh = self.attn_shape(dims, batch, seq);
+        be.attention_bwd(
+            dqkv,
+            Mat::new(dattn, t, qw),
+            &acts.probs,
+            attn_scratch,
+            &acts.qkv_out,
+            sh,
+        );
+        be.rope(
+            MatMut::at(dqkv, 0, t, qw, qw),
+            rope,
+            seq,
+            dims.head_dim,
+            true,
+        );
+        be.rope(
+            MatMut::at(dqkv, t * qw, t, kw, kw),
+            rope,
+            seq,
+            dims.head_dim,
+            true,
+        );
+        let (ci, co) = carry_io(&mut carries[0], rd, above_lax, self.qkv.has_lax());
+        self.qkv.backward(
+            cx,
+            params,
+            grads,
+            Mat::new(x_in, t, dres),
+            &acts.qkv,
+            pg(|b| &b.qkv, |a| &a.qkv),
+            dqkv,
+            dx,
+            ci,
+            co,
+            sc,
+        );
+    }
+}
+
+/// The (read, write) carry buffers of one group kind.
+fn carry_io<Buf>(
+    c: &mut [Buf; 2],
+    rd: usize,
+    above: bool,
+    has: bool,
+) -> (Option<&Buf>, Option<&mut Buf>) {
+    let [a, b] = c;
+    let (cin, cout) = if rd == 0 { (&*a, b) } else { (&*b, a) };
+    (above.then_some(cin), has.then_some(cout))
+}

@@ -1,0 +1,240 @@
+//! A group's backward, the forward in reverse: up-projections → collective → φ' → LaX
+//! crossing → down-projection → collective → norm. `dx` receives the gradient of the
+//! group's input: accumulated into the residual gradient when a norm feeds the group,
+//! overwritten otherwise.
+
+use super::*;
+use crate::params::two_mut;
+
+impl Group {
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        params: &[B::Buf],
+        grads: &mut [B::Buf],
+        x: Mat<B::Buf>,
+        acts: &GroupActs<B>,
+        prev: Option<(&Group, &GroupActs<B>)>,
+        dout: &B::Buf,
+        dx: &mut B::Buf,
+        carry_in: Option<&B::Buf>,
+        carry_out: Option<&mut B::Buf>,
+        sc: &mut Scratch<B>,
+    ) {
+        let (be, t, din) = (cx.be, cx.t, self.d_in_loc);
+        let placement = cx.layout.norm_placement();
+        let online = self.norm.is_some() && placement == NormPlacement::ShardedOnline;
+        let Scratch {
+            h,
+            dh,
+            dlat,
+            dlat2,
+            row,
+            kron,
+        } = sc;
+        // Gradient w.r.t. the GEMM input lands in `dh` when a norm follows, else in `dx`.
+        let has_norm = self.norm.is_some();
+
+        // The GEMM input as the forward saw it (recomputed: x, norm(x), or x ⊙ γ).
+        if let Some(gamma) = self.norm {
+            let stat = self.stat(&acts.lat, t);
+            if online {
+                be.mul_cols(MatMut::new(h, t, din), x, gamma.of(params));
+            } else {
+                be.rmsnorm_apply(MatMut::new(h, t, din), x, gamma.of(params), stat);
+            }
+        }
+        // `f`: the input gradient of a column-parallel first op is partial over tp ranks.
+        let needs_f = match cx.layout.scheme {
+            Scheme::Vanilla => true,
+            Scheme::Megatron => has_norm,
+            _ => false,
+        };
+
+        match &self.w {
+            Weights::Full { w } => {
+                let input = if has_norm { Mat::new(&*h, t, din) } else { x };
+                let gin = if has_norm { &mut *dh } else { &mut *dx };
+                for (j, wj) in w.iter().enumerate() {
+                    let dy = self.out_mat(dout, t, j);
+                    be.gemm(wj.of_mut(grads), dy.t(), input, 1.0, true);
+                    be.gemm(MatMut::new(gin, t, din), dy, wj.of(params), 1.0, j > 0);
+                }
+            }
+            Weights::LowRank { a, b, lax } => {
+                let geo = self.geom(t);
+                let r = self.r_loc;
+                // dB_j += z_jᵀ·dY_j ; dZ_j = dY_j·B_jᵀ
+                for (j, bj) in b.iter().enumerate() {
+                    let dy = self.out_mat(dout, t, j);
+                    be.gemm(bj.of_mut(grads), self.z_mat(acts, t, j).t(), dy, 1.0, true);
+                    be.gemm(geo.comp_mut(dlat, t, j), dy, bj.of(params).t(), 1.0, false);
+                }
+                // BTP: f in front of the column-parallel B: all-reduce the latent gradient.
+                if cx.layout.btp() {
+                    if self.grouped {
+                        cx.all_reduce(
+                            dlat,
+                            t,
+                            geo.len(),
+                            labels::b_bwd(self.kind, None),
+                            self.layer,
+                        );
+                    } else {
+                        for j in 0..self.c {
+                            cx.all_reduce(
+                                dlat,
+                                t + geo.comp(j).0,
+                                t * r,
+                                labels::b_bwd(self.kind, Some(j)),
+                                self.layer,
+                            );
+                        }
+                    }
+                }
+                // LaX: the next layer's crossing read this z.
+                if let Some(c) = carry_in {
+                    be.axpy(geo.whole_mut(dlat, t), geo.whole_mat(c, 0), 1.0);
+                }
+                if acts.z.is_some() {
+                    let (pp, base) = self.pre_phi(acts, t);
+                    be.silu_bwd(geo.whole_mut(dlat, t), geo.whole_mat(pp, base));
+                }
+                // LaX: back through LN and the gate; the latent gradient moves to dlat2.
+                let dp: &mut B::Buf = match (lax, &acts.lax) {
+                    (Some(lx), Some(la)) => {
+                        let (pg, pa) = prev.expect("a LaX crossing layer has a previous layer");
+                        let carry_out =
+                            carry_out.expect("a LaX crossing layer passes a gradient back");
+                        for (j, s) in lx.iter().enumerate() {
+                            let (dw, db) = two_mut(grads, s.ln_w, s.ln_b);
+                            be.layernorm_bwd(
+                                geo.comp_mut(dlat2, t, j),
+                                dw,
+                                db,
+                                geo.comp_mat(dlat, t, j),
+                                geo.comp_mat(&la.a, 0, j),
+                                s.ln_w.of(params),
+                                Mat::at(&la.mean, j * t, t, 1, 1),
+                                Mat::at(&la.rstd, j * t, t, 1, 1),
+                            );
+                            let zp = pg.z_mat(pa, t, j);
+                            let da = geo.comp_mat(dlat2, t, j);
+                            match &s.gate {
+                                Gate::Dense { w, b } => {
+                                    be.gemm(w.of_mut(grads), da.t(), zp, 1.0, true);
+                                    be.bias_grad(b.of_mut(grads), da);
+                                    be.gemm(
+                                        geo.comp_mut(carry_out, 0, j),
+                                        da,
+                                        w.of(params),
+                                        1.0,
+                                        false,
+                                    );
+                                }
+                                Gate::Kron { ka, kb } => {
+                                    be.fill(geo.comp_mut(carry_out, 0, j), 0.0);
+                                    let (dka, dkb) = two_mut(grads, *ka, *kb);
+                                    be.kron_bwd(
+                                        geo.comp_mut(carry_out, 0, j),
+                                        dka,
+                                        dkb,
+                                        da,
+                                        zp,
+                                        ka.of(params),
+                                        kb.of(params),
+                                        kron,
+                                    );
+                                }
+                            }
+                        }
+                        dlat2
+                    }
+                    _ => dlat,
+                };
+                if online {
+                    // dS = −Σ (dY ⊙ Y)·rstd² / (2d) over every output of the statistic, then
+                    // dH = dY·rstd (spec §3; Y is the saved normalised latent).
+                    let stat = self.stat(&acts.lat, t);
+                    for j in 0..self.c {
+                        let (dpj, pj) = (geo.comp_mat(dp, t, j), geo.comp_mat(&acts.lat, t, j));
+                        be.row_dot(
+                            MatMut::new(row, t, 1),
+                            dpj,
+                            pj,
+                            Some(stat),
+                            -0.5 / self.d_in as f64,
+                            j > 0,
+                        );
+                    }
+                    for j in 0..self.c {
+                        be.mul_rows(geo.comp_mut(dp, t, j), stat);
+                    }
+                }
+                let input = if has_norm { Mat::new(&*h, t, din) } else { x };
+                let gin = if has_norm { &mut *dh } else { &mut *dx };
+                let a_comp = |j: usize| Mat::at(&params[a.buf], a.off + j * r, din, r, a.ld);
+                if self.grouped {
+                    be.gemm(
+                        MatMut::new(gin, t, din),
+                        geo.whole_mat(dp, t),
+                        a.of(params).t(),
+                        1.0,
+                        false,
+                    );
+                    be.gemm(a.of_mut(grads), input.t(), geo.whole_mat(dp, t), 1.0, true);
+                } else {
+                    for j in 0..self.c {
+                        be.gemm(
+                            MatMut::new(gin, t, din),
+                            geo.comp_mat(dp, t, j),
+                            a_comp(j).t(),
+                            1.0,
+                            j > 0,
+                        );
+                        let ga = MatMut::at(&mut grads[a.buf], a.off + j * r, din, r, a.ld);
+                        be.gemm(ga, input.t(), geo.comp_mat(dp, t, j), 1.0, true);
+                    }
+                }
+            }
+        }
+        if needs_f {
+            let gin = if has_norm { &mut *dh } else { &mut *dx };
+            cx.all_reduce(gin, 0, t * din, labels::in_bwd(self.kind), self.layer);
+        }
+        // The norm's backward, accumulating into the residual gradient.
+        if let Some(gamma) = self.norm {
+            let g = gamma.of(params);
+            let gy = Mat::new(&*dh, t, din);
+            if online {
+                be.online_norm_bwd(
+                    MatMut::new(dx, t, din),
+                    gamma.of_mut(grads),
+                    gy,
+                    x,
+                    g,
+                    Mat::new(&*row, t, 1),
+                    true,
+                );
+            } else {
+                be.rmsnorm_bwd_dot(MatMut::new(row, t, 1), gy, x, g);
+                if placement == NormPlacement::ShardedSync {
+                    cx.all_reduce(row, 0, t, labels::stat(self.kind, true), self.layer);
+                }
+                let stat = self.stat(&acts.lat, t);
+                be.rmsnorm_bwd(
+                    MatMut::new(dx, t, din),
+                    gamma.of_mut(grads),
+                    gy,
+                    x,
+                    g,
+                    stat,
+                    Mat::new(&*row, t, 1),
+                    self.d_in,
+                    true,
+                );
+            }
+        }
+    }
+}

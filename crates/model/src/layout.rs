@@ -1,0 +1,131 @@
+//! How one rank holds the model: the tensor-parallel scheme, its degree and rank, and the
+//! local sizes that follow. The model math reads only these sizes and the placement
+//! decisions below; it has no other knowledge of the layout.
+
+use boost_config::{Arch, ModelConfig, NormMode, ParallelConfig, Scheme};
+
+/// Where the residual stream's RMSNorm gets its statistic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NormPlacement {
+    /// The residual is whole on every rank: an ordinary RMSNorm.
+    Replicated,
+    /// Hidden-sharded residual: all-reduce the statistic (and its gradient) separately.
+    ShardedSync,
+    /// Hidden-sharded residual: the statistic rides in the next A's all-reduce.
+    ShardedOnline,
+}
+
+/// One rank's view of the tensor-parallel layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub scheme: Scheme,
+    pub tp: usize,
+    pub rank: usize,
+    pub norm: NormMode,
+    pub grouping: bool,
+}
+
+impl Layout {
+    /// The unsharded model.
+    pub fn single(model: &ModelConfig) -> Self {
+        let scheme = if model.arch.is_low_rank() {
+            Scheme::Btp
+        } else {
+            Scheme::Megatron
+        };
+        Self {
+            scheme,
+            tp: 1,
+            rank: 0,
+            norm: NormMode::Online,
+            grouping: true,
+        }
+    }
+
+    pub fn from_config(model: &ModelConfig, par: &ParallelConfig, rank: usize) -> Self {
+        Self {
+            scheme: par.resolved_scheme(model),
+            tp: par.tp,
+            rank,
+            norm: par.norm,
+            grouping: par.grouping,
+        }
+    }
+
+    pub fn btp(&self) -> bool {
+        self.scheme == Scheme::Btp
+    }
+    pub fn vanilla(&self) -> bool {
+        self.scheme == Scheme::Vanilla
+    }
+
+    pub fn norm_placement(&self) -> NormPlacement {
+        match (self.scheme, self.norm) {
+            (Scheme::Btp, NormMode::Online) => NormPlacement::ShardedOnline,
+            (Scheme::Btp, NormMode::Sync) => NormPlacement::ShardedSync,
+            _ => NormPlacement::Replicated,
+        }
+    }
+}
+
+/// Local sizes of every tensor on this rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dims {
+    pub arch: Arch,
+    pub d: usize,
+    pub d_ff: usize,
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    pub rank: usize,
+    pub vocab: usize,
+    /// Vocabulary padded to a multiple of tp.
+    pub vocab_padded: usize,
+    /// Width of the residual stream held here (d/p under BTP, d otherwise).
+    pub d_res: usize,
+    pub heads_loc: usize,
+    pub kv_loc: usize,
+    pub d_ff_loc: usize,
+    /// Latent width held here (r/p under vanilla, r otherwise).
+    pub r_loc: usize,
+    /// Vocabulary rows of the LM head held here.
+    pub vocab_loc: usize,
+}
+
+impl Dims {
+    pub fn new(m: &ModelConfig, l: &Layout) -> Self {
+        let p = l.tp;
+        let shard_heads = matches!(l.scheme, Scheme::Btp | Scheme::Megatron);
+        let vocab_padded = m.vocab.div_ceil(p) * p;
+        Self {
+            arch: m.arch,
+            d: m.d,
+            d_ff: m.d_ff,
+            heads: m.heads,
+            kv_heads: m.kv_heads(),
+            head_dim: m.head_dim(),
+            rank: m.rank,
+            vocab: m.vocab,
+            vocab_padded,
+            d_res: if l.btp() { m.d / p } else { m.d },
+            heads_loc: if shard_heads { m.heads / p } else { m.heads },
+            kv_loc: if shard_heads {
+                m.kv_heads() / p
+            } else {
+                m.kv_heads()
+            },
+            d_ff_loc: if shard_heads { m.d_ff / p } else { m.d_ff },
+            r_loc: if l.vanilla() { m.rank / p } else { m.rank },
+            vocab_loc: vocab_padded / p,
+        }
+    }
+    pub fn q_loc(&self) -> usize {
+        self.heads_loc * self.head_dim
+    }
+    pub fn kv_w_loc(&self) -> usize {
+        self.kv_loc * self.head_dim
+    }
+    pub fn d_kv(&self) -> usize {
+        self.kv_heads * self.head_dim
+    }
+}

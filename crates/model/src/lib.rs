@@ -1,0 +1,15 @@
+//! The model, written once. A [`Model`] is one rank's share of a LLaMA-style decoder in any
+//! of the four architectures (full-rank, SVD, CoLA, LaX) under any tensor-parallel layout;
+//! forward and backward are explicit, and every collective is a visible call.
+
+pub mod group;
+pub mod init;
+pub mod labels;
+pub mod layout;
+pub mod params;
+
+pub use layout::{Dims, Layout, NormPlacement};
+pub mod block;
+pub mod model;
+
+pub use model::{Batch, LossSum, Model};

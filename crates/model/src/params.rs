@@ -1,0 +1,315 @@
+//! Parameter storage. A rank holds its parameters in a few flat buffers (one per grouped
+//! weight); each *canonical* tensor — the unsharded, ungrouped tensor of docs/MODEL.md —
+//! maps to a rectangle of one buffer. The same map drives initialisation, checkpoints,
+//! export and gathering gradients for parity tests.
+
+use boost_tensor::{Backend, DeviceBuf, Mat, MatMut};
+use std::ops::Range;
+
+/// How a canonical tensor is first filled.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Init {
+    Normal(f64),
+    Uniform(f64),
+    Const(f64),
+}
+
+/// A rectangle of one parameter buffer: `rows × cols` at `off` with row stride `ld`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub buf: usize,
+    pub off: usize,
+    pub rows: usize,
+    pub cols: usize,
+    pub ld: usize,
+}
+
+impl Slot {
+    pub fn of<'a, Buf: DeviceBuf>(&self, bufs: &'a [Buf]) -> Mat<'a, Buf> {
+        Mat::at(&bufs[self.buf], self.off, self.rows, self.cols, self.ld)
+    }
+    pub fn of_mut<'a, Buf: DeviceBuf>(&self, bufs: &'a mut [Buf]) -> MatMut<'a, Buf> {
+        MatMut::at(&mut bufs[self.buf], self.off, self.rows, self.cols, self.ld)
+    }
+    pub fn len(&self) -> usize {
+        self.rows * self.cols
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One canonical tensor and the part of it this rank holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Piece {
+    /// Canonical name, e.g. `model.layers.0.self_attn.q_proj.cola_a`.
+    pub name: String,
+    /// Canonical shape (1 or 2 dims).
+    pub shape: Vec<usize>,
+    /// Global rows and columns held here (a vector is one row).
+    pub rows: Range<usize>,
+    pub cols: Range<usize>,
+    /// Where they live locally (`rows.len() × cols.len()`).
+    pub slot: Slot,
+    pub init: Init,
+}
+
+impl Piece {
+    /// Canonical shape as a matrix (a vector is 1×n).
+    pub fn matrix_shape(&self) -> (usize, usize) {
+        match self.shape.as_slice() {
+            [n] => (1, *n),
+            [r, c] => (*r, *c),
+            s => panic!(
+                "canonical tensors have 1 or 2 dims, {} has {s:?}",
+                self.name
+            ),
+        }
+    }
+    pub fn is_whole(&self) -> bool {
+        let (r, c) = self.matrix_shape();
+        self.rows == (0..r) && self.cols == (0..c)
+    }
+}
+
+/// What a buffer is, for the optimizer and the gradient norm.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BufInfo {
+    pub name: String,
+    pub len: usize,
+    /// Weight decay applies (matrices yes; norm weights and biases no).
+    pub decay: bool,
+    /// Every tensor-parallel rank holds the same values (count once in the gradient norm).
+    pub replicated: bool,
+}
+
+pub struct ParamStore<B: Backend> {
+    pub values: Vec<B::Buf>,
+    pub grads: Vec<B::Buf>,
+    pub bufs: Vec<BufInfo>,
+    pub pieces: Vec<Piece>,
+}
+
+impl<B: Backend> ParamStore<B> {
+    pub fn new() -> Self {
+        Self {
+            values: Vec::new(),
+            grads: Vec::new(),
+            bufs: Vec::new(),
+            pieces: Vec::new(),
+        }
+    }
+
+    pub fn add_buf(
+        &mut self,
+        backend: &B,
+        name: &str,
+        len: usize,
+        decay: bool,
+        replicated: bool,
+    ) -> usize {
+        self.values.push(backend.alloc(len));
+        self.grads.push(backend.alloc(len));
+        self.bufs.push(BufInfo {
+            name: name.to_string(),
+            len,
+            decay,
+            replicated,
+        });
+        self.bufs.len() - 1
+    }
+
+    pub fn piece(&self, name: &str) -> Option<&Piece> {
+        self.pieces.iter().find(|p| p.name == name)
+    }
+
+    /// Elements held on this rank.
+    pub fn local_len(&self) -> usize {
+        self.bufs.iter().map(|b| b.len).sum()
+    }
+
+    /// Elements of the canonical (global) model.
+    pub fn global_len(&self) -> usize {
+        self.pieces
+            .iter()
+            .map(|p| {
+                let (r, c) = p.matrix_shape();
+                r * c
+            })
+            .sum()
+    }
+
+    pub fn zero_grads(&mut self, backend: &B) {
+        for (g, info) in self.grads.iter_mut().zip(&self.bufs) {
+            backend.fill(MatMut::new(g, 1, info.len), 0.0);
+        }
+    }
+}
+
+impl<B: Backend> Default for ParamStore<B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Rank `idx`'s part of `0..n` split into `parts` equal chunks.
+pub fn shard(n: usize, parts: usize, idx: usize) -> Range<usize> {
+    debug_assert_eq!(n % parts, 0, "{n} does not split into {parts}");
+    let k = n / parts;
+    idx * k..(idx + 1) * k
+}
+
+/// Which canonical dimension a tensor is split along across tensor-parallel ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Split {
+    Whole,
+    Rows,
+    Cols,
+}
+
+/// Builds one parameter buffer out of canonical tensors laid out side by side.
+pub struct BufBuilder {
+    name: String,
+    pieces: Vec<(
+        String,
+        Vec<usize>,
+        Range<usize>,
+        Range<usize>,
+        Init,
+        usize,
+        usize,
+    )>,
+    len: usize,
+}
+
+impl BufBuilder {
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            pieces: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// Append `name` as its own contiguous block; returns its local slot (buffer id filled
+    /// in by `finish`).
+    pub fn block(
+        &mut self,
+        name: String,
+        shape: Vec<usize>,
+        split: Split,
+        tp: usize,
+        rank: usize,
+        init: Init,
+    ) -> Slot {
+        let (r, c) = match shape.as_slice() {
+            [n] => (1, *n),
+            [r, c] => (*r, *c),
+            _ => unreachable!(),
+        };
+        let rows = if split == Split::Rows {
+            shard(r, tp, rank)
+        } else {
+            0..r
+        };
+        let cols = if split == Split::Cols {
+            shard(c, tp, rank)
+        } else {
+            0..c
+        };
+        let slot = Slot {
+            buf: usize::MAX,
+            off: self.len,
+            rows: rows.len(),
+            cols: cols.len(),
+            ld: cols.len(),
+        };
+        self.len += rows.len() * cols.len();
+        self.pieces
+            .push((name, shape, rows, cols, init, slot.off, slot.ld));
+        slot
+    }
+
+    /// Place `name` at a given rectangle (`off`, `ld`) of a buffer laid out by the caller
+    /// (e.g. a column block of a grouped weight); `len` grows to cover it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn at(
+        &mut self,
+        name: String,
+        shape: Vec<usize>,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        off: usize,
+        ld: usize,
+        init: Init,
+    ) -> Slot {
+        let slot = Slot {
+            buf: usize::MAX,
+            off,
+            rows: rows.len(),
+            cols: cols.len(),
+            ld,
+        };
+        self.len = self
+            .len
+            .max(off + (rows.len().max(1) - 1) * ld + cols.len());
+        self.pieces.push((name, shape, rows, cols, init, off, ld));
+        slot
+    }
+
+    pub fn reserve(&mut self, len: usize) {
+        self.len = self.len.max(len);
+    }
+
+    /// Allocate the buffer and register its pieces; returns the buffer id.
+    pub fn finish<B: Backend>(
+        self,
+        store: &mut ParamStore<B>,
+        backend: &B,
+        decay: bool,
+        replicated: bool,
+    ) -> usize {
+        let id = store.add_buf(backend, &self.name, self.len, decay, replicated);
+        for (name, shape, rows, cols, init, off, ld) in self.pieces {
+            let slot = Slot {
+                buf: id,
+                off,
+                rows: rows.len(),
+                cols: cols.len(),
+                ld,
+            };
+            store.pieces.push(Piece {
+                name,
+                shape,
+                rows,
+                cols,
+                slot,
+                init,
+            });
+        }
+        id
+    }
+}
+
+/// Point a slot returned by a builder at its buffer.
+pub fn bind(slot: Slot, buf: usize) -> Slot {
+    Slot { buf, ..slot }
+}
+
+/// Two slots of different buffers, both mutable.
+pub fn two_mut<'a, Buf: DeviceBuf>(
+    bufs: &'a mut [Buf],
+    a: Slot,
+    b: Slot,
+) -> (MatMut<'a, Buf>, MatMut<'a, Buf>) {
+    assert_ne!(a.buf, b.buf, "two_mut: both slots are in buffer {}", a.buf);
+    let (lo, hi, swap) = if a.buf < b.buf {
+        (a, b, false)
+    } else {
+        (b, a, true)
+    };
+    let (left, right) = bufs.split_at_mut(hi.buf);
+    let x = MatMut::at(&mut left[lo.buf], lo.off, lo.rows, lo.cols, lo.ld);
+    let y = MatMut::at(&mut right[0], hi.off, hi.rows, hi.cols, hi.ld);
+    if swap { (y, x) } else { (x, y) }
+}
