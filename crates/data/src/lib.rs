@@ -1,0 +1,58 @@
+//! Training data for BOOST: token shards, tokenizers, corpora, and the loader.
+//!
+//! # Dataset directory
+//!
+//! `boost data` (module [`cli`]) and [`prepare`] produce a directory holding
+//!
+//! - `train.bin`, `val.bin`: token shards (format below);
+//! - `tokenizer.json`: the Hugging Face tokenizer the shards were made with;
+//! - `meta.json`: the build record ([`Meta`]): token and document counts, vocabulary size,
+//!   end-of-text id, tokenizer kind, sources, split seed, and the unigram entropy of the training
+//!   tokens in nats and bits (the loss of a context-free model: the loss to beat).
+//!
+//! The documents are split train/validation at document level, deterministically from the seed
+//! ([`split_documents`]). Each document's tokens are followed by the end-of-text token
+//! `<|endoftext|>`, so the shards are the documents joined with it as separator (plus one at the
+//! end). A trained tokenizer is a byte-level BPE ([`Tokenizer::train_bpe`]) learned on the
+//! training documents only.
+//!
+//! # Token shard format, version 1
+//!
+//! A shard is a 32-byte header followed by the tokens; all integers are little-endian.
+//!
+//! | offset | size | field                                                      |
+//! |-------:|-----:|------------------------------------------------------------|
+//! |      0 |    8 | magic `b"BOOSTTOK"`                                         |
+//! |      8 |    4 | `u32` version = 1                                           |
+//! |     12 |    4 | `u32` token width in bytes: 2 (`u16` ids) or 4 (`u32` ids)  |
+//! |     16 |    8 | `u64` token count N                                         |
+//! |     24 |    4 | `u32` vocabulary size V (every id is below V)               |
+//! |     28 |    4 | `u32` reserved = 0                                          |
+//! |     32 |  N·W | the tokens, each W bytes                                    |
+//!
+//! The width is 2 whenever `V <= 65536`, else 4. The file length is exactly `32 + N·W`; a reader
+//! rejects anything else (a truncated or padded file), a wrong magic or version, and a width
+//! other than 2 or 4. Writers write a temporary file in the same directory and rename it into
+//! place, so a shard is never seen half written. [`Shard`] reads shards through a memory map.
+//!
+//! # Loader
+//!
+//! [`Loader`] cuts a shard into windows of `S + 1` tokens overlapping by one and serves an
+//! infinite, seeded, epoch-wise shuffled stream of them by position, so a checkpoint needs only
+//! the number of sequences consumed; see the [`loader`] module.
+
+pub mod cli;
+pub mod dataset;
+pub mod input;
+pub mod loader;
+pub mod shakespeare;
+pub mod shard;
+pub mod tokenizer;
+
+pub use dataset::{
+    BuildOptions, Dataset, Meta, TokenizerChoice, build, prepare, split_documents, unigram_entropy,
+};
+pub use input::{Document, read_inputs};
+pub use loader::{Loader, epoch_permutation};
+pub use shard::{Shard, write_shard};
+pub use tokenizer::{EOS, Tokenizer};
