@@ -113,6 +113,9 @@ pub struct PlanArgs {
     /// Threads for `--calibrate-cpu` (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
+    /// Sweeps of `--calibrate-cpu`; the best of them is kept (use several on a busy machine).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
     /// List the cluster presets and exit.
     #[arg(long)]
     pub list_clusters: bool,
@@ -128,7 +131,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(out) = &args.calibrate_cpu {
-        crate::calibrate::calibrate_cpu(out, args.threads, !args.json)?;
+        crate::calibrate::calibrate_cpu(out, args.threads, args.rounds, !args.json)?;
         println!("wrote {}", out.display());
         return Ok(());
     }
