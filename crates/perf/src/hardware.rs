@@ -168,8 +168,8 @@ pub struct Timer<'a> {
     pub setup: &'a Setup,
     /// Compute and bandwidth share of one rank.
     share: f64,
-    /// Peak of the set-up's dtype (f32 runs at half the bf16 Tensor-Core rate on GPUs
-    /// is not modelled: the preset's dtype is the one its peak is for).
+    /// Peak FLOP/s of one rank in the set-up's dtype: the preset's peak is for its own dtype;
+    /// f32 on a bf16 GPU preset runs at half of it (TF32 Tensor Cores).
     peak: f64,
 }
 

@@ -147,7 +147,10 @@ pub struct Flops {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Prediction {
+    /// One-line description of the set-up.
     pub setup: String,
+    /// The set-up itself (model, layout, micro-batch, dtype).
+    pub config: Setup,
     pub cluster: String,
     pub iteration_time_s: f64,
     pub tokens_per_s: f64,
@@ -235,6 +238,7 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
     };
     Prediction {
         setup: s.describe(),
+        config: s.clone(),
         cluster: hw.name.clone(),
         iteration_time_s: iteration,
         tokens_per_s: tokens / iteration,
