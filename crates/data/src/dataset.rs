@@ -168,6 +168,10 @@ pub fn build(docs: &[Document], opts: &BuildOptions, out_dir: &Path) -> Result<M
         val_docs.len(),
         opts.seed
     );
+    if val_idx.len() <= 10 {
+        let names: Vec<&str> = val_idx.iter().map(|&i| docs[i].name.as_str()).collect();
+        eprintln!("data: validation documents: {}", names.join(", "));
+    }
 
     let (tokenizer, kind) = match &opts.tokenizer {
         TokenizerChoice::Bpe => {
@@ -226,15 +230,7 @@ pub fn build(docs: &[Document], opts: &BuildOptions, out_dir: &Path) -> Result<M
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "data".into());
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{base}.tmp-"))
-        .tempdir_in(&parent)
-        .with_context(|| {
-            format!(
-                "cannot create a temporary directory in {}",
-                parent.display()
-            )
-        })?;
+    let tmp = crate::atomic::temp_dir_in(&parent, &format!(".{base}.build-"))?;
     write_shard(&tmp.path().join(TRAIN_BIN), &train, vocab)?;
     write_shard(&tmp.path().join(VAL_BIN), &val, vocab)?;
     tokenizer.save(tmp.path().join(TOKENIZER_JSON))?;
@@ -249,13 +245,9 @@ pub fn build(docs: &[Document], opts: &BuildOptions, out_dir: &Path) -> Result<M
     Ok(meta)
 }
 
-fn commit(tmp: tempfile::TempDir, out_dir: &Path) -> Result<()> {
+fn commit(tmp: crate::atomic::TempPath, out_dir: &Path) -> Result<()> {
     if !out_dir.exists() {
-        let path = tmp.keep();
-        std::fs::rename(&path, out_dir).with_context(|| {
-            format!("cannot rename {} to {}", path.display(), out_dir.display())
-        })?;
-        return Ok(());
+        return tmp.persist(out_dir);
     }
     if !out_dir.is_dir() {
         bail!("{} exists and is not a directory", out_dir.display());

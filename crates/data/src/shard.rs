@@ -116,13 +116,9 @@ pub fn write_shard(path: &Path, tokens: &[u32], vocab: u32) -> Result<()> {
         _ => PathBuf::from("."),
     };
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let tmp = tempfile::Builder::new()
-        .prefix(".shard-")
-        .suffix(".tmp")
-        .tempfile_in(&dir)
-        .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+    let (tmp, file) = crate::atomic::temp_file_in(&dir, ".shard-")?;
     {
-        let mut w = BufWriter::with_capacity(1 << 20, tmp.as_file());
+        let mut w = BufWriter::with_capacity(1 << 20, &file);
         w.write_all(&header.to_bytes())?;
         let mut buf = Vec::with_capacity(1 << 16);
         for chunk in tokens.chunks(1 << 14) {
@@ -141,11 +137,10 @@ pub fn write_shard(path: &Path, tokens: &[u32], vocab: u32) -> Result<()> {
         w.flush()
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    tmp.as_file().sync_all().ok();
+    file.sync_all().ok();
+    drop(file);
     tmp.persist(path)
-        .map_err(|e| e.error)
-        .with_context(|| format!("cannot move the new shard into place at {}", path.display()))?;
-    Ok(())
+        .with_context(|| format!("cannot move the new shard into place at {}", path.display()))
 }
 
 /// A read-only, memory-mapped token shard. Cloning is cheap (the mapping is shared).
