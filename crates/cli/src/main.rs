@@ -1,18 +1,48 @@
 //! `boost`: one binary, one subcommand per job.
 
+mod commands;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "boost", version, about = "Train low-rank (bottleneck) LLMs with 3D parallelism")]
+#[command(
+    name = "boost",
+    version,
+    about = "Train low-rank (bottleneck) LLMs with 3D parallelism (BOOST)"
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
-enum Command {}
+enum Command {
+    /// Train a model (with no arguments: the demo CoLA model on Shakespeare).
+    Train(commands::TrainArgs),
+    /// Score a checkpoint on a dataset's validation split or on a text file.
+    Eval(commands::EvalArgs),
+    /// Write a checkpoint as a Hugging Face-style folder.
+    Export(commands::ExportArgs),
+    /// Build token shards from text or JSONL (or fetch the demo corpus).
+    Data(boost_data::cli::DataArgs),
+    /// Predict step time, communication and memory of a model × layout × cluster.
+    Plan(boost_perf::cli::PlanArgs),
+}
 
 fn main() {
     let cli = Cli::parse();
-    match cli.command {}
+    let result = match cli
+        .command
+        .unwrap_or(Command::Train(commands::TrainArgs::default()))
+    {
+        Command::Train(a) => commands::train(&a),
+        Command::Eval(a) => commands::eval(&a),
+        Command::Export(a) => commands::export(&a),
+        Command::Data(a) => boost_data::cli::run(&a),
+        Command::Plan(a) => boost_perf::cli::run(&a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
 }

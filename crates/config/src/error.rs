@@ -10,7 +10,10 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { key: key.into(), message: message.into() }
+        Self {
+            key: key.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -28,7 +31,7 @@ impl std::error::Error for ConfigError {}
 
 /// Divisors of `n`, for error messages that list valid choices.
 pub fn divisors(n: usize) -> Vec<usize> {
-    (1..=n).filter(|k| n % k == 0).collect()
+    (1..=n).filter(|k| n.is_multiple_of(*k)).collect()
 }
 
 /// Format a list of choices as `{1, 2, 4}`.

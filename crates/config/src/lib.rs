@@ -11,7 +11,9 @@ mod train;
 
 pub use data::{DataConfig, RunConfig};
 pub use error::{ConfigError, choices, divisors};
-pub use model::{Arch, LaxConfig, LaxFlavour, LaxGate, ModelConfig, PRESETS, Phi, Preset, preset, preset_names};
+pub use model::{
+    Arch, LaxConfig, LaxFlavour, LaxGate, ModelConfig, PRESETS, Phi, Preset, preset, preset_names,
+};
 pub use overrides::apply_set;
 pub use parallel::{NormMode, ParallelConfig, PipeSchedule, Scheme};
 pub use train::{Device, Recompute, Schedule, TrainConfig, parse_device};
@@ -19,6 +21,9 @@ pub use train::{Device, Recompute, Schedule, TrainConfig, parse_device};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use toml::Table;
+
+/// A TOML table, for callers that edit a config before typing it.
+pub type TomlTable = toml::Table;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -51,7 +56,10 @@ impl Config {
                     ConfigError::new("", format!("cannot read config file {}: {e}", p.display()))
                 })?;
                 text.parse::<Table>().map_err(|e| {
-                    ConfigError::new("", format!("{} is not valid TOML: {}", p.display(), e.message()))
+                    ConfigError::new(
+                        "",
+                        format!("{} is not valid TOML: {}", p.display(), e.message()),
+                    )
                 })?
             }
         };
@@ -127,7 +135,10 @@ mod tests {
     #[test]
     fn presets_fill_unset_keys_and_sets_override() {
         let c = load(&["model.preset=cola-60m", "model.arch=full", "model.rank=64"]).unwrap();
-        assert_eq!((c.model.d, c.model.d_ff, c.model.layers, c.model.heads), (512, 1376, 8, 8));
+        assert_eq!(
+            (c.model.d, c.model.d_ff, c.model.layers, c.model.heads),
+            (512, 1376, 8, 8)
+        );
         assert_eq!(c.model.rank, 64);
         assert_eq!(c.model.arch, Arch::Full);
         assert_eq!(c.parallel.resolved_scheme(&c.model), Scheme::Megatron);
@@ -170,7 +181,12 @@ mod tests {
 
     #[test]
     fn round_trips_through_toml() {
-        let c = load(&["model.arch=lax", "model.lax.gate=kron", "train.schedule=wsd"]).unwrap();
+        let c = load(&[
+            "model.arch=lax",
+            "model.lax.gate=kron",
+            "train.schedule=wsd",
+        ])
+        .unwrap();
         let again = Config::from_toml_str(&c.to_toml()).unwrap();
         assert_eq!(c, again);
         assert_eq!(c.model.kron_factors(), (8, 8));

@@ -145,15 +145,96 @@ pub struct Preset {
 /// The shapes the framework knows by name. `demo` is the default: a small CoLA model
 /// that trains in minutes on two CPU cores.
 pub const PRESETS: &[Preset] = &[
-    Preset { name: "demo", d: 256, d_ff: 688, layers: 4, heads: 4, rank: 64, vocab: 0, only_lr_act: false },
-    Preset { name: "cola-60m", d: 512, d_ff: 1376, layers: 8, heads: 8, rank: 128, vocab: 32000, only_lr_act: false },
-    Preset { name: "cola-130m", d: 768, d_ff: 2048, layers: 12, heads: 12, rank: 256, vocab: 32000, only_lr_act: false },
-    Preset { name: "cola-350m", d: 1024, d_ff: 2736, layers: 24, heads: 16, rank: 256, vocab: 32000, only_lr_act: true },
-    Preset { name: "1b", d: 2048, d_ff: 5472, layers: 24, heads: 32, rank: 512, vocab: 32000, only_lr_act: true },
-    Preset { name: "3b", d: 3072, d_ff: 8192, layers: 28, heads: 24, rank: 768, vocab: 32000, only_lr_act: true },
-    Preset { name: "7b", d: 4096, d_ff: 11008, layers: 32, heads: 32, rank: 1024, vocab: 32000, only_lr_act: true },
-    Preset { name: "13b", d: 5120, d_ff: 13824, layers: 40, heads: 40, rank: 1280, vocab: 32000, only_lr_act: true },
-    Preset { name: "30b", d: 8192, d_ff: 22016, layers: 36, heads: 64, rank: 2048, vocab: 32000, only_lr_act: true },
+    Preset {
+        name: "demo",
+        d: 256,
+        d_ff: 688,
+        layers: 4,
+        heads: 4,
+        rank: 64,
+        vocab: 0,
+        only_lr_act: false,
+    },
+    Preset {
+        name: "cola-60m",
+        d: 512,
+        d_ff: 1376,
+        layers: 8,
+        heads: 8,
+        rank: 128,
+        vocab: 32000,
+        only_lr_act: false,
+    },
+    Preset {
+        name: "cola-130m",
+        d: 768,
+        d_ff: 2048,
+        layers: 12,
+        heads: 12,
+        rank: 256,
+        vocab: 32000,
+        only_lr_act: false,
+    },
+    Preset {
+        name: "cola-350m",
+        d: 1024,
+        d_ff: 2736,
+        layers: 24,
+        heads: 16,
+        rank: 256,
+        vocab: 32000,
+        only_lr_act: true,
+    },
+    Preset {
+        name: "1b",
+        d: 2048,
+        d_ff: 5472,
+        layers: 24,
+        heads: 32,
+        rank: 512,
+        vocab: 32000,
+        only_lr_act: true,
+    },
+    Preset {
+        name: "3b",
+        d: 3072,
+        d_ff: 8192,
+        layers: 28,
+        heads: 24,
+        rank: 768,
+        vocab: 32000,
+        only_lr_act: true,
+    },
+    Preset {
+        name: "7b",
+        d: 4096,
+        d_ff: 11008,
+        layers: 32,
+        heads: 32,
+        rank: 1024,
+        vocab: 32000,
+        only_lr_act: true,
+    },
+    Preset {
+        name: "13b",
+        d: 5120,
+        d_ff: 13824,
+        layers: 40,
+        heads: 40,
+        rank: 1280,
+        vocab: 32000,
+        only_lr_act: true,
+    },
+    Preset {
+        name: "30b",
+        d: 8192,
+        d_ff: 22016,
+        layers: 36,
+        heads: 64,
+        rank: 2048,
+        vocab: 32000,
+        only_lr_act: true,
+    },
 ];
 
 pub fn preset(name: &str) -> Option<&'static Preset> {
@@ -176,7 +257,10 @@ pub(crate) fn apply_preset(model: &mut Table) -> Result<(), ConfigError> {
     let p = preset(&name).ok_or_else(|| {
         ConfigError::new(
             "model.preset",
-            format!("unknown preset \"{name}\"; choose one of {}", choices(&preset_names())),
+            format!(
+                "unknown preset \"{name}\"; choose one of {}",
+                choices(&preset_names())
+            ),
         )
     })?;
     let defaults: [(&str, toml::Value); 9] = [
@@ -252,9 +336,12 @@ impl ModelConfig {
         } else {
             let s = (r as f64).sqrt();
             (1..=r)
-                .filter(|a| r % a == 0)
+                .filter(|a| r.is_multiple_of(*a))
                 .min_by(|x, y| {
-                    ((*x as f64) - s).abs().partial_cmp(&((*y as f64) - s).abs()).unwrap()
+                    ((*x as f64) - s)
+                        .abs()
+                        .partial_cmp(&((*y as f64) - s).abs())
+                        .unwrap()
                 })
                 .unwrap_or(1)
         };
@@ -265,7 +352,10 @@ impl ModelConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let pos = |key: &str, v: usize| {
             if v == 0 {
-                Err(ConfigError::new(format!("model.{key}"), "must be at least 1"))
+                Err(ConfigError::new(
+                    format!("model.{key}"),
+                    "must be at least 1",
+                ))
             } else {
                 Ok(())
             }
@@ -277,7 +367,7 @@ impl ModelConfig {
         if self.arch.is_low_rank() {
             pos("rank", self.rank)?;
         }
-        if self.d % self.heads != 0 {
+        if !self.d.is_multiple_of(self.heads) {
             let valid: Vec<usize> = crate::divisors(self.d);
             return Err(ConfigError::new(
                 "model.heads",
@@ -289,7 +379,7 @@ impl ModelConfig {
                 ),
             ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return Err(ConfigError::new(
                 "model.heads",
                 format!(
@@ -299,7 +389,7 @@ impl ModelConfig {
             ));
         }
         let kv = self.kv_heads();
-        if kv == 0 || self.heads % kv != 0 {
+        if kv == 0 || !self.heads.is_multiple_of(kv) {
             return Err(ConfigError::new(
                 "model.kv_heads",
                 format!(
@@ -323,11 +413,17 @@ impl ModelConfig {
                 ));
             }
         }
-        if !(self.norm_eps > 0.0) {
-            return Err(ConfigError::new("model.norm_eps", "must be positive, e.g. 1e-6"));
+        if self.norm_eps.is_nan() || self.norm_eps <= 0.0 {
+            return Err(ConfigError::new(
+                "model.norm_eps",
+                "must be positive, e.g. 1e-6",
+            ));
         }
-        if !(self.rope_theta > 0.0) {
-            return Err(ConfigError::new("model.rope_theta", "must be positive, e.g. 10000"));
+        if self.rope_theta.is_nan() || self.rope_theta <= 0.0 {
+            return Err(ConfigError::new(
+                "model.rope_theta",
+                "must be positive, e.g. 10000",
+            ));
         }
         Ok(())
     }

@@ -81,11 +81,17 @@ impl ParallelConfig {
     pub fn validate(&self, model: &ModelConfig) -> Result<(), ConfigError> {
         for (key, v) in [("tp", self.tp), ("pp", self.pp), ("dp", self.dp)] {
             if v == 0 {
-                return Err(ConfigError::new(format!("parallel.{key}"), "must be at least 1"));
+                return Err(ConfigError::new(
+                    format!("parallel.{key}"),
+                    "must be at least 1",
+                ));
             }
         }
         if self.zero > 1 {
-            return Err(ConfigError::new("parallel.zero", "only ZeRO stages 0 and 1 exist here"));
+            return Err(ConfigError::new(
+                "parallel.zero",
+                "only ZeRO stages 0 and 1 exist here",
+            ));
         }
         let scheme = self.resolved_scheme(model);
         match scheme {
@@ -108,7 +114,7 @@ impl ParallelConfig {
         }
         let tp = self.tp;
         let check = |what: &str, key: &str, n: usize| -> Result<(), ConfigError> {
-            if n % tp != 0 {
+            if !n.is_multiple_of(tp) {
                 let valid: Vec<usize> = divisors(n);
                 Err(ConfigError::new(
                     "parallel.tp",
@@ -132,7 +138,7 @@ impl ParallelConfig {
                 check("model.rank", "model.rank", model.rank)?;
             }
         }
-        if model.layers % self.pp != 0 {
+        if !model.layers.is_multiple_of(self.pp) {
             return Err(ConfigError::new(
                 "parallel.pp",
                 format!(

@@ -117,7 +117,7 @@ impl<B: Backend> Model<B> {
             );
             bind(
                 slot,
-                bb.finish(&mut store, &be, true, !(layout.btp() && p > 1) && p > 1),
+                bb.finish(&mut store, &be, true, !layout.btp() && p > 1),
             )
         };
         let blocks: Vec<Block> = (0..cfg.layers)

@@ -167,18 +167,21 @@ pub enum Split {
     Cols,
 }
 
+/// A canonical tensor waiting for its buffer: name, shape, rows, cols, init, offset, stride.
+type Pending = (
+    String,
+    Vec<usize>,
+    Range<usize>,
+    Range<usize>,
+    Init,
+    usize,
+    usize,
+);
+
 /// Builds one parameter buffer out of canonical tensors laid out side by side.
 pub struct BufBuilder {
     name: String,
-    pieces: Vec<(
-        String,
-        Vec<usize>,
-        Range<usize>,
-        Range<usize>,
-        Init,
-        usize,
-        usize,
-    )>,
+    pieces: Vec<Pending>,
     len: usize,
 }
 

@@ -338,9 +338,9 @@ fn naive_attention(qkv: &[f64], sh: AttnShape) -> Vec<f64> {
                         *v
                     })
                     .sum();
-                for j in 0..=i {
+                for (j, p) in sc.iter().enumerate() {
                     for k in 0..dh {
-                        out[(b * s + i) * qw + h * dh + k] += sc[j] / z * v_at(b * s + j, g)[k];
+                        out[(b * s + i) * qw + h * dh + k] += p / z * v_at(b * s + j, g)[k];
                     }
                 }
             }

@@ -1,0 +1,12 @@
+//! Training on top of the model: AdamW, learning-rate schedules, the step loop, metrics,
+//! checkpoints, evaluation and export.
+
+pub mod checkpoint;
+pub mod metrics;
+pub mod optim;
+pub mod schedule;
+pub mod trainer;
+
+pub use trainer::{Summary, TrainOptions, train};
+pub mod eval;
+pub mod export;

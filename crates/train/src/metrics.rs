@@ -1,0 +1,59 @@
+//! `metrics.jsonl`: one JSON object per optimizer step (and the validation results on the
+//! steps that evaluate).
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StepMetrics {
+    pub step: u64,
+    /// Mean training loss over the step's tokens.
+    pub loss: f64,
+    pub lr: f64,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f64,
+    pub tokens_per_sec: f64,
+    pub step_time_s: f64,
+    /// Training tokens consumed so far.
+    pub tokens: u64,
+    pub elapsed_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_loss: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_ppl: Option<f64>,
+    /// Collectives issued this step on this rank, and their payload bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_calls: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm_bytes: Option<u64>,
+}
+
+pub struct MetricsWriter {
+    out: BufWriter<File>,
+}
+
+impl MetricsWriter {
+    /// Open `path`; `append` continues a resumed run's file.
+    pub fn open(path: &Path, append: bool) -> Result<Self> {
+        let f = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .append(append)
+            .truncate(!append)
+            .open(path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        Ok(Self {
+            out: BufWriter::new(f),
+        })
+    }
+
+    pub fn write(&mut self, m: &StepMetrics) -> Result<()> {
+        serde_json::to_writer(&mut self.out, m)?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()?;
+        Ok(())
+    }
+}

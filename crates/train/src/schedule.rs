@@ -1,0 +1,74 @@
+//! Learning rate at each optimizer step: linear warm-up, then cosine, WSD or constant.
+
+use boost_config::{Schedule, TrainConfig};
+
+/// The learning rate of optimizer step `step` (0-based).
+pub fn lr_at(cfg: &TrainConfig, step: usize) -> f64 {
+    let peak = cfg.lr;
+    let min = cfg.lr * cfg.min_lr_ratio;
+    if step < cfg.warmup_steps {
+        return peak * (step + 1) as f64 / cfg.warmup_steps as f64;
+    }
+    let last = cfg.steps.saturating_sub(1).max(1);
+    match cfg.schedule {
+        Schedule::Constant => peak,
+        Schedule::Cosine => {
+            let span = last.saturating_sub(cfg.warmup_steps).max(1);
+            let progress = ((step - cfg.warmup_steps) as f64 / span as f64).min(1.0);
+            min + (peak - min) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
+        }
+        Schedule::Wsd => {
+            let decay_steps = ((cfg.steps as f64) * cfg.decay_fraction).round() as usize;
+            let start = cfg.steps.saturating_sub(decay_steps).max(cfg.warmup_steps);
+            if step < start || decay_steps == 0 {
+                peak
+            } else {
+                let span = last.saturating_sub(start).max(1);
+                let progress = ((step - start) as f64 / span as f64).min(1.0);
+                peak + (min - peak) * progress
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(schedule: Schedule) -> TrainConfig {
+        TrainConfig {
+            steps: 100,
+            warmup_steps: 10,
+            lr: 1.0,
+            min_lr_ratio: 0.1,
+            schedule,
+            decay_fraction: 0.2,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn warmup_is_linear_then_cosine_reaches_the_floor() {
+        let c = cfg(Schedule::Cosine);
+        assert!((lr_at(&c, 0) - 0.1).abs() < 1e-12);
+        assert!((lr_at(&c, 9) - 1.0).abs() < 1e-12);
+        assert!((lr_at(&c, 10) - 1.0).abs() < 1e-12);
+        assert!((lr_at(&c, 99) - 0.1).abs() < 1e-12);
+        let mid = lr_at(&c, 10 + 89 / 2);
+        assert!(mid > 0.5 && mid < 0.6, "{mid}");
+        for s in 10..99 {
+            assert!(lr_at(&c, s + 1) <= lr_at(&c, s));
+        }
+    }
+
+    #[test]
+    fn wsd_is_flat_then_decays_linearly() {
+        let c = cfg(Schedule::Wsd);
+        assert_eq!(lr_at(&c, 50), 1.0);
+        assert_eq!(lr_at(&c, 79), 1.0);
+        assert_eq!(lr_at(&c, 80), 1.0);
+        assert!((lr_at(&c, 99) - 0.1).abs() < 1e-12);
+        assert!(lr_at(&c, 90) < 1.0 && lr_at(&c, 90) > 0.1);
+        assert_eq!(lr_at(&cfg(Schedule::Constant), 99), 1.0);
+    }
+}
