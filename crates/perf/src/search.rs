@@ -61,6 +61,10 @@ pub fn search(base: &Setup, hw: &Hardware, o: &SearchOptions) -> Vec<Candidate> 
                 .filter(|&m| m <= o.max_micro_batch)
             {
                 for &scheme in schemes {
+                    // Without TP, vanilla and BTP run the same computation.
+                    if scheme == Scheme::Vanilla && tp == 1 {
+                        continue;
+                    }
                     let norms: Vec<NormKind> = if scheme == Scheme::Btp && tp > 1 {
                         NormKind::ALL
                             .into_iter()
