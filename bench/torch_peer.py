@@ -11,6 +11,10 @@ the warm-up are timed and one JSON line is printed on stdout:
     {"step_time_s": ..., "step_times_s": [...], "tokens_per_sec": ..., "params": ...,
      "threads": ..., "torch_version": ..., ...}
 
+step_time_s is the median of the timed steps and tokens_per_sec = micro_batch·seq / median.
+The extra fields (step_time_min_s, cpu_times_s = process CPU seconds per timed step,
+loadavg_start / loadavg_end from os.getloadavg()) show whether other work shared the cores.
+
 tests/reference/test_reference.py loads fixture weights into BoostLM in float64 and checks
 logits, loss and gradients against the reference fixtures.
 """
@@ -18,6 +22,7 @@ logits, loss and gradients against the reference fixtures.
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -297,13 +302,15 @@ def main(argv=None):
         opt.step()
         return loss.item()
 
-    times = []
+    load_start = os.getloadavg()
+    times, cpu_times = [], []
     for i in range(args.warmup + args.rounds):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss = step()
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         if i >= args.warmup:
             times.append(dt)
+            cpu_times.append(dc)
         if not args.json:
             kind = "warmup" if i < args.warmup else "step"
             print(f"{kind} {i}: {dt:.3f} s, loss {loss:.4f}", file=sys.stderr)
@@ -314,6 +321,10 @@ def main(argv=None):
         "step_time_s": median,
         "step_times_s": times,
         "tokens_per_sec": tokens / median,
+        "step_time_min_s": min(times),
+        "cpu_times_s": cpu_times,
+        "loadavg_start": list(load_start),
+        "loadavg_end": list(os.getloadavg()),
         "params": n_params,
         "threads": args.threads,
         "torch_version": torch.__version__,

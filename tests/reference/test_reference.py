@@ -12,7 +12,9 @@
 (d) the fixtures on disk are what make_fixtures.py produces now, have the documented layout,
     and stay small;
 (e) the benchmark peer bench/torch_peer.py, loaded with fixture weights in float64, matches the
-    fixtures' logits, loss and gradients.
+    fixtures' logits, loss and gradients;
+(f) check_export.py reads an export folder written from fixture weights and reproduces the
+    logits, and names a missing tensor.
 """
 
 import json
@@ -442,6 +444,66 @@ def test_peer_matches_fixtures():
         for k, p in model.named_parameters():
             close(p.grad, disk[f"grad.{k}"], f"peer {name} grad {k}")
     print("  bench/torch_peer.py matches every fixture in float64")
+
+
+# ----------------------------------------------------------------------------------------------
+# (f) check_export.py on an export written from fixture weights
+# ----------------------------------------------------------------------------------------------
+
+
+def test_check_export_round_trip():
+    import contextlib
+    import io
+    import subprocess
+    import tempfile
+
+    import check_export
+    from safetensors.torch import load_file, save_file
+
+    script = os.path.join(HERE, "check_export.py")
+    for name, cfg in make_fixtures.CASES.items():
+        path = os.path.join(make_fixtures.DEFAULT_OUT, f"{name}.safetensors")
+        disk = load_file(path)
+        with tempfile.TemporaryDirectory() as tmp:
+            export = os.path.join(tmp, "export")
+            os.makedirs(export)
+            hf = check_export.export_config_json(cfg)
+            with open(os.path.join(export, "config.json"), "w") as f:
+                json.dump(hf, f)
+            want = ref.normalize_config(cfg)
+            want["lax"]["kron_a"] = ref.kron_factors(want)[0] if cfg["arch"] == "lax" else 0
+            assert check_export.config_from_export(hf) == want, name
+            weights = {
+                k[len("param.") :]: v.to(torch.float32).contiguous()
+                for k, v in disk.items()
+                if k.startswith("param.")
+            }
+            save_file(weights, os.path.join(export, "model.safetensors"))
+            save_file({"ids": disk["ids"]}, os.path.join(tmp, "ids.safetensors"))
+            out = os.path.join(tmp, "out.safetensors")
+            argv = [export, os.path.join(tmp, "ids.safetensors"), out]
+            if name == "lax_kron_svd":
+                # Once through the command line, as the Rust test calls it.
+                run = subprocess.run([sys.executable, script] + argv, capture_output=True, text=True)
+                assert run.returncode == 0, run.stderr
+            else:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    assert check_export.main(argv) == 0
+            logits = load_file(out)["logits"]
+            assert logits.dtype == DT
+            # fp32-rounded weights, float64 compute: close to the fixture, not equal.
+            close(logits, disk["logits"], f"export {name}", rtol=1e-4, atol=1e-4)
+            exact = ref.forward({k: v.to(DT) for k, v in weights.items()}, cfg, disk["ids"])
+            close(logits, exact, f"export {name} (same weights)", rtol=1e-12, atol=1e-12)
+
+            # A missing tensor is reported with its name.
+            del weights["model.norm.weight"]
+            save_file(weights, os.path.join(export, "model.safetensors"))
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err):
+                rc = check_export.main(argv)
+            assert rc == 1 and "model.norm.weight" in err.getvalue(), err.getvalue()
+    print("  check_export.py reproduces every fixture from an fp32 export")
 
 
 def main():
