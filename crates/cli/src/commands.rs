@@ -41,10 +41,7 @@ pub struct TrainArgs {
 pub fn set_threads(n: usize) {
     if n > 0 {
         // Fails only if a pool already exists, which then keeps its size.
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global()
-            .ok();
+        rayon::ThreadPoolBuilder::new().num_threads(n).build_global().ok();
     }
 }
 
@@ -59,8 +56,7 @@ pub fn train(a: &TrainArgs) -> Result<()> {
                 PathBuf::from(path)
             };
             let ck = Checkpoint::open(&dir)?;
-            let mut table: toml_table::Table =
-                ck.meta.config.parse().context("the checkpoint's config")?;
+            let mut table: toml_table::Table = ck.meta.config.parse().context("the checkpoint's config")?;
             for s in &a.cfg.sets {
                 boost_config::apply_set(&mut table, s)?;
             }
@@ -68,13 +64,7 @@ pub fn train(a: &TrainArgs) -> Result<()> {
         }
     };
     set_threads(cfg.train.threads);
-    boost_train::train(
-        cfg,
-        TrainOptions {
-            resume,
-            quiet: a.quiet,
-        },
-    )?;
+    boost_train::train(cfg, TrainOptions { resume, quiet: a.quiet })?;
     Ok(())
 }
 
@@ -126,5 +116,70 @@ pub fn export(a: &ExportArgs) -> Result<()> {
     let ck = Checkpoint::open(&a.checkpoint)?;
     hf::export(&ck, &a.out)?;
     eprintln!("exported {} to {}", a.checkpoint.display(), a.out.display());
+    Ok(())
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Model preset (its shape; `model.*` keys can be changed with --set).
+    #[arg(long, default_value = "cola-60m")]
+    pub model: String,
+    /// Architectures to measure, comma-separated (the first low-rank one is compared with `full`).
+    #[arg(long, default_value = "cola,full", value_delimiter = ',')]
+    pub arch: Vec<String>,
+    /// Vocabulary size (with 32000 the full-rank LM head alone caps the low-rank speedup).
+    #[arg(long, default_value_t = 8192)]
+    pub vocab: usize,
+    #[arg(long, default_value_t = 256)]
+    pub seq: usize,
+    #[arg(long, default_value_t = 8)]
+    pub micro_batch: usize,
+    /// Compute threads, for us and the peer.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Untimed steps before measuring.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Timed steps per measurement (we measure before and after the peer).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Skip the PyTorch peer.
+    #[arg(long)]
+    pub no_torch: bool,
+    /// Python interpreter with torch for the peer.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+    /// Extra model overrides, e.g. `--set model.layers=2`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// Also write the report as JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+pub fn bench(a: &BenchArgs) -> Result<()> {
+    set_threads(a.threads);
+    let mut models = Vec::new();
+    for arch in &a.arch {
+        let mut sets =
+            vec![format!("model.preset={}", a.model), format!("model.arch={arch}"), format!("model.vocab={}", a.vocab)];
+        sets.extend(a.sets.iter().cloned());
+        models.push(Config::load(None, &sets)?.model);
+    }
+    let opts = boost_train::bench::BenchOptions {
+        models,
+        seq: a.seq,
+        micro_batch: a.micro_batch,
+        threads: a.threads,
+        warmup: a.warmup,
+        rounds: a.rounds,
+        python: (!a.no_torch).then(|| a.python.clone()),
+        peer_script: PathBuf::from("bench/torch_peer.py"),
+    };
+    let report = boost_train::bench::run(&opts, &|s| eprintln!("{s}"))?;
+    println!("{}", boost_train::bench::table(&report));
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
+    }
     Ok(())
 }

@@ -5,11 +5,7 @@ mod commands;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(
-    name = "boost",
-    version,
-    about = "Train low-rank (bottleneck) LLMs with 3D parallelism (BOOST)"
-)]
+#[command(name = "boost", version, about = "Train low-rank (bottleneck) LLMs with 3D parallelism (BOOST)")]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -26,20 +22,20 @@ enum Command {
     /// Build token shards from text or JSONL (or fetch the demo corpus).
     Data(boost_data::cli::DataArgs),
     /// Predict step time, communication and memory of a model × layout × cluster.
-    Plan(boost_perf::cli::PlanArgs),
+    Plan(Box<boost_perf::cli::PlanArgs>),
+    /// Measure training-step throughput against a GEMM peak and the PyTorch peer.
+    Bench(commands::BenchArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
-    let result = match cli
-        .command
-        .unwrap_or(Command::Train(commands::TrainArgs::default()))
-    {
+    let result = match cli.command.unwrap_or(Command::Train(commands::TrainArgs::default())) {
         Command::Train(a) => commands::train(&a),
         Command::Eval(a) => commands::eval(&a),
         Command::Export(a) => commands::export(&a),
         Command::Data(a) => boost_data::cli::run(&a),
         Command::Plan(a) => boost_perf::cli::run(&a),
+        Command::Bench(a) => commands::bench(&a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

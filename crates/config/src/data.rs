@@ -37,10 +37,7 @@ impl Default for DataConfig {
 impl DataConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(self.val_fraction > 0.0 && self.val_fraction < 1.0) {
-            return Err(ConfigError::new(
-                "data.val_fraction",
-                "must lie strictly between 0 and 1, e.g. 0.05",
-            ));
+            return Err(ConfigError::new("data.val_fraction", "must lie strictly between 0 and 1, e.g. 0.05"));
         }
         if self.tokenizer == "bpe" && self.vocab_size < 260 {
             return Err(ConfigError::new(
@@ -72,9 +69,6 @@ pub struct RunConfig {
 
 impl Default for RunConfig {
     fn default() -> Self {
-        Self {
-            dir: "runs/demo".into(),
-            progress: true,
-        }
+        Self { dir: "runs/demo".into(), progress: true }
     }
 }

@@ -10,10 +10,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub fn new(key: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            key: key.into(),
-            message: message.into(),
-        }
+        Self { key: key.into(), message: message.into() }
     }
 }
 

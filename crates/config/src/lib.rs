@@ -11,9 +11,7 @@ mod train;
 
 pub use data::{DataConfig, RunConfig};
 pub use error::{ConfigError, choices, divisors};
-pub use model::{
-    Arch, LaxConfig, LaxFlavour, LaxGate, ModelConfig, PRESETS, Phi, Preset, preset, preset_names,
-};
+pub use model::{Arch, LaxConfig, LaxFlavour, LaxGate, ModelConfig, PRESETS, Phi, Preset, preset, preset_names};
 pub use overrides::apply_set;
 pub use parallel::{NormMode, ParallelConfig, PipeSchedule, Scheme};
 pub use train::{Device, Recompute, Schedule, TrainConfig, parse_device};
@@ -52,15 +50,10 @@ impl Config {
         let mut table = match path {
             None => Table::new(),
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| {
-                    ConfigError::new("", format!("cannot read config file {}: {e}", p.display()))
-                })?;
-                text.parse::<Table>().map_err(|e| {
-                    ConfigError::new(
-                        "",
-                        format!("{} is not valid TOML: {}", p.display(), e.message()),
-                    )
-                })?
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| ConfigError::new("", format!("cannot read config file {}: {e}", p.display())))?;
+                text.parse::<Table>()
+                    .map_err(|e| ConfigError::new("", format!("{} is not valid TOML: {}", p.display(), e.message())))?
             }
         };
         for s in sets {
@@ -71,16 +64,13 @@ impl Config {
 
     /// Parse a TOML string (as `load` would a file).
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        let table = text
-            .parse::<Table>()
-            .map_err(|e| ConfigError::new("", format!("not valid TOML: {}", e.message())))?;
+        let table =
+            text.parse::<Table>().map_err(|e| ConfigError::new("", format!("not valid TOML: {}", e.message())))?;
         Self::from_table(table)
     }
 
     pub fn from_table(mut table: Table) -> Result<Self, ConfigError> {
-        let model = table
-            .entry("model".to_string())
-            .or_insert_with(|| toml::Value::Table(Table::new()));
+        let model = table.entry("model".to_string()).or_insert_with(|| toml::Value::Table(Table::new()));
         let toml::Value::Table(model) = model else {
             return Err(ConfigError::new("model", "must be a table ([model])"));
         };
@@ -135,10 +125,7 @@ mod tests {
     #[test]
     fn presets_fill_unset_keys_and_sets_override() {
         let c = load(&["model.preset=cola-60m", "model.arch=full", "model.rank=64"]).unwrap();
-        assert_eq!(
-            (c.model.d, c.model.d_ff, c.model.layers, c.model.heads),
-            (512, 1376, 8, 8)
-        );
+        assert_eq!((c.model.d, c.model.d_ff, c.model.layers, c.model.heads), (512, 1376, 8, 8));
         assert_eq!(c.model.rank, 64);
         assert_eq!(c.model.arch, Arch::Full);
         assert_eq!(c.parallel.resolved_scheme(&c.model), Scheme::Megatron);
@@ -181,12 +168,7 @@ mod tests {
 
     #[test]
     fn round_trips_through_toml() {
-        let c = load(&[
-            "model.arch=lax",
-            "model.lax.gate=kron",
-            "train.schedule=wsd",
-        ])
-        .unwrap();
+        let c = load(&["model.arch=lax", "model.lax.gate=kron", "train.schedule=wsd"]).unwrap();
         let again = Config::from_toml_str(&c.to_toml()).unwrap();
         assert_eq!(c, again);
         assert_eq!(c.model.kron_factors(), (8, 8));

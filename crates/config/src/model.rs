@@ -80,12 +80,7 @@ impl LaxConfig {
 
 impl Default for LaxConfig {
     fn default() -> Self {
-        Self {
-            flavour: Self::default_flavour(),
-            gate: Self::default_gate(),
-            kron_a: 0,
-            ln_eps: Self::default_ln_eps(),
-        }
+        Self { flavour: Self::default_flavour(), gate: Self::default_gate(), kron_a: 0, ln_eps: Self::default_ln_eps() }
     }
 }
 
@@ -145,26 +140,8 @@ pub struct Preset {
 /// The shapes the framework knows by name. `demo` is the default: a small CoLA model
 /// that trains in minutes on two CPU cores.
 pub const PRESETS: &[Preset] = &[
-    Preset {
-        name: "demo",
-        d: 256,
-        d_ff: 688,
-        layers: 4,
-        heads: 4,
-        rank: 64,
-        vocab: 0,
-        only_lr_act: false,
-    },
-    Preset {
-        name: "cola-60m",
-        d: 512,
-        d_ff: 1376,
-        layers: 8,
-        heads: 8,
-        rank: 128,
-        vocab: 32000,
-        only_lr_act: false,
-    },
+    Preset { name: "demo", d: 256, d_ff: 688, layers: 4, heads: 4, rank: 64, vocab: 0, only_lr_act: false },
+    Preset { name: "cola-60m", d: 512, d_ff: 1376, layers: 8, heads: 8, rank: 128, vocab: 32000, only_lr_act: false },
     Preset {
         name: "cola-130m",
         d: 768,
@@ -185,56 +162,11 @@ pub const PRESETS: &[Preset] = &[
         vocab: 32000,
         only_lr_act: true,
     },
-    Preset {
-        name: "1b",
-        d: 2048,
-        d_ff: 5472,
-        layers: 24,
-        heads: 32,
-        rank: 512,
-        vocab: 32000,
-        only_lr_act: true,
-    },
-    Preset {
-        name: "3b",
-        d: 3072,
-        d_ff: 8192,
-        layers: 28,
-        heads: 24,
-        rank: 768,
-        vocab: 32000,
-        only_lr_act: true,
-    },
-    Preset {
-        name: "7b",
-        d: 4096,
-        d_ff: 11008,
-        layers: 32,
-        heads: 32,
-        rank: 1024,
-        vocab: 32000,
-        only_lr_act: true,
-    },
-    Preset {
-        name: "13b",
-        d: 5120,
-        d_ff: 13824,
-        layers: 40,
-        heads: 40,
-        rank: 1280,
-        vocab: 32000,
-        only_lr_act: true,
-    },
-    Preset {
-        name: "30b",
-        d: 8192,
-        d_ff: 22016,
-        layers: 36,
-        heads: 64,
-        rank: 2048,
-        vocab: 32000,
-        only_lr_act: true,
-    },
+    Preset { name: "1b", d: 2048, d_ff: 5472, layers: 24, heads: 32, rank: 512, vocab: 32000, only_lr_act: true },
+    Preset { name: "3b", d: 3072, d_ff: 8192, layers: 28, heads: 24, rank: 768, vocab: 32000, only_lr_act: true },
+    Preset { name: "7b", d: 4096, d_ff: 11008, layers: 32, heads: 32, rank: 1024, vocab: 32000, only_lr_act: true },
+    Preset { name: "13b", d: 5120, d_ff: 13824, layers: 40, heads: 40, rank: 1280, vocab: 32000, only_lr_act: true },
+    Preset { name: "30b", d: 8192, d_ff: 22016, layers: 36, heads: 64, rank: 2048, vocab: 32000, only_lr_act: true },
 ];
 
 pub fn preset(name: &str) -> Option<&'static Preset> {
@@ -257,10 +189,7 @@ pub(crate) fn apply_preset(model: &mut Table) -> Result<(), ConfigError> {
     let p = preset(&name).ok_or_else(|| {
         ConfigError::new(
             "model.preset",
-            format!(
-                "unknown preset \"{name}\"; choose one of {}",
-                choices(&preset_names())
-            ),
+            format!("unknown preset \"{name}\"; choose one of {}", choices(&preset_names())),
         )
     })?;
     let defaults: [(&str, toml::Value); 9] = [
@@ -296,9 +225,8 @@ impl ModelConfig {
         let mut t = Table::new();
         t.insert("preset".into(), name.into());
         apply_preset(&mut t)?;
-        let cfg: ModelConfig = t
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::new("model", e.message().to_string()))?;
+        let cfg: ModelConfig =
+            t.try_into().map_err(|e: toml::de::Error| ConfigError::new("model", e.message().to_string()))?;
         Ok(cfg)
     }
 
@@ -337,12 +265,7 @@ impl ModelConfig {
             let s = (r as f64).sqrt();
             (1..=r)
                 .filter(|a| r.is_multiple_of(*a))
-                .min_by(|x, y| {
-                    ((*x as f64) - s)
-                        .abs()
-                        .partial_cmp(&((*y as f64) - s).abs())
-                        .unwrap()
-                })
+                .min_by(|x, y| ((*x as f64) - s).abs().partial_cmp(&((*y as f64) - s).abs()).unwrap())
                 .unwrap_or(1)
         };
         (a, r / a.max(1))
@@ -351,14 +274,7 @@ impl ModelConfig {
     /// Checks that do not depend on the data or the layout.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let pos = |key: &str, v: usize| {
-            if v == 0 {
-                Err(ConfigError::new(
-                    format!("model.{key}"),
-                    "must be at least 1",
-                ))
-            } else {
-                Ok(())
-            }
+            if v == 0 { Err(ConfigError::new(format!("model.{key}"), "must be at least 1")) } else { Ok(()) }
         };
         pos("d", self.d)?;
         pos("d_ff", self.d_ff)?;
@@ -414,16 +330,10 @@ impl ModelConfig {
             }
         }
         if self.norm_eps.is_nan() || self.norm_eps <= 0.0 {
-            return Err(ConfigError::new(
-                "model.norm_eps",
-                "must be positive, e.g. 1e-6",
-            ));
+            return Err(ConfigError::new("model.norm_eps", "must be positive, e.g. 1e-6"));
         }
         if self.rope_theta.is_nan() || self.rope_theta <= 0.0 {
-            return Err(ConfigError::new(
-                "model.rope_theta",
-                "must be positive, e.g. 10000",
-            ));
+            return Err(ConfigError::new("model.rope_theta", "must be positive, e.g. 10000"));
         }
         Ok(())
     }

@@ -8,9 +8,7 @@ use toml::{Table, Value};
 fn parse_value(raw: &str) -> Value {
     let doc = format!("v = {raw}");
     match doc.parse::<Table>() {
-        Ok(mut t) => t
-            .remove("v")
-            .unwrap_or_else(|| Value::String(raw.to_string())),
+        Ok(mut t) => t.remove("v").unwrap_or_else(|| Value::String(raw.to_string())),
         Err(_) => Value::String(raw.to_string()),
     }
 }
@@ -26,16 +24,11 @@ pub fn apply_set(table: &mut Table, assignment: &str) -> Result<(), ConfigError>
     let key = key.trim();
     let parts: Vec<&str> = key.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) || parts.len() < 2 {
-        return Err(ConfigError::new(
-            key,
-            "an override key needs a section and a name, e.g. `train.steps`",
-        ));
+        return Err(ConfigError::new(key, "an override key needs a section and a name, e.g. `train.steps`"));
     }
     let mut cur = table;
     for (i, part) in parts[..parts.len() - 1].iter().enumerate() {
-        let entry = cur
-            .entry(part.to_string())
-            .or_insert_with(|| Value::Table(Table::new()));
+        let entry = cur.entry(part.to_string()).or_insert_with(|| Value::Table(Table::new()));
         cur = match entry {
             Value::Table(t) => t,
             _ => {

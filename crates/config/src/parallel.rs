@@ -81,17 +81,11 @@ impl ParallelConfig {
     pub fn validate(&self, model: &ModelConfig) -> Result<(), ConfigError> {
         for (key, v) in [("tp", self.tp), ("pp", self.pp), ("dp", self.dp)] {
             if v == 0 {
-                return Err(ConfigError::new(
-                    format!("parallel.{key}"),
-                    "must be at least 1",
-                ));
+                return Err(ConfigError::new(format!("parallel.{key}"), "must be at least 1"));
             }
         }
         if self.zero > 1 {
-            return Err(ConfigError::new(
-                "parallel.zero",
-                "only ZeRO stages 0 and 1 exist here",
-            ));
+            return Err(ConfigError::new("parallel.zero", "only ZeRO stages 0 and 1 exist here"));
         }
         let scheme = self.resolved_scheme(model);
         match scheme {

@@ -100,43 +100,24 @@ impl TrainConfig {
 
     pub fn validate(&self) -> Result<(), ConfigError> {
         let pos = |key: &str, v: usize| {
-            if v == 0 {
-                Err(ConfigError::new(
-                    format!("train.{key}"),
-                    "must be at least 1",
-                ))
-            } else {
-                Ok(())
-            }
+            if v == 0 { Err(ConfigError::new(format!("train.{key}"), "must be at least 1")) } else { Ok(()) }
         };
         pos("steps", self.steps)?;
         pos("seq_len", self.seq_len)?;
         pos("micro_batch", self.micro_batch)?;
         pos("accumulation", self.accumulation)?;
         if !(self.lr > 0.0 && self.lr.is_finite()) {
-            return Err(ConfigError::new(
-                "train.lr",
-                "must be a positive number, e.g. 3e-3",
-            ));
+            return Err(ConfigError::new("train.lr", "must be a positive number, e.g. 3e-3"));
         }
         if !(0.0..=1.0).contains(&self.min_lr_ratio) {
-            return Err(ConfigError::new(
-                "train.min_lr_ratio",
-                "must lie in [0, 1], e.g. 0.1",
-            ));
+            return Err(ConfigError::new("train.min_lr_ratio", "must lie in [0, 1], e.g. 0.1"));
         }
         if !(0.0..=1.0).contains(&self.decay_fraction) {
-            return Err(ConfigError::new(
-                "train.decay_fraction",
-                "must lie in [0, 1], e.g. 0.2",
-            ));
+            return Err(ConfigError::new("train.decay_fraction", "must lie in [0, 1], e.g. 0.2"));
         }
         for (key, b) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&b) {
-                return Err(ConfigError::new(
-                    format!("train.{key}"),
-                    "must lie in [0, 1)",
-                ));
+                return Err(ConfigError::new(format!("train.{key}"), "must lie in [0, 1)"));
             }
         }
         if self.eps.is_nan() || self.eps <= 0.0 {
@@ -146,10 +127,7 @@ impl TrainConfig {
             return Err(ConfigError::new("train.weight_decay", "must be ≥ 0"));
         }
         if self.grad_clip < 0.0 {
-            return Err(ConfigError::new(
-                "train.grad_clip",
-                "must be ≥ 0 (0 disables clipping)",
-            ));
+            return Err(ConfigError::new("train.grad_clip", "must be ≥ 0 (0 disables clipping)"));
         }
         if self.eval_batches == 0 {
             return Err(ConfigError::new("train.eval_batches", "must be at least 1"));
@@ -167,12 +145,8 @@ pub enum Device {
 }
 
 pub fn parse_device(s: &str) -> Result<Device, ConfigError> {
-    let bad = || {
-        ConfigError::new(
-            "train.device",
-            format!("\"{s}\" is not a device; use \"cpu\", \"cuda\" or \"cuda:N\""),
-        )
-    };
+    let bad =
+        || ConfigError::new("train.device", format!("\"{s}\" is not a device; use \"cpu\", \"cuda\" or \"cuda:N\""));
     match s {
         "cpu" => Ok(Device::Cpu),
         "cuda" => Ok(Device::Cuda(0)),

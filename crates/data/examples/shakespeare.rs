@@ -14,11 +14,7 @@ fn main() -> anyhow::Result<()> {
     println!("{}", serde_json::to_string_pretty(&ds.meta)?);
     let train = ds.train_loader(256, cfg.seed)?;
     let val = ds.val_loader(256)?;
-    println!(
-        "windows of 256 tokens: {} train, {} validation; prepared in {secs:.1} s",
-        train.windows(),
-        val.windows()
-    );
+    println!("windows of 256 tokens: {} train, {} validation; prepared in {secs:.1} s", train.windows(), val.windows());
     let mut x = vec![0u32; 256];
     let mut y = vec![0u32; 256];
     train.fill(0, 1, &mut x, &mut y);

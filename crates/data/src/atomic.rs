@@ -11,15 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 fn unique_name(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    format!(
-        "{prefix}{}-{}-{nanos:x}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
+    let nanos =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    format!("{prefix}{}-{}-{nanos:x}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
 /// A path removed on drop unless [`TempPath::persist`] moved it into place.
@@ -37,13 +31,8 @@ impl TempPath {
 
     /// Renames the temporary file or directory to `dest`.
     pub(crate) fn persist(mut self, dest: &Path) -> Result<()> {
-        std::fs::rename(&self.path, dest).with_context(|| {
-            format!(
-                "cannot rename {} to {}",
-                self.path.display(),
-                dest.display()
-            )
-        })?;
+        std::fs::rename(&self.path, dest)
+            .with_context(|| format!("cannot rename {} to {}", self.path.display(), dest.display()))?;
         self.armed = false;
         Ok(())
     }
@@ -52,11 +41,7 @@ impl TempPath {
 impl Drop for TempPath {
     fn drop(&mut self) {
         if self.armed {
-            let _ = if self.is_dir {
-                std::fs::remove_dir_all(&self.path)
-            } else {
-                std::fs::remove_file(&self.path)
-            };
+            let _ = if self.is_dir { std::fs::remove_dir_all(&self.path) } else { std::fs::remove_file(&self.path) };
         }
     }
 }
@@ -67,20 +52,11 @@ pub(crate) fn temp_file_in(dir: &Path, prefix: &str) -> Result<(TempPath, File)>
         let path = dir.join(unique_name(prefix));
         match OpenOptions::new().write(true).create_new(true).open(&path) {
             Ok(f) => {
-                return Ok((
-                    TempPath {
-                        path,
-                        is_dir: false,
-                        armed: true,
-                    },
-                    f,
-                ));
+                return Ok((TempPath { path, is_dir: false, armed: true }, f));
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => {
-                return Err(e).with_context(|| {
-                    format!("cannot create a temporary file in {}", dir.display())
-                });
+                return Err(e).with_context(|| format!("cannot create a temporary file in {}", dir.display()));
             }
         }
     }
@@ -92,17 +68,11 @@ pub(crate) fn temp_dir_in(dir: &Path, prefix: &str) -> Result<TempPath> {
         let path = dir.join(unique_name(prefix));
         match std::fs::create_dir(&path) {
             Ok(()) => {
-                return Ok(TempPath {
-                    path,
-                    is_dir: true,
-                    armed: true,
-                });
+                return Ok(TempPath { path, is_dir: true, armed: true });
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => {
-                return Err(e).with_context(|| {
-                    format!("cannot create a temporary directory in {}", dir.display())
-                });
+                return Err(e).with_context(|| format!("cannot create a temporary directory in {}", dir.display()));
             }
         }
     }

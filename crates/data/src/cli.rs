@@ -55,10 +55,7 @@ pub struct DataArgs {
 pub fn run(args: &DataArgs) -> Result<()> {
     let t0 = Instant::now();
     if args.tokenizer == "bpe" && args.vocab_size < 260 {
-        bail!(
-            "--vocab-size {} is too small: a byte-level BPE needs at least 260 entries",
-            args.vocab_size
-        );
+        bail!("--vocab-size {} is too small: a byte-level BPE needs at least 260 entries", args.vocab_size);
     }
     let (docs, sources, corpus) = match (&args.corpus, args.inputs.is_empty()) {
         (Some(c), _) if c == "shakespeare" => {
@@ -82,19 +79,8 @@ pub fn run(args: &DataArgs) -> Result<()> {
         (None, false) => {
             let docs = read_inputs(&args.inputs, &args.text_field)?;
             let bytes: usize = docs.iter().map(|d| d.text.len()).sum();
-            eprintln!(
-                "data: read {} documents ({bytes} bytes) from {} input(s)",
-                docs.len(),
-                args.inputs.len()
-            );
-            (
-                docs,
-                args.inputs
-                    .iter()
-                    .map(|p| p.display().to_string())
-                    .collect(),
-                None,
-            )
+            eprintln!("data: read {} documents ({bytes} bytes) from {} input(s)", docs.len(), args.inputs.len());
+            (docs, args.inputs.iter().map(|p| p.display().to_string()).collect(), None)
         }
     };
     let opts = BuildOptions {
@@ -112,18 +98,9 @@ pub fn run(args: &DataArgs) -> Result<()> {
 
 fn print_summary(m: &Meta, out: &std::path::Path, secs: f64) {
     println!("dataset      {}", out.display());
-    println!(
-        "documents    {} train, {} validation",
-        m.train_documents, m.val_documents
-    );
-    println!(
-        "tokens       {} train, {} validation",
-        m.train_tokens, m.val_tokens
-    );
-    println!(
-        "tokenizer    {} (vocabulary {}, end-of-text id {})",
-        m.tokenizer, m.vocab_size, m.eos_id
-    );
+    println!("documents    {} train, {} validation", m.train_documents, m.val_documents);
+    println!("tokens       {} train, {} validation", m.train_tokens, m.val_tokens);
+    println!("tokenizer    {} (vocabulary {}, end-of-text id {})", m.tokenizer, m.vocab_size, m.eos_id);
     println!(
         "entropy      {:.4} nats ({:.4} bits) per token: the unigram loss to beat",
         m.unigram_entropy_nats, m.unigram_entropy_bits
@@ -151,17 +128,6 @@ mod tests {
         assert_eq!(w.args.vocab_size, c.vocab_size);
         assert_eq!(w.args.val_fraction, c.val_fraction);
         assert_eq!(w.args.seed, c.seed);
-        assert!(
-            Wrap::try_parse_from([
-                "boost",
-                "--input",
-                "a",
-                "--corpus",
-                "shakespeare",
-                "--out",
-                "d"
-            ])
-            .is_err()
-        );
+        assert!(Wrap::try_parse_from(["boost", "--input", "a", "--corpus", "shakespeare", "--out", "d"]).is_err());
     }
 }

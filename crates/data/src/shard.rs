@@ -75,22 +75,14 @@ impl Header {
         let count = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
         let vocab = u32_at(24);
         if width == 2 && vocab > 1 << 16 {
-            bail!(
-                "{p} stores 2-byte tokens but declares a vocabulary of {vocab} (more than 65536)"
-            );
+            bail!("{p} stores 2-byte tokens but declares a vocabulary of {vocab} (more than 65536)");
         }
-        Ok(Header {
-            width,
-            count,
-            vocab,
-        })
+        Ok(Header { width, count, vocab })
     }
 
     /// The exact file length this header implies.
     pub fn file_len(&self) -> Option<u64> {
-        self.count
-            .checked_mul(self.width as u64)
-            .and_then(|b| b.checked_add(HEADER_LEN as u64))
+        self.count.checked_mul(self.width as u64).and_then(|b| b.checked_add(HEADER_LEN as u64))
     }
 }
 
@@ -100,17 +92,10 @@ impl Header {
 /// The width is 2 bytes when `vocab <= 65536`, else 4. Every id must be below `vocab`.
 pub fn write_shard(path: &Path, tokens: &[u32], vocab: u32) -> Result<()> {
     if let Some((i, &t)) = tokens.iter().enumerate().find(|&(_, &t)| t >= vocab) {
-        bail!(
-            "cannot write {}: token {t} at offset {i} is not below the vocabulary size {vocab}",
-            path.display()
-        );
+        bail!("cannot write {}: token {t} at offset {i} is not below the vocabulary size {vocab}", path.display());
     }
     let width = width_for_vocab(vocab);
-    let header = Header {
-        width,
-        count: tokens.len() as u64,
-        vocab,
-    };
+    let header = Header { width, count: tokens.len() as u64, vocab };
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -134,13 +119,11 @@ pub fn write_shard(path: &Path, tokens: &[u32], vocab: u32) -> Result<()> {
             }
             w.write_all(&buf)?;
         }
-        w.flush()
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        w.flush().with_context(|| format!("cannot write {}", path.display()))?;
     }
     file.sync_all().ok();
     drop(file);
-    tmp.persist(path)
-        .with_context(|| format!("cannot move the new shard into place at {}", path.display()))
+    tmp.persist(path).with_context(|| format!("cannot move the new shard into place at {}", path.display()))
 }
 
 /// A read-only, memory-mapped token shard. Cloning is cheap (the mapping is shared).
@@ -153,10 +136,7 @@ pub struct Shard {
 
 impl std::fmt::Debug for Shard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shard")
-            .field("path", &self.path)
-            .field("header", &self.header)
-            .finish()
+        f.debug_struct("Shard").field("path", &self.path).field("header", &self.header).finish()
     }
 }
 
@@ -164,16 +144,9 @@ impl Shard {
     /// Maps a shard and validates its header and its exact length.
     pub fn open(path: impl AsRef<Path>) -> Result<Shard> {
         let path = path.as_ref();
-        let file = File::open(path).with_context(|| {
-            format!(
-                "cannot open the token shard {}; build it with `boost data`",
-                path.display()
-            )
-        })?;
-        let file_len = file
-            .metadata()
-            .with_context(|| format!("cannot stat {}", path.display()))?
-            .len();
+        let file = File::open(path)
+            .with_context(|| format!("cannot open the token shard {}; build it with `boost data`", path.display()))?;
+        let file_len = file.metadata().with_context(|| format!("cannot stat {}", path.display()))?.len();
         if file_len < HEADER_LEN as u64 {
             bail!(
                 "{} is too short to be a token shard: {file_len} bytes, the header alone takes \
@@ -183,8 +156,7 @@ impl Shard {
         }
         // SAFETY: the mapping is read-only; shards are written once, to a temporary file that is
         // renamed into place, so a mapped file is never modified while it is open.
-        let map = unsafe { Mmap::map(&file) }
-            .with_context(|| format!("cannot memory-map {}", path.display()))?;
+        let map = unsafe { Mmap::map(&file) }.with_context(|| format!("cannot memory-map {}", path.display()))?;
         let header = Header::parse(&map[..], path)?;
         let want = header.file_len();
         if want != Some(file_len) {
@@ -192,11 +164,7 @@ impl Shard {
                 Some(w) => format!("{w} bytes"),
                 None => "an impossible length".to_string(),
             };
-            let what = if want.is_some_and(|w| w > file_len) {
-                "is truncated"
-            } else {
-                "has the wrong length"
-            };
+            let what = if want.is_some_and(|w| w > file_len) { "is truncated" } else { "has the wrong length" };
             bail!(
                 "{} {what}: header says {} tokens ({want_s}) but the file has {file_len} bytes; \
                  rebuild it with `boost data`",
@@ -204,11 +172,7 @@ impl Shard {
                 header.count
             );
         }
-        Ok(Shard {
-            map: Arc::new(map),
-            header,
-            path: path.to_path_buf(),
-        })
+        Ok(Shard { map: Arc::new(map), header, path: path.to_path_buf() })
     }
 
     /// Number of tokens.
@@ -243,11 +207,7 @@ impl Shard {
     /// Token at index `i`. Panics when `i >= len()`.
     #[inline]
     pub fn get(&self, i: usize) -> u32 {
-        assert!(
-            i < self.len(),
-            "token index {i} out of range for a shard of {} tokens",
-            self.len()
-        );
+        assert!(i < self.len(), "token index {i} out of range for a shard of {} tokens", self.len());
         let b = self.body();
         if self.header.width == 2 {
             u16::from_le_bytes([b[2 * i], b[2 * i + 1]]) as u32
@@ -258,17 +218,9 @@ impl Shard {
 
     /// Copies tokens `start .. start + out.len()` into `out`. Panics when the range exceeds the shard.
     pub fn read(&self, start: usize, out: &mut [u32]) {
-        let end = start
-            .checked_add(out.len())
-            .filter(|&e| e <= self.len())
-            .unwrap_or_else(|| {
-                panic!(
-                    "token range {start}..{}+{} out of range for a shard of {} tokens",
-                    start,
-                    out.len(),
-                    self.len()
-                )
-            });
+        let end = start.checked_add(out.len()).filter(|&e| e <= self.len()).unwrap_or_else(|| {
+            panic!("token range {start}..{}+{} out of range for a shard of {} tokens", start, out.len(), self.len())
+        });
         let w = self.header.width as usize;
         let bytes = &self.body()[start * w..end * w];
         if w == 2 {
@@ -367,10 +319,7 @@ mod tests {
         // Overwriting replaces the file, leaving no temporary behind.
         write_shard(&p, &[1, 2], 300).unwrap();
         assert_eq!(Shard::open(&p).unwrap().to_vec(), [1, 2]);
-        let names: Vec<_> = std::fs::read_dir(d.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 2, "{names:?}");
     }
 
@@ -391,10 +340,7 @@ mod tests {
         longer.push(0);
         std::fs::write(&p, &longer).unwrap();
         let e = Shard::open(&p).unwrap_err().to_string();
-        assert!(
-            e.contains("wrong length") && e.contains("2033 bytes"),
-            "{e}"
-        );
+        assert!(e.contains("wrong length") && e.contains("2033 bytes"), "{e}");
         std::fs::write(&p, &raw[..20]).unwrap();
         let e = Shard::open(&p).unwrap_err().to_string();
         assert!(e.contains("too short"), "{e}");
@@ -411,19 +357,13 @@ mod tests {
         bad[0..8].copy_from_slice(b"NOTTOKEN");
         std::fs::write(&p, &bad).unwrap();
         let e = Shard::open(&p).unwrap_err().to_string();
-        assert!(
-            e.contains("v.bin is not a BOOST token shard") && e.contains("NOTTOKEN"),
-            "{e}"
-        );
+        assert!(e.contains("v.bin is not a BOOST token shard") && e.contains("NOTTOKEN"), "{e}");
 
         let mut bad = raw.clone();
         bad[8..12].copy_from_slice(&2u32.to_le_bytes());
         std::fs::write(&p, &bad).unwrap();
         let e = Shard::open(&p).unwrap_err().to_string();
-        assert!(
-            e.contains("v.bin has shard format version 2") && e.contains("version 1"),
-            "{e}"
-        );
+        assert!(e.contains("v.bin has shard format version 2") && e.contains("version 1"), "{e}");
 
         let mut bad = raw.clone();
         bad[12..16].copy_from_slice(&3u32.to_le_bytes());
@@ -443,11 +383,7 @@ mod tests {
         std::fs::write(&p, &raw).unwrap();
         let s = Shard::open(&p).unwrap();
         let e = s.check_ids().unwrap_err().to_string();
-        assert!(
-            e.contains("ids.bin holds token id 299 at offset 2")
-                && e.contains("vocabulary size is 200"),
-            "{e}"
-        );
+        assert!(e.contains("ids.bin holds token id 299 at offset 2") && e.contains("vocabulary size is 200"), "{e}");
         // The writer refuses such ids in the first place.
         let e = write_shard(&p, &[1, 300], 300).unwrap_err().to_string();
         assert!(e.contains("token 300 at offset 1"), "{e}");

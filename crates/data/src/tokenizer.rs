@@ -13,14 +13,7 @@ use tokenizers::{AddedToken, PreTokenizerWrapper};
 pub const EOS: &str = "<|endoftext|>";
 
 /// End-of-text spellings looked up, in this order, in a loaded `tokenizer.json`.
-const EOS_CANDIDATES: &[&str] = &[
-    EOS,
-    "<|end_of_text|>",
-    "</s>",
-    "<eos>",
-    "<|eot_id|>",
-    "[SEP]",
-];
+const EOS_CANDIDATES: &[&str] = &[EOS, "<|end_of_text|>", "</s>", "<eos>", "<|eot_id|>", "[SEP]"];
 
 /// Documents longer than this many bytes are encoded in pieces (see [`Tokenizer::encode_doc`]).
 const PIECE_BYTES: usize = 1 << 16;
@@ -38,10 +31,7 @@ pub struct Tokenizer {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokenizer")
-            .field("vocab", &self.vocab)
-            .field("eos", &self.eos)
-            .finish()
+        f.debug_struct("Tokenizer").field("vocab", &self.vocab).field("eos", &self.eos).finish()
     }
 }
 
@@ -51,16 +41,13 @@ fn tk_err(e: tokenizers::Error) -> anyhow::Error {
 
 impl Tokenizer {
     fn wrap(inner: tokenizers::Tokenizer, origin: &str) -> Result<Tokenizer> {
-        let eos = EOS_CANDIDATES
-            .iter()
-            .find_map(|t| inner.token_to_id(t))
-            .ok_or_else(|| {
-                anyhow!(
-                    "{origin} has no end-of-text token (looked for {}); documents are separated by \
+        let eos = EOS_CANDIDATES.iter().find_map(|t| inner.token_to_id(t)).ok_or_else(|| {
+            anyhow!(
+                "{origin} has no end-of-text token (looked for {}); documents are separated by \
                      one, so add it to the tokenizer or train a BPE with `--tokenizer bpe`",
-                    EOS_CANDIDATES.join(", ")
-                )
-            })?;
+                EOS_CANDIDATES.join(", ")
+            )
+        })?;
         let vocab = inner
             .get_vocab(true)
             .values()
@@ -71,12 +58,7 @@ impl Tokenizer {
             .max(inner.get_vocab_size(true) as u32);
         let splits_at_lines = inner.get_normalizer().is_none()
             && matches!(inner.get_pre_tokenizer(), Some(PreTokenizerWrapper::ByteLevel(b)) if b.use_regex && !b.add_prefix_space);
-        Ok(Tokenizer {
-            inner,
-            eos,
-            vocab,
-            splits_at_lines,
-        })
+        Ok(Tokenizer { inner, eos, vocab, splits_at_lines })
     }
 
     /// Loads a Hugging Face `tokenizer.json`.
@@ -122,10 +104,7 @@ impl Tokenizer {
     /// Writes the tokenizer as a Hugging Face `tokenizer.json`.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        self.inner
-            .save(path, true)
-            .map_err(tk_err)
-            .with_context(|| format!("cannot write {}", path.display()))
+        self.inner.save(path, true).map_err(tk_err).with_context(|| format!("cannot write {}", path.display()))
     }
 
     /// The tokenizer as `tokenizer.json` text.
@@ -142,11 +121,7 @@ impl Tokenizer {
 
     /// Encodes text without adding special tokens, returning the tokenizer's error if any.
     pub fn try_encode(&self, text: &str) -> Result<Vec<u32>> {
-        let enc = self
-            .inner
-            .encode_fast(text, false)
-            .map_err(tk_err)
-            .context("the tokenizer failed to encode text")?;
+        let enc = self.inner.encode_fast(text, false).map_err(tk_err).context("the tokenizer failed to encode text")?;
         Ok(enc.get_ids().to_vec())
     }
 
@@ -161,11 +136,7 @@ impl Tokenizer {
         }
         let mut rest = text;
         while !rest.is_empty() {
-            let cut = if rest.len() <= PIECE_BYTES {
-                rest.len()
-            } else {
-                line_cut(rest, PIECE_BYTES)
-            };
+            let cut = if rest.len() <= PIECE_BYTES { rest.len() } else { line_cut(rest, PIECE_BYTES) };
             out.extend(self.try_encode(&rest[..cut])?);
             rest = &rest[cut..];
         }
@@ -227,8 +198,7 @@ fn line_cut(text: &str, target: usize) -> usize {
         if b[i - 1] == b'\n' && text.is_char_boundary(i) {
             let next = text[i..].chars().next();
             let prev = text[..i - 1].chars().next_back();
-            if next.is_some_and(|c| !c.is_whitespace()) && prev.is_some_and(|c| !c.is_whitespace())
-            {
+            if next.is_some_and(|c| !c.is_whitespace()) && prev.is_some_and(|c| !c.is_whitespace()) {
                 return i;
             }
         }
@@ -266,11 +236,7 @@ mod tests {
         let mut pieces = 0;
         let mut rest = text.as_str();
         while !rest.is_empty() {
-            let cut = if rest.len() <= PIECE_BYTES {
-                rest.len()
-            } else {
-                line_cut(rest, PIECE_BYTES)
-            };
+            let cut = if rest.len() <= PIECE_BYTES { rest.len() } else { line_cut(rest, PIECE_BYTES) };
             rest = &rest[cut..];
             pieces += 1;
         }
@@ -292,10 +258,7 @@ mod tests {
 
     #[test]
     fn trained_bpe_is_deterministic_and_round_trips() {
-        let docs = [
-            "hello world, hello there",
-            "the world is wide; the sea is deep <|endoftext|> x",
-        ];
+        let docs = ["hello world, hello there", "the world is wide; the sea is deep <|endoftext|> x"];
         let a = Tokenizer::train_bpe(&docs, 280).unwrap();
         let b = Tokenizer::train_bpe(&docs, 280).unwrap();
         assert_eq!(a.to_json().unwrap(), b.to_json().unwrap());

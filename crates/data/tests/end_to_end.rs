@@ -1,8 +1,6 @@
 //! Building a small dataset from text files and opening it again.
 
-use boost_data::{
-    BuildOptions, Dataset, Document, Tokenizer, TokenizerChoice, build, cli, prepare, read_inputs,
-};
+use boost_data::{BuildOptions, Dataset, Document, Tokenizer, TokenizerChoice, build, cli, prepare, read_inputs};
 use std::path::{Path, PathBuf};
 
 const A: &str = "The quick brown fox jumps over the lazy dog.\nThe dog sleeps; the fox runs away.\n\n\
@@ -42,15 +40,10 @@ fn build_from_text_files_and_reopen_with_prepare() {
     assert_eq!(meta.vocab_size, 300);
     assert_eq!(meta.eos_id, 0);
     assert!(meta.unigram_entropy_nats > 1.0 && meta.unigram_entropy_nats < 300f64.ln());
-    assert!(
-        (meta.unigram_entropy_bits * std::f64::consts::LN_2 - meta.unigram_entropy_nats).abs()
-            < 1e-9
-    );
+    assert!((meta.unigram_entropy_bits * std::f64::consts::LN_2 - meta.unigram_entropy_nats).abs() < 1e-9);
     // Nothing but the dataset is left next to it.
-    let names: Vec<String> = std::fs::read_dir(d.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
+    let names: Vec<String> =
+        std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(names.len(), 3, "{names:?}");
 
     let cfg = boost_config::DataConfig {
@@ -73,10 +66,7 @@ fn build_from_text_files_and_reopen_with_prepare() {
     let val = ds.val.to_vec();
     assert_eq!(*train.last().unwrap(), ds.tokenizer.eos_id());
     assert_eq!(train.iter().filter(|&&t| t == 0).count(), 1);
-    let texts = [
-        ds.tokenizer.decode(&train[..train.len() - 1]),
-        ds.tokenizer.decode(&val[..val.len() - 1]),
-    ];
+    let texts = [ds.tokenizer.decode(&train[..train.len() - 1]), ds.tokenizer.decode(&val[..val.len() - 1])];
     let mut texts = texts.to_vec();
     texts.sort();
     let mut want = vec![A.repeat(3), B.repeat(3)];
@@ -119,25 +109,15 @@ fn build_is_deterministic() {
 fn failed_build_leaves_nothing_and_prepare_names_the_key() {
     let d = tempfile::tempdir().unwrap();
     let out = d.path().join("ds");
-    let one = vec![Document {
-        name: "x".into(),
-        text: "only one".into(),
-    }];
+    let one = vec![Document { name: "x".into(), text: "only one".into() }];
     let e = build(&one, &opts(300), &out).unwrap_err().to_string();
     assert!(e.contains("at least 2"), "{e}");
     assert!(!out.exists());
     assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
 
-    let cfg = boost_config::DataConfig {
-        dir: out.display().to_string(),
-        corpus: "none".into(),
-        ..Default::default()
-    };
+    let cfg = boost_config::DataConfig { dir: out.display().to_string(), corpus: "none".into(), ..Default::default() };
     let e = prepare(&cfg).unwrap_err().to_string();
-    assert!(
-        e.contains("data.dir") && e.contains("boost data --input"),
-        "{e}"
-    );
+    assert!(e.contains("data.dir") && e.contains("boost data --input"), "{e}");
 }
 
 #[test]
@@ -146,11 +126,7 @@ fn loaded_tokenizer_and_cli() {
     let inputs = write_inputs(d.path());
     // A JSONL input with a custom field next to a text file.
     let j = d.path().join("c.jsonl");
-    std::fs::write(
-        &j,
-        "{\"body\": \"first json document\"}\n{\"body\": \"second one\"}\n",
-    )
-    .unwrap();
+    std::fs::write(&j, "{\"body\": \"first json document\"}\n{\"body\": \"second one\"}\n").unwrap();
     let args = cli::DataArgs {
         corpus: None,
         inputs: vec![inputs[0].clone(), j.clone()],

@@ -70,23 +70,10 @@ impl Block {
     }
 
     pub fn attn_shape(&self, dims: &Dims, batch: usize, seq: usize) -> AttnShape {
-        AttnShape {
-            batch,
-            seq,
-            heads: dims.heads_loc,
-            kv_heads: dims.kv_loc,
-            head_dim: dims.head_dim,
-        }
+        AttnShape { batch, seq, heads: dims.heads_loc, kv_heads: dims.kv_loc, head_dim: dims.head_dim }
     }
 
-    pub fn alloc_acts<B: Backend>(
-        &self,
-        be: &B,
-        dims: &Dims,
-        batch: usize,
-        seq: usize,
-        phi: Phi,
-    ) -> BlockActs<B> {
+    pub fn alloc_acts<B: Backend>(&self, be: &B, dims: &Dims, batch: usize, seq: usize, phi: Phi) -> BlockActs<B> {
         let t = batch * seq;
         let sh = self.attn_shape(dims, batch, seq);
         BlockActs {
@@ -103,20 +90,10 @@ impl Block {
         }
     }
 
-    pub fn alloc_grads<B: Backend>(
-        &self,
-        be: &B,
-        dims: &Dims,
-        batch: usize,
-        seq: usize,
-    ) -> BlockGrads<B> {
+    pub fn alloc_grads<B: Backend>(&self, be: &B, dims: &Dims, batch: usize, seq: usize) -> BlockGrads<B> {
         let t = batch * seq;
         let sh = self.attn_shape(dims, batch, seq);
-        let carries = self
-            .groups()
-            .iter()
-            .map(|g| [be.alloc(g.geom(t).len()), be.alloc(g.geom(t).len())])
-            .collect();
+        let carries = self.groups().iter().map(|g| [be.alloc(g.geom(t).len()), be.alloc(g.geom(t).len())]).collect();
         BlockGrads {
             dqkv: be.alloc(self.qkv.out_len(t)),
             dattn: be.alloc(t * dims.q_loc()),
@@ -145,77 +122,22 @@ impl Block {
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         let dres = dims.d_res;
         let x = Mat::new(x_in, t, dres);
-        let pg = |f: fn(&Block) -> &Group, g: fn(&BlockActs<B>) -> &GroupActs<B>| {
-            prev.map(|(b, a)| (f(b), g(a)))
-        };
+        let pg = |f: fn(&Block) -> &Group, g: fn(&BlockActs<B>) -> &GroupActs<B>| prev.map(|(b, a)| (f(b), g(a)));
 
-        self.qkv.forward(
-            cx,
-            params,
-            x,
-            &mut acts.qkv,
-            pg(|b| &b.qkv, |a| &a.qkv),
-            &mut acts.qkv_out,
-            sc,
-        );
+        self.qkv.forward(cx, params, x, &mut acts.qkv, pg(|b| &b.qkv, |a| &a.qkv), &mut acts.qkv_out, sc);
         let (qw, kw) = (dims.q_loc(), dims.kv_w_loc());
-        be.rope(
-            MatMut::at(&mut acts.qkv_out, 0, t, qw, qw),
-            rope,
-            seq,
-            dims.head_dim,
-            false,
-        );
-        be.rope(
-            MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw),
-            rope,
-            seq,
-            dims.head_dim,
-            false,
-        );
+        be.rope(MatMut::at(&mut acts.qkv_out, 0, t, qw, qw), rope, seq, dims.head_dim, false);
+        be.rope(MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw), rope, seq, dims.head_dim, false);
         let sh = self.attn_shape(dims, batch, seq);
-        be.attention_fwd(
-            MatMut::new(&mut acts.attn, t, qw),
-            &mut acts.probs,
-            &acts.qkv_out,
-            sh,
-        );
-        self.o.forward(
-            cx,
-            params,
-            Mat::new(&acts.attn, t, qw),
-            &mut acts.o,
-            pg(|b| &b.o, |a| &a.o),
-            &mut acts.mid,
-            sc,
-        );
+        be.attention_fwd(MatMut::new(&mut acts.attn, t, qw), &mut acts.probs, &acts.qkv_out, sh);
+        self.o.forward(cx, params, Mat::new(&acts.attn, t, qw), &mut acts.o, pg(|b| &b.o, |a| &a.o), &mut acts.mid, sc);
         be.axpy(MatMut::new(&mut acts.mid, t, dres), x, 1.0);
 
         let mid = Mat::new(&acts.mid, t, dres);
-        self.gu.forward(
-            cx,
-            params,
-            mid,
-            &mut acts.gu,
-            pg(|b| &b.gu, |a| &a.gu),
-            &mut acts.gu_out,
-            sc,
-        );
+        self.gu.forward(cx, params, mid, &mut acts.gu, pg(|b| &b.gu, |a| &a.gu), &mut acts.gu_out, sc);
         let f = dims.d_ff_loc;
-        be.swiglu(
-            MatMut::new(&mut acts.m, t, f),
-            Mat::new(&acts.gu_out, 2 * t, f),
-            self.outer_silu,
-        );
-        self.down.forward(
-            cx,
-            params,
-            Mat::new(&acts.m, t, f),
-            &mut acts.down,
-            pg(|b| &b.down, |a| &a.down),
-            x_out,
-            sc,
-        );
+        be.swiglu(MatMut::new(&mut acts.m, t, f), Mat::new(&acts.gu_out, 2 * t, f), self.outer_silu);
+        self.down.forward(cx, params, Mat::new(&acts.m, t, f), &mut acts.down, pg(|b| &b.down, |a| &a.down), x_out, sc);
         be.axpy(MatMut::new(x_out, t, dres), mid, 1.0);
     }
 
@@ -240,17 +162,8 @@ impl Block {
     ) {
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         let (dres, f, qw, kw) = (dims.d_res, dims.d_ff_loc, dims.q_loc(), dims.kv_w_loc());
-        let pg = |f: fn(&Block) -> &Group, g: fn(&BlockActs<B>) -> &GroupActs<B>| {
-            prev.map(|(b, a)| (f(b), g(a)))
-        };
-        let BlockGrads {
-            dqkv,
-            dattn,
-            dgu,
-            dm,
-            attn_scratch,
-            carries,
-        } = bg;
+        let pg = |f: fn(&Block) -> &Group, g: fn(&BlockActs<B>) -> &GroupActs<B>| prev.map(|(b, a)| (f(b), g(a)));
+        let BlockGrads { dqkv, dattn, dgu, dm, attn_scratch, carries } = bg;
         // LaX carries: this layer reads the slot the layer above wrote, (layer+1) mod 2, and
         // writes slot layer mod 2 for the layer below.
         let rd = (self.layer + 1) % 2;
@@ -307,28 +220,9 @@ impl Block {
             sc,
         );
         let sh = self.attn_shape(dims, batch, seq);
-        be.attention_bwd(
-            dqkv,
-            Mat::new(dattn, t, qw),
-            &acts.probs,
-            attn_scratch,
-            &acts.qkv_out,
-            sh,
-        );
-        be.rope(
-            MatMut::at(dqkv, 0, t, qw, qw),
-            rope,
-            seq,
-            dims.head_dim,
-            true,
-        );
-        be.rope(
-            MatMut::at(dqkv, t * qw, t, kw, kw),
-            rope,
-            seq,
-            dims.head_dim,
-            true,
-        );
+        be.attention_bwd(dqkv, Mat::new(dattn, t, qw), &acts.probs, attn_scratch, &acts.qkv_out, sh);
+        be.rope(MatMut::at(dqkv, 0, t, qw, qw), rope, seq, dims.head_dim, true);
+        be.rope(MatMut::at(dqkv, t * qw, t, kw, kw), rope, seq, dims.head_dim, true);
         let (ci, co) = carry_io(&mut carries[0], rd, above_lax, self.qkv.has_lax());
         self.qkv.backward(
             cx,
@@ -347,12 +241,7 @@ impl Block {
 }
 
 /// The (read, write) carry buffers of one group kind.
-fn carry_io<Buf>(
-    c: &mut [Buf; 2],
-    rd: usize,
-    above: bool,
-    has: bool,
-) -> (Option<&Buf>, Option<&mut Buf>) {
+fn carry_io<Buf>(c: &mut [Buf; 2], rd: usize, above: bool, has: bool) -> (Option<&Buf>, Option<&mut Buf>) {
     let [a, b] = c;
     let (cin, cout) = if rd == 0 { (&*a, b) } else { (&*b, a) };
     (above.then_some(cin), has.then_some(cout))

@@ -72,23 +72,13 @@ mod tests {
     use crate::params::Slot;
 
     fn piece(name: &str, init: Init, shape: Vec<usize>) -> Piece {
-        let (r, c) = if shape.len() == 1 {
-            (1, shape[0])
-        } else {
-            (shape[0], shape[1])
-        };
+        let (r, c) = if shape.len() == 1 { (1, shape[0]) } else { (shape[0], shape[1]) };
         Piece {
             name: name.into(),
             shape,
             rows: 0..r,
             cols: 0..c,
-            slot: Slot {
-                buf: 0,
-                off: 0,
-                rows: r,
-                cols: c,
-                ld: c,
-            },
+            slot: Slot { buf: 0, off: 0, rows: r, cols: c, ld: c },
             init,
         }
     }
@@ -104,10 +94,7 @@ mod tests {
         assert_ne!(a, d);
         let mean = a.iter().sum::<f64>() / a.len() as f64;
         let std = (a.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / a.len() as f64).sqrt();
-        assert!(
-            mean.abs() < 0.002 && (std - 0.02).abs() < 0.001,
-            "mean {mean} std {std}"
-        );
+        assert!(mean.abs() < 0.002 && (std - 0.02).abs() < 0.001, "mean {mean} std {std}");
         let u = draw(&piece("u", Init::Uniform(0.5), vec![1000]), 3);
         assert!(u.iter().all(|x| x.abs() <= 0.5));
     }

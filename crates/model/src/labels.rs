@@ -29,12 +29,7 @@ pub fn b_bwd(kind: GroupKind, comp: Option<usize>) -> &'static str {
     pick(
         kind,
         [
-            [
-                "attn.qkv.B.bwd",
-                "attn.q.B.bwd",
-                "attn.k.B.bwd",
-                "attn.v.B.bwd",
-            ],
+            ["attn.qkv.B.bwd", "attn.q.B.bwd", "attn.k.B.bwd", "attn.v.B.bwd"],
             ["attn.o.B.bwd", "attn.o.B.bwd", "", ""],
             ["mlp.gate_up.B.bwd", "mlp.gate.B.bwd", "mlp.up.B.bwd", ""],
             ["mlp.down.B.bwd", "mlp.down.B.bwd", "", ""],
@@ -59,12 +54,7 @@ pub fn out_fwd(kind: GroupKind, comp: usize) -> &'static str {
 
 /// Backward all-reduce of the input gradient of a column-parallel first op (the `f`).
 pub fn in_bwd(kind: GroupKind) -> &'static str {
-    [
-        "attn.qkv.f.bwd",
-        "attn.o.f.bwd",
-        "mlp.gate_up.f.bwd",
-        "mlp.down.f.bwd",
-    ][kind as usize]
+    ["attn.qkv.f.bwd", "attn.o.f.bwd", "mlp.gate_up.f.bwd", "mlp.down.f.bwd"][kind as usize]
 }
 
 /// The norm statistic all-reduce (sync RMSNorm), forward and backward.

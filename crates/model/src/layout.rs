@@ -28,28 +28,12 @@ pub struct Layout {
 impl Layout {
     /// The unsharded model.
     pub fn single(model: &ModelConfig) -> Self {
-        let scheme = if model.arch.is_low_rank() {
-            Scheme::Btp
-        } else {
-            Scheme::Megatron
-        };
-        Self {
-            scheme,
-            tp: 1,
-            rank: 0,
-            norm: NormMode::Online,
-            grouping: true,
-        }
+        let scheme = if model.arch.is_low_rank() { Scheme::Btp } else { Scheme::Megatron };
+        Self { scheme, tp: 1, rank: 0, norm: NormMode::Online, grouping: true }
     }
 
     pub fn from_config(model: &ModelConfig, par: &ParallelConfig, rank: usize) -> Self {
-        Self {
-            scheme: par.resolved_scheme(model),
-            tp: par.tp,
-            rank,
-            norm: par.norm,
-            grouping: par.grouping,
-        }
+        Self { scheme: par.resolved_scheme(model), tp: par.tp, rank, norm: par.norm, grouping: par.grouping }
     }
 
     pub fn btp(&self) -> bool {
@@ -109,11 +93,7 @@ impl Dims {
             vocab_padded,
             d_res: if l.btp() { m.d / p } else { m.d },
             heads_loc: if shard_heads { m.heads / p } else { m.heads },
-            kv_loc: if shard_heads {
-                m.kv_heads() / p
-            } else {
-                m.kv_heads()
-            },
+            kv_loc: if shard_heads { m.kv_heads() / p } else { m.kv_heads() },
             d_ff_loc: if shard_heads { m.d_ff / p } else { m.d_ff },
             r_loc: if l.vanilla() { m.rank / p } else { m.rank },
             vocab_loc: vocab_padded / p,

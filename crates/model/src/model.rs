@@ -73,9 +73,7 @@ impl<B: Backend> Model<B> {
     pub fn declare(be: B, cfg: &ModelConfig, layout: Layout) -> Result<Self> {
         cfg.validate()?;
         if cfg.vocab == 0 {
-            bail!(
-                "model.vocab is 0 (\"take it from the tokenizer\") and was not resolved before building the model"
-            );
+            bail!("model.vocab is 0 (\"take it from the tokenizer\") and was not resolved before building the model");
         }
         let p = layout.tp;
         if p > 1 {
@@ -102,27 +100,12 @@ impl<B: Backend> Model<B> {
         let embed = {
             let name = "model.embed_tokens.weight".to_string();
             let mut bb = BufBuilder::new(name.clone());
-            let split = if layout.btp() && p > 1 {
-                Split::Cols
-            } else {
-                Split::Whole
-            };
-            let slot = bb.block(
-                name,
-                vec![v, d],
-                split,
-                p,
-                layout.rank,
-                Init::Normal(cfg.init_std),
-            );
-            bind(
-                slot,
-                bb.finish(&mut store, &be, true, !layout.btp() && p > 1),
-            )
+            let split = if layout.btp() && p > 1 { Split::Cols } else { Split::Whole };
+            let slot = bb.block(name, vec![v, d], split, p, layout.rank, Init::Normal(cfg.init_std));
+            bind(slot, bb.finish(&mut store, &be, true, !layout.btp() && p > 1))
         };
-        let blocks: Vec<Block> = (0..cfg.layers)
-            .map(|l| Block::build(l, cfg, &layout, &dims, &mut store, &be))
-            .collect();
+        let blocks: Vec<Block> =
+            (0..cfg.layers).map(|l| Block::build(l, cfg, &layout, &dims, &mut store, &be)).collect();
         let final_norm = {
             let name = "model.norm.weight".to_string();
             let mut bb = BufBuilder::new(name.clone());
@@ -138,34 +121,12 @@ impl<B: Backend> Model<B> {
             let vl = dims.vocab_loc;
             let lo = (layout.rank * vl).min(v);
             let hi = ((layout.rank + 1) * vl).min(v);
-            let slot = bb.at(
-                name,
-                vec![v, d],
-                lo..hi,
-                0..d,
-                0,
-                d,
-                Init::Normal(cfg.init_std),
-            );
+            let slot = bb.at(name, vec![v, d], lo..hi, 0..d, 0, d, Init::Normal(cfg.init_std));
             bb.reserve(vl * d);
             let id = bb.finish(&mut store, &be, true, false);
-            Slot {
-                rows: vl,
-                ..bind(slot, id)
-            }
+            Slot { rows: vl, ..bind(slot, id) }
         };
-        Ok(Self {
-            cfg: cfg.clone(),
-            layout,
-            dims,
-            be,
-            store,
-            embed,
-            blocks,
-            final_norm,
-            head,
-            work: None,
-        })
+        Ok(Self { cfg: cfg.clone(), layout, dims, be, store, embed, blocks, final_norm, head, work: None })
     }
 
     fn ctx<'a>(&'a self, tp: &'a dyn Collective<B>, t: usize) -> Ctx<'a, B> {
@@ -191,14 +152,8 @@ impl<B: Backend> Model<B> {
             ids: be.alloc_ids(t),
             targets: be.alloc_ids(t),
             rope: be.rope_table(seq, dims.head_dim, self.cfg.rope_theta),
-            resid: (0..=self.blocks.len())
-                .map(|_| be.alloc(t * dims.d_res))
-                .collect(),
-            blocks: self
-                .blocks
-                .iter()
-                .map(|b| b.alloc_acts(be, dims, batch, seq, phi))
-                .collect(),
+            resid: (0..=self.blocks.len()).map(|_| be.alloc(t * dims.d_res)).collect(),
+            blocks: self.blocks.iter().map(|b| b.alloc_acts(be, dims, batch, seq, phi)).collect(),
             frstd: be.alloc(t),
             hf: be.alloc(t * dims.d),
             logits: be.alloc(t * dims.vocab_loc),
@@ -219,14 +174,7 @@ impl<B: Backend> Model<B> {
     }
 
     fn work(&mut self, b: &Batch) -> Work<B> {
-        assert_eq!(
-            b.ids.len(),
-            b.batch * b.seq,
-            "batch: {} ids for {}×{}",
-            b.ids.len(),
-            b.batch,
-            b.seq
-        );
+        assert_eq!(b.ids.len(), b.batch * b.seq, "batch: {} ids for {}×{}", b.ids.len(), b.batch, b.seq);
         let mut w = match self.work.take() {
             Some(w) if w.batch == b.batch && w.seq == b.seq => w,
             _ => self.alloc_work(b.batch, b.seq),
@@ -244,42 +192,18 @@ impl<B: Backend> Model<B> {
         let t = w.batch * w.seq;
         let cx = self.ctx(tp, t);
         let (be, dims, params) = (&self.be, &self.dims, &self.store.values);
-        be.embed(
-            MatMut::new(&mut w.resid[0], t, dims.d_res),
-            self.embed.of(params),
-            &w.ids,
-            0,
-        );
+        be.embed(MatMut::new(&mut w.resid[0], t, dims.d_res), self.embed.of(params), &w.ids, 0);
         for (l, block) in self.blocks.iter().enumerate() {
             let (lo, hi) = w.resid.split_at_mut(l + 1);
             let (done, rest) = w.blocks.split_at_mut(l);
             let prev = (l > 0).then(|| (&self.blocks[l - 1], &done[l - 1]));
-            block.forward(
-                &cx,
-                params,
-                &lo[l],
-                &mut hi[0],
-                &mut rest[0],
-                prev,
-                &w.rope,
-                w.batch,
-                w.seq,
-                &mut w.sc,
-            );
+            block.forward(&cx, params, &lo[l], &mut hi[0], &mut rest[0], prev, &w.rope, w.batch, w.seq, &mut w.sc);
         }
-        assert!(
-            self.layout.tp == 1 || !self.layout.btp(),
-            "the BTP stack exit is part of tensor parallelism"
-        );
+        assert!(self.layout.tp == 1 || !self.layout.btp(), "the BTP stack exit is part of tensor parallelism");
         let xf = Mat::new(&w.resid[self.blocks.len()], t, dims.d);
         be.row_sumsq(MatMut::new(&mut w.frstd, t, 1), xf);
         be.rstd_from_sumsq(MatMut::new(&mut w.frstd, t, 1), dims.d, self.cfg.norm_eps);
-        be.rmsnorm_apply(
-            MatMut::new(&mut w.hf, t, dims.d),
-            xf,
-            self.final_norm.of(params),
-            Mat::new(&w.frstd, t, 1),
-        );
+        be.rmsnorm_apply(MatMut::new(&mut w.hf, t, dims.d), xf, self.final_norm.of(params), Mat::new(&w.frstd, t, 1));
         be.gemm(
             MatMut::new(&mut w.logits, t, dims.vocab_loc),
             Mat::new(&w.hf, t, dims.d),
@@ -291,34 +215,20 @@ impl<B: Backend> Model<B> {
 
     fn loss(&self, w: &mut Work<B>, grad_scale: Option<f64>, targets: &[u32]) -> LossSum {
         let t = w.batch * w.seq;
-        assert!(
-            self.layout.tp == 1,
-            "vocabulary-parallel cross-entropy is part of tensor parallelism"
-        );
+        assert!(self.layout.tp == 1, "vocabulary-parallel cross-entropy is part of tensor parallelism");
         self.be.cross_entropy(
             MatMut::new(&mut w.losses, t, 1),
             MatMut::new(&mut w.logits, t, self.dims.vocab_loc),
             &w.targets,
             grad_scale,
         );
-        let tokens = targets
-            .iter()
-            .filter(|&&x| x != boost_tensor::cpu::IGNORE)
-            .count();
-        LossSum {
-            sum: self.be.sum(Mat::new(&w.losses, t, 1)),
-            tokens,
-        }
+        let tokens = targets.iter().filter(|&&x| x != boost_tensor::cpu::IGNORE).count();
+        LossSum { sum: self.be.sum(Mat::new(&w.losses, t, 1)), tokens }
     }
 
     /// Forward and backward of one micro-batch; gradients accumulate into the store's grads
     /// scaled by `grad_scale` (1 / tokens of the whole optimizer step).
-    pub fn forward_backward(
-        &mut self,
-        tp: &dyn Collective<B>,
-        b: &Batch,
-        grad_scale: f64,
-    ) -> LossSum {
+    pub fn forward_backward(&mut self, tp: &dyn Collective<B>, b: &Batch, grad_scale: f64) -> LossSum {
         let mut w = self.work(b);
         self.forward_logits(tp, &mut w);
         let loss = self.loss(&mut w, Some(grad_scale), b.targets);
@@ -337,23 +247,10 @@ impl<B: Backend> Model<B> {
     }
 
     /// Logits of one micro-batch (this rank's vocabulary rows, padding included), row-major.
-    pub fn logits(
-        &mut self,
-        tp: &dyn Collective<B>,
-        ids: &[u32],
-        batch: usize,
-        seq: usize,
-    ) -> Vec<f64> {
-        let mut w = self.work(&Batch {
-            ids,
-            targets: &[],
-            batch,
-            seq,
-        });
+    pub fn logits(&mut self, tp: &dyn Collective<B>, ids: &[u32], batch: usize, seq: usize) -> Vec<f64> {
+        let mut w = self.work(&Batch { ids, targets: &[], batch, seq });
         self.forward_logits(tp, &mut w);
-        let out = self
-            .be
-            .read_mat(Mat::new(&w.logits, batch * seq, self.dims.vocab_loc));
+        let out = self.be.read_mat(Mat::new(&w.logits, batch * seq, self.dims.vocab_loc));
         self.work = Some(w);
         out
     }
@@ -361,44 +258,22 @@ impl<B: Backend> Model<B> {
     /// dL/d(embedding output) of the last backward (t × d_res), for tests.
     pub fn embed_out_grad(&self) -> Vec<f64> {
         let w = self.work.as_ref().expect("run a backward first");
-        self.be
-            .read_mat(Mat::new(&w.dx, w.batch * w.seq, self.dims.d_res))
+        self.be.read_mat(Mat::new(&w.dx, w.batch * w.seq, self.dims.d_res))
     }
 
     fn backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
         let t = w.batch * w.seq;
         let cx = ctx(&self.be, tp, &self.cfg, self.layout, self.dims, t);
         let (be, dims) = (&self.be, &self.dims);
-        let ParamStore {
-            values: params,
-            grads,
-            ..
-        } = &mut self.store;
+        let ParamStore { values: params, grads, .. } = &mut self.store;
         let params: &[B::Buf] = params;
         let dl = Mat::new(&w.logits, t, dims.vocab_loc);
         // LM head and final norm.
-        be.gemm(
-            self.head.of_mut(grads),
-            dl.t(),
-            Mat::new(&w.hf, t, dims.d),
-            1.0,
-            true,
-        );
-        be.gemm(
-            MatMut::new(&mut w.dhf, t, dims.d),
-            dl,
-            self.head.of(params),
-            1.0,
-            false,
-        );
+        be.gemm(self.head.of_mut(grads), dl.t(), Mat::new(&w.hf, t, dims.d), 1.0, true);
+        be.gemm(MatMut::new(&mut w.dhf, t, dims.d), dl, self.head.of(params), 1.0, false);
         let xf = Mat::new(&w.resid[self.blocks.len()], t, dims.d);
         let g = self.final_norm.of(params);
-        be.rmsnorm_bwd_dot(
-            MatMut::new(&mut w.dot, t, 1),
-            Mat::new(&w.dhf, t, dims.d),
-            xf,
-            g,
-        );
+        be.rmsnorm_bwd_dot(MatMut::new(&mut w.dot, t, 1), Mat::new(&w.dhf, t, dims.d), xf, g);
         be.rmsnorm_bwd(
             MatMut::new(&mut w.dx, t, dims.d),
             self.final_norm.of_mut(grads),
@@ -430,12 +305,7 @@ impl<B: Backend> Model<B> {
                 &mut w.sc,
             );
         }
-        be.embed_bwd(
-            self.embed.of_mut(grads),
-            Mat::new(&w.dx, t, dims.d_res),
-            &w.ids,
-            0,
-        );
+        be.embed_bwd(self.embed.of_mut(grads), Mat::new(&w.dx, t, dims.d_res), &w.ids, 0);
     }
 }
 
@@ -447,14 +317,5 @@ fn ctx<'a, B: Backend>(
     dims: Dims,
     t: usize,
 ) -> Ctx<'a, B> {
-    Ctx {
-        be,
-        tp,
-        layout,
-        dims,
-        phi: cfg.phi(),
-        norm_eps: cfg.norm_eps,
-        lax_eps: cfg.lax.ln_eps,
-        t,
-    }
+    Ctx { be, tp, layout, dims, phi: cfg.phi(), norm_eps: cfg.norm_eps, lax_eps: cfg.lax.ln_eps, t }
 }

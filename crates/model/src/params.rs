@@ -60,10 +60,7 @@ impl Piece {
         match self.shape.as_slice() {
             [n] => (1, *n),
             [r, c] => (*r, *c),
-            s => panic!(
-                "canonical tensors have 1 or 2 dims, {} has {s:?}",
-                self.name
-            ),
+            s => panic!("canonical tensors have 1 or 2 dims, {} has {s:?}", self.name),
         }
     }
     pub fn is_whole(&self) -> bool {
@@ -92,30 +89,13 @@ pub struct ParamStore<B: Backend> {
 
 impl<B: Backend> ParamStore<B> {
     pub fn new() -> Self {
-        Self {
-            values: Vec::new(),
-            grads: Vec::new(),
-            bufs: Vec::new(),
-            pieces: Vec::new(),
-        }
+        Self { values: Vec::new(), grads: Vec::new(), bufs: Vec::new(), pieces: Vec::new() }
     }
 
-    pub fn add_buf(
-        &mut self,
-        backend: &B,
-        name: &str,
-        len: usize,
-        decay: bool,
-        replicated: bool,
-    ) -> usize {
+    pub fn add_buf(&mut self, backend: &B, name: &str, len: usize, decay: bool, replicated: bool) -> usize {
         self.values.push(backend.alloc(len));
         self.grads.push(backend.alloc(len));
-        self.bufs.push(BufInfo {
-            name: name.to_string(),
-            len,
-            decay,
-            replicated,
-        });
+        self.bufs.push(BufInfo { name: name.to_string(), len, decay, replicated });
         self.bufs.len() - 1
     }
 
@@ -168,15 +148,7 @@ pub enum Split {
 }
 
 /// A canonical tensor waiting for its buffer: name, shape, rows, cols, init, offset, stride.
-type Pending = (
-    String,
-    Vec<usize>,
-    Range<usize>,
-    Range<usize>,
-    Init,
-    usize,
-    usize,
-);
+type Pending = (String, Vec<usize>, Range<usize>, Range<usize>, Init, usize, usize);
 
 /// Builds one parameter buffer out of canonical tensors laid out side by side.
 pub struct BufBuilder {
@@ -187,49 +159,22 @@ pub struct BufBuilder {
 
 impl BufBuilder {
     pub fn new(name: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            pieces: Vec::new(),
-            len: 0,
-        }
+        Self { name: name.into(), pieces: Vec::new(), len: 0 }
     }
 
     /// Append `name` as its own contiguous block; returns its local slot (buffer id filled
     /// in by `finish`).
-    pub fn block(
-        &mut self,
-        name: String,
-        shape: Vec<usize>,
-        split: Split,
-        tp: usize,
-        rank: usize,
-        init: Init,
-    ) -> Slot {
+    pub fn block(&mut self, name: String, shape: Vec<usize>, split: Split, tp: usize, rank: usize, init: Init) -> Slot {
         let (r, c) = match shape.as_slice() {
             [n] => (1, *n),
             [r, c] => (*r, *c),
             _ => unreachable!(),
         };
-        let rows = if split == Split::Rows {
-            shard(r, tp, rank)
-        } else {
-            0..r
-        };
-        let cols = if split == Split::Cols {
-            shard(c, tp, rank)
-        } else {
-            0..c
-        };
-        let slot = Slot {
-            buf: usize::MAX,
-            off: self.len,
-            rows: rows.len(),
-            cols: cols.len(),
-            ld: cols.len(),
-        };
+        let rows = if split == Split::Rows { shard(r, tp, rank) } else { 0..r };
+        let cols = if split == Split::Cols { shard(c, tp, rank) } else { 0..c };
+        let slot = Slot { buf: usize::MAX, off: self.len, rows: rows.len(), cols: cols.len(), ld: cols.len() };
         self.len += rows.len() * cols.len();
-        self.pieces
-            .push((name, shape, rows, cols, init, slot.off, slot.ld));
+        self.pieces.push((name, shape, rows, cols, init, slot.off, slot.ld));
         slot
     }
 
@@ -246,16 +191,8 @@ impl BufBuilder {
         ld: usize,
         init: Init,
     ) -> Slot {
-        let slot = Slot {
-            buf: usize::MAX,
-            off,
-            rows: rows.len(),
-            cols: cols.len(),
-            ld,
-        };
-        self.len = self
-            .len
-            .max(off + (rows.len().max(1) - 1) * ld + cols.len());
+        let slot = Slot { buf: usize::MAX, off, rows: rows.len(), cols: cols.len(), ld };
+        self.len = self.len.max(off + (rows.len().max(1) - 1) * ld + cols.len());
         self.pieces.push((name, shape, rows, cols, init, off, ld));
         slot
     }
@@ -265,30 +202,11 @@ impl BufBuilder {
     }
 
     /// Allocate the buffer and register its pieces; returns the buffer id.
-    pub fn finish<B: Backend>(
-        self,
-        store: &mut ParamStore<B>,
-        backend: &B,
-        decay: bool,
-        replicated: bool,
-    ) -> usize {
+    pub fn finish<B: Backend>(self, store: &mut ParamStore<B>, backend: &B, decay: bool, replicated: bool) -> usize {
         let id = store.add_buf(backend, &self.name, self.len, decay, replicated);
         for (name, shape, rows, cols, init, off, ld) in self.pieces {
-            let slot = Slot {
-                buf: id,
-                off,
-                rows: rows.len(),
-                cols: cols.len(),
-                ld,
-            };
-            store.pieces.push(Piece {
-                name,
-                shape,
-                rows,
-                cols,
-                slot,
-                init,
-            });
+            let slot = Slot { buf: id, off, rows: rows.len(), cols: cols.len(), ld };
+            store.pieces.push(Piece { name, shape, rows, cols, slot, init });
         }
         id
     }
@@ -300,17 +218,9 @@ pub fn bind(slot: Slot, buf: usize) -> Slot {
 }
 
 /// Two slots of different buffers, both mutable.
-pub fn two_mut<'a, Buf: DeviceBuf>(
-    bufs: &'a mut [Buf],
-    a: Slot,
-    b: Slot,
-) -> (MatMut<'a, Buf>, MatMut<'a, Buf>) {
+pub fn two_mut<'a, Buf: DeviceBuf>(bufs: &'a mut [Buf], a: Slot, b: Slot) -> (MatMut<'a, Buf>, MatMut<'a, Buf>) {
     assert_ne!(a.buf, b.buf, "two_mut: both slots are in buffer {}", a.buf);
-    let (lo, hi, swap) = if a.buf < b.buf {
-        (a, b, false)
-    } else {
-        (b, a, true)
-    };
+    let (lo, hi, swap) = if a.buf < b.buf { (a, b, false) } else { (b, a, true) };
     let (left, right) = bufs.split_at_mut(hi.buf);
     let x = MatMut::at(&mut left[lo.buf], lo.off, lo.rows, lo.cols, lo.ld);
     let y = MatMut::at(&mut right[0], hi.off, hi.rows, hi.cols, hi.ld);

@@ -22,12 +22,7 @@ fn run<T: Scalar>(fx: &Fixture, layout: Layout) -> (Model<Cpu<T>>, Vec<f64>, f64
     let ids = fx.ids("ids");
     let targets = fx.ids("targets");
     let t = ids.len();
-    let b = Batch {
-        ids: &ids,
-        targets: &targets,
-        batch: fx.batch,
-        seq: fx.seq,
-    };
+    let b = Batch { ids: &ids, targets: &targets, batch: fx.batch, seq: fx.seq };
     let logits = m.logits(&Solo, &ids, fx.batch, fx.seq);
     let loss = m.forward_backward(&Solo, &b, 1.0 / t as f64);
     assert_eq!(loss.tokens, t);
@@ -39,32 +34,15 @@ fn check<T: Scalar>(fx: &Fixture, layout: Layout, tol: f64) {
     let (m, logits, loss) = run::<T>(fx, layout);
     assert_close(&format!("{what} logits"), &logits, fx.get("logits"), tol);
     assert_close(&format!("{what} loss"), &[loss], fx.get("loss"), tol);
-    assert_close(
-        &format!("{what} grad.embed_out"),
-        &m.embed_out_grad(),
-        fx.get("grad.embed_out"),
-        tol,
-    );
+    assert_close(&format!("{what} grad.embed_out"), &m.embed_out_grad(), fx.get("grad.embed_out"), tol);
     let mut seen = 0;
     for p in &m.store.pieces {
         let g: Vec<f64> = m.be.read_mat(p.slot.of(&m.store.grads));
-        assert_close(
-            &format!("{what} grad.{}", p.name),
-            &g,
-            fx.get(&format!("grad.{}", p.name)),
-            tol,
-        );
+        assert_close(&format!("{what} grad.{}", p.name), &g, fx.get(&format!("grad.{}", p.name)), tol);
         seen += 1;
     }
-    let expected = fx
-        .tensors
-        .keys()
-        .filter(|k| k.starts_with("param."))
-        .count();
-    assert_eq!(
-        seen, expected,
-        "{what}: every fixture parameter is a model parameter"
-    );
+    let expected = fx.tensors.keys().filter(|k| k.starts_with("param.")).count();
+    assert_eq!(seen, expected, "{what}: every fixture parameter is a model parameter");
 }
 
 /// Every single-rank layout variant: the norm path and grouping must not change the math.
@@ -77,12 +55,7 @@ fn layouts(fx: &Fixture) -> Vec<Layout> {
     for scheme in [Scheme::Btp, Scheme::Vanilla] {
         for norm in [NormMode::Online, NormMode::Sync] {
             for grouping in [true, false] {
-                out.push(Layout {
-                    scheme,
-                    norm,
-                    grouping,
-                    ..base
-                });
+                out.push(Layout { scheme, norm, grouping, ..base });
             }
         }
     }

@@ -3,10 +3,7 @@
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(
-    name = "plan",
-    about = "Predict step time, communication and memory (boost plan)"
-)]
+#[command(name = "plan", about = "Predict step time, communication and memory (boost plan)")]
 struct Cli {
     #[command(flatten)]
     plan: boost_perf::cli::PlanArgs,

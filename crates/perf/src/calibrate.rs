@@ -57,12 +57,8 @@ pub struct GemmSample {
 
 /// Measure one f32 GEMM `(m×k)·(k×n)` (row-major), best of a few timed runs.
 pub fn measure_gemm(m: usize, n: usize, k: usize, threads: usize) -> f64 {
-    let lhs: Vec<f32> = (0..m * k)
-        .map(|i| ((i % 97) as f32 - 48.0) * 0.01)
-        .collect();
-    let rhs: Vec<f32> = (0..k * n)
-        .map(|i| ((i % 89) as f32 - 44.0) * 0.01)
-        .collect();
+    let lhs: Vec<f32> = (0..m * k).map(|i| ((i % 97) as f32 - 48.0) * 0.01).collect();
+    let rhs: Vec<f32> = (0..k * n).map(|i| ((i % 89) as f32 - 44.0) * 0.01).collect();
     let mut dst = vec![0f32; m * n];
     let flops = 2.0 * (m * n * k) as f64;
     let run = |dst: &mut [f32]| {
@@ -113,10 +109,8 @@ pub fn measure_gemm(m: usize, n: usize, k: usize, threads: usize) -> f64 {
 pub fn fit_curve(samples: &[GemmSample]) -> (f64, f64, f64) {
     let f = |x: usize, c: f64| x as f64 / (x as f64 + c);
     let eval = |c: f64| {
-        let logs: Vec<f64> = samples
-            .iter()
-            .map(|s| s.flops_per_s.ln() - (f(s.m, c) * f(s.n, c) * f(s.k, c)).ln())
-            .collect();
+        let logs: Vec<f64> =
+            samples.iter().map(|s| s.flops_per_s.ln() - (f(s.m, c) * f(s.n, c) * f(s.k, c)).ln()).collect();
         let lp = logs.iter().sum::<f64>() / logs.len() as f64;
         let err = logs.iter().map(|l| (l - lp).powi(2)).sum::<f64>() / logs.len() as f64;
         (lp.exp(), err.sqrt())
@@ -152,19 +146,14 @@ pub fn measure_bandwidth() -> (f64, f64) {
         best
     };
     let copy = time(&mut || {
-        dst.par_chunks_mut(chunk)
-            .zip(src.par_chunks(chunk))
-            .for_each(|(d, s)| d.copy_from_slice(s));
+        dst.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(d, s)| d.copy_from_slice(s));
     });
     let add = time(&mut || {
-        dst.par_chunks_mut(chunk)
-            .zip(src.par_chunks(chunk))
-            .zip(src2.par_chunks(chunk))
-            .for_each(|((d, a), b)| {
-                for ((x, y), z) in d.iter_mut().zip(a).zip(b) {
-                    *x = y + z;
-                }
-            });
+        dst.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).zip(src2.par_chunks(chunk)).for_each(|((d, a), b)| {
+            for ((x, y), z) in d.iter_mut().zip(a).zip(b) {
+                *x = y + z;
+            }
+        });
     });
     std::hint::black_box(&dst);
     let bytes = (n * 4) as f64;
@@ -194,33 +183,16 @@ pub fn calibrate_collectives() -> Option<LinkSpec> {
 /// Every measurement is repeated `rounds` times (whole sweeps, so that a busy moment on a
 /// shared machine hits one round, not all) and the best of the rounds is kept.
 pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -> Result<String> {
-    let threads = if threads == 0 {
-        rayon::current_num_threads()
-    } else {
-        threads
-    };
+    let threads = if threads == 0 { rayon::current_num_threads() } else { threads };
     let rounds = rounds.max(1);
-    let mut samples: Vec<GemmSample> = SHAPES
-        .iter()
-        .map(|&(m, n, k)| GemmSample {
-            m,
-            n,
-            k,
-            flops_per_s: 0.0,
-        })
-        .collect();
+    let mut samples: Vec<GemmSample> =
+        SHAPES.iter().map(|&(m, n, k)| GemmSample { m, n, k, flops_per_s: 0.0 }).collect();
     let (mut copy_bw, mut add_bw, mut overhead) = (0.0f64, 0.0f64, f64::MAX);
     for round in 0..rounds {
         for s in samples.iter_mut() {
             let r = measure_gemm(s.m, s.n, s.k, threads);
             if verbose {
-                eprintln!(
-                    "round {round}: gemm {:>5} × {:>5} × {:>5}: {:7.1} GFLOP/s",
-                    s.m,
-                    s.n,
-                    s.k,
-                    r / 1e9
-                );
+                eprintln!("round {round}: gemm {:>5} × {:>5} × {:>5}: {:7.1} GFLOP/s", s.m, s.n, s.k, r / 1e9);
             }
             s.flops_per_s = s.flops_per_s.max(r);
         }
@@ -240,9 +212,7 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -
         );
     }
     let links = calibrate_collectives();
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mem = memory_total_bytes().unwrap_or(24.0 * (1u64 << 30) as f64);
     let mut o = String::new();
     let _ = writeln!(
@@ -258,99 +228,51 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -
         "# GEMM: the `gemm` crate (f32, Parallelism::Rayon({threads})) over {} shapes, fitted to",
         samples.len()
     );
-    let _ = writeln!(
-        o,
-        "#   P · Π x/(x+c); rms log error {rms:.3}. Measured samples are in [calibration]."
-    );
+    let _ = writeln!(o, "#   P · Π x/(x+c); rms log error {rms:.3}. Measured samples are in [calibration].");
     let _ = writeln!(o, "name = \"cpu\"");
-    let _ = writeln!(
-        o,
-        "description = \"this machine: {cores} cores, f32 via the gemm crate, in-process ranks\""
-    );
+    let _ = writeln!(o, "description = \"this machine: {cores} cores, f32 via the gemm crate, in-process ranks\"");
     let _ = writeln!(o, "dtype = \"f32\"");
-    let _ = writeln!(
-        o,
-        "devices_per_node = 1024              # in-process ranks: one \"node\""
-    );
-    let _ = writeln!(
-        o,
-        "memory_bytes = {mem:.0}              # /proc/meminfo MemTotal [measured]"
-    );
-    let _ = writeln!(
-        o,
-        "usable_memory_fraction = 0.8         # leave room for the OS and other processes [assumption]"
-    );
+    let _ = writeln!(o, "devices_per_node = 1024              # in-process ranks: one \"node\"");
+    let _ = writeln!(o, "memory_bytes = {mem:.0}              # /proc/meminfo MemTotal [measured]");
+    let _ =
+        writeln!(o, "usable_memory_fraction = 0.8         # leave room for the OS and other processes [assumption]");
     let _ = writeln!(o, "ranks_share_device = true");
     let _ = writeln!(o);
     let _ = writeln!(o, "[compute]");
-    let _ = writeln!(
-        o,
-        "peak_flops = {peak:.4e}             # fitted P [measured]"
-    );
-    let _ = writeln!(
-        o,
-        "gemm_efficiency = 1.0                # P is already an achieved rate"
-    );
-    let _ = writeln!(
-        o,
-        "gemm_half_dim = {c:.1}                # fitted c [measured]"
-    );
+    let _ = writeln!(o, "peak_flops = {peak:.4e}             # fitted P [measured]");
+    let _ = writeln!(o, "gemm_efficiency = 1.0                # P is already an achieved rate");
+    let _ = writeln!(o, "gemm_half_dim = {c:.1}                # fitted c [measured]");
     let _ = writeln!(
         o,
         "attention_efficiency = 0.5           # not measured: the engine's attention kernel is timed by `boost bench` [assumption]"
     );
-    let _ = writeln!(
-        o,
-        "kernel_overhead_s = {overhead:.3e}    # one small rayon-parallel kernel [measured]"
-    );
+    let _ = writeln!(o, "kernel_overhead_s = {overhead:.3e}    # one small rayon-parallel kernel [measured]");
     let _ = writeln!(o);
     let _ = writeln!(o, "[memory]");
-    let _ = writeln!(
-        o,
-        "bandwidth = {add_bw:.4e}              # a = b + c over 64 MiB, bytes read + written [measured]"
-    );
-    let _ = writeln!(
-        o,
-        "efficiency = 1.0                     # the bandwidth above is already achieved"
-    );
+    let _ =
+        writeln!(o, "bandwidth = {add_bw:.4e}              # a = b + c over 64 MiB, bytes read + written [measured]");
+    let _ = writeln!(o, "efficiency = 1.0                     # the bandwidth above is already achieved");
     let _ = writeln!(o);
     match links {
         Some(l) => {
-            let _ = writeln!(
-                o,
-                "[intra_node]\nalpha_s = {:.3e}\nbandwidth = {:.4e}\n",
-                l.alpha_s, l.bandwidth
-            );
-            let _ = writeln!(
-                o,
-                "[inter_node]\nalpha_s = {:.3e}\nbandwidth = {:.4e}\n",
-                l.alpha_s, l.bandwidth
-            );
+            let _ = writeln!(o, "[intra_node]\nalpha_s = {:.3e}\nbandwidth = {:.4e}\n", l.alpha_s, l.bandwidth);
+            let _ = writeln!(o, "[inter_node]\nalpha_s = {:.3e}\nbandwidth = {:.4e}\n", l.alpha_s, l.bandwidth);
         }
         None => {
-            let _ = writeln!(
-                o,
-                "# Collectives are not calibrated yet (calibrate::calibrate_collectives): an in-process"
-            );
+            let _ =
+                writeln!(o, "# Collectives are not calibrated yet (calibrate::calibrate_collectives): an in-process");
             let _ = writeln!(
                 o,
                 "# all-reduce is modelled as a condvar hand-off (α) plus a copy at half the copy bandwidth."
             );
             let _ = writeln!(o, "[intra_node]");
             let _ = writeln!(o, "alpha_s = 20e-6                      # [placeholder]");
-            let _ = writeln!(
-                o,
-                "bandwidth = {:.4e}                   # copy bandwidth / 2 [placeholder]",
-                copy_bw / 2.0
-            );
+            let _ =
+                writeln!(o, "bandwidth = {:.4e}                   # copy bandwidth / 2 [placeholder]", copy_bw / 2.0);
             let _ = writeln!(o);
             let _ = writeln!(o, "[inter_node]");
             let _ = writeln!(o, "alpha_s = 20e-6                      # [placeholder]");
-            let _ = writeln!(
-                o,
-                "bandwidth = {:.4e}                   # [placeholder]",
-                copy_bw / 2.0
-            );
+            let _ = writeln!(o, "bandwidth = {:.4e}                   # [placeholder]", copy_bw / 2.0);
             let _ = writeln!(o);
         }
     }
@@ -374,8 +296,7 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -
         );
     }
     let _ = writeln!(o, "]");
-    crate::hardware::Hardware::from_toml_str(&o)
-        .context("the calibrated description does not parse")?;
+    crate::hardware::Hardware::from_toml_str(&o).context("the calibrated description does not parse")?;
     std::fs::write(out, &o).with_context(|| format!("writing {}", out.display()))?;
     Ok(o)
 }

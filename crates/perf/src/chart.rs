@@ -18,36 +18,18 @@ const SEGMENTS: [(&str, RGBColor); 8] = [
 ];
 
 fn values(b: &Breakdown) -> [f64; 8] {
-    [
-        b.gemm_s,
-        b.attention_s,
-        b.elementwise_s,
-        b.tp_comm_s,
-        b.pp_comm_s,
-        b.dp_comm_s,
-        b.bubble_s,
-        b.optimizer_s,
-    ]
+    [b.gemm_s, b.attention_s, b.elementwise_s, b.tp_comm_s, b.pp_comm_s, b.dp_comm_s, b.bubble_s, b.optimizer_s]
 }
 
 /// Draw one horizontal stacked bar per `(label, breakdown, scale)` to a PNG; each segment is
 /// multiplied by `scale` (1 for seconds, 1/t_ref for time relative to a reference).
-pub fn draw_breakdown(
-    path: &Path,
-    title: &str,
-    x_label: &str,
-    bars: &[(String, Breakdown, f64)],
-) -> Result<()> {
+pub fn draw_breakdown(path: &Path, title: &str, x_label: &str, bars: &[(String, Breakdown, f64)]) -> Result<()> {
     let err = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
     let n = bars.len().max(1);
     let height = (140 + 34 * n as u32).max(360);
     let root = BitMapBackend::new(path, (1200, height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
-    let xmax = bars
-        .iter()
-        .map(|(_, b, k)| values(b).iter().sum::<f64>() * k)
-        .fold(0.0, f64::max)
-        * 1.35;
+    let xmax = bars.iter().map(|(_, b, k)| values(b).iter().sum::<f64>() * k).fold(0.0, f64::max) * 1.35;
     let label_width = 330;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
@@ -85,18 +67,14 @@ pub fn draw_breakdown(
             .label(*name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
     }
-    let style =
-        TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+    let style = TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
     for (i, (label, b, k)) in bars.iter().enumerate() {
         let (px, py) = chart.backend_coord(&(0.0, y_of(i)));
-        root.draw(&Text::new(label.clone(), (px - 8, py), style.clone()))
-            .map_err(|e| err(&e))?;
+        root.draw(&Text::new(label.clone(), (px - 8, py), style.clone())).map_err(|e| err(&e))?;
         let total: f64 = values(b).iter().sum::<f64>() * k;
         let (ex, ey) = chart.backend_coord(&(total, y_of(i)));
-        let tstyle =
-            TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
-        root.draw(&Text::new(format!("{total:.3}"), (ex + 6, ey), tstyle))
-            .map_err(|e| err(&e))?;
+        let tstyle = TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+        root.draw(&Text::new(format!("{total:.3}"), (ex + 6, ey), tstyle)).map_err(|e| err(&e))?;
     }
     chart
         .configure_series_labels()

@@ -164,10 +164,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
                 (name, p.breakdown, 1.0)
             })
             .collect::<Vec<_>>();
-        let title = format!(
-            "{} on {}: predicted iteration time",
-            s.model.preset, hw.name
-        );
+        let title = format!("{} on {}: predicted iteration time", s.model.preset, hw.name);
         crate::chart::draw_breakdown(path, &title, "seconds per iteration", &bars)?;
         if !args.json {
             println!("chart: {}", path.display());
@@ -224,19 +221,11 @@ pub fn setup_from_args(args: &PlanArgs, hw: &Hardware) -> Result<Setup> {
     };
     let norm = args.norm.as_deref().map(NormKind::parse).transpose()?;
     let mut s = Setup::from_config(&cfg, norm, dtype)?;
-    s.attention = if args.attention == "full" {
-        AttnConvention::Full
-    } else {
-        AttnConvention::Causal
-    };
+    s.attention = if args.attention == "full" { AttnConvention::Full } else { AttnConvention::Causal };
     if let Some(g) = args.global_batch {
         let per = s.micro_batch * s.dp;
         if !g.is_multiple_of(per) {
-            bail!(
-                "--global-batch {g} is not a multiple of micro-batch × dp = {} × {} = {per}",
-                s.micro_batch,
-                s.dp
-            );
+            bail!("--global-batch {g} is not a multiple of micro-batch × dp = {} × {} = {per}", s.micro_batch, s.dp);
         }
         s.accumulation = g / per;
     }
@@ -246,11 +235,7 @@ pub fn setup_from_args(args: &PlanArgs, hw: &Hardware) -> Result<Setup> {
 
 /// The comparison a chart shows: full-rank Megatron, vanilla and BTP at the same layout.
 fn scheme_variants(s: &Setup) -> Vec<(String, Setup)> {
-    let low = if s.model.arch.is_low_rank() {
-        s.model.arch
-    } else {
-        Arch::Cola
-    };
+    let low = if s.model.arch.is_low_rank() { s.model.arch } else { Arch::Cola };
     let mut out = Vec::new();
     let mut full = s.clone();
     full.model.arch = Arch::Full;
@@ -323,12 +308,7 @@ pub fn report(s: &Setup, hw: &Hardware, p: &Prediction) -> String {
         pct(b.bubble_s, it),
         p.bubble_fraction
     );
-    let _ = writeln!(
-        o,
-        "  optimizer {:>10.4} s  {:5.1} %",
-        b.optimizer_s,
-        pct(b.optimizer_s, it)
-    );
+    let _ = writeln!(o, "  optimizer {:>10.4} s  {:5.1} %", b.optimizer_s, pct(b.optimizer_s, it));
     let m = &p.memory;
     let _ = writeln!(
         o,
@@ -370,10 +350,8 @@ pub fn report(s: &Setup, hw: &Hardware, p: &Prediction) -> String {
         c.recompute_calls
     );
     if s.scheme == Scheme::Btp && s.norm == NormKind::Local && s.tp > 1 {
-        let _ = writeln!(
-            o,
-            "note: the local norm is not RMSNorm over d: a different model, shown for comparison only."
-        );
+        let _ =
+            writeln!(o, "note: the local norm is not RMSNorm over d: a different model, shown for comparison only.");
     }
     o
 }
@@ -385,12 +363,7 @@ pub fn ops_json(s: &Setup, hw: &Hardware) -> Result<serde_json::Value> {
     let layer = if s.model.layers > 1 { 1 } else { 0 };
     let ops = layer_ops(s, layer);
     let mut list = Vec::new();
-    for op in ops
-        .forward
-        .iter()
-        .chain(&ops.recompute)
-        .chain(&ops.backward)
-    {
+    for op in ops.forward.iter().chain(&ops.recompute).chain(&ops.backward) {
         let mut v = serde_json::to_value(op)?;
         let (flops, bytes) = match op {
             Op::Gemm(g) => (g.flops(), g.bytes()),
@@ -421,12 +394,7 @@ pub fn ops_table(s: &Setup, hw: &Hardware) -> String {
         "{:<10} {:<26} {:<14} {:<34} {:>10} {:>8} {:>12} {:>10}",
         "pass", "label", "op", "shape / payload", "GFLOP", "FLOP/B", "MB", "µs"
     );
-    for op in ops
-        .forward
-        .iter()
-        .chain(&ops.recompute)
-        .chain(&ops.backward)
-    {
+    for op in ops.forward.iter().chain(&ops.recompute).chain(&ops.backward) {
         let t = timer.op(op) * 1e6;
         let phase = op.phase().name();
         let line = match op {
@@ -453,10 +421,7 @@ pub fn ops_table(s: &Setup, hw: &Hardware) -> String {
                 phase,
                 a.label,
                 "attention",
-                format!(
-                    "b{} s{} h{} kv{} d_h{}",
-                    a.batch, a.seq, a.heads, a.kv_heads, a.head_dim
-                ),
+                format!("b{} s{} h{} kv{} d_h{}", a.batch, a.seq, a.heads, a.kv_heads, a.head_dim),
                 a.executed_flops() / 1e9,
                 a.executed_flops() / a.bytes(),
                 a.bytes() / 1e6,
@@ -493,18 +458,11 @@ pub fn ops_table(s: &Setup, hw: &Hardware) -> String {
 fn run_search(args: &PlanArgs, s: &Setup, hw: &Hardware) -> Result<()> {
     let devices = args.gpus.unwrap_or(s.world());
     let global_batch = args.global_batch.unwrap_or(s.global_batch());
-    let opts = SearchOptions {
-        devices,
-        global_batch,
-        allow_local: args.allow_local,
-        max_micro_batch: args.max_micro_batch,
-    };
+    let opts =
+        SearchOptions { devices, global_batch, allow_local: args.allow_local, max_micro_batch: args.max_micro_batch };
     let found = search(s, hw, &opts);
     if found.is_empty() {
-        bail!(
-            "no valid layout of {} on {devices} devices with global batch {global_batch}",
-            s.model.preset
-        );
+        bail!("no valid layout of {} on {devices} devices with global batch {global_batch}", s.model.preset);
     }
     let shown: Vec<_> = found.iter().take(args.top).collect();
     if args.json {
@@ -544,14 +502,9 @@ fn run_search(args: &PlanArgs, s: &Setup, hw: &Hardware) -> Result<()> {
         );
     }
     if let Some(path) = &args.chart {
-        let bars: Vec<(String, Breakdown, f64)> = shown
-            .iter()
-            .map(|c| (c.layout.clone(), c.prediction.breakdown.clone(), 1.0))
-            .collect();
-        let title = format!(
-            "{} on {} × {}: ranked layouts",
-            s.model.preset, devices, hw.name
-        );
+        let bars: Vec<(String, Breakdown, f64)> =
+            shown.iter().map(|c| (c.layout.clone(), c.prediction.breakdown.clone(), 1.0)).collect();
+        let title = format!("{} on {} × {}: ranked layouts", s.model.preset, devices, hw.name);
         crate::chart::draw_breakdown(path, &title, "seconds per iteration", &bars)?;
         println!("chart: {}", path.display());
     }
@@ -575,17 +528,10 @@ fn run_paper(args: &PlanArgs, hw: &Hardware) -> Result<()> {
                     paper::Variant::Btp => "btp",
                     paper::Variant::BtpOnline => "btp-online",
                 };
-                bars.push((
-                    format!("{} {short}", row.case.name),
-                    p.breakdown.clone(),
-                    1.0 / t_full,
-                ));
+                bars.push((format!("{} {short}", row.case.name), p.breakdown.clone(), 1.0 / t_full));
             }
         }
-        let title = format!(
-            "BOOST paper set-up on {}: iteration time relative to full-rank",
-            hw.name
-        );
+        let title = format!("BOOST paper set-up on {}: iteration time relative to full-rank", hw.name);
         crate::chart::draw_breakdown(path, &title, "time / full-rank time", &bars)?;
         if !args.json {
             println!("chart: {}", path.display());

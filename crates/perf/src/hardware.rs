@@ -102,10 +102,9 @@ impl Hardware {
         };
         match PRESETS.iter().find(|(n, _)| *n == name) {
             Some((_, text)) => Self::from_toml_str(text).with_context(|| format!("preset {name}")),
-            None => bail!(
-                "unknown cluster \"{name}\"; presets: {}, or a path to a TOML file",
-                preset_names().join(", ")
-            ),
+            None => {
+                bail!("unknown cluster \"{name}\"; presets: {}, or a path to a TOML file", preset_names().join(", "))
+            }
         }
     }
 
@@ -113,8 +112,7 @@ impl Hardware {
     pub fn load(name_or_path: &str) -> Result<Self> {
         let p = Path::new(name_or_path);
         if name_or_path.ends_with(".toml") || p.is_file() {
-            let text =
-                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
             Self::from_toml_str(&text).with_context(|| format!("in {}", p.display()))
         } else {
             Self::preset(name_or_path)
@@ -175,22 +173,13 @@ pub struct Timer<'a> {
 
 impl<'a> Timer<'a> {
     pub fn new(hw: &'a Hardware, setup: &'a Setup) -> Self {
-        let share = if hw.ranks_share_device {
-            1.0 / setup.world() as f64
-        } else {
-            1.0
-        };
+        let share = if hw.ranks_share_device { 1.0 / setup.world() as f64 } else { 1.0 };
         let mut peak = hw.compute.peak_flops;
         if hw.default_dtype() == Dtype::Bf16 && setup.dtype == Dtype::F32 {
             // Without bf16 Tensor Cores a GPU runs f32 GEMMs on TF32 at half the bf16 rate.
             peak *= 0.5;
         }
-        Timer {
-            hw,
-            setup,
-            share,
-            peak: peak * share,
-        }
+        Timer { hw, setup, share, peak: peak * share }
     }
 
     pub fn peak_flops(&self) -> f64 {
@@ -243,21 +232,13 @@ impl<'a> Timer<'a> {
         if p <= 1 {
             return 0.0;
         }
-        let link = if intra {
-            &self.hw.intra_node
-        } else {
-            &self.hw.inter_node
-        };
+        let link = if intra { &self.hw.intra_node } else { &self.hw.inter_node };
         let (alpha, beta) = (link.alpha_s, link.bandwidth);
         let n = c.bytes() as f64;
         let pf = p as f64;
         match c.kind {
-            CollKind::AllReduce | CollKind::AllReduceMax => {
-                2.0 * (pf - 1.0) * alpha + 2.0 * (pf - 1.0) / pf * n / beta
-            }
-            CollKind::AllGather | CollKind::ReduceScatter => {
-                (pf - 1.0) * alpha + (pf - 1.0) / pf * n / beta
-            }
+            CollKind::AllReduce | CollKind::AllReduceMax => 2.0 * (pf - 1.0) * alpha + 2.0 * (pf - 1.0) / pf * n / beta,
+            CollKind::AllGather | CollKind::ReduceScatter => (pf - 1.0) * alpha + (pf - 1.0) / pf * n / beta,
             CollKind::SendRecv => alpha + n / beta,
         }
     }

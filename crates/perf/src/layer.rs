@@ -36,10 +36,7 @@ pub struct LayerOps {
 
 impl LayerOps {
     pub fn all(&self) -> impl Iterator<Item = &Op> {
-        self.forward
-            .iter()
-            .chain(&self.recompute)
-            .chain(&self.backward)
+        self.forward.iter().chain(&self.recompute).chain(&self.backward)
     }
     pub fn collectives(&self) -> impl Iterator<Item = &Collective> {
         self.all().filter_map(Op::as_collective)
@@ -151,27 +148,15 @@ impl<'a> Ctx<'a> {
     }
     /// Width of the residual stream on this rank.
     fn w_res(&self) -> u64 {
-        if self.scheme() == Scheme::Btp {
-            self.d / self.p
-        } else {
-            self.d
-        }
+        if self.scheme() == Scheme::Btp { self.d / self.p } else { self.d }
     }
     /// Attention heads (and kv heads) on this rank.
     fn heads_local(&self) -> (u64, u64) {
-        if self.scheme() == Scheme::Vanilla {
-            (self.h, self.h_kv)
-        } else {
-            (self.h / self.p, self.h_kv / self.p)
-        }
+        if self.scheme() == Scheme::Vanilla { (self.h, self.h_kv) } else { (self.h / self.p, self.h_kv / self.p) }
     }
     /// Width of the SwiGLU product on this rank.
     fn w_ff(&self) -> u64 {
-        if self.scheme() == Scheme::Vanilla {
-            self.d_ff
-        } else {
-            self.d_ff / self.p
-        }
+        if self.scheme() == Scheme::Vanilla { self.d_ff } else { self.d_ff / self.p }
     }
     fn tp_comm(&self) -> bool {
         self.p > 1
@@ -192,21 +177,9 @@ impl<'a> Ctx<'a> {
                 block: "attn",
                 name: "qkv",
                 projs: vec![
-                    Proj {
-                        name: "q",
-                        d_in: d,
-                        d_out: d,
-                    },
-                    Proj {
-                        name: "k",
-                        d_in: d,
-                        d_out: d_kv,
-                    },
-                    Proj {
-                        name: "v",
-                        d_in: d,
-                        d_out: d_kv,
-                    },
+                    Proj { name: "q", d_in: d, d_out: d },
+                    Proj { name: "k", d_in: d, d_out: d_kv },
+                    Proj { name: "v", d_in: d, d_out: d_kv },
                 ],
                 after_norm: true,
                 column: true,
@@ -214,40 +187,21 @@ impl<'a> Ctx<'a> {
             ProjGroup {
                 block: "attn",
                 name: "o",
-                projs: vec![Proj {
-                    name: "o",
-                    d_in: d,
-                    d_out: d,
-                }],
+                projs: vec![Proj { name: "o", d_in: d, d_out: d }],
                 after_norm: false,
                 column: false,
             },
             ProjGroup {
                 block: "mlp",
                 name: "gate_up",
-                projs: vec![
-                    Proj {
-                        name: "gate",
-                        d_in: d,
-                        d_out: d_ff,
-                    },
-                    Proj {
-                        name: "up",
-                        d_in: d,
-                        d_out: d_ff,
-                    },
-                ],
+                projs: vec![Proj { name: "gate", d_in: d, d_out: d_ff }, Proj { name: "up", d_in: d, d_out: d_ff }],
                 after_norm: true,
                 column: true,
             },
             ProjGroup {
                 block: "mlp",
                 name: "down",
-                projs: vec![Proj {
-                    name: "down",
-                    d_in: d_ff,
-                    d_out: d,
-                }],
+                projs: vec![Proj { name: "down", d_in: d_ff, d_out: d }],
                 after_norm: false,
                 column: false,
             },
@@ -257,13 +211,7 @@ impl<'a> Ctx<'a> {
     // ---- emitters -------------------------------------------------------------------------
 
     /// A GEMM `(m×k)·(k×n)`, `batch` times; `shape` = (m, k, n, batch).
-    fn gemm(
-        &mut self,
-        label: String,
-        role: GemmRole,
-        shape: (u64, u64, u64, u64),
-        redundant: bool,
-    ) {
+    fn gemm(&mut self, label: String, role: GemmRole, shape: (u64, u64, u64, u64), redundant: bool) {
         let (m, k, n, batch) = shape;
         self.ops.push(Op::Gemm(Gemm {
             label,
@@ -283,12 +231,7 @@ impl<'a> Ctx<'a> {
         let t = self.t;
         match self.phase {
             Phase::Backward => {
-                self.gemm(
-                    label.clone(),
-                    GemmRole::BackwardData,
-                    (t, n, k, batch),
-                    redundant,
-                );
+                self.gemm(label.clone(), GemmRole::BackwardData, (t, n, k, batch), redundant);
                 self.gemm(label, GemmRole::BackwardWeight, (k, t, n, batch), redundant);
             }
             _ => self.gemm(label, GemmRole::Forward, (t, k, n, batch), redundant),
@@ -300,11 +243,7 @@ impl<'a> Ctx<'a> {
     fn ew(&mut self, label: String, read: u64, write: u64, f32_elems: u64) {
         let bytes = ((read + write) * self.a + 4 * f32_elems) as f64 * self.t as f64;
         if bytes > 0.0 {
-            self.ops.push(Op::Elementwise(Elementwise {
-                label,
-                phase: self.phase,
-                bytes,
-            }));
+            self.ops.push(Op::Elementwise(Elementwise { label, phase: self.phase, bytes }));
         }
     }
 
@@ -314,11 +253,7 @@ impl<'a> Ctx<'a> {
             return;
         }
         let t = self.t;
-        let label = if self.phase == Phase::Backward {
-            format!("{label}.bwd")
-        } else {
-            label
-        };
+        let label = if self.phase == Phase::Backward { format!("{label}.bwd") } else { label };
         self.ops.push(Op::Collective(Collective {
             label,
             phase: self.phase,
@@ -414,12 +349,7 @@ impl<'a> Ctx<'a> {
                     self.linear(g.proj_label(pr), pr.d_in, pr.d_out / p, 1, false);
                 }
                 if !fwd {
-                    self.ew(
-                        g.label(),
-                        (g.n() - 1) * 2 * g.d_in(),
-                        (g.n() - 1) * g.d_in(),
-                        0,
-                    );
+                    self.ew(g.label(), (g.n() - 1) * 2 * g.d_in(), (g.n() - 1) * g.d_in(), 0);
                 }
             }
             if !fwd {
@@ -496,18 +426,8 @@ impl<'a> Ctx<'a> {
         let grouped = self.s.grouping && n > 1;
         let lax = self.lax();
         let latent_label = |pr: Option<&Proj>| match pr {
-            Some(pr) => format!(
-                "{}.{}.{}",
-                g.block,
-                pr.name,
-                if lax { "cross" } else { "phi" }
-            ),
-            None => format!(
-                "{}.{}.{}",
-                g.block,
-                g.name,
-                if lax { "cross" } else { "phi" }
-            ),
+            Some(pr) => format!("{}.{}.{}", g.block, pr.name, if lax { "cross" } else { "phi" }),
+            None => format!("{}.{}.{}", g.block, g.name, if lax { "cross" } else { "phi" }),
         };
         if self.phase != Phase::Backward {
             if parts.a {
@@ -565,12 +485,7 @@ impl<'a> Ctx<'a> {
                     self.linear(format!("{}.A", g.proj_label(pr)), pr.d_in, rl, 1, false);
                 }
                 if n > 1 {
-                    self.ew(
-                        format!("{}.A", g.label()),
-                        (n - 1) * 2 * g.d_in(),
-                        (n - 1) * g.d_in(),
-                        0,
-                    );
+                    self.ew(format!("{}.A", g.label()), (n - 1) * 2 * g.d_in(), (n - 1) * g.d_in(), 0);
                 }
             }
             self.coll(format!("{}.f", g.label()), CollKind::AllReduce, g.d_in(), 0);
@@ -583,8 +498,7 @@ impl<'a> Ctx<'a> {
         let (p, r) = (self.p, self.r);
         let n = g.n();
         let grouped = self.s.grouping && n > 1;
-        let stat =
-            u64::from(g.after_norm && self.s.norm == NormKind::Online && self.sharded_norm());
+        let stat = u64::from(g.after_norm && self.s.norm == NormKind::Online && self.sharded_norm());
         let latent_label = format!("{}.{}", g.label(), if self.lax() { "cross" } else { "phi" });
         let same_shape = g.projs.iter().all(|pr| pr.d_out == g.projs[0].d_out);
         if self.phase != Phase::Backward {
@@ -611,13 +525,7 @@ impl<'a> Ctx<'a> {
             }
             if parts.b {
                 if grouped && same_shape {
-                    self.linear(
-                        format!("{}.B", g.label()),
-                        r,
-                        g.projs[0].d_out / p,
-                        n,
-                        false,
-                    );
+                    self.linear(format!("{}.B", g.label()), r, g.projs[0].d_out / p, n, false);
                 } else {
                     for pr in &g.projs {
                         self.linear(format!("{}.B", g.proj_label(pr)), r, pr.d_out / p, 1, false);
@@ -626,13 +534,7 @@ impl<'a> Ctx<'a> {
             }
         } else {
             if grouped && same_shape {
-                self.linear(
-                    format!("{}.B", g.label()),
-                    r,
-                    g.projs[0].d_out / p,
-                    n,
-                    false,
-                );
+                self.linear(format!("{}.B", g.label()), r, g.projs[0].d_out / p, n, false);
             } else {
                 for pr in &g.projs {
                     self.linear(format!("{}.B", g.proj_label(pr)), r, pr.d_out / p, 1, false);
@@ -709,16 +611,8 @@ impl<'a> Ctx<'a> {
         self.phase = Phase::Recompute;
         self.from_saved_latents = true;
         let [qkv, o, gu, down] = self.groups();
-        let latent_only = Parts {
-            a: false,
-            latent: true,
-            b: false,
-        };
-        let latent_b = Parts {
-            a: false,
-            latent: true,
-            b: true,
-        };
+        let latent_only = Parts { a: false, latent: true, b: false };
+        let latent_b = Parts { a: false, latent: true, b: true };
         self.norm_fwd("attn", true);
         self.group(&qkv, latent_b);
         self.rope();
@@ -737,11 +631,7 @@ impl<'a> Ctx<'a> {
         let mut out = Vec::new();
         let mut push = |label: &str, e: f64, b: u64| {
             if e > 0.0 {
-                out.push(Saved {
-                    label: label.to_string(),
-                    elements_per_token: e,
-                    bytes_per_element: b,
-                });
+                out.push(Saved { label: label.to_string(), elements_per_token: e, bytes_per_element: b });
             }
         };
         let (p, r) = (self.p as f64, self.r as f64);
@@ -800,11 +690,7 @@ struct Parts {
 }
 
 impl Parts {
-    const ALL: Parts = Parts {
-        a: true,
-        latent: true,
-        b: true,
-    };
+    const ALL: Parts = Parts { a: true, latent: true, b: true };
 }
 
 impl Setup {
@@ -828,12 +714,7 @@ pub fn layer_ops(s: &Setup, layer: usize) -> LayerOps {
         Recompute::Lowrank => c.recompute_lowrank(),
     }
     let recompute = std::mem::take(&mut c.ops);
-    LayerOps {
-        layer,
-        forward,
-        backward,
-        recompute,
-    }
+    LayerOps { layer, forward, backward, recompute }
 }
 
 /// What the forward of `layer` keeps for backward under the set-up's recompute policy,
@@ -855,8 +736,5 @@ pub fn layer_transient(s: &Setup, layer: usize) -> f64 {
         return 0.0;
     }
     let c = Ctx::new(s, layer);
-    c.saved(Recompute::None)
-        .iter()
-        .map(Saved::bytes_per_token)
-        .sum()
+    c.saved(Recompute::None).iter().map(Saved::bytes_per_token).sum()
 }

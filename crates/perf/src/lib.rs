@@ -27,8 +27,7 @@ pub use ops::{Attention, CollKind, Collective, Elementwise, Gemm, GemmRole, Grou
 pub use predict::{Breakdown, LayerComm, Prediction, bubble_fraction, layer_comm, predict};
 pub use setup::{AttnConvention, Dtype, NormKind, Setup};
 pub use step::{
-    Memory, StageOps, layer_params, matmul_params, memory, model_flops_per_token, stage_ops,
-    step_ops, total_params,
+    Memory, StageOps, layer_params, matmul_params, memory, model_flops_per_token, stage_ops, step_ops, total_params,
 };
 
 use std::collections::BTreeMap;
@@ -56,12 +55,7 @@ pub fn step_collectives(s: &Setup, stage: usize) -> Vec<StepCollective> {
             if let Some(c) = op.as_collective()
                 && phases.contains(&c.phase)
             {
-                out.push(StepCollective {
-                    stage,
-                    micro_batch: Some(mb),
-                    layer,
-                    collective: c.clone(),
-                });
+                out.push(StepCollective { stage, micro_batch: Some(mb), layer, collective: c.clone() });
             }
         };
         let fwd = [Phase::Forward];
@@ -91,12 +85,7 @@ pub fn step_collectives(s: &Setup, stage: usize) -> Vec<StepCollective> {
     }
     for op in step_ops(s, stage) {
         if let Some(c) = op.as_collective() {
-            out.push(StepCollective {
-                stage,
-                micro_batch: None,
-                layer: None,
-                collective: c.clone(),
-            });
+            out.push(StepCollective { stage, micro_batch: None, layer: None, collective: c.clone() });
         }
     }
     out
@@ -109,9 +98,7 @@ pub fn collective_totals<'a>(
 ) -> BTreeMap<(String, Phase, CollKind), (usize, u64)> {
     let mut m = BTreeMap::new();
     for c in cs {
-        let e = m
-            .entry((c.label.clone(), c.phase, c.kind))
-            .or_insert((0, 0));
+        let e = m.entry((c.label.clone(), c.phase, c.kind)).or_insert((0, 0));
         e.0 += 1;
         e.1 += c.elements;
     }

@@ -104,11 +104,7 @@ impl Gemm {
         self.flops() / self.bytes()
     }
     pub fn shape(&self) -> String {
-        let b = if self.batch > 1 {
-            format!("{}×", self.batch)
-        } else {
-            String::new()
-        };
+        let b = if self.batch > 1 { format!("{}×", self.batch) } else { String::new() };
         format!("{b}({}×{})·({}×{})", self.m, self.k, self.k, self.n)
     }
 }
@@ -131,10 +127,7 @@ pub struct Attention {
 impl Attention {
     /// Score and value products over the full S² matrix: 4·b·s²·h·d_h forward; backward 2×.
     pub fn model_flops_full(&self) -> f64 {
-        let f = 4.0
-            * self.batch as f64
-            * (self.seq as f64).powi(2)
-            * (self.heads * self.head_dim) as f64;
+        let f = 4.0 * self.batch as f64 * (self.seq as f64).powi(2) * (self.heads * self.head_dim) as f64;
         match self.phase {
             Phase::Backward => 2.0 * f,
             _ => f,
@@ -143,11 +136,7 @@ impl Attention {
     /// FLOPs a causal flash kernel executes: half of the S² products; its backward recomputes
     /// the scores, so it runs 2.5× the forward (the FlashAttention-2 paper's count).
     pub fn executed_flops(&self) -> f64 {
-        let f = 0.5
-            * 4.0
-            * self.batch as f64
-            * (self.seq as f64).powi(2)
-            * (self.heads * self.head_dim) as f64;
+        let f = 0.5 * 4.0 * self.batch as f64 * (self.seq as f64).powi(2) * (self.heads * self.head_dim) as f64;
         match self.phase {
             Phase::Backward => 2.5 * f,
             _ => f,

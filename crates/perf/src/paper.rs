@@ -25,41 +25,11 @@ pub struct PaperCase {
 }
 
 pub const CASES: &[PaperCase] = &[
-    PaperCase {
-        name: "1B",
-        preset: "1b",
-        tp: 1,
-        pp: 1,
-        accumulation: 1,
-    },
-    PaperCase {
-        name: "3B",
-        preset: "3b",
-        tp: 2,
-        pp: 1,
-        accumulation: 1,
-    },
-    PaperCase {
-        name: "7B",
-        preset: "7b",
-        tp: 4,
-        pp: 1,
-        accumulation: 1,
-    },
-    PaperCase {
-        name: "13B",
-        preset: "13b",
-        tp: 4,
-        pp: 2,
-        accumulation: 4,
-    },
-    PaperCase {
-        name: "30B",
-        preset: "30b",
-        tp: 4,
-        pp: 4,
-        accumulation: 4,
-    },
+    PaperCase { name: "1B", preset: "1b", tp: 1, pp: 1, accumulation: 1 },
+    PaperCase { name: "3B", preset: "3b", tp: 2, pp: 1, accumulation: 1 },
+    PaperCase { name: "7B", preset: "7b", tp: 4, pp: 1, accumulation: 1 },
+    PaperCase { name: "13B", preset: "13b", tp: 4, pp: 2, accumulation: 4 },
+    PaperCase { name: "30B", preset: "30b", tp: 4, pp: 4, accumulation: 4 },
 ];
 
 /// The runs compared for each case.
@@ -77,12 +47,7 @@ pub enum Variant {
 }
 
 impl Variant {
-    pub const ALL: [Variant; 4] = [
-        Variant::FullRank,
-        Variant::Vanilla,
-        Variant::Btp,
-        Variant::BtpOnline,
-    ];
+    pub const ALL: [Variant; 4] = [Variant::FullRank, Variant::Vanilla, Variant::Btp, Variant::BtpOnline];
     pub fn name(self) -> &'static str {
         match self {
             Variant::FullRank => "full-rank (megatron)",
@@ -95,11 +60,7 @@ impl Variant {
 
 /// The set-up of one case and variant.
 pub fn paper_setup(c: &PaperCase, v: Variant) -> Setup {
-    let arch = if v == Variant::FullRank {
-        Arch::Full
-    } else {
-        Arch::Cola
-    };
+    let arch = if v == Variant::FullRank { Arch::Full } else { Arch::Cola };
     let mut s = Setup::preset(c.preset, arch).expect("paper presets exist");
     s.model.vocab = 32000;
     s.tp = c.tp;
@@ -114,11 +75,7 @@ pub fn paper_setup(c: &PaperCase, v: Variant) -> Setup {
         Variant::Vanilla => Scheme::Vanilla,
         _ => Scheme::Btp,
     };
-    s.norm = if v == Variant::Btp && c.tp > 1 {
-        NormKind::Local
-    } else {
-        NormKind::Online
-    };
+    s.norm = if v == Variant::Btp && c.tp > 1 { NormKind::Local } else { NormKind::Online };
     s.recompute = if c.preset == "30b" || (c.preset == "7b" && v == Variant::Vanilla) {
         Recompute::Full
     } else {
@@ -135,12 +92,7 @@ pub struct PaperRow {
 
 impl PaperRow {
     pub fn get(&self, v: Variant) -> &Prediction {
-        &self
-            .variants
-            .iter()
-            .find(|(x, _)| *x == v)
-            .expect("all variants computed")
-            .1
+        &self.variants.iter().find(|(x, _)| *x == v).expect("all variants computed").1
     }
 }
 
@@ -149,10 +101,7 @@ pub fn paper_rows(hw: &Hardware) -> Vec<PaperRow> {
         .iter()
         .map(|c| PaperRow {
             case: c.clone(),
-            variants: Variant::ALL
-                .iter()
-                .map(|&v| (v, predict(&paper_setup(c, v), hw)))
-                .collect(),
+            variants: Variant::ALL.iter().map(|&v| (v, predict(&paper_setup(c, v), hw))).collect(),
         })
         .collect()
 }
@@ -162,11 +111,7 @@ pub fn paper_report(hw: &Hardware) -> String {
     let rows = paper_rows(hw);
     let mut o = String::new();
     let gib = (1u64 << 30) as f64;
-    let _ = writeln!(
-        o,
-        "BOOST paper set-up (spec §7) on {}: {}",
-        hw.name, hw.description
-    );
+    let _ = writeln!(o, "BOOST paper set-up (spec §7) on {}: {}", hw.name, hw.description);
     let _ = writeln!(
         o,
         "bf16, seq 4096, micro-batch 4, vocab 32000, DP 1, 1F1B; low-rank = CoLA r = d/4; attention FLOPs counted causal."
@@ -210,10 +155,7 @@ pub fn paper_report(hw: &Hardware) -> String {
         );
     }
     let _ = writeln!(o);
-    let _ = writeln!(
-        o,
-        "Paper (measured): 1.46–1.91× vs full-rank TP, 1.87–2.27× vs vanilla low-rank TP."
-    );
+    let _ = writeln!(o, "Paper (measured): 1.46–1.91× vs full-rank TP, 1.87–2.27× vs vanilla low-rank TP.");
     let _ = writeln!(o);
     let _ = writeln!(
         o,
@@ -253,10 +195,7 @@ pub fn paper_report(hw: &Hardware) -> String {
         for (v, p) in &r.variants {
             let s = paper_setup(&r.case, *v);
             if !p.fits && s.recompute != Recompute::Full {
-                let alt = Setup {
-                    recompute: Recompute::Full,
-                    ..s
-                };
+                let alt = Setup { recompute: Recompute::Full, ..s };
                 let q = predict(&alt, hw);
                 oom.push(format!(
                     "{} {}: {:.1} GiB without recompute does not fit; with full-layer recompute {:.3} s, {:.1} GiB{}",
@@ -272,33 +211,21 @@ pub fn paper_report(hw: &Hardware) -> String {
     }
     if !oom.is_empty() {
         let _ = writeln!(o);
-        let _ = writeln!(
-            o,
-            "Runs the memory model says do not fit in {:.0} GiB as configured:",
-            hw.usable_memory() / gib
-        );
+        let _ =
+            writeln!(o, "Runs the memory model says do not fit in {:.0} GiB as configured:", hw.usable_memory() / gib);
         for line in oom {
             let _ = writeln!(o, "- {line}");
         }
     }
     let _ = writeln!(o);
     let seven = rows.iter().find(|r| r.case.preset == "7b").expect("7b row");
-    let _ = writeln!(
-        o,
-        "Per-layer TP communication at 7B (TP4, b = 4, s = 4096, bf16), forward / backward payload:"
-    );
+    let _ = writeln!(o, "Per-layer TP communication at 7B (TP4, b = 4, s = 4096, bf16), forward / backward payload:");
     let _ = writeln!(o);
-    let _ = writeln!(
-        o,
-        "| run | forward calls | forward GiB | backward calls | backward GiB | spec §2.4 forward |"
-    );
+    let _ = writeln!(o, "| run | forward calls | forward GiB | backward calls | backward GiB | spec §2.4 forward |");
     let _ = writeln!(o, "|---|---|---|---|---|---|");
-    for (v, want) in [
-        (Variant::FullRank, "0.25"),
-        (Variant::Vanilla, "1.30"),
-        (Variant::Btp, "0.22"),
-        (Variant::BtpOnline, "0.22"),
-    ] {
+    for (v, want) in
+        [(Variant::FullRank, "0.25"), (Variant::Vanilla, "1.30"), (Variant::Btp, "0.22"), (Variant::BtpOnline, "0.22")]
+    {
         let c = &seven.get(v).layer_comm;
         let _ = writeln!(
             o,

@@ -108,16 +108,8 @@ pub fn layer_comm(s: &Setup) -> LayerComm {
     let mut c = LayerComm::default();
     for x in ops.collectives() {
         let (calls, elems, bytes) = match x.phase {
-            Phase::Forward => (
-                &mut c.forward_calls,
-                Some(&mut c.forward_elements_per_token),
-                &mut c.forward_bytes,
-            ),
-            Phase::Backward => (
-                &mut c.backward_calls,
-                Some(&mut c.backward_elements_per_token),
-                &mut c.backward_bytes,
-            ),
+            Phase::Forward => (&mut c.forward_calls, Some(&mut c.forward_elements_per_token), &mut c.forward_bytes),
+            Phase::Backward => (&mut c.backward_calls, Some(&mut c.backward_elements_per_token), &mut c.backward_bytes),
             Phase::Recompute => (&mut c.recompute_calls, None, &mut c.recompute_bytes),
         };
         *calls += 1;
@@ -193,10 +185,7 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
             }
         }
         b.finish();
-        if best
-            .as_ref()
-            .is_none_or(|(_, bb, _, _)| b.total() > bb.total())
-        {
+        if best.as_ref().is_none_or(|(_, bb, _, _)| b.total() > bb.total()) {
             best = Some((stage, b, gemm_flops, exec_flops));
         }
     }
@@ -206,10 +195,7 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
     total.scale(m);
     // Bubble: pp − 1 slots of the slowest stage's micro-batch (transfers excluded).
     let slot = mb.total() - mb.pp_comm_s;
-    let mut step = Breakdown {
-        bubble_s: (s.pp as f64 - 1.0) * slot,
-        ..Default::default()
-    };
+    let mut step = Breakdown { bubble_s: (s.pp as f64 - 1.0) * slot, ..Default::default() };
     for op in step_ops(s, slowest_stage) {
         step.add_op(timer.op(&op), &op);
     }
@@ -223,11 +209,7 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
     let model_flops = model_flops_per_token(s) * tokens;
     let world = s.world() as f64;
     let hardware_flops = exec_flops * m * world;
-    let gemm_utilization = if mb.gemm_s > 0.0 {
-        gemm_flops / (mb.gemm_s * timer.peak_flops())
-    } else {
-        0.0
-    };
+    let gemm_utilization = if mb.gemm_s > 0.0 { gemm_flops / (mb.gemm_s * timer.peak_flops()) } else { 0.0 };
     let flops = Flops {
         model_flops,
         hardware_flops,

@@ -32,11 +32,7 @@ pub struct Candidate {
 /// feasible layout still says how far off it is.
 pub fn search(base: &Setup, hw: &Hardware, o: &SearchOptions) -> Vec<Candidate> {
     let low_rank = base.model.arch.is_low_rank();
-    let schemes: &[Scheme] = if low_rank {
-        &[Scheme::Btp, Scheme::Vanilla]
-    } else {
-        &[Scheme::Megatron]
-    };
+    let schemes: &[Scheme] = if low_rank { &[Scheme::Btp, Scheme::Vanilla] } else { &[Scheme::Megatron] };
     let recomputes: &[Recompute] = if low_rank {
         &[Recompute::None, Recompute::Lowrank, Recompute::Full]
     } else {
@@ -56,20 +52,14 @@ pub fn search(base: &Setup, hw: &Hardware, o: &SearchOptions) -> Vec<Candidate> 
                 continue;
             }
             let per_dp = o.global_batch / dp;
-            for mb in divisors(per_dp)
-                .into_iter()
-                .filter(|&m| m <= o.max_micro_batch)
-            {
+            for mb in divisors(per_dp).into_iter().filter(|&m| m <= o.max_micro_batch) {
                 for &scheme in schemes {
                     // Without TP, vanilla and BTP run the same computation.
                     if scheme == Scheme::Vanilla && tp == 1 {
                         continue;
                     }
                     let norms: Vec<NormKind> = if scheme == Scheme::Btp && tp > 1 {
-                        NormKind::ALL
-                            .into_iter()
-                            .filter(|n| o.allow_local || *n != NormKind::Local)
-                            .collect()
+                        NormKind::ALL.into_iter().filter(|n| o.allow_local || *n != NormKind::Local).collect()
                     } else {
                         vec![NormKind::Online]
                     };
@@ -95,11 +85,7 @@ pub fn search(base: &Setup, hw: &Hardware, o: &SearchOptions) -> Vec<Candidate> 
                                         continue;
                                     }
                                     let prediction = predict(&s, hw);
-                                    out.push(Candidate {
-                                        layout: short(&s),
-                                        setup: s,
-                                        prediction,
-                                    });
+                                    out.push(Candidate { layout: short(&s), setup: s, prediction });
                                 }
                             }
                         }
@@ -122,11 +108,7 @@ pub fn search(base: &Setup, hw: &Hardware, o: &SearchOptions) -> Vec<Candidate> 
 /// A compact layout name, e.g. `btp/online/g tp4 pp2 dp1 mb4×acc4 rc=none z0`.
 pub fn short(s: &Setup) -> String {
     let scheme = crate::setup::scheme_name(s.scheme);
-    let norm = if s.scheme == Scheme::Btp && s.tp > 1 {
-        format!("/{}", s.norm.name())
-    } else {
-        String::new()
-    };
+    let norm = if s.scheme == Scheme::Btp && s.tp > 1 { format!("/{}", s.norm.name()) } else { String::new() };
     let g = match (s.tp > 1, s.grouping) {
         (false, _) => "",
         (true, true) => "/g",

@@ -154,11 +154,7 @@ impl Setup {
     pub fn preset(name: &str, arch: Arch) -> Result<Self> {
         let mut model = ModelConfig::preset(name)?;
         model.arch = arch;
-        let scheme = if arch.is_low_rank() {
-            Scheme::Btp
-        } else {
-            Scheme::Megatron
-        };
+        let scheme = if arch.is_low_rank() { Scheme::Btp } else { Scheme::Megatron };
         Ok(Setup {
             model,
             scheme,
@@ -234,22 +230,14 @@ impl Setup {
     }
     /// A one-line description of the layout.
     pub fn describe(&self) -> String {
-        let norm = if self.scheme == Scheme::Btp {
-            self.norm.name()
-        } else {
-            "replicated"
-        };
+        let norm = if self.scheme == Scheme::Btp { self.norm.name() } else { "replicated" };
         format!(
             "{} {} · {} · norm {} · {} · recompute {} · tp{} pp{} dp{} · mb {} × seq {} × acc {} · {}",
             self.model.preset,
             self.model.arch.name(),
             scheme_name(self.scheme),
             norm,
-            if self.grouping {
-                "grouped"
-            } else {
-                "ungrouped"
-            },
+            if self.grouping { "grouped" } else { "ungrouped" },
             recompute_name(self.recompute),
             self.tp,
             self.pp,

@@ -10,15 +10,7 @@ use serde::Serialize;
 /// Parameters of decoder layer `layer`, whole (unsharded).
 pub fn layer_params(m: &ModelConfig, layer: usize) -> u64 {
     let (d, d_ff, d_kv) = (m.d as u64, m.d_ff as u64, m.d_kv() as u64);
-    let projs = [
-        (d, d),
-        (d, d_kv),
-        (d, d_kv),
-        (d, d),
-        (d, d_ff),
-        (d, d_ff),
-        (d_ff, d),
-    ];
+    let projs = [(d, d), (d, d_kv), (d, d_kv), (d, d), (d, d_ff), (d, d_ff), (d_ff, d)];
     let norms = 2 * d;
     if !m.arch.is_low_rank() {
         return projs.iter().map(|(i, o)| i * o).sum::<u64>() + norms;
@@ -101,9 +93,7 @@ pub fn stage_params_rank(s: &Setup, stage: usize) -> u64 {
     let (d, vp) = (m.d as u64, s.padded_vocab());
     let p = s.tp as u64;
     let lps = s.layers_per_stage();
-    let mut n: u64 = (stage * lps..(stage + 1) * lps)
-        .map(|l| layer_params_rank(s, l))
-        .sum();
+    let mut n: u64 = (stage * lps..(stage + 1) * lps).map(|l| layer_params_rank(s, l)).sum();
     let first = stage == 0;
     let last = stage + 1 == s.pp;
     if first {
@@ -122,13 +112,8 @@ pub fn stage_params_rank(s: &Setup, stage: usize) -> u64 {
 fn entry_ops(s: &Setup) -> Vec<Op> {
     let (t, d, p, a) = (s.tokens(), s.model.d as u64, s.tp as u64, s.dtype.bytes());
     let mut ops = Vec::new();
-    let ew = |phase, bytes: u64| {
-        Op::Elementwise(Elementwise {
-            label: "embed".into(),
-            phase,
-            bytes: (bytes * t) as f64,
-        })
-    };
+    let ew =
+        |phase, bytes: u64| Op::Elementwise(Elementwise { label: "embed".into(), phase, bytes: (bytes * t) as f64 });
     let coll = |label: &str, phase, kind, elements: u64| {
         Op::Collective(Collective {
             label: label.into(),
@@ -175,11 +160,7 @@ fn exit_ops(s: &Setup) -> Vec<Op> {
     let vl = s.padded_vocab() / p;
     let mut ops = Vec::new();
     let ew = |label: &str, phase, bytes: u64| {
-        Op::Elementwise(Elementwise {
-            label: label.into(),
-            phase,
-            bytes: (bytes * t) as f64,
-        })
+        Op::Elementwise(Elementwise { label: label.into(), phase, bytes: (bytes * t) as f64 })
     };
     let coll = |label: &str, phase, kind, elements: u64, f32: bool| {
         Op::Collective(Collective {
@@ -193,63 +174,29 @@ fn exit_ops(s: &Setup) -> Vec<Op> {
         })
     };
     let gemm = |phase, role, m: u64, k: u64, n: u64| {
-        Op::Gemm(Gemm {
-            label: "head".into(),
-            phase,
-            role,
-            m,
-            n,
-            k,
-            batch: 1,
-            dtype_bytes: a,
-            redundant: false,
-        })
+        Op::Gemm(Gemm { label: "head".into(), phase, role, m, n, k, batch: 1, dtype_bytes: a, redundant: false })
     };
     let tp = p > 1;
     // Forward.
     if s.scheme == Scheme::Btp && tp {
-        ops.push(coll(
-            "head.gather",
-            Phase::Forward,
-            CollKind::AllGather,
-            d,
-            false,
-        ));
+        ops.push(coll("head.gather", Phase::Forward, CollKind::AllGather, d, false));
     }
     ops.push(ew("final_norm", Phase::Forward, 3 * d * a + 4));
     ops.push(gemm(Phase::Forward, GemmRole::Forward, t, d, vl));
     ops.push(ew("loss", Phase::Forward, vl * a));
     if tp {
-        ops.push(coll(
-            "loss.max",
-            Phase::Forward,
-            CollKind::AllReduceMax,
-            1,
-            true,
-        ));
+        ops.push(coll("loss.max", Phase::Forward, CollKind::AllReduceMax, 1, true));
     }
     ops.push(ew("loss", Phase::Forward, vl * a));
     if tp {
-        ops.push(coll(
-            "loss.sumexp",
-            Phase::Forward,
-            CollKind::AllReduce,
-            2,
-            true,
-        ));
+        ops.push(coll("loss.sumexp", Phase::Forward, CollKind::AllReduce, 2, true));
     }
     // Backward.
     ops.push(ew("loss", Phase::Backward, 2 * vl * a));
     ops.push(gemm(Phase::Backward, GemmRole::BackwardData, t, vl, d));
     ops.push(gemm(Phase::Backward, GemmRole::BackwardWeight, d, t, vl));
     if tp {
-        ops.push(coll(
-            "head.f.bwd",
-            Phase::Backward,
-            CollKind::AllReduce,
-            d,
-            false,
-        ));
+        ops.push(coll("head.f.bwd", Phase::Backward, CollKind::AllReduce, d, false));
     }
     ops.push(ew("final_norm", Phase::Backward, 3 * d * a + 4));
     ops
@@ -261,11 +208,7 @@ fn p2p_ops(s: &Setup, stage: usize) -> Vec<Op> {
     if s.pp == 1 {
         return Vec::new();
     }
-    let w = if s.scheme == Scheme::Btp {
-        s.model.d / s.tp
-    } else {
-        s.model.d
-    } as u64;
+    let w = if s.scheme == Scheme::Btp { s.model.d / s.tp } else { s.model.d } as u64;
     let mk = |label: &str, phase| {
         Op::Collective(Collective {
             label: label.into(),
@@ -304,28 +247,18 @@ pub struct StageOps {
 
 impl StageOps {
     pub fn all(&self) -> impl Iterator<Item = &Op> {
-        self.entry
-            .iter()
-            .chain(self.layers.iter().flat_map(|l| l.all()))
-            .chain(&self.exit)
-            .chain(&self.p2p)
+        self.entry.iter().chain(self.layers.iter().flat_map(|l| l.all())).chain(&self.exit).chain(&self.p2p)
     }
 }
 
 pub fn stage_ops(s: &Setup, stage: usize) -> StageOps {
     let lps = s.layers_per_stage();
-    let layers = (stage * lps..(stage + 1) * lps)
-        .map(|l| layer_ops(s, l))
-        .collect();
+    let layers = (stage * lps..(stage + 1) * lps).map(|l| layer_ops(s, l)).collect();
     StageOps {
         stage,
         layers,
         entry: if stage == 0 { entry_ops(s) } else { Vec::new() },
-        exit: if stage + 1 == s.pp {
-            exit_ops(s)
-        } else {
-            Vec::new()
-        },
+        exit: if stage + 1 == s.pp { exit_ops(s) } else { Vec::new() },
         p2p: p2p_ops(s, stage),
     }
 }
@@ -353,66 +286,23 @@ pub fn step_ops(s: &Setup, stage: usize) -> Vec<Op> {
     };
     if s.dp > 1 {
         if s.zero == 1 {
-            ops.push(coll(
-                "dp.grads",
-                CollKind::ReduceScatter,
-                Group::Dp,
-                n,
-                GRAD_BYTES,
-                true,
-            ));
-            ops.push(coll(
-                "dp.params",
-                CollKind::AllGather,
-                Group::Dp,
-                n,
-                s.dtype.bytes(),
-                false,
-            ));
+            ops.push(coll("dp.grads", CollKind::ReduceScatter, Group::Dp, n, GRAD_BYTES, true));
+            ops.push(coll("dp.params", CollKind::AllGather, Group::Dp, n, s.dtype.bytes(), false));
         } else {
-            ops.push(coll(
-                "dp.grads",
-                CollKind::AllReduce,
-                Group::Dp,
-                n,
-                GRAD_BYTES,
-                true,
-            ));
+            ops.push(coll("dp.grads", CollKind::AllReduce, Group::Dp, n, GRAD_BYTES, true));
         }
     }
     if s.model.tie_embeddings && s.pp > 1 && (stage == 0 || stage + 1 == s.pp) {
         let e = s.padded_vocab() * s.model.d as u64 / s.tp as u64;
-        ops.push(coll(
-            "embed.tied_grads",
-            CollKind::AllReduce,
-            Group::Pp,
-            e,
-            GRAD_BYTES,
-            true,
-        ));
+        ops.push(coll("embed.tied_grads", CollKind::AllReduce, Group::Pp, e, GRAD_BYTES, true));
     }
-    let norm_group = if s.zero == 1 {
-        Group::World
-    } else {
-        Group::Model
-    };
+    let norm_group = if s.zero == 1 { Group::World } else { Group::Model };
     let group_size = if s.zero == 1 { s.world() } else { s.tp * s.pp };
     if group_size > 1 {
-        ops.push(coll(
-            "grad_norm",
-            CollKind::AllReduce,
-            norm_group,
-            1,
-            4,
-            true,
-        ));
+        ops.push(coll("grad_norm", CollKind::AllReduce, norm_group, 1, 4, true));
     }
     // AdamW: read master weight, grad, m, v; write master, m, v (fp32), plus the bf16 copy.
-    let shard = if s.zero == 1 {
-        n.div_ceil(s.dp as u64)
-    } else {
-        n
-    };
+    let shard = if s.zero == 1 { n.div_ceil(s.dp as u64) } else { n };
     let copy = if s.dtype == Dtype::Bf16 { 2 } else { 0 };
     ops.push(Op::Elementwise(Elementwise {
         label: "optimizer".into(),
@@ -457,16 +347,8 @@ pub fn stage_memory(s: &Setup, stage: usize) -> Memory {
     let t = s.tokens() as f64;
     let lps = s.layers_per_stage();
     let layers = stage * lps..(stage + 1) * lps;
-    let per_mb: f64 = layers
-        .clone()
-        .map(|l| {
-            layer_saved(s, l)
-                .iter()
-                .map(|x| x.bytes_per_token())
-                .sum::<f64>()
-        })
-        .sum::<f64>()
-        * t;
+    let per_mb: f64 =
+        layers.clone().map(|l| layer_saved(s, l).iter().map(|x| x.bytes_per_token()).sum::<f64>()).sum::<f64>() * t;
     let transient = layers.map(|l| layer_transient(s, l)).fold(0.0, f64::max) * t;
     let last = stage + 1 == s.pp;
     let d = s.model.d as f64;

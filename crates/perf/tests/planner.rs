@@ -24,10 +24,7 @@ fn shorthand_flags_reach_the_setup() {
         "--model 7b --arch cola --scheme btp --norm local --tp 4 --pp 2 --micro-batch 2 --seq 1024 --global-batch 16 --recompute lowrank --vocab 32000",
     );
     let s = setup_from_args(&a, &hw).unwrap();
-    assert_eq!(
-        (s.model.d, s.tp, s.pp, s.micro_batch, s.seq),
-        (4096, 4, 2, 2, 1024)
-    );
+    assert_eq!((s.model.d, s.tp, s.pp, s.micro_batch, s.seq), (4096, 4, 2, 2, 1024));
     assert_eq!(s.norm, NormKind::Local);
     assert_eq!(s.scheme, Scheme::Btp);
     assert_eq!(s.recompute, Recompute::Lowrank);
@@ -36,12 +33,7 @@ fn shorthand_flags_reach_the_setup() {
     let s = setup_from_args(&args("--model 1b --arch full --set train.seq_len=512"), &hw).unwrap();
     assert_eq!((s.scheme, s.seq), (Scheme::Megatron, 512));
     let cpu = Hardware::preset("cpu").unwrap();
-    assert_eq!(
-        setup_from_args(&args("--model cola-60m"), &cpu)
-            .unwrap()
-            .dtype,
-        Dtype::F32
-    );
+    assert_eq!(setup_from_args(&args("--model cola-60m"), &cpu).unwrap().dtype, Dtype::F32);
 }
 
 #[test]
@@ -58,21 +50,10 @@ fn invalid_layouts_name_the_key() {
 #[test]
 fn json_has_the_iteration_time_and_breakdown() {
     let hw = Hardware::preset("a100-80gb").unwrap();
-    let s = setup_from_args(
-        &args("--model 3b --arch cola --tp 2 --micro-batch 4 --seq 4096"),
-        &hw,
-    )
-    .unwrap();
+    let s = setup_from_args(&args("--model 3b --arch cola --tp 2 --micro-batch 4 --seq 4096"), &hw).unwrap();
     let v = serde_json::to_value(predict(&s, &hw)).unwrap();
     assert!(v["iteration_time_s"].as_f64().unwrap() > 0.0);
-    for k in [
-        "compute_s",
-        "communication_s",
-        "bubble_s",
-        "tp_comm_s",
-        "gemm_s",
-        "recompute_s",
-    ] {
+    for k in ["compute_s", "communication_s", "bubble_s", "tp_comm_s", "gemm_s", "recompute_s"] {
         assert!(v["breakdown"][k].is_number(), "{k}");
     }
     assert!(v["memory"]["total"].is_number());
@@ -83,37 +64,15 @@ fn search_ranks_feasible_layouts_first() {
     let hw = Hardware::preset("a100-80gb").unwrap();
     let mut base = Setup::preset("7b", Arch::Cola).unwrap();
     base.model.vocab = 32000;
-    let found = search(
-        &base,
-        &hw,
-        &SearchOptions {
-            devices: 4,
-            global_batch: 8,
-            allow_local: false,
-            max_micro_batch: 8,
-        },
-    );
+    let found =
+        search(&base, &hw, &SearchOptions { devices: 4, global_batch: 8, allow_local: false, max_micro_batch: 8 });
     assert!(found.len() > 20);
     assert!(found[0].prediction.fits);
     let fit: Vec<_> = found.iter().take_while(|c| c.prediction.fits).collect();
-    assert!(
-        fit.windows(2)
-            .all(|w| w[0].prediction.iteration_time_s <= w[1].prediction.iteration_time_s)
-    );
-    assert!(
-        fit.iter()
-            .all(|c| c.prediction.memory.total <= hw.usable_memory())
-    );
-    assert!(
-        found
-            .iter()
-            .all(|c| c.setup.norm != NormKind::Local || c.setup.tp == 1)
-    );
-    assert!(
-        found
-            .iter()
-            .all(|c| c.setup.world() == 4 && c.setup.global_batch() == 8)
-    );
+    assert!(fit.windows(2).all(|w| w[0].prediction.iteration_time_s <= w[1].prediction.iteration_time_s));
+    assert!(fit.iter().all(|c| c.prediction.memory.total <= hw.usable_memory()));
+    assert!(found.iter().all(|c| c.setup.norm != NormKind::Local || c.setup.tp == 1));
+    assert!(found.iter().all(|c| c.setup.world() == 4 && c.setup.global_batch() == 8));
 }
 
 #[test]
@@ -160,27 +119,15 @@ fn collective_times_follow_the_alpha_beta_formulas() {
         elements_f32: 0,
         dtype_bytes: 2,
     };
-    let (a, b, n, p) = (
-        hw.intra_node.alpha_s,
-        hw.intra_node.bandwidth,
-        (2u64 << 20) as f64,
-        4.0,
-    );
-    assert!(
-        (timer.collective(&c) - (2.0 * (p - 1.0) * a + 2.0 * (p - 1.0) / p * n / b)).abs() < 1e-15
-    );
-    let g = Collective {
-        kind: CollKind::AllGather,
-        ..c.clone()
-    };
+    let (a, b, n, p) = (hw.intra_node.alpha_s, hw.intra_node.bandwidth, (2u64 << 20) as f64, 4.0);
+    assert!((timer.collective(&c) - (2.0 * (p - 1.0) * a + 2.0 * (p - 1.0) / p * n / b)).abs() < 1e-15);
+    let g = Collective { kind: CollKind::AllGather, ..c.clone() };
     assert!((timer.collective(&g) - ((p - 1.0) * a + (p - 1.0) / p * n / b)).abs() < 1e-15);
     // Eight TP ranks do not fit in a 4-GPU node: the network link is used.
     s.tp = 8;
     let timer = Timer::new(&hw, &s);
     let (a, b, p) = (hw.inter_node.alpha_s, hw.inter_node.bandwidth, 8.0);
-    assert!(
-        (timer.collective(&c) - (2.0 * (p - 1.0) * a + 2.0 * (p - 1.0) / p * n / b)).abs() < 1e-15
-    );
+    assert!((timer.collective(&c) - (2.0 * (p - 1.0) * a + 2.0 * (p - 1.0) / p * n / b)).abs() < 1e-15);
 }
 
 #[test]
@@ -188,15 +135,8 @@ fn calibration_fit_recovers_a_known_curve() {
     use boost_perf::calibrate::{GemmSample, SHAPES, fit_curve};
     let (p, c) = (120e9, 24.0);
     let f = |x: usize| x as f64 / (x as f64 + c);
-    let samples: Vec<GemmSample> = SHAPES
-        .iter()
-        .map(|&(m, n, k)| GemmSample {
-            m,
-            n,
-            k,
-            flops_per_s: p * f(m) * f(n) * f(k),
-        })
-        .collect();
+    let samples: Vec<GemmSample> =
+        SHAPES.iter().map(|&(m, n, k)| GemmSample { m, n, k, flops_per_s: p * f(m) * f(n) * f(k) }).collect();
     let (fp, fc, rms) = fit_curve(&samples);
     assert!((fp / p - 1.0).abs() < 1e-3, "{fp}");
     assert!((fc - c).abs() < 0.5, "{fc}");
@@ -221,13 +161,7 @@ fn chart_renders_a_png() {
     let dir = std::env::temp_dir().join(format!("boost-perf-chart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("c.png");
-    boost_perf::chart::draw_breakdown(
-        &path,
-        "test",
-        "s",
-        &[("a".into(), p.breakdown.clone(), 1.0)],
-    )
-    .unwrap();
+    boost_perf::chart::draw_breakdown(&path, "test", "s", &[("a".into(), p.breakdown.clone(), 1.0)]).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(&bytes[1..4], b"PNG");
     std::fs::remove_dir_all(&dir).unwrap();

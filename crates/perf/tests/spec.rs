@@ -14,12 +14,7 @@ fn setup(preset: &str, arch: Arch, scheme: Scheme, tp: usize) -> Setup {
 /// (forward calls, forward elements per token, backward calls, backward elements per token).
 fn comm(s: &Setup) -> (usize, f64, usize, f64) {
     let c = layer_comm(s);
-    (
-        c.forward_calls,
-        c.forward_elements_per_token,
-        c.backward_calls,
-        c.backward_elements_per_token,
-    )
+    (c.forward_calls, c.forward_elements_per_token, c.backward_calls, c.backward_elements_per_token)
 }
 
 #[test]
@@ -29,19 +24,11 @@ fn per_layer_collectives_match_the_spec_table() {
         let (d, dff, r) = (m.d as f64, m.d_ff as f64, m.rank as f64);
         for p in [2, 4] {
             let s = setup(preset, Arch::Full, Scheme::Megatron, p);
-            assert_eq!(
-                comm(&s),
-                (2, 2.0 * d, 2, 2.0 * d),
-                "megatron {preset} p={p}"
-            );
+            assert_eq!(comm(&s), (2, 2.0 * d, 2, 2.0 * d), "megatron {preset} p={p}");
             for grouping in [true, false] {
                 let mut s = setup(preset, Arch::Cola, Scheme::Vanilla, p);
                 s.grouping = grouping;
-                assert_eq!(
-                    comm(&s),
-                    (7, 5.0 * d + 2.0 * dff, 4, 3.0 * d + dff),
-                    "vanilla grouped={grouping}"
-                );
+                assert_eq!(comm(&s), (7, 5.0 * d + 2.0 * dff, 4, 3.0 * d + dff), "vanilla grouped={grouping}");
             }
             let rows = [
                 (NormKind::Online, true, (4, 7.0 * r + 2.0, 4, 7.0 * r)),
@@ -56,11 +43,7 @@ fn per_layer_collectives_match_the_spec_table() {
                     let mut s = setup(preset, arch, Scheme::Btp, p);
                     s.norm = norm;
                     s.grouping = grouping;
-                    assert_eq!(
-                        comm(&s),
-                        want,
-                        "btp {arch:?} {norm:?} grouped={grouping} {preset} p={p}"
-                    );
+                    assert_eq!(comm(&s), want, "btp {arch:?} {norm:?} grouped={grouping} {preset} p={p}");
                 }
             }
         }
@@ -79,31 +62,18 @@ fn gqa_changes_only_vanillas_forward() {
         s.validate().unwrap();
         s
     };
-    assert_eq!(
-        comm(&mk(Scheme::Megatron, Arch::Full)),
-        (2, 2.0 * d, 2, 2.0 * d)
-    );
+    assert_eq!(comm(&mk(Scheme::Megatron, Arch::Full)), (2, 2.0 * d, 2, 2.0 * d));
     for grouping in [true, false] {
         let mut s = mk(Scheme::Vanilla, Arch::Cola);
         s.grouping = grouping;
-        assert_eq!(
-            comm(&s),
-            (7, 3.0 * d + 2.0 * dkv + 2.0 * dff, 4, 3.0 * d + dff)
-        );
+        assert_eq!(comm(&s), (7, 3.0 * d + 2.0 * dkv + 2.0 * dff, 4, 3.0 * d + dff));
     }
-    assert_eq!(
-        comm(&mk(Scheme::Btp, Arch::Cola)),
-        (4, 7.0 * r + 2.0, 4, 7.0 * r)
-    );
+    assert_eq!(comm(&mk(Scheme::Btp, Arch::Cola)), (4, 7.0 * r + 2.0, 4, 7.0 * r));
 }
 
 #[test]
 fn no_tensor_parallel_no_collectives() {
-    for (arch, scheme) in [
-        (Arch::Full, Scheme::Megatron),
-        (Arch::Cola, Scheme::Vanilla),
-        (Arch::Lax, Scheme::Btp),
-    ] {
+    for (arch, scheme) in [(Arch::Full, Scheme::Megatron), (Arch::Cola, Scheme::Vanilla), (Arch::Lax, Scheme::Btp)] {
         let s = setup("cola-60m", arch, scheme, 1);
         assert_eq!(comm(&s), (0, 0.0, 0, 0.0));
         assert!(step_collectives(&s, 0).is_empty());
@@ -115,10 +85,7 @@ fn lax_under_vanilla_gathers_its_latents() {
     let s = setup("cola-60m", Arch::Lax, Scheme::Vanilla, 2);
     let r = s.model.rank as f64;
     let c = layer_ops(&s, 1);
-    let gathers: Vec<_> = c
-        .collectives()
-        .filter(|c| c.kind == CollKind::AllGather)
-        .collect();
+    let gathers: Vec<_> = c.collectives().filter(|c| c.kind == CollKind::AllGather).collect();
     // One per grouped A in forward and one per latent gradient in backward.
     assert_eq!(gathers.len(), 8);
     let per_token: f64 = gathers.iter().map(|c| c.elements as f64).sum::<f64>() / s.tokens() as f64;
@@ -156,27 +123,14 @@ fn gemm_flops(s: &Setup, include_recompute: bool) -> (f64, f64) {
 #[test]
 fn flops_agree_with_six_n_plus_attention() {
     for arch in [Arch::Full, Arch::Svd, Arch::Cola, Arch::Lax] {
-        let mut s = setup(
-            "cola-60m",
-            arch,
-            if arch == Arch::Full {
-                Scheme::Megatron
-            } else {
-                Scheme::Btp
-            },
-            1,
-        );
+        let mut s = setup("cola-60m", arch, if arch == Arch::Full { Scheme::Megatron } else { Scheme::Btp }, 1);
         s.model.vocab = 32000;
         s.micro_batch = 2;
         s.seq = 256;
         let t = s.tokens() as f64;
         let (gemm, attn_full) = gemm_flops(&s, false);
         let n = matmul_params(&s.model) as f64;
-        assert!(
-            (gemm / (6.0 * n * t) - 1.0).abs() < 1e-12,
-            "{arch:?}: {gemm} vs 6N·T = {}",
-            6.0 * n * t
-        );
+        assert!((gemm / (6.0 * n * t) - 1.0).abs() < 1e-12, "{arch:?}: {gemm} vs 6N·T = {}", 6.0 * n * t);
         let (d, l, sq) = (s.model.d as f64, s.model.layers as f64, s.seq as f64);
         assert!((attn_full / (12.0 * sq * d * l * t) - 1.0).abs() < 1e-12);
         s.attention = AttnConvention::Full;
@@ -222,13 +176,7 @@ fn kronecker_gate_is_cheaper_than_dense() {
 fn gemm_shapes_per_rank_follow_the_spec() {
     // Vanilla A (T×d)(d×r/p), B (T×r/p)(r/p×d_out); BTP A (T×d/p)(d/p×r), B (T×r)(r×d_out/p).
     let find = |s: &Setup, label: &str| -> Gemm {
-        layer_ops(s, 0)
-            .forward
-            .iter()
-            .filter_map(Op::as_gemm)
-            .find(|g| g.label == label)
-            .unwrap()
-            .clone()
+        layer_ops(s, 0).forward.iter().filter_map(Op::as_gemm).find(|g| g.label == label).unwrap().clone()
     };
     let mut v = setup("7b", Arch::Cola, Scheme::Vanilla, 4);
     v.grouping = false;
@@ -268,16 +216,9 @@ fn low_rank_layers_hold_two_and_a_half_times_fewer_parameters() {
     for name in ["1b", "3b", "7b", "13b", "30b"] {
         let m = boost_config::ModelConfig::preset(name).unwrap();
         let (d, dff, r) = (m.d as f64, m.d_ff as f64, m.rank as f64);
-        let full = boost_config::ModelConfig {
-            arch: Arch::Full,
-            ..m.clone()
-        };
-        let low = boost_config::ModelConfig {
-            arch: Arch::Cola,
-            ..m.clone()
-        };
-        let counted =
-            (layer_params(&full, 0) as f64 - 2.0 * d) / (layer_params(&low, 0) as f64 - 2.0 * d);
+        let full = boost_config::ModelConfig { arch: Arch::Full, ..m.clone() };
+        let low = boost_config::ModelConfig { arch: Arch::Cola, ..m.clone() };
+        let counted = (layer_params(&full, 0) as f64 - 2.0 * d) / (layer_params(&low, 0) as f64 - 2.0 * d);
         let formula = (4.0 * d * d + 3.0 * d * dff) / (8.0 * d * r + 3.0 * r * (d + dff));
         assert!((counted / formula - 1.0).abs() < 1e-12, "{name}");
         assert!((2.3..2.7).contains(&formula), "{name}: {formula}");
@@ -286,12 +227,7 @@ fn low_rank_layers_hold_two_and_a_half_times_fewer_parameters() {
 
 #[test]
 fn activation_memory_per_recompute_policy() {
-    let elems = |s: &Setup| {
-        layer_saved(s, 0)
-            .iter()
-            .map(|x| x.elements_per_token)
-            .sum::<f64>()
-    };
+    let elems = |s: &Setup| layer_saved(s, 0).iter().map(|x| x.elements_per_token).sum::<f64>();
     let mut s = setup("7b", Arch::Cola, Scheme::Btp, 4);
     let (d, r, p) = (4096.0, 1024.0, 4.0);
     s.recompute = Recompute::Lowrank;
@@ -314,38 +250,17 @@ fn low_rank_recompute_communicates_only_under_vanilla() {
     let ops = layer_ops(&s, 1);
     assert!(ops.recompute.iter().all(|o| o.as_collective().is_none()));
     // No A GEMM is re-run; B_o and B_down neither.
+    assert!(ops.recompute.iter().filter_map(Op::as_gemm).all(|g| g.label.ends_with(".B")));
     assert!(
-        ops.recompute
-            .iter()
-            .filter_map(Op::as_gemm)
-            .all(|g| g.label.ends_with(".B"))
-    );
-    assert!(
-        ops.recompute
-            .iter()
-            .filter_map(Op::as_gemm)
-            .all(|g| !g.label.contains(".o.") && !g.label.contains("down"))
+        ops.recompute.iter().filter_map(Op::as_gemm).all(|g| !g.label.contains(".o.") && !g.label.contains("down"))
     );
     s.recompute = Recompute::Full;
     let full = layer_ops(&s, 1);
-    assert_eq!(
-        full.recompute
-            .iter()
-            .filter(|o| o.as_collective().is_some())
-            .count(),
-        4
-    );
+    assert_eq!(full.recompute.iter().filter(|o| o.as_collective().is_some()).count(), 4);
     let mut v = setup("7b", Arch::Cola, Scheme::Vanilla, 4);
     v.recompute = Recompute::Lowrank;
-    let n = layer_ops(&v, 1)
-        .recompute
-        .iter()
-        .filter(|o| o.as_collective().is_some())
-        .count();
-    assert_eq!(
-        n, 5,
-        "B_q, B_k, B_v, B_gate, B_up re-issue their all-reduces"
-    );
+    let n = layer_ops(&v, 1).recompute.iter().filter(|o| o.as_collective().is_some()).count();
+    assert_eq!(n, 5, "B_q, B_k, B_v, B_gate, B_up re-issue their all-reduces");
 }
 
 #[test]
@@ -371,21 +286,12 @@ fn stack_entry_and_exit_collectives() {
     let mut tied = s.clone();
     tied.model.tie_embeddings = true;
     let l = labels(&tied);
-    assert_eq!(
-        l[0],
-        ("embed".into(), Phase::Forward, CollKind::ReduceScatter)
-    );
+    assert_eq!(l[0], ("embed".into(), Phase::Forward, CollKind::ReduceScatter));
     assert!(l.contains(&("embed.bwd".into(), Phase::Backward, CollKind::AllGather)));
     let m = setup("cola-60m", Arch::Full, Scheme::Megatron, 2);
-    assert_eq!(
-        labels(&m)[0],
-        ("embed".into(), Phase::Forward, CollKind::AllReduce)
-    );
+    assert_eq!(labels(&m)[0], ("embed".into(), Phase::Forward, CollKind::AllReduce));
     // The cross-entropy statistics are fp32: max (T) and [target, sum-exp] (T × 2).
-    let ce: Vec<_> = step_collectives(&s, 0)
-        .into_iter()
-        .filter(|c| c.collective.label.starts_with("loss"))
-        .collect();
+    let ce: Vec<_> = step_collectives(&s, 0).into_iter().filter(|c| c.collective.label.starts_with("loss")).collect();
     assert_eq!(ce[0].collective.elements, s.tokens());
     assert_eq!(ce[1].collective.elements, 2 * s.tokens());
     assert_eq!(ce[1].collective.bytes(), 8 * s.tokens());
@@ -396,17 +302,10 @@ fn step_collectives_repeat_per_micro_batch() {
     let mut s = setup("cola-60m", Arch::Cola, Scheme::Btp, 2);
     s.accumulation = 3;
     let all = step_collectives(&s, 0);
-    let per_layer = all
-        .iter()
-        .filter(|c| c.layer == Some(0) && c.micro_batch == Some(2))
-        .count();
+    let per_layer = all.iter().filter(|c| c.layer == Some(0) && c.micro_batch == Some(2)).count();
     assert_eq!(per_layer, 8);
     let totals = collective_totals(all.iter().map(|c| &c.collective));
-    let (calls, _) = totals[&(
-        "attn.qkv.A".to_string(),
-        Phase::Forward,
-        CollKind::AllReduce,
-    )];
+    let (calls, _) = totals[&("attn.qkv.A".to_string(), Phase::Forward, CollKind::AllReduce)];
     assert_eq!(calls, 3 * s.model.layers);
 }
 
@@ -417,10 +316,7 @@ fn presets_parse_and_predict() {
         let mut s = setup("1b", Arch::Cola, Scheme::Btp, 2);
         s.dtype = hw.default_dtype();
         let p = predict(&s, &hw);
-        assert!(
-            p.iteration_time_s > 0.0 && p.iteration_time_s.is_finite(),
-            "{name}"
-        );
+        assert!(p.iteration_time_s > 0.0 && p.iteration_time_s.is_finite(), "{name}");
         let b = &p.breakdown;
         let sum = b.compute_s + b.communication_s + b.bubble_s + b.optimizer_s;
         assert!((sum / p.iteration_time_s - 1.0).abs() < 1e-12);
@@ -458,12 +354,8 @@ fn every_variant_predicts_and_recompute_trades_memory_for_time() {
                         s.recompute = rc;
                         s.validate().unwrap();
                         let p = predict(&s, &hw);
-                        let what =
-                            format!("{arch:?} {scheme:?} {norm:?} g={grouping} kv={kv:?} {rc:?}");
-                        assert!(
-                            p.iteration_time_s.is_finite() && p.iteration_time_s > 0.0,
-                            "{what}"
-                        );
+                        let what = format!("{arch:?} {scheme:?} {norm:?} g={grouping} kv={kv:?} {rc:?}");
+                        assert!(p.iteration_time_s.is_finite() && p.iteration_time_s > 0.0, "{what}");
                         assert!(p.memory.total > 0.0, "{what}");
                         assert!(p.flops.hfu >= p.flops.mfu * 0.99, "{what}");
                         // Each stronger policy keeps less and takes longer.
@@ -482,54 +374,20 @@ fn every_variant_predicts_and_recompute_trades_memory_for_time() {
 #[test]
 fn collective_labels_in_program_order() {
     let names = |s: &Setup, phase: Phase| -> Vec<String> {
-        layer_ops(s, 1)
-            .collectives()
-            .filter(|c| c.phase == phase)
-            .map(|c| c.label.clone())
-            .collect()
+        layer_ops(s, 1).collectives().filter(|c| c.phase == phase).map(|c| c.label.clone()).collect()
     };
     let m = setup("cola-60m", Arch::Full, Scheme::Megatron, 2);
     assert_eq!(names(&m, Phase::Forward), ["attn.o.B", "mlp.down.B"]);
-    assert_eq!(
-        names(&m, Phase::Backward),
-        ["mlp.gate_up.f.bwd", "attn.qkv.f.bwd"]
-    );
+    assert_eq!(names(&m, Phase::Backward), ["mlp.gate_up.f.bwd", "attn.qkv.f.bwd"]);
     let v = setup("cola-60m", Arch::Cola, Scheme::Vanilla, 2);
     assert_eq!(
         names(&v, Phase::Forward),
-        [
-            "attn.q.B",
-            "attn.k.B",
-            "attn.v.B",
-            "attn.o.B",
-            "mlp.gate.B",
-            "mlp.up.B",
-            "mlp.down.B"
-        ]
+        ["attn.q.B", "attn.k.B", "attn.v.B", "attn.o.B", "mlp.gate.B", "mlp.up.B", "mlp.down.B"]
     );
-    assert_eq!(
-        names(&v, Phase::Backward),
-        [
-            "mlp.down.f.bwd",
-            "mlp.gate_up.f.bwd",
-            "attn.o.f.bwd",
-            "attn.qkv.f.bwd"
-        ]
-    );
+    assert_eq!(names(&v, Phase::Backward), ["mlp.down.f.bwd", "mlp.gate_up.f.bwd", "attn.o.f.bwd", "attn.qkv.f.bwd"]);
     let mut b = setup("cola-60m", Arch::Cola, Scheme::Btp, 2);
-    assert_eq!(
-        names(&b, Phase::Forward),
-        ["attn.qkv.A", "attn.o.A", "mlp.gate_up.A", "mlp.down.A"]
-    );
-    assert_eq!(
-        names(&b, Phase::Backward),
-        [
-            "mlp.down.B.bwd",
-            "mlp.gate_up.B.bwd",
-            "attn.o.B.bwd",
-            "attn.qkv.B.bwd"
-        ]
-    );
+    assert_eq!(names(&b, Phase::Forward), ["attn.qkv.A", "attn.o.A", "mlp.gate_up.A", "mlp.down.A"]);
+    assert_eq!(names(&b, Phase::Backward), ["mlp.down.B.bwd", "mlp.gate_up.B.bwd", "attn.o.B.bwd", "attn.qkv.B.bwd"]);
     b.norm = NormKind::Sync;
     b.grouping = false;
     assert_eq!(
@@ -562,13 +420,6 @@ fn collective_labels_in_program_order() {
     );
     // Online: the statistic rides with the first A after each norm (T + T·r elements).
     b.norm = NormKind::Online;
-    let q = layer_ops(&b, 1)
-        .collectives()
-        .find(|c| c.label == "attn.q.A")
-        .unwrap()
-        .clone();
-    assert_eq!(
-        (q.elements, q.elements_f32),
-        (b.tokens() * (b.model.rank as u64 + 1), b.tokens())
-    );
+    let q = layer_ops(&b, 1).collectives().find(|c| c.label == "attn.q.A").unwrap().clone();
+    assert_eq!((q.elements, q.elements_f32), (b.tokens() * (b.model.rank as u64 + 1), b.tokens()));
 }

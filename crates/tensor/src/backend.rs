@@ -75,14 +75,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
 
     // ---- dense algebra ----
     /// `c = alpha·op(a)·op(b)` (`+ c` when `accumulate`); `op` honours each view's `trans`.
-    fn gemm(
-        &self,
-        c: MatMut<Self::Buf>,
-        a: Mat<Self::Buf>,
-        b: Mat<Self::Buf>,
-        alpha: f64,
-        accumulate: bool,
-    );
+    fn gemm(&self, c: MatMut<Self::Buf>, a: Mat<Self::Buf>, b: Mat<Self::Buf>, alpha: f64, accumulate: bool);
     fn fill(&self, x: MatMut<Self::Buf>, v: f64);
     fn copy(&self, dst: MatMut<Self::Buf>, src: Mat<Self::Buf>);
     /// `dst += alpha·src`.
@@ -103,21 +96,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// In place: `s ← 1/√(s/n + eps)` (turns a sum of squares over n features into rstd).
     fn rstd_from_sumsq(&self, s: MatMut<Self::Buf>, n: usize, eps: f64);
     /// `y = x · rstd[i] · gamma[j]`.
-    fn rmsnorm_apply(
-        &self,
-        y: MatMut<Self::Buf>,
-        x: Mat<Self::Buf>,
-        gamma: Mat<Self::Buf>,
-        rstd: Mat<Self::Buf>,
-    );
+    fn rmsnorm_apply(&self, y: MatMut<Self::Buf>, x: Mat<Self::Buf>, gamma: Mat<Self::Buf>, rstd: Mat<Self::Buf>);
     /// `dot[i] = Σ_j dy·gamma·x` — the per-token sum RMSNorm's backward needs over all features.
-    fn rmsnorm_bwd_dot(
-        &self,
-        dot: MatMut<Self::Buf>,
-        dy: Mat<Self::Buf>,
-        x: Mat<Self::Buf>,
-        gamma: Mat<Self::Buf>,
-    );
+    fn rmsnorm_bwd_dot(&self, dot: MatMut<Self::Buf>, dy: Mat<Self::Buf>, x: Mat<Self::Buf>, gamma: Mat<Self::Buf>);
     /// `dx (+)= rstd·gamma⊙dy − x·rstd³·dot/n`; `dgamma += Σ_i dy⊙x·rstd`.
     #[allow(clippy::too_many_arguments)]
     fn rmsnorm_bwd(
@@ -191,13 +172,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// act = SiLU when `outer_silu`, else identity.
     fn swiglu(&self, m: MatMut<Self::Buf>, gu: Mat<Self::Buf>, outer_silu: bool);
     /// Overwrites `dgu` (stacked like `gu`).
-    fn swiglu_bwd(
-        &self,
-        dgu: MatMut<Self::Buf>,
-        dm: Mat<Self::Buf>,
-        gu: Mat<Self::Buf>,
-        outer_silu: bool,
-    );
+    fn swiglu_bwd(&self, dgu: MatMut<Self::Buf>, dm: Mat<Self::Buf>, gu: Mat<Self::Buf>, outer_silu: bool);
     /// `y[i, :] += b`.
     fn add_bias(&self, y: MatMut<Self::Buf>, b: Mat<Self::Buf>);
     /// `db += Σ_i dy[i, :]`.
@@ -208,23 +183,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn rope_table(&self, seq: usize, head_dim: usize, theta: f64) -> Self::Buf;
     /// Rotate every head of every row in place (position = row mod seq); `inverse` undoes it
     /// (the backward of a rotation is its inverse).
-    fn rope(
-        &self,
-        x: MatMut<Self::Buf>,
-        table: &Self::Buf,
-        seq: usize,
-        head_dim: usize,
-        inverse: bool,
-    );
+    fn rope(&self, x: MatMut<Self::Buf>, table: &Self::Buf, seq: usize, head_dim: usize, inverse: bool);
     /// Causal softmax attention; saves the probabilities. `qkv` holds three row-major
     /// blocks one after the other: q (`T × heads·d_h`), k and v (`T × kv_heads·d_h` each).
-    fn attention_fwd(
-        &self,
-        out: MatMut<Self::Buf>,
-        probs: &mut Self::Buf,
-        qkv: &Self::Buf,
-        shape: AttnShape,
-    );
+    fn attention_fwd(&self, out: MatMut<Self::Buf>, probs: &mut Self::Buf, qkv: &Self::Buf, shape: AttnShape);
     /// Overwrites `dqkv` (laid out like `qkv`); `scratch` holds `probs_len` elements.
     fn attention_bwd(
         &self,
@@ -240,13 +202,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// `out[i] = table[ids[i] − first]` for ids in `first..first+table.rows`, zero otherwise.
     fn embed(&self, out: MatMut<Self::Buf>, table: Mat<Self::Buf>, ids: &Self::Ids, first: usize);
     /// `dtable[ids[i] − first] += dout[i]` for ids in range.
-    fn embed_bwd(
-        &self,
-        dtable: MatMut<Self::Buf>,
-        dout: Mat<Self::Buf>,
-        ids: &Self::Ids,
-        first: usize,
-    );
+    fn embed_bwd(&self, dtable: MatMut<Self::Buf>, dout: Mat<Self::Buf>, ids: &Self::Ids, first: usize);
     /// Per-token cross-entropy into `losses` (rows×1; 0 for ignored targets `u32::MAX`).
     /// With `grad_scale`, `logits` is overwritten by `grad_scale·(softmax − onehot)`.
     fn cross_entropy(
@@ -318,10 +274,7 @@ impl Label {
         Self { op, layer: None }
     }
     pub const fn layer(op: &'static str, layer: usize) -> Self {
-        Self {
-            op,
-            layer: Some(layer as u32),
-        }
+        Self { op, layer: Some(layer as u32) }
     }
 }
 

@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod cpu;
+pub mod profile;
 pub mod scalar;
 pub mod view;
 

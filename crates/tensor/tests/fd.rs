@@ -15,9 +15,7 @@ type B = Cpu<f64>;
 const CPU: B = Cpu::<f64>::new();
 
 fn rnd(rng: &mut ChaCha8Rng, n: usize, scale: f64) -> Vec<f64> {
-    (0..n)
-        .map(|_| (rng.random::<f64>() * 2.0 - 1.0) * scale)
-        .collect()
+    (0..n).map(|_| (rng.random::<f64>() * 2.0 - 1.0) * scale).collect()
 }
 
 /// Compare an analytic gradient with central differences of `f` around `x`.
@@ -26,10 +24,7 @@ fn check(name: &str, x: &[f64], analytic: &[f64], f: impl Fn(&[f64]) -> f64) {
     let h = 1e-6;
     let mut xp = x.to_vec();
     let mut worst: f64 = 0.0;
-    let scale = analytic
-        .iter()
-        .fold(0.0f64, |m, v| m.max(v.abs()))
-        .max(1e-12);
+    let scale = analytic.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(1e-12);
     for i in 0..x.len() {
         xp[i] = x[i] + h;
         let fp = f(&xp);
@@ -39,14 +34,8 @@ fn check(name: &str, x: &[f64], analytic: &[f64], f: impl Fn(&[f64]) -> f64) {
         let num = (fp - fm) / (2.0 * h);
         worst = worst.max((num - analytic[i]).abs() / scale);
     }
-    assert!(
-        worst < 1e-6,
-        "{name}: finite differences disagree, worst relative error {worst:e}"
-    );
-    assert!(
-        scale > 1e-9,
-        "{name}: gradient is identically zero, the check is vacuous"
-    );
+    assert!(worst < 1e-6, "{name}: finite differences disagree, worst relative error {worst:e}");
+    assert!(scale > 1e-9, "{name}: gradient is identically zero, the check is vacuous");
 }
 
 fn dot(a: &[f64], b: &[f64]) -> f64 {
@@ -66,10 +55,7 @@ fn rmsnorm() {
     let (t, d) = (5, 12);
     let mut rng = ChaCha8Rng::seed_from_u64(1);
     let x = rnd(&mut rng, t * d, 1.0);
-    let g = rnd(&mut rng, d, 1.0)
-        .iter()
-        .map(|v| 1.0 + 0.3 * v)
-        .collect::<Vec<_>>();
+    let g = rnd(&mut rng, d, 1.0).iter().map(|v| 1.0 + 0.3 * v).collect::<Vec<_>>();
     let w = rnd(&mut rng, t * d, 1.0);
     let eps = 1e-6;
     let fwd = |x: &Vec<f64>, g: &Vec<f64>| {
@@ -77,22 +63,12 @@ fn rmsnorm() {
         CPU.row_sumsq(mat_mut(&mut s, t, 1), mat(x, t, d));
         CPU.rstd_from_sumsq(mat_mut(&mut s, t, 1), d, eps);
         let mut y = vec![0.0; t * d];
-        CPU.rmsnorm_apply(
-            mat_mut(&mut y, t, d),
-            mat(x, t, d),
-            mat(g, 1, d),
-            mat(&s, t, 1),
-        );
+        CPU.rmsnorm_apply(mat_mut(&mut y, t, d), mat(x, t, d), mat(g, 1, d), mat(&s, t, 1));
         (y, s)
     };
     let (_, rstd) = fwd(&x, &g);
     let mut dotv = vec![0.0; t];
-    CPU.rmsnorm_bwd_dot(
-        mat_mut(&mut dotv, t, 1),
-        mat(&w, t, d),
-        mat(&x, t, d),
-        mat(&g, 1, d),
-    );
+    CPU.rmsnorm_bwd_dot(mat_mut(&mut dotv, t, 1), mat(&w, t, d), mat(&x, t, d), mat(&g, 1, d));
     // accumulate = true onto a non-zero dx checks the accumulation path too.
     let base = rnd(&mut rng, t * d, 1.0);
     let mut dx = base.clone();
@@ -109,12 +85,8 @@ fn rmsnorm() {
         true,
     );
     let dx: Vec<f64> = dx.iter().zip(&base).map(|(a, b)| a - b).collect();
-    check("rmsnorm dx", &x, &dx, |xp| {
-        dot(&fwd(&xp.to_vec(), &g).0, &w)
-    });
-    check("rmsnorm dgamma", &g, &dg, |gp| {
-        dot(&fwd(&x, &gp.to_vec()).0, &w)
-    });
+    check("rmsnorm dx", &x, &dx, |xp| dot(&fwd(&xp.to_vec(), &g).0, &w));
+    check("rmsnorm dgamma", &g, &dg, |gp| dot(&fwd(&x, &gp.to_vec()).0, &w));
 }
 
 #[test]
@@ -123,10 +95,7 @@ fn online_norm_matches_its_derivation() {
     let (t, d, r) = (4, 10, 6);
     let mut rng = ChaCha8Rng::seed_from_u64(2);
     let x = rnd(&mut rng, t * d, 1.0);
-    let g = rnd(&mut rng, d, 1.0)
-        .iter()
-        .map(|v| 1.0 + 0.3 * v)
-        .collect::<Vec<_>>();
+    let g = rnd(&mut rng, d, 1.0).iter().map(|v| 1.0 + 0.3 * v).collect::<Vec<_>>();
     let a = rnd(&mut rng, d * r, 0.5);
     let w = rnd(&mut rng, t * r, 1.0);
     let eps = 1e-6;
@@ -134,13 +103,7 @@ fn online_norm_matches_its_derivation() {
         let mut xg = vec![0.0; t * d];
         CPU.mul_cols(mat_mut(&mut xg, t, d), mat(x, t, d), mat(g, 1, d));
         let mut y = vec![0.0; t * r];
-        CPU.gemm(
-            mat_mut(&mut y, t, r),
-            mat(&xg, t, d),
-            mat(a, d, r),
-            1.0,
-            false,
-        );
+        CPU.gemm(mat_mut(&mut y, t, r), mat(&xg, t, d), mat(a, d, r), 1.0, false);
         let mut s = vec![0.0; t];
         CPU.row_sumsq(mat_mut(&mut s, t, 1), mat(x, t, d));
         CPU.rstd_from_sumsq(mat_mut(&mut s, t, 1), d, eps);
@@ -161,13 +124,7 @@ fn online_norm_matches_its_derivation() {
         false,
     );
     let mut gm = vec![0.0; t * d];
-    CPU.gemm(
-        mat_mut(&mut gm, t, d),
-        mat(&dh, t, r),
-        mat(&a, d, r).t(),
-        1.0,
-        false,
-    );
+    CPU.gemm(mat_mut(&mut gm, t, d), mat(&dh, t, r), mat(&a, d, r).t(), 1.0, false);
     let mut dx = vec![0.0; t * d];
     let mut dg = vec![0.0; d];
     CPU.online_norm_bwd(
@@ -180,22 +137,10 @@ fn online_norm_matches_its_derivation() {
         false,
     );
     let mut da = vec![0.0; d * r];
-    CPU.gemm(
-        mat_mut(&mut da, d, r),
-        mat(&xg, t, d).t(),
-        mat(&dh, t, r),
-        1.0,
-        false,
-    );
-    check("online dx", &x, &dx, |p| {
-        dot(&fwd(&p.to_vec(), &g, &a).0, &w)
-    });
-    check("online dgamma", &g, &dg, |p| {
-        dot(&fwd(&x, &p.to_vec(), &a).0, &w)
-    });
-    check("online dA", &a, &da, |p| {
-        dot(&fwd(&x, &g, &p.to_vec()).0, &w)
-    });
+    CPU.gemm(mat_mut(&mut da, d, r), mat(&xg, t, d).t(), mat(&dh, t, r), 1.0, false);
+    check("online dx", &x, &dx, |p| dot(&fwd(&p.to_vec(), &g, &a).0, &w));
+    check("online dgamma", &g, &dg, |p| dot(&fwd(&x, &p.to_vec(), &a).0, &w));
+    check("online dA", &a, &da, |p| dot(&fwd(&x, &g, &p.to_vec()).0, &w));
 }
 
 #[test]
@@ -231,15 +176,9 @@ fn layernorm() {
         mat(&m, t, 1),
         mat(&r, t, 1),
     );
-    check("layernorm dx", &x, &dx, |p| {
-        dot(&fwd(&p.to_vec(), &wv, &b).0, &w)
-    });
-    check("layernorm dw", &wv, &dw, |p| {
-        dot(&fwd(&x, &p.to_vec(), &b).0, &w)
-    });
-    check("layernorm db", &b, &db, |p| {
-        dot(&fwd(&x, &wv, &p.to_vec()).0, &w)
-    });
+    check("layernorm dx", &x, &dx, |p| dot(&fwd(&p.to_vec(), &wv, &b).0, &w));
+    check("layernorm dw", &wv, &dw, |p| dot(&fwd(&x, &p.to_vec(), &b).0, &w));
+    check("layernorm db", &b, &db, |p| dot(&fwd(&x, &wv, &p.to_vec()).0, &w));
 }
 
 #[test]
@@ -265,12 +204,7 @@ fn silu_and_swiglu() {
             dot(&m, &w)
         };
         let mut dgu = vec![0.0; t * 2 * n];
-        CPU.swiglu_bwd(
-            mat_mut(&mut dgu, 2 * t, n),
-            mat(&w, t, n),
-            mat(&gu, 2 * t, n),
-            outer,
-        );
+        CPU.swiglu_bwd(mat_mut(&mut dgu, 2 * t, n), mat(&w, t, n), mat(&gu, 2 * t, n), outer);
         check(if outer { "swiglu" } else { "gated product" }, &gu, &dgu, f);
     }
 }
@@ -327,9 +261,8 @@ fn naive_attention(qkv: &[f64], sh: AttnShape) -> Vec<f64> {
         for h in 0..sh.heads {
             let g = h / (sh.heads / sh.kv_heads);
             for i in 0..s {
-                let mut sc: Vec<f64> = (0..=i)
-                    .map(|j| dot(q_at(b * s + i, h), k_at(b * s + j, g)) / (dh as f64).sqrt())
-                    .collect();
+                let mut sc: Vec<f64> =
+                    (0..=i).map(|j| dot(q_at(b * s + i, h), k_at(b * s + j, g)) / (dh as f64).sqrt()).collect();
                 let m = sc.iter().cloned().fold(f64::MIN, f64::max);
                 let z: f64 = sc
                     .iter_mut()
@@ -352,13 +285,7 @@ fn naive_attention(qkv: &[f64], sh: AttnShape) -> Vec<f64> {
 #[test]
 fn attention_matches_naive_and_finite_differences() {
     // seq 70 crosses the 64-row block boundary.
-    let sh = AttnShape {
-        batch: 2,
-        seq: 70,
-        heads: 4,
-        kv_heads: 2,
-        head_dim: 4,
-    };
+    let sh = AttnShape { batch: 2, seq: 70, heads: 4, kv_heads: 2, head_dim: 4 };
     let t = sh.tokens();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let qkv = rnd(&mut rng, sh.qkv_len(), 1.0);
@@ -371,24 +298,11 @@ fn attention_matches_naive_and_finite_differences() {
     };
     let (out, probs) = fwd(&qkv);
     let naive = naive_attention(&qkv, sh);
-    let err = out
-        .iter()
-        .zip(&naive)
-        .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
-    assert!(
-        err < 1e-12,
-        "attention forward differs from the naive loop by {err:e}"
-    );
+    let err = out.iter().zip(&naive).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(err < 1e-12, "attention forward differs from the naive loop by {err:e}");
     let mut dqkv = vec![7.0; sh.qkv_len()]; // overwritten, not accumulated
     let mut scratch = vec![0.0; sh.probs_len()];
-    CPU.attention_bwd(
-        &mut dqkv,
-        mat(&w, t, sh.q_width()),
-        &probs,
-        &mut scratch,
-        &qkv,
-        sh,
-    );
+    CPU.attention_bwd(&mut dqkv, mat(&w, t, sh.q_width()), &probs, &mut scratch, &qkv, sh);
     // Finite differences on every 7th coordinate (all of q, k and v are covered).
     let idx: Vec<usize> = (0..qkv.len()).step_by(7).collect();
     let sub: Vec<f64> = idx.iter().map(|&i| qkv[i]).collect();
@@ -421,10 +335,7 @@ fn embedding_with_offset_and_out_of_range_ids() {
     check("embedding", &table, &dt, f);
     let mut out = vec![1.0; n * d];
     CPU.embed(mat_mut(&mut out, n, d), mat(&table, v, d), &ids, first);
-    assert!(
-        out[d..2 * d].iter().all(|x| *x == 0.0),
-        "id 9 is outside this table and must read zeros"
-    );
+    assert!(out[d..2 * d].iter().all(|x| *x == 0.0), "id 9 is outside this table and must read zeros");
 }
 
 #[test]
@@ -437,22 +348,12 @@ fn cross_entropy() {
     let f = |p: &[f64]| {
         let mut l = p.to_vec();
         let mut losses = vec![0.0; t];
-        CPU.cross_entropy(
-            mat_mut(&mut losses, t, 1),
-            mat_mut(&mut l, t, v),
-            &targets,
-            None,
-        );
+        CPU.cross_entropy(mat_mut(&mut losses, t, 1), mat_mut(&mut l, t, v), &targets, None);
         c * losses.iter().sum::<f64>()
     };
     let mut g = logits.clone();
     let mut losses = vec![0.0; t];
-    CPU.cross_entropy(
-        mat_mut(&mut losses, t, 1),
-        mat_mut(&mut g, t, v),
-        &targets,
-        Some(c),
-    );
+    CPU.cross_entropy(mat_mut(&mut losses, t, 1), mat_mut(&mut g, t, v), &targets, Some(c));
     check("cross entropy", &logits, &g, f);
     assert_eq!(losses[2], 0.0);
     let row0 = &logits[..v];
@@ -473,14 +374,7 @@ fn kronecker_gate() {
     let fwd = |z: &Vec<f64>, ka: &Vec<f64>, kb: &Vec<f64>| {
         let mut y = vec![0.0; t * r];
         let mut s = vec![0.0; t * r];
-        CPU.kron_fwd(
-            mat_mut(&mut y, t, r),
-            mat(z, t, r),
-            mat(ka, a, a),
-            mat(kb, b, b),
-            &mut s,
-            false,
-        );
+        CPU.kron_fwd(mat_mut(&mut y, t, r), mat(z, t, r), mat(ka, a, a), mat(kb, b, b), &mut s, false);
         y
     };
     // Against the explicit Kronecker product z·kron(Ka, Kb).
@@ -508,12 +402,8 @@ fn kronecker_gate() {
         &mut scratch,
     );
     check("kron dz", &z, &dz, |p| dot(&fwd(&p.to_vec(), &ka, &kb), &w));
-    check("kron dKa", &ka, &dka, |p| {
-        dot(&fwd(&z, &p.to_vec(), &kb), &w)
-    });
-    check("kron dKb", &kb, &dkb, |p| {
-        dot(&fwd(&z, &ka, &p.to_vec()), &w)
-    });
+    check("kron dKa", &ka, &dka, |p| dot(&fwd(&z, &p.to_vec(), &kb), &w));
+    check("kron dKb", &kb, &dkb, |p| dot(&fwd(&z, &ka, &p.to_vec()), &w));
 }
 
 #[test]
@@ -526,26 +416,14 @@ fn gemm_transposes_strides_and_accumulation() {
     let c0 = rnd(&mut rng, m * (n + 1), 1.0);
     let mut c = c0.clone();
     let av = Mat::at(&a_t, 1, k, m, m + 2).t();
-    CPU.gemm(
-        MatMut::at(&mut c, 0, m, n, n + 1),
-        av,
-        mat(&b, k, n),
-        0.5,
-        true,
-    );
+    CPU.gemm(MatMut::at(&mut c, 0, m, n, n + 1), av, mat(&b, k, n), 0.5, true);
     for i in 0..m {
         for j in 0..n {
-            let s: f64 = (0..k)
-                .map(|p| a_t[1 + p * (m + 2) + i] * b[p * n + j])
-                .sum();
+            let s: f64 = (0..k).map(|p| a_t[1 + p * (m + 2) + i] * b[p * n + j]).sum();
             let want = c0[i * (n + 1) + j] + 0.5 * s;
             assert!((c[i * (n + 1) + j] - want).abs() < 1e-12);
         }
-        assert_eq!(
-            c[i * (n + 1) + n],
-            c0[i * (n + 1) + n],
-            "column outside the view untouched"
-        );
+        assert_eq!(c[i * (n + 1) + n], c0[i * (n + 1) + n], "column outside the view untouched");
     }
 }
 
@@ -570,10 +448,7 @@ fn adamw_step() {
         let gi = g[i] * 0.5;
         let mi = 0.9 * 0.1 + 0.1 * gi;
         let vi = 0.99 * 0.2 + 0.01 * gi * gi;
-        let want =
-            p0[i] * (1.0 - 0.01 * 0.1) - 0.01 / 0.5 * mi / (vi.sqrt() / 0.3f64.sqrt() + 1e-8);
-        assert!(
-            (p[i] - want).abs() < 1e-15 && (m[i] - mi).abs() < 1e-15 && (v[i] - vi).abs() < 1e-15
-        );
+        let want = p0[i] * (1.0 - 0.01 * 0.1) - 0.01 / 0.5 * mi / (vi.sqrt() / 0.3f64.sqrt() + 1e-8);
+        assert!((p[i] - want).abs() < 1e-15 && (m[i] - mi).abs() < 1e-15 && (v[i] - vi).abs() < 1e-15);
     }
 }

@@ -63,36 +63,18 @@ pub fn save<B: Backend>(
     let pieces = whole_pieces(model)?;
     let weights: Vec<(String, Vec<usize>, Vec<f32>)> = pieces
         .iter()
-        .map(|p| {
-            (
-                p.name.clone(),
-                p.shape.clone(),
-                model.be.read_mat::<f32>(p.slot.of(&model.store.values)),
-            )
-        })
+        .map(|p| (p.name.clone(), p.shape.clone(), model.be.read_mat::<f32>(p.slot.of(&model.store.values))))
         .collect();
     write_safetensors(&tmp.join("model.safetensors"), &weights, &meta_map(meta))?;
     let mut moments = Vec::new();
     for p in &pieces {
-        moments.push((
-            format!("m.{}", p.name),
-            p.shape.clone(),
-            model.be.read_mat::<f32>(p.slot.of(&opt.m)),
-        ));
-        moments.push((
-            format!("v.{}", p.name),
-            p.shape.clone(),
-            model.be.read_mat::<f32>(p.slot.of(&opt.v)),
-        ));
+        moments.push((format!("m.{}", p.name), p.shape.clone(), model.be.read_mat::<f32>(p.slot.of(&opt.m))));
+        moments.push((format!("v.{}", p.name), p.shape.clone(), model.be.read_mat::<f32>(p.slot.of(&opt.v))));
     }
     write_safetensors(&tmp.join("optim.safetensors"), &moments, &HashMap::new())?;
-    write_synced(
-        &tmp.join("meta.json"),
-        serde_json::to_string_pretty(meta)?.as_bytes(),
-    )?;
+    write_synced(&tmp.join("meta.json"), serde_json::to_string_pretty(meta)?.as_bytes())?;
     if let Some(tok) = tokenizer {
-        let bytes = fs::read(tok)
-            .with_context(|| format!("cannot read the tokenizer {}", tok.display()))?;
+        let bytes = fs::read(tok).with_context(|| format!("cannot read the tokenizer {}", tok.display()))?;
         write_synced(&tmp.join("tokenizer.json"), &bytes)?;
     }
     sync_dir(&tmp);
@@ -115,29 +97,21 @@ pub fn save<B: Backend>(
 }
 
 fn meta_map(meta: &CheckpointMeta) -> HashMap<String, String> {
-    HashMap::from([
-        ("format".to_string(), meta.format.to_string()),
-        ("step".to_string(), meta.step.to_string()),
-    ])
+    HashMap::from([("format".to_string(), meta.format.to_string()), ("step".to_string(), meta.step.to_string())])
 }
 
 /// The model's canonical tensors; every one must be whole on this rank.
 fn whole_pieces<B: Backend>(model: &Model<B>) -> Result<Vec<Piece>> {
     let pieces: Vec<Piece> = model.store.pieces.clone();
     if let Some(p) = pieces.iter().find(|p| !p.is_whole()) {
-        bail!(
-            "{} is sharded on this rank; sharded checkpoints are written by the parallel runner",
-            p.name
-        );
+        bail!("{} is sharded on this rank; sharded checkpoints are written by the parallel runner", p.name);
     }
     Ok(pieces)
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f =
-        fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    f.write_all(bytes)
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    let mut f = fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    f.write_all(bytes).with_context(|| format!("cannot write {}", path.display()))?;
     f.sync_all().ok();
     Ok(())
 }
@@ -156,13 +130,7 @@ pub fn write_safetensors(
 ) -> Result<()> {
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
         .iter()
-        .map(|(n, s, d)| {
-            (
-                n.clone(),
-                s.clone(),
-                d.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            )
-        })
+        .map(|(n, s, d)| (n.clone(), s.clone(), d.iter().flat_map(|x| x.to_le_bytes()).collect()))
         .collect();
     let views: Vec<(String, TensorView)> = bytes
         .iter()
@@ -193,10 +161,7 @@ pub fn list(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
     };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().to_string();
-        if let Some(n) = name
-            .strip_prefix("step-")
-            .and_then(|s| s.parse::<u64>().ok())
-        {
+        if let Some(n) = name.strip_prefix("step-").and_then(|s| s.parse::<u64>().ok()) {
             out.push((n, e.path()));
         }
     }
@@ -216,11 +181,7 @@ pub fn latest(run_dir: &Path) -> Result<PathBuf> {
     all.sort();
     match all.pop() {
         Some((_, d)) => Ok(d),
-        None => bail!(
-            "{} holds no checkpoint to resume from (looked in {})",
-            run_dir.display(),
-            root.display()
-        ),
+        None => bail!("{} holds no checkpoint to resume from (looked in {})", run_dir.display(), root.display()),
     }
 }
 
@@ -233,10 +194,7 @@ pub struct Checkpoint {
 }
 
 fn corrupt(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow::anyhow!(
-        "{} is corrupt or truncated ({e}); use an earlier checkpoint",
-        path.display()
-    )
+    anyhow::anyhow!("{} is corrupt or truncated ({e}); use an earlier checkpoint", path.display())
 }
 
 impl Checkpoint {
@@ -245,16 +203,10 @@ impl Checkpoint {
             bail!("{} is not a checkpoint directory", dir.display());
         }
         let meta_path = dir.join("meta.json");
-        let text = fs::read_to_string(&meta_path)
-            .with_context(|| format!("{} is missing", meta_path.display()))?;
-        let meta: CheckpointMeta =
-            serde_json::from_str(&text).map_err(|e| corrupt(&meta_path, e))?;
+        let text = fs::read_to_string(&meta_path).with_context(|| format!("{} is missing", meta_path.display()))?;
+        let meta: CheckpointMeta = serde_json::from_str(&text).map_err(|e| corrupt(&meta_path, e))?;
         if meta.format != FORMAT {
-            bail!(
-                "{} has checkpoint format {}, this build reads format {FORMAT}",
-                dir.display(),
-                meta.format
-            );
+            bail!("{} has checkpoint format {}, this build reads format {FORMAT}", dir.display(), meta.format);
         }
         let read = |name: &str| -> Result<Vec<u8>> {
             let p = dir.join(name);
@@ -262,12 +214,7 @@ impl Checkpoint {
             SafeTensors::deserialize(&bytes).map_err(|e| corrupt(&p, e))?;
             Ok(bytes)
         };
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            meta,
-            model: read("model.safetensors")?,
-            optim: read("optim.safetensors")?,
-        })
+        Ok(Self { dir: dir.to_path_buf(), meta, model: read("model.safetensors")?, optim: read("optim.safetensors")? })
     }
 
     pub fn tokenizer_path(&self) -> Option<PathBuf> {
@@ -278,28 +225,14 @@ impl Checkpoint {
     /// The canonical tensor `name` from a safetensors file, as f32.
     fn tensor(bytes: &[u8], file: &Path, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         let st = SafeTensors::deserialize(bytes).map_err(|e| corrupt(file, e))?;
-        let t = st
-            .tensor(name)
-            .map_err(|_| anyhow::anyhow!("{} has no tensor {name}", file.display()))?;
+        let t = st.tensor(name).map_err(|_| anyhow::anyhow!("{} has no tensor {name}", file.display()))?;
         if t.shape() != shape {
-            bail!(
-                "{}: {name} has shape {:?}, the model expects {:?}",
-                file.display(),
-                t.shape(),
-                shape
-            );
+            bail!("{}: {name} has shape {:?}, the model expects {:?}", file.display(), t.shape(), shape);
         }
         if t.dtype() != Dtype::F32 {
-            bail!(
-                "{}: {name} is {:?}, expected F32",
-                file.display(),
-                t.dtype()
-            );
+            bail!("{}: {name} is {:?}, expected F32", file.display(), t.dtype());
         }
-        Ok(t.data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect())
+        Ok(t.data().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect())
     }
 
     /// Fill the model's parameters (any layout: each rank takes its slice).
@@ -307,10 +240,7 @@ impl Checkpoint {
         let file = self.dir.join("model.safetensors");
         for p in model.store.pieces.clone() {
             let full = Self::tensor(&self.model, &file, &p.name, &p.shape)?;
-            model.be.write_mat(
-                p.slot.of_mut(&mut model.store.values),
-                &local_slice(&p, &full),
-            );
+            model.be.write_mat(p.slot.of_mut(&mut model.store.values), &local_slice(&p, &full));
         }
         Ok(())
     }
@@ -320,11 +250,8 @@ impl Checkpoint {
         let file = self.dir.join("optim.safetensors");
         for p in &model.store.pieces {
             for (key, bufs) in [("m", &mut opt.m), ("v", &mut opt.v)] {
-                let full =
-                    Self::tensor(&self.optim, &file, &format!("{key}.{}", p.name), &p.shape)?;
-                model
-                    .be
-                    .write_mat(p.slot.of_mut(bufs), &local_slice(p, &full));
+                let full = Self::tensor(&self.optim, &file, &format!("{key}.{}", p.name), &p.shape)?;
+                model.be.write_mat(p.slot.of_mut(bufs), &local_slice(p, &full));
             }
         }
         opt.step = self.meta.step;

@@ -29,21 +29,11 @@ fn model_of(ckpt: &Checkpoint, cfg: &Config) -> Result<Model<Cpu<f32>>> {
 
 fn report(l: LossSum, source: String, step: u64) -> EvalReport {
     let loss = l.sum / l.tokens.max(1) as f64;
-    EvalReport {
-        loss,
-        ppl: loss.exp(),
-        tokens: l.tokens,
-        source,
-        step,
-    }
+    EvalReport { loss, ppl: loss.exp(), tokens: l.tokens, source, step }
 }
 
 /// Mean loss over the whole validation shard of a dataset directory (`None`: the run's own).
-pub fn eval_data(
-    ckpt: &Checkpoint,
-    data_dir: Option<&Path>,
-    micro_batch: Option<usize>,
-) -> Result<EvalReport> {
+pub fn eval_data(ckpt: &Checkpoint, data_dir: Option<&Path>, micro_batch: Option<usize>) -> Result<EvalReport> {
     let mut cfg = Config::from_toml_str(&ckpt.meta.config)?;
     if let Some(d) = data_dir {
         cfg.data.dir = d.display().to_string();
@@ -62,46 +52,26 @@ pub fn eval_data(
     while w < n {
         let k = mb.min(n - w);
         val.fill_val(w as u64, k, &mut inputs[..k * seq], &mut targets[..k * seq]);
-        let l = model.evaluate(
-            &Solo,
-            &Batch {
-                ids: &inputs[..k * seq],
-                targets: &targets[..k * seq],
-                batch: k,
-                seq,
-            },
-        );
+        let l = model.evaluate(&Solo, &Batch { ids: &inputs[..k * seq], targets: &targets[..k * seq], batch: k, seq });
         total.sum += l.sum;
         total.tokens += l.tokens;
         w += k;
     }
-    Ok(report(
-        total,
-        format!("{} (validation, {n} windows of {seq})", data.dir.display()),
-        ckpt.meta.step,
-    ))
+    Ok(report(total, format!("{} (validation, {n} windows of {seq})", data.dir.display()), ckpt.meta.step))
 }
 
 /// Mean next-token loss of a text file scored as one document with the run's tokenizer, in
 /// windows of `train.seq_len` tokens.
 pub fn eval_text(ckpt: &Checkpoint, text: &Path) -> Result<EvalReport> {
     let cfg = Config::from_toml_str(&ckpt.meta.config)?;
-    let tok_path = ckpt.tokenizer_path().with_context(|| {
-        format!(
-            "{} has no tokenizer.json to tokenize the text with",
-            ckpt.dir.display()
-        )
-    })?;
+    let tok_path = ckpt
+        .tokenizer_path()
+        .with_context(|| format!("{} has no tokenizer.json to tokenize the text with", ckpt.dir.display()))?;
     let tok = Tokenizer::from_file(&tok_path)?;
-    let body =
-        std::fs::read_to_string(text).with_context(|| format!("cannot read {}", text.display()))?;
+    let body = std::fs::read_to_string(text).with_context(|| format!("cannot read {}", text.display()))?;
     let ids = tok.try_encode(&body)?;
     if ids.len() < 2 {
-        bail!(
-            "{} tokenizes to {} token(s); scoring needs at least 2",
-            text.display(),
-            ids.len()
-        );
+        bail!("{} tokenizes to {} token(s); scoring needs at least 2", text.display(), ids.len());
     }
     if cfg.model.vocab < tok.vocab_size() {
         bail!(
@@ -116,12 +86,7 @@ pub fn eval_text(ckpt: &Checkpoint, text: &Path) -> Result<EvalReport> {
     let mut start = 0;
     while start + 1 < ids.len() {
         let len = seq.min(ids.len() - 1 - start);
-        let b = Batch {
-            ids: &ids[start..start + len],
-            targets: &ids[start + 1..start + 1 + len],
-            batch: 1,
-            seq: len,
-        };
+        let b = Batch { ids: &ids[start..start + len], targets: &ids[start + 1..start + 1 + len], batch: 1, seq: len };
         let l = model.evaluate(&Solo, &b);
         total.sum += l.sum;
         total.tokens += l.tokens;

@@ -60,10 +60,7 @@ pub fn export(ckpt: &Checkpoint, out: &Path) -> Result<()> {
     let tmp = out.join(".model.safetensors.tmp");
     fs::copy(ckpt.dir.join("model.safetensors"), &tmp).context("copying the weights")?;
     fs::rename(&tmp, out.join("model.safetensors"))?;
-    fs::write(
-        out.join("config.json"),
-        serde_json::to_string_pretty(&hf_config(&cfg))?,
-    )?;
+    fs::write(out.join("config.json"), serde_json::to_string_pretty(&hf_config(&cfg))?)?;
     if let Some(t) = ckpt.tokenizer_path() {
         fs::copy(t, out.join("tokenizer.json"))?;
     }

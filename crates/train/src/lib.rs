@@ -1,6 +1,7 @@
 //! Training on top of the model: AdamW, learning-rate schedules, the step loop, metrics,
 //! checkpoints, evaluation and export.
 
+pub mod bench;
 pub mod checkpoint;
 pub mod metrics;
 pub mod optim;

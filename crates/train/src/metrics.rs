@@ -45,9 +45,7 @@ impl MetricsWriter {
             .truncate(!append)
             .open(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        Ok(Self {
-            out: BufWriter::new(f),
-        })
+        Ok(Self { out: BufWriter::new(f) })
     }
 
     pub fn write(&mut self, m: &StepMetrics) -> Result<()> {

@@ -23,14 +23,7 @@ impl<B: Backend> AdamW<B> {
 
     /// One update with learning rate `lr`; the gradient is multiplied by `grad_scale` first
     /// (the clipping coefficient).
-    pub fn update(
-        &mut self,
-        be: &B,
-        store: &mut ParamStore<B>,
-        cfg: &TrainConfig,
-        lr: f64,
-        grad_scale: f64,
-    ) {
+    pub fn update(&mut self, be: &B, store: &mut ParamStore<B>, cfg: &TrainConfig, lr: f64, grad_scale: f64) {
         self.step += 1;
         let t = self.step as i32;
         let s = AdamStep {
@@ -60,12 +53,7 @@ impl<B: Backend> AdamW<B> {
 
 /// ‖g‖₂ over the whole model: each rank sums its buffers (a buffer replicated across the
 /// tensor-parallel group only on rank 0), then the sum is all-reduced over `group`.
-pub fn grad_norm<B: Backend>(
-    be: &B,
-    store: &ParamStore<B>,
-    tp_rank: usize,
-    group: &dyn Collective<B>,
-) -> f64 {
+pub fn grad_norm<B: Backend>(be: &B, store: &ParamStore<B>, tp_rank: usize, group: &dyn Collective<B>) -> f64 {
     let mut sq = 0.0;
     for (g, info) in store.grads.iter().zip(&store.bufs) {
         if info.replicated && tp_rank != 0 {
@@ -84,9 +72,5 @@ pub fn grad_norm<B: Backend>(
 
 /// PyTorch's clip_grad_norm_ coefficient: min(1, max_norm / (norm + 1e-6)); 1 when off.
 pub fn clip_coef(norm: f64, max_norm: f64) -> f64 {
-    if max_norm <= 0.0 {
-        1.0
-    } else {
-        (max_norm / (norm + 1e-6)).min(1.0)
-    }
+    if max_norm <= 0.0 { 1.0 } else { (max_norm / (norm + 1e-6)).min(1.0) }
 }

@@ -68,9 +68,7 @@ pub fn train(mut cfg: Config, opts: TrainOptions) -> Result<Summary> {
     resolve_vocab(&mut cfg, &data)?;
     cfg.validate()?;
     if cfg.parallel.world_size() > 1 {
-        bail!(
-            "parallel.tp/pp/dp > 1 runs through the parallel runner; this entry point trains on one rank"
-        );
+        bail!("parallel.tp/pp/dp > 1 runs through the parallel runner; this entry point trains on one rank");
     }
     let run_dir = PathBuf::from(&cfg.run.dir);
     let ckpt_root = run_dir.join("checkpoints");
@@ -80,8 +78,7 @@ pub fn train(mut cfg: Config, opts: TrainOptions) -> Result<Summary> {
             run_dir.display()
         );
     }
-    std::fs::create_dir_all(&run_dir)
-        .with_context(|| format!("cannot create run.dir {}", run_dir.display()))?;
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("cannot create run.dir {}", run_dir.display()))?;
     std::fs::write(run_dir.join("config.toml"), cfg.to_toml())?;
     let tok_path = data.dir.join("tokenizer.json");
 
@@ -134,7 +131,9 @@ pub fn train(mut cfg: Config, opts: TrainOptions) -> Result<Summary> {
     let tokens_at_start = tokens;
     while step < steps {
         let t0 = Instant::now();
-        let out = step_runner.step(&mut model, &mut opt, &Solo, &loader, step, position);
+        // Inside the compute pool: parallel kernels then queue their jobs locally, without
+        // the allocations of jobs pushed from outside the pool.
+        let out = rayon::scope(|_| step_runner.step(&mut model, &mut opt, &Solo, &loader, step, position));
         position += out.sequences;
         tokens += out.tokens;
         step += 1;
@@ -163,30 +162,15 @@ pub fn train(mut cfg: Config, opts: TrainOptions) -> Result<Summary> {
         summary.losses.push(out.loss);
         let last = step == steps;
         if (t.eval_every > 0 && step % t.eval_every as u64 == 0) || last {
-            let vl = evaluate(
-                &mut model,
-                &Solo,
-                &val_loader,
-                t.micro_batch,
-                t.eval_batches,
-            );
+            let vl = evaluate(&mut model, &Solo, &val_loader, t.micro_batch, t.eval_batches);
             m.val_loss = Some(vl);
             m.val_ppl = Some(vl.exp());
             summary.val.push((step, vl));
-            bar.suspend(|| {
-                log(format!(
-                    "step {step}: loss {:.4}, val loss {vl:.4} (ppl {:.1})",
-                    out.loss,
-                    vl.exp()
-                ))
-            });
+            bar.suspend(|| log(format!("step {step}: loss {:.4}, val loss {vl:.4} (ppl {:.1})", out.loss, vl.exp())));
         }
         metrics.write(&m)?;
         bar.set_position(step);
-        bar.set_message(format!(
-            "loss {:.4} | {:.0} tok/s",
-            out.loss, m.tokens_per_sec
-        ));
+        bar.set_message(format!("loss {:.4} | {:.0} tok/s", out.loss, m.tokens_per_sec));
         if (t.checkpoint_every > 0 && step % t.checkpoint_every as u64 == 0) || last {
             let meta = CheckpointMeta {
                 format: checkpoint::FORMAT,
@@ -197,14 +181,7 @@ pub fn train(mut cfg: Config, opts: TrainOptions) -> Result<Summary> {
                 loss: Some(out.loss),
                 config: cfg.to_toml(),
             };
-            let dir = checkpoint::save(
-                &ckpt_root,
-                &model,
-                &opt,
-                &meta,
-                Some(&tok_path),
-                t.keep_checkpoints,
-            )?;
+            let dir = checkpoint::save(&ckpt_root, &model, &opt, &meta, Some(&tok_path), t.keep_checkpoints)?;
             summary.last_checkpoint = Some(dir);
         }
     }
@@ -216,11 +193,7 @@ pub fn train(mut cfg: Config, opts: TrainOptions) -> Result<Summary> {
             "done: {} steps in {secs:.1}s ({:.0} tok/s); loss {first:.4} → {last:.4}{}; metrics in {}",
             summary.losses.len(),
             summary.tokens_per_sec,
-            summary
-                .val
-                .last()
-                .map(|(_, v)| format!(", val loss {v:.4}"))
-                .unwrap_or_default(),
+            summary.val.last().map(|(_, v)| format!(", val loss {v:.4}")).unwrap_or_default(),
             run_dir.join("metrics.jsonl").display()
         ));
     }
@@ -233,10 +206,8 @@ fn progress(opts: &TrainOptions, steps: u64, at: u64) -> ProgressBar {
     }
     let bar = ProgressBar::new(steps);
     bar.set_style(
-        ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} steps  {msg}  [{elapsed_precise} < {eta_precise}]",
-        )
-        .expect("valid template"),
+        ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  [{elapsed_precise} < {eta_precise}]")
+            .expect("valid template"),
     );
     bar.set_position(at);
     bar
@@ -262,11 +233,7 @@ pub struct StepRunner {
 impl StepRunner {
     pub fn new(cfg: &Config, _loader: &Loader) -> Self {
         let n = cfg.train.micro_batch * cfg.train.seq_len;
-        Self {
-            inputs: vec![0; n],
-            targets: vec![0; n],
-            cfg: cfg.clone(),
-        }
+        Self { inputs: vec![0; n], targets: vec![0; n], cfg: cfg.clone() }
     }
 
     /// One optimizer step from stream position `position` (sequences consumed so far).
@@ -285,31 +252,15 @@ impl StepRunner {
         model.store.zero_grads(&model.be);
         let mut loss = LossSum::default();
         for a in 0..acc {
-            loader.fill(
-                position + (a * mb) as u64,
-                mb,
-                &mut self.inputs,
-                &mut self.targets,
-            );
-            let b = Batch {
-                ids: &self.inputs,
-                targets: &self.targets,
-                batch: mb,
-                seq,
-            };
+            loader.fill(position + (a * mb) as u64, mb, &mut self.inputs, &mut self.targets);
+            let b = Batch { ids: &self.inputs, targets: &self.targets, batch: mb, seq };
             let l = model.forward_backward(tp, &b, 1.0 / step_tokens);
             loss.sum += l.sum;
             loss.tokens += l.tokens;
         }
         let norm = grad_norm(&model.be, &model.store, model.layout.rank, tp);
         let lr = lr_at(t, step as usize);
-        opt.update(
-            &model.be,
-            &mut model.store,
-            t,
-            lr,
-            clip_coef(norm, t.grad_clip),
-        );
+        opt.update(&model.be, &mut model.store, t, lr, clip_coef(norm, t.grad_clip));
         StepOut {
             loss: loss.sum / loss.tokens.max(1) as f64,
             lr,
@@ -333,21 +284,8 @@ pub fn evaluate<B: Backend>(
     let mut targets = vec![0u32; micro_batch * seq];
     let mut total = LossSum::default();
     for k in 0..batches {
-        val.fill_val(
-            (k * micro_batch) as u64,
-            micro_batch,
-            &mut inputs,
-            &mut targets,
-        );
-        let l = model.evaluate(
-            tp,
-            &Batch {
-                ids: &inputs,
-                targets: &targets,
-                batch: micro_batch,
-                seq,
-            },
-        );
+        val.fill_val((k * micro_batch) as u64, micro_batch, &mut inputs, &mut targets);
+        let l = model.evaluate(tp, &Batch { ids: &inputs, targets: &targets, batch: micro_batch, seq });
         total.sum += l.sum;
         total.tokens += l.tokens;
     }

@@ -25,14 +25,7 @@ impl Group {
         let (be, t, din) = (cx.be, cx.t, self.d_in_loc);
         let placement = cx.layout.norm_placement();
         let online = self.norm.is_some() && placement == NormPlacement::ShardedOnline;
-        let Scratch {
-            h,
-            dh,
-            dlat,
-            dlat2,
-            row,
-            kron,
-        } = sc;
+        let Scratch { h, dh, dlat, dlat2, row, kron } = sc;
         // Gradient w.r.t. the GEMM input lands in `dh` when a norm follows, else in `dx`.
         let has_norm = self.norm.is_some();
 
@@ -74,13 +67,7 @@ impl Group {
                 // BTP: f in front of the column-parallel B: all-reduce the latent gradient.
                 if cx.layout.btp() {
                     if self.grouped {
-                        cx.all_reduce(
-                            dlat,
-                            t,
-                            geo.len(),
-                            labels::b_bwd(self.kind, None),
-                            self.layer,
-                        );
+                        cx.all_reduce(dlat, t, geo.len(), labels::b_bwd(self.kind, None), self.layer);
                     } else {
                         for j in 0..self.c {
                             cx.all_reduce(
@@ -105,8 +92,7 @@ impl Group {
                 let dp: &mut B::Buf = match (lax, &acts.lax) {
                     (Some(lx), Some(la)) => {
                         let (pg, pa) = prev.expect("a LaX crossing layer has a previous layer");
-                        let carry_out =
-                            carry_out.expect("a LaX crossing layer passes a gradient back");
+                        let carry_out = carry_out.expect("a LaX crossing layer passes a gradient back");
                         for (j, s) in lx.iter().enumerate() {
                             let (dw, db) = two_mut(grads, s.ln_w, s.ln_b);
                             be.layernorm_bwd(
@@ -125,13 +111,7 @@ impl Group {
                                 Gate::Dense { w, b } => {
                                     be.gemm(w.of_mut(grads), da.t(), zp, 1.0, true);
                                     be.bias_grad(b.of_mut(grads), da);
-                                    be.gemm(
-                                        geo.comp_mut(carry_out, 0, j),
-                                        da,
-                                        w.of(params),
-                                        1.0,
-                                        false,
-                                    );
+                                    be.gemm(geo.comp_mut(carry_out, 0, j), da, w.of(params), 1.0, false);
                                 }
                                 Gate::Kron { ka, kb } => {
                                     be.fill(geo.comp_mut(carry_out, 0, j), 0.0);
@@ -159,14 +139,7 @@ impl Group {
                     let stat = self.stat(&acts.lat, t);
                     for j in 0..self.c {
                         let (dpj, pj) = (geo.comp_mat(dp, t, j), geo.comp_mat(&acts.lat, t, j));
-                        be.row_dot(
-                            MatMut::new(row, t, 1),
-                            dpj,
-                            pj,
-                            Some(stat),
-                            -0.5 / self.d_in as f64,
-                            j > 0,
-                        );
+                        be.row_dot(MatMut::new(row, t, 1), dpj, pj, Some(stat), -0.5 / self.d_in as f64, j > 0);
                     }
                     for j in 0..self.c {
                         be.mul_rows(geo.comp_mut(dp, t, j), stat);
@@ -176,23 +149,11 @@ impl Group {
                 let gin = if has_norm { &mut *dh } else { &mut *dx };
                 let a_comp = |j: usize| Mat::at(&params[a.buf], a.off + j * r, din, r, a.ld);
                 if self.grouped {
-                    be.gemm(
-                        MatMut::new(gin, t, din),
-                        geo.whole_mat(dp, t),
-                        a.of(params).t(),
-                        1.0,
-                        false,
-                    );
+                    be.gemm(MatMut::new(gin, t, din), geo.whole_mat(dp, t), a.of(params).t(), 1.0, false);
                     be.gemm(a.of_mut(grads), input.t(), geo.whole_mat(dp, t), 1.0, true);
                 } else {
                     for j in 0..self.c {
-                        be.gemm(
-                            MatMut::new(gin, t, din),
-                            geo.comp_mat(dp, t, j),
-                            a_comp(j).t(),
-                            1.0,
-                            j > 0,
-                        );
+                        be.gemm(MatMut::new(gin, t, din), geo.comp_mat(dp, t, j), a_comp(j).t(), 1.0, j > 0);
                         let ga = MatMut::at(&mut grads[a.buf], a.off + j * r, din, r, a.ld);
                         be.gemm(ga, input.t(), geo.comp_mat(dp, t, j), 1.0, true);
                     }
@@ -208,15 +169,7 @@ impl Group {
             let g = gamma.of(params);
             let gy = Mat::new(&*dh, t, din);
             if online {
-                be.online_norm_bwd(
-                    MatMut::new(dx, t, din),
-                    gamma.of_mut(grads),
-                    gy,
-                    x,
-                    g,
-                    Mat::new(&*row, t, 1),
-                    true,
-                );
+                be.online_norm_bwd(MatMut::new(dx, t, din), gamma.of_mut(grads), gy, x, g, Mat::new(&*row, t, 1), true);
             } else {
                 be.rmsnorm_bwd_dot(MatMut::new(row, t, 1), gy, x, g);
                 if placement == NormPlacement::ShardedSync {

@@ -19,13 +19,8 @@ impl Group {
     ) {
         let (be, t, din) = (cx.be, cx.t, self.d_in_loc);
         assert_eq!((x.rows, x.cols), (t, din), "group input shape");
-        let online =
-            self.norm.is_some() && cx.layout.norm_placement() == NormPlacement::ShardedOnline;
-        let GroupActs {
-            lat,
-            z,
-            lax: lax_acts,
-        } = acts;
+        let online = self.norm.is_some() && cx.layout.norm_placement() == NormPlacement::ShardedOnline;
+        let GroupActs { lat, z, lax: lax_acts } = acts;
 
         // The GEMM input: x, its RMSNorm, or x ⊙ γ (online: the norm is finished after the
         // all-reduce, which also sums the statistic).
@@ -39,40 +34,19 @@ impl Group {
                     cx.all_reduce(lat, 0, t, labels::stat(self.kind, false), self.layer);
                 }
                 be.rstd_from_sumsq(MatMut::at(lat, 0, t, 1, 1), self.d_in, cx.norm_eps);
-                be.rmsnorm_apply(
-                    MatMut::new(&mut sc.h, t, din),
-                    x,
-                    g,
-                    Mat::at(lat, 0, t, 1, 1),
-                );
+                be.rmsnorm_apply(MatMut::new(&mut sc.h, t, din), x, g, Mat::at(lat, 0, t, 1, 1));
             }
         }
-        let input = if self.norm.is_some() {
-            Mat::new(&sc.h, t, din)
-        } else {
-            x
-        };
+        let input = if self.norm.is_some() { Mat::new(&sc.h, t, din) } else { x };
 
         match &self.w {
             Weights::Full { w } => {
                 for (j, wj) in w.iter().enumerate() {
-                    be.gemm(
-                        self.out_mut(out, t, j),
-                        input,
-                        wj.of(params).t(),
-                        1.0,
-                        false,
-                    );
+                    be.gemm(self.out_mut(out, t, j), input, wj.of(params).t(), 1.0, false);
                 }
                 // Megatron row-parallel (o, down): g = all-reduce of the partial output.
                 if self.norm.is_none() && cx.layout.scheme == Scheme::Megatron {
-                    cx.all_reduce(
-                        out,
-                        0,
-                        t * self.outs[0],
-                        labels::out_fwd(self.kind, 0),
-                        self.layer,
-                    );
+                    cx.all_reduce(out, 0, t * self.outs[0], labels::out_fwd(self.kind, 0), self.layer);
                 }
             }
             Weights::LowRank { a, b, lax } => {
@@ -90,27 +64,13 @@ impl Group {
                 // in front of it when online).
                 if cx.layout.btp() {
                     if self.grouped {
-                        let (off, n) = if online {
-                            (0, t + geo.len())
-                        } else {
-                            (t, geo.len())
-                        };
+                        let (off, n) = if online { (0, t + geo.len()) } else { (t, geo.len()) };
                         cx.all_reduce(lat, off, n, labels::a_fwd(self.kind, None), self.layer);
                     } else {
                         for j in 0..self.c {
                             let o = t + geo.comp(j).0;
-                            let (off, n) = if online && j == 0 {
-                                (0, t + t * r)
-                            } else {
-                                (o, t * r)
-                            };
-                            cx.all_reduce(
-                                lat,
-                                off,
-                                n,
-                                labels::a_fwd(self.kind, Some(j)),
-                                self.layer,
-                            );
+                            let (off, n) = if online && j == 0 { (0, t + t * r) } else { (o, t * r) };
+                            cx.all_reduce(lat, off, n, labels::a_fwd(self.kind, Some(j)), self.layer);
                         }
                     }
                 }
@@ -130,13 +90,7 @@ impl Group {
                             let zp = pg.z_mat(pa, t, j);
                             match &s.gate {
                                 Gate::Dense { w, b } => {
-                                    be.gemm(
-                                        geo.comp_mut(&mut la.a, 0, j),
-                                        zp,
-                                        w.of(params).t(),
-                                        1.0,
-                                        true,
-                                    );
+                                    be.gemm(geo.comp_mut(&mut la.a, 0, j), zp, w.of(params).t(), 1.0, true);
                                     be.add_bias(geo.comp_mut(&mut la.a, 0, j), b.of(params));
                                 }
                                 Gate::Kron { ka, kb } => be.kron_fwd(

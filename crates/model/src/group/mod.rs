@@ -24,12 +24,7 @@ pub enum GroupKind {
 }
 
 impl GroupKind {
-    pub const ALL: [GroupKind; 4] = [
-        GroupKind::Qkv,
-        GroupKind::O,
-        GroupKind::GateUp,
-        GroupKind::Down,
-    ];
+    pub const ALL: [GroupKind; 4] = [GroupKind::Qkv, GroupKind::O, GroupKind::GateUp, GroupKind::Down];
     pub fn comps(self) -> &'static [&'static str] {
         match self {
             GroupKind::Qkv => &["q_proj", "k_proj", "v_proj"],
@@ -70,8 +65,7 @@ pub struct Ctx<'a, B: Backend> {
 impl<B: Backend> Ctx<'_, B> {
     fn all_reduce(&self, buf: &mut B::Buf, off: usize, n: usize, op: &'static str, layer: usize) {
         if self.layout.tp > 1 {
-            self.tp
-                .all_reduce(buf, off, n, ReduceOp::Sum, Label::layer(op, layer));
+            self.tp.all_reduce(buf, off, n, ReduceOp::Sum, Label::layer(op, layer));
         }
     }
 }
@@ -94,14 +88,8 @@ impl LaxSlots {
     fn bind(self, ids: [usize; 4]) -> Self {
         Self {
             gate: match self.gate {
-                Gate::Dense { w, b } => Gate::Dense {
-                    w: bind(w, ids[0]),
-                    b: bind(b, ids[1]),
-                },
-                Gate::Kron { ka, kb } => Gate::Kron {
-                    ka: bind(ka, ids[0]),
-                    kb: bind(kb, ids[1]),
-                },
+                Gate::Dense { w, b } => Gate::Dense { w: bind(w, ids[0]), b: bind(b, ids[1]) },
+                Gate::Kron { ka, kb } => Gate::Kron { ka: bind(ka, ids[0]), kb: bind(kb, ids[1]) },
             },
             ln_w: bind(self.ln_w, ids[2]),
             ln_b: bind(self.ln_b, ids[3]),
@@ -114,11 +102,7 @@ pub enum Weights {
     /// Dense `y = x·Wᵀ`, W stored `[d_out, d_in]` per component.
     Full { w: Vec<Slot> },
     /// `A` holds every component side by side (`d_in × c·r`); `B` one block per component.
-    LowRank {
-        a: Slot,
-        b: Vec<Slot>,
-        lax: Option<Vec<LaxSlots>>,
-    },
+    LowRank { a: Slot, b: Vec<Slot>, lax: Option<Vec<LaxSlots>> },
 }
 
 #[derive(Debug, Clone)]
@@ -198,10 +182,7 @@ impl Group {
             Scheme::Megatron | Scheme::Auto => (row_parallel_in, !row_parallel_in),
         };
         let d_in_loc = if in_split { d_in / p } else { d_in };
-        let outs: Vec<usize> = outs_g
-            .iter()
-            .map(|o| if out_split { o / p } else { *o })
-            .collect();
+        let outs: Vec<usize> = outs_g.iter().map(|o| if out_split { o / p } else { *o }).collect();
 
         let norm = kind.norm_name().map(|n| {
             let name = format!("model.layers.{layer}.{n}.weight");
@@ -237,9 +218,7 @@ impl Group {
                 })
                 .collect();
             let id = bb.finish(store, be, true, false);
-            Weights::Full {
-                w: slots.into_iter().map(|s| bind(s, id)).collect(),
-            }
+            Weights::Full { w: slots.into_iter().map(|s| bind(s, id)).collect() }
         } else {
             let r = m.rank;
             let r_loc = dims.r_loc;
@@ -264,10 +243,7 @@ impl Group {
                     Init::Normal(std),
                 );
                 if j == 0 {
-                    a_slot = Some(Slot {
-                        cols: c * r_loc,
-                        ..s
-                    });
+                    a_slot = Some(Slot { cols: c * r_loc, ..s });
                 }
                 let split = match lay.scheme {
                     Scheme::Btp if p > 1 => Split::Cols,
@@ -303,12 +279,7 @@ impl Group {
                         LaxGate::Dense => {
                             let bound = Init::Uniform(1.0 / (r as f64).sqrt());
                             Gate::Dense {
-                                w: whole(
-                                    &mut gw,
-                                    format!("{base}.lax_gate.weight"),
-                                    vec![r, r],
-                                    bound,
-                                ),
+                                w: whole(&mut gw, format!("{base}.lax_gate.weight"), vec![r, r], bound),
                                 b: whole(&mut gb, format!("{base}.lax_gate.bias"), vec![r], bound),
                             }
                         }
@@ -330,18 +301,8 @@ impl Group {
                             }
                         }
                     };
-                    let ln_w = whole(
-                        &mut lw,
-                        format!("{base}.lax_ln.weight"),
-                        vec![r],
-                        Init::Const(1.0),
-                    );
-                    let ln_b = whole(
-                        &mut lb,
-                        format!("{base}.lax_ln.bias"),
-                        vec![r],
-                        Init::Const(0.0),
-                    );
+                    let ln_w = whole(&mut lw, format!("{base}.lax_ln.weight"), vec![r], Init::Const(1.0));
+                    let ln_b = whole(&mut lb, format!("{base}.lax_ln.bias"), vec![r], Init::Const(0.0));
                     slots.push(LaxSlots { gate, ln_w, ln_b });
                 }
                 let rep = p > 1;
@@ -360,18 +321,7 @@ impl Group {
                 lax,
             }
         };
-        Self {
-            kind,
-            layer,
-            c,
-            d_in,
-            d_in_loc,
-            outs,
-            r_loc: dims.r_loc,
-            grouped: lay.grouping,
-            norm,
-            w,
-        }
+        Self { kind, layer, c, d_in, d_in_loc, outs, r_loc: dims.r_loc, grouped: lay.grouping, norm, w }
     }
 }
 
@@ -396,19 +346,11 @@ pub struct LatGeom {
 impl LatGeom {
     /// (offset, row stride) of component j.
     pub fn comp(&self, j: usize) -> (usize, usize) {
-        if self.grouped {
-            (j * self.r, self.c * self.r)
-        } else {
-            (j * self.t * self.r, self.r)
-        }
+        if self.grouped { (j * self.r, self.c * self.r) } else { (j * self.t * self.r, self.r) }
     }
     /// The whole latent as one matrix (rows, cols); it is contiguous either way.
     pub fn whole(&self) -> (usize, usize) {
-        if self.grouped {
-            (self.t, self.c * self.r)
-        } else {
-            (self.c * self.t, self.r)
-        }
+        if self.grouped { (self.t, self.c * self.r) } else { (self.c * self.t, self.r) }
     }
     pub fn len(&self) -> usize {
         self.t * self.c * self.r
@@ -416,12 +358,7 @@ impl LatGeom {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    pub fn comp_mat<'a, Buf: boost_tensor::DeviceBuf>(
-        &self,
-        buf: &'a Buf,
-        base: usize,
-        j: usize,
-    ) -> Mat<'a, Buf> {
+    pub fn comp_mat<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a Buf, base: usize, j: usize) -> Mat<'a, Buf> {
         let (off, ld) = self.comp(j);
         Mat::at(buf, base + off, self.t, self.r, ld)
     }
@@ -434,19 +371,11 @@ impl LatGeom {
         let (off, ld) = self.comp(j);
         MatMut::at(buf, base + off, self.t, self.r, ld)
     }
-    pub fn whole_mat<'a, Buf: boost_tensor::DeviceBuf>(
-        &self,
-        buf: &'a Buf,
-        base: usize,
-    ) -> Mat<'a, Buf> {
+    pub fn whole_mat<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a Buf, base: usize) -> Mat<'a, Buf> {
         let (r, c) = self.whole();
         Mat::at(buf, base, r, c, c)
     }
-    pub fn whole_mut<'a, Buf: boost_tensor::DeviceBuf>(
-        &self,
-        buf: &'a mut Buf,
-        base: usize,
-    ) -> MatMut<'a, Buf> {
+    pub fn whole_mut<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a mut Buf, base: usize) -> MatMut<'a, Buf> {
         let (r, c) = self.whole();
         MatMut::at(buf, base, r, c, c)
     }
@@ -460,12 +389,7 @@ impl Group {
         matches!(self.w, Weights::LowRank { lax: Some(_), .. })
     }
     pub fn geom(&self, t: usize) -> LatGeom {
-        LatGeom {
-            t,
-            c: self.c,
-            r: if self.is_low_rank() { self.r_loc } else { 0 },
-            grouped: self.grouped,
-        }
+        LatGeom { t, c: self.c, r: if self.is_low_rank() { self.r_loc } else { 0 }, grouped: self.grouped }
     }
     /// Elements of the component-major output.
     pub fn out_len(&self, t: usize) -> usize {
@@ -474,20 +398,10 @@ impl Group {
     fn out_off(&self, t: usize, j: usize) -> usize {
         t * self.outs[..j].iter().sum::<usize>()
     }
-    pub fn out_mat<'a, Buf: boost_tensor::DeviceBuf>(
-        &self,
-        buf: &'a Buf,
-        t: usize,
-        j: usize,
-    ) -> Mat<'a, Buf> {
+    pub fn out_mat<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a Buf, t: usize, j: usize) -> Mat<'a, Buf> {
         Mat::at(buf, self.out_off(t, j), t, self.outs[j], self.outs[j])
     }
-    pub fn out_mut<'a, Buf: boost_tensor::DeviceBuf>(
-        &self,
-        buf: &'a mut Buf,
-        t: usize,
-        j: usize,
-    ) -> MatMut<'a, Buf> {
+    pub fn out_mut<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a mut Buf, t: usize, j: usize) -> MatMut<'a, Buf> {
         MatMut::at(buf, self.out_off(t, j), t, self.outs[j], self.outs[j])
     }
 
@@ -517,12 +431,7 @@ impl Group {
     }
 
     /// z = φ(…), the up-projections' input (component j).
-    pub fn z_mat<'a, B: Backend>(
-        &self,
-        acts: &'a GroupActs<B>,
-        t: usize,
-        j: usize,
-    ) -> Mat<'a, B::Buf> {
+    pub fn z_mat<'a, B: Backend>(&self, acts: &'a GroupActs<B>, t: usize, j: usize) -> Mat<'a, B::Buf> {
         self.z_of(&acts.lat, acts.z.as_ref(), acts.lax.as_ref(), t, j)
     }
 

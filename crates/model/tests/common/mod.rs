@@ -16,11 +16,7 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn get(&self, key: &str) -> &Vec<f64> {
-        &self
-            .tensors
-            .get(key)
-            .unwrap_or_else(|| panic!("fixture {} has no tensor {key}", self.name))
-            .1
+        &self.tensors.get(key).unwrap_or_else(|| panic!("fixture {} has no tensor {key}", self.name)).1
     }
     pub fn ids(&self, key: &str) -> Vec<u32> {
         self.get(key).iter().map(|v| *v as u32).collect()
@@ -40,21 +36,9 @@ pub fn load(name: &str) -> Fixture {
     let mut tensors = HashMap::new();
     for (k, v) in st.tensors() {
         let data: Vec<f64> = match v.dtype() {
-            Dtype::F64 => v
-                .data()
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
-                .collect(),
-            Dtype::I64 => v
-                .data()
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64)
-                .collect(),
-            Dtype::F32 => v
-                .data()
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
-                .collect(),
+            Dtype::F64 => v.data().chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect(),
+            Dtype::I64 => v.data().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
+            Dtype::F32 => v.data().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64).collect(),
             d => panic!("unexpected dtype {d:?} for {k}"),
         };
         tensors.insert(k.to_string(), (v.shape().to_vec(), data));
@@ -90,31 +74,15 @@ pub fn load(name: &str) -> Fixture {
     }
 }
 
-pub const CASES: &[&str] = &[
-    "full",
-    "full_gqa_tied",
-    "svd",
-    "cola",
-    "cola_only_lr_act",
-    "cola_gqa",
-    "lax_dense_cola",
-    "lax_kron_svd",
-];
+pub const CASES: &[&str] =
+    &["full", "full_gqa_tied", "svd", "cola", "cola_only_lr_act", "cola_gqa", "lax_dense_cola", "lax_kron_svd"];
 
 /// ‖a − b‖ / ‖b‖ and max |a − b| / max |b|.
 pub fn errors(a: &[f64], b: &[f64]) -> (f64, f64) {
     assert_eq!(a.len(), b.len(), "lengths differ");
-    let diff: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (x - y) * (x - y))
-        .sum::<f64>()
-        .sqrt();
+    let diff: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f64>().sqrt();
     let norm: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
-    let maxd = a
-        .iter()
-        .zip(b)
-        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
+    let maxd = a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
     let maxb = b.iter().fold(0.0f64, |m, y| m.max(y.abs()));
     (diff / norm.max(1e-300), maxd / maxb.max(1e-300))
 }

@@ -46,40 +46,32 @@ pub fn swiglu<T: Scalar>(m: MatMut<Vec<T>>, gu: Mat<Vec<T>>, outer_silu: bool) {
     });
 }
 
-pub fn swiglu_bwd<T: Scalar>(
-    dgu: MatMut<Vec<T>>,
-    dm: Mat<Vec<T>>,
-    gu: Mat<Vec<T>>,
-    outer_silu: bool,
-) {
+pub fn swiglu_bwd<T: Scalar>(dgu: MatMut<Vec<T>>, dm: Mat<Vec<T>>, gu: Mat<Vec<T>>, outer_silu: bool) {
     let (t, n) = (dm.rows, dm.cols);
     assert_eq!((dgu.rows, dgu.cols), (2 * t, n));
     assert_eq!((gu.rows, gu.cols), (2 * t, n));
     // Rows 0..t of dgu are dg, rows t..2t are du: handle row i of both in one task.
     let ld = dgu.ld;
     let base = super::par::SendPtr(dgu.buf[dgu.off..].as_mut_ptr());
-    (0..t)
-        .into_par_iter()
-        .with_min_len((4096 / n.max(1)).max(1))
-        .for_each(|i| {
-            // SAFETY: task i owns rows i and t + i of dgu.
-            let (dg, du) = unsafe {
-                (
-                    std::slice::from_raw_parts_mut(base.get().add(i * ld), n),
-                    std::slice::from_raw_parts_mut(base.get().add((t + i) * ld), n),
-                )
-            };
-            let (g, u) = (row(&gu, i), row(&gu, t + i));
-            for ((((dg, du), d), gv), uv) in dg.iter_mut().zip(du).zip(row(&dm, i)).zip(g).zip(u) {
-                if outer_silu {
-                    *dg = *d * *uv * silu_grad(*gv);
-                    *du = *d * *gv * sigmoid(*gv);
-                } else {
-                    *dg = *d * *uv;
-                    *du = *d * *gv;
-                }
+    (0..t).into_par_iter().with_min_len((4096 / n.max(1)).max(1)).for_each(|i| {
+        // SAFETY: task i owns rows i and t + i of dgu.
+        let (dg, du) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(base.get().add(i * ld), n),
+                std::slice::from_raw_parts_mut(base.get().add((t + i) * ld), n),
+            )
+        };
+        let (g, u) = (row(&gu, i), row(&gu, t + i));
+        for ((((dg, du), d), gv), uv) in dg.iter_mut().zip(du).zip(row(&dm, i)).zip(g).zip(u) {
+            if outer_silu {
+                *dg = *d * *uv * silu_grad(*gv);
+                *du = *d * *gv * sigmoid(*gv);
+            } else {
+                *dg = *d * *uv;
+                *du = *d * *gv;
             }
-        });
+        }
+    });
 }
 
 pub fn add_bias<T: Scalar>(y: MatMut<Vec<T>>, b: Mat<Vec<T>>) {

@@ -40,19 +40,8 @@ impl Layout {
 }
 
 fn check<T>(qkv: &[T], sh: &AttnShape) {
-    assert_eq!(
-        sh.heads % sh.kv_heads,
-        0,
-        "attention: {} heads over {} kv heads",
-        sh.heads,
-        sh.kv_heads
-    );
-    assert!(
-        qkv.len() >= sh.qkv_len(),
-        "attention: q, k, v need {} elements, buffer has {}",
-        sh.qkv_len(),
-        qkv.len()
-    );
+    assert_eq!(sh.heads % sh.kv_heads, 0, "attention: {} heads over {} kv heads", sh.heads, sh.kv_heads);
+    assert!(qkv.len() >= sh.qkv_len(), "attention: q, k, v need {} elements, buffer has {}", sh.qkv_len(), qkv.len());
 }
 
 pub fn forward<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: &[T], sh: AttnShape) {
@@ -70,10 +59,7 @@ pub fn forward<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: &[T], sh: A
         let g = h / l.group;
         let row0 = b * l.s;
         let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
-            (
-                base.get().add(off + (row0 + r) * ld + col) as *const T,
-                ld as isize,
-            )
+            (base.get().add(off + (row0 + r) * ld + col) as *const T, ld as isize)
         };
         let p = unsafe { p_base.get().add(unit * l.s * l.s) };
         for i0 in (0..l.s).step_by(BLOCK) {
@@ -81,21 +67,9 @@ pub fn forward<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: &[T], sh: A
             let (qp, qld) = at(l.q, h * l.dh, i0);
             let (kp, kld) = at(l.k, g * l.dh, 0);
             let (vp, vld) = at(l.v, g * l.dh, 0);
-            let q = Operand {
-                ptr: qp,
-                rs: qld,
-                cs: 1,
-            };
-            let kt = Operand {
-                ptr: kp,
-                rs: 1,
-                cs: kld,
-            };
-            let v = Operand {
-                ptr: vp,
-                rs: vld,
-                cs: 1,
-            };
+            let q = Operand { ptr: qp, rs: qld, cs: 1 };
+            let kt = Operand { ptr: kp, rs: 1, cs: kld };
+            let v = Operand { ptr: vp, rs: vld, cs: 1 };
             // SAFETY: unit (b, h) owns its probs block and its output columns of rows b·S...
             unsafe {
                 let pb = p.add(i0 * l.s);
@@ -104,11 +78,7 @@ pub fn forward<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: &[T], sh: A
                     let r = std::slice::from_raw_parts_mut(p.add(i * l.s), i1);
                     softmax_causal(r, i);
                 }
-                let pr = Operand {
-                    ptr: pb as *const T,
-                    rs: l.s as isize,
-                    cs: 1,
-                };
+                let pr = Operand { ptr: pb as *const T, rs: l.s as isize, cs: 1 };
                 let o = o_base.get().add((row0 + i0) * o_ld + h * l.dh);
                 gemm_raw(i1 - i0, l.dh, i1, o, o_ld, pr, v, 1.0, false, false);
             }
@@ -151,122 +121,67 @@ pub fn backward<T: Scalar>(
     let do_base = SendPtr(dout.buf[dout.off..].as_ptr() as *mut T);
     let p_base = SendPtr(probs.as_ptr() as *mut T);
     let s_base = SendPtr(scratch.as_mut_ptr());
-    (0..sh.batch * sh.kv_heads)
-        .into_par_iter()
-        .for_each(|unit| {
-            let (b, g) = (unit / sh.kv_heads, unit % sh.kv_heads);
-            let row0 = b * l.s;
-            let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
-                Operand {
-                    ptr: base.get().add(off + (row0 + r) * ld + col) as *const T,
-                    rs: ld as isize,
-                    cs: 1,
-                }
-            };
-            let at_t = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
-                Operand {
-                    ptr: base.get().add(off + (row0 + r) * ld + col) as *const T,
-                    rs: 1,
-                    cs: ld as isize,
-                }
-            };
-            let dat = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
-                (d_base.get().add(off + (row0 + r) * ld + col), ld)
-            };
-            // SAFETY: unit (b, g) owns rows b·S.. of the dq columns of its heads and of its dk, dv
-            // columns, and the probs/scratch blocks of its heads.
-            unsafe {
-                for r in 0..l.s {
-                    std::slice::from_raw_parts_mut(dat(l.k, g * l.dh, r).0, l.dh).fill(T::zero());
-                    std::slice::from_raw_parts_mut(dat(l.v, g * l.dh, r).0, l.dh).fill(T::zero());
-                }
-                for h in g * l.group..(g + 1) * l.group {
-                    let hu = b * sh.heads + h;
-                    let p = p_base.get().add(hu * l.s * l.s);
-                    let ds = s_base.get().add(hu * l.s * l.s);
-                    for i0 in (0..l.s).step_by(BLOCK) {
-                        let i1 = (i0 + BLOCK).min(l.s);
-                        let m = i1 - i0;
-                        let d_o = Operand {
-                            ptr: do_base.get().add((row0 + i0) * do_ld + h * l.dh) as *const T,
-                            rs: do_ld as isize,
-                            cs: 1,
-                        };
-                        let dsb = ds.add(i0 * l.s);
-                        // dP = dO·Vᵀ
-                        gemm_raw(
-                            m,
-                            i1,
-                            l.dh,
-                            dsb,
-                            l.s,
-                            d_o,
-                            at_t(l.v, g * l.dh, 0),
-                            1.0,
-                            false,
-                            false,
-                        );
-                        // dS = P ⊙ (dP − Σ_j P·dP)
-                        for i in i0..i1 {
-                            let pr = std::slice::from_raw_parts(p.add(i * l.s), i1);
-                            let dr = std::slice::from_raw_parts_mut(ds.add(i * l.s), i1);
-                            let mut dsum = T::zero();
-                            for j in 0..=i {
-                                dsum = dsum + pr[j] * dr[j];
-                            }
-                            for j in 0..=i {
-                                dr[j] = pr[j] * (dr[j] - dsum);
-                            }
-                            dr[i + 1..].fill(T::zero());
+    (0..sh.batch * sh.kv_heads).into_par_iter().for_each(|unit| {
+        let (b, g) = (unit / sh.kv_heads, unit % sh.kv_heads);
+        let row0 = b * l.s;
+        let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
+            Operand { ptr: base.get().add(off + (row0 + r) * ld + col) as *const T, rs: ld as isize, cs: 1 }
+        };
+        let at_t = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
+            Operand { ptr: base.get().add(off + (row0 + r) * ld + col) as *const T, rs: 1, cs: ld as isize }
+        };
+        let dat = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
+            (d_base.get().add(off + (row0 + r) * ld + col), ld)
+        };
+        // SAFETY: unit (b, g) owns rows b·S.. of the dq columns of its heads and of its dk, dv
+        // columns, and the probs/scratch blocks of its heads.
+        unsafe {
+            for r in 0..l.s {
+                std::slice::from_raw_parts_mut(dat(l.k, g * l.dh, r).0, l.dh).fill(T::zero());
+                std::slice::from_raw_parts_mut(dat(l.v, g * l.dh, r).0, l.dh).fill(T::zero());
+            }
+            for h in g * l.group..(g + 1) * l.group {
+                let hu = b * sh.heads + h;
+                let p = p_base.get().add(hu * l.s * l.s);
+                let ds = s_base.get().add(hu * l.s * l.s);
+                for i0 in (0..l.s).step_by(BLOCK) {
+                    let i1 = (i0 + BLOCK).min(l.s);
+                    let m = i1 - i0;
+                    let d_o = Operand {
+                        ptr: do_base.get().add((row0 + i0) * do_ld + h * l.dh) as *const T,
+                        rs: do_ld as isize,
+                        cs: 1,
+                    };
+                    let dsb = ds.add(i0 * l.s);
+                    // dP = dO·Vᵀ
+                    gemm_raw(m, i1, l.dh, dsb, l.s, d_o, at_t(l.v, g * l.dh, 0), 1.0, false, false);
+                    // dS = P ⊙ (dP − Σ_j P·dP)
+                    for i in i0..i1 {
+                        let pr = std::slice::from_raw_parts(p.add(i * l.s), i1);
+                        let dr = std::slice::from_raw_parts_mut(ds.add(i * l.s), i1);
+                        let mut dsum = T::zero();
+                        for j in 0..=i {
+                            dsum = dsum + pr[j] * dr[j];
                         }
-                        let dsm = Operand {
-                            ptr: dsb as *const T,
-                            rs: l.s as isize,
-                            cs: 1,
-                        };
-                        let dsm_t = Operand {
-                            ptr: dsb as *const T,
-                            rs: 1,
-                            cs: l.s as isize,
-                        };
-                        let pm_t = Operand {
-                            ptr: p.add(i0 * l.s) as *const T,
-                            rs: 1,
-                            cs: l.s as isize,
-                        };
-                        // dQ = scale·dS·K
-                        let (dq, dq_ld) = dat(l.q, h * l.dh, i0);
-                        gemm_raw(
-                            m,
-                            l.dh,
-                            i1,
-                            dq,
-                            dq_ld,
-                            dsm,
-                            at(l.k, g * l.dh, 0),
-                            scale,
-                            false,
-                            false,
-                        );
-                        // dK += scale·dSᵀ·Q
-                        let (dk, dk_ld) = dat(l.k, g * l.dh, 0);
-                        gemm_raw(
-                            i1,
-                            l.dh,
-                            m,
-                            dk,
-                            dk_ld,
-                            dsm_t,
-                            at(l.q, h * l.dh, i0),
-                            scale,
-                            true,
-                            false,
-                        );
-                        // dV += Pᵀ·dO
-                        let (dv, dv_ld) = dat(l.v, g * l.dh, 0);
-                        gemm_raw(i1, l.dh, m, dv, dv_ld, pm_t, d_o, 1.0, true, false);
+                        for j in 0..=i {
+                            dr[j] = pr[j] * (dr[j] - dsum);
+                        }
+                        dr[i + 1..].fill(T::zero());
                     }
+                    let dsm = Operand { ptr: dsb as *const T, rs: l.s as isize, cs: 1 };
+                    let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: l.s as isize };
+                    let pm_t = Operand { ptr: p.add(i0 * l.s) as *const T, rs: 1, cs: l.s as isize };
+                    // dQ = scale·dS·K
+                    let (dq, dq_ld) = dat(l.q, h * l.dh, i0);
+                    gemm_raw(m, l.dh, i1, dq, dq_ld, dsm, at(l.k, g * l.dh, 0), scale, false, false);
+                    // dK += scale·dSᵀ·Q
+                    let (dk, dk_ld) = dat(l.k, g * l.dh, 0);
+                    gemm_raw(i1, l.dh, m, dk, dk_ld, dsm_t, at(l.q, h * l.dh, i0), scale, true, false);
+                    // dV += Pᵀ·dO
+                    let (dv, dv_ld) = dat(l.v, g * l.dh, 0);
+                    gemm_raw(i1, l.dh, m, dv, dv_ld, pm_t, d_o, 1.0, true, false);
                 }
             }
-        });
+        }
+    });
 }

@@ -11,20 +11,12 @@ pub fn fill<T: Scalar>(x: MatMut<Vec<T>>, v: f64) {
 }
 
 pub fn copy<T: Scalar>(dst: MatMut<Vec<T>>, src: Mat<Vec<T>>) {
-    assert_eq!(
-        (dst.rows, dst.cols),
-        (src.rows, src.cols),
-        "copy: shapes differ"
-    );
+    assert_eq!((dst.rows, dst.cols), (src.rows, src.cols), "copy: shapes differ");
     par_rows(dst).for_each(|(i, r)| r.copy_from_slice(row(&src, i)));
 }
 
 pub fn axpy<T: Scalar>(dst: MatMut<Vec<T>>, src: Mat<Vec<T>>, alpha: f64) {
-    assert_eq!(
-        (dst.rows, dst.cols),
-        (src.rows, src.cols),
-        "axpy: shapes differ"
-    );
+    assert_eq!((dst.rows, dst.cols), (src.rows, src.cols), "axpy: shapes differ");
     let a = T::of(alpha);
     par_rows(dst).for_each(|(i, r)| {
         for (o, v) in r.iter_mut().zip(row(&src, i)) {
@@ -78,9 +70,7 @@ fn reduce<T: Scalar>(x: Mat<Vec<T>>, f: impl Fn(T) -> f64 + Sync) -> f64 {
         partial.par_iter_mut().enumerate().for_each(|(c, p)| {
             let lo = (c * per).min(rows);
             let hi = ((c + 1) * per).min(rows);
-            *p = (lo..hi)
-                .map(|i| row(&x, i).iter().map(|v| f(*v)).sum::<f64>())
-                .sum();
+            *p = (lo..hi).map(|i| row(&x, i).iter().map(|v| f(*v)).sum::<f64>()).sum();
         });
     }
     partial.iter().sum()

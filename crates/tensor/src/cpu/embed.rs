@@ -36,9 +36,7 @@ pub fn embed_bwd<T: Scalar>(dtable: MatMut<Vec<T>>, dout: Mat<Vec<T>>, ids: &[u3
                 continue;
             }
             // SAFETY: block b owns columns j0..j1 of every row of the table view.
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(base.get().add((id - first) * ld + j0), j1 - j0)
-            };
+            let dst = unsafe { std::slice::from_raw_parts_mut(base.get().add((id - first) * ld + j0), j1 - j0) };
             for (o, v) in dst.iter_mut().zip(&row(&dout, i)[j0..j1]) {
                 *o = *o + *v;
             }
@@ -55,31 +53,29 @@ pub fn cross_entropy<T: Scalar>(
     assert_eq!(logits.rows, targets.len());
     assert_eq!((losses.rows, losses.cols), (targets.len(), 1));
     let v = logits.cols;
-    par_rows(logits)
-        .zip(par_rows(losses))
-        .for_each(|((i, r), (_, l))| {
-            let t = targets[i];
-            if t == IGNORE {
-                l[0] = T::zero();
-                if grad_scale.is_some() {
-                    r.fill(T::zero());
-                }
-                return;
+    par_rows(logits).zip(par_rows(losses)).for_each(|((i, r), (_, l))| {
+        let t = targets[i];
+        if t == IGNORE {
+            l[0] = T::zero();
+            if grad_scale.is_some() {
+                r.fill(T::zero());
             }
-            let t = t as usize;
-            assert!(t < v, "target id {t} is outside the vocabulary of {v}");
-            let m = r.iter().fold(T::neg_infinity(), |a, x| a.max(*x));
-            let mut sum = T::zero();
-            for x in r.iter() {
-                sum = sum + (*x - m).exp();
+            return;
+        }
+        let t = t as usize;
+        assert!(t < v, "target id {t} is outside the vocabulary of {v}");
+        let m = r.iter().fold(T::neg_infinity(), |a, x| a.max(*x));
+        let mut sum = T::zero();
+        for x in r.iter() {
+            sum = sum + (*x - m).exp();
+        }
+        l[0] = sum.ln() + m - r[t];
+        if let Some(s) = grad_scale {
+            let f = T::of(s) / sum;
+            for x in r.iter_mut() {
+                *x = (*x - m).exp() * f;
             }
-            l[0] = sum.ln() + m - r[t];
-            if let Some(s) = grad_scale {
-                let f = T::of(s) / sum;
-                for x in r.iter_mut() {
-                    *x = (*x - m).exp() * f;
-                }
-                r[t] = r[t] - T::of(s);
-            }
-        });
+            r[t] = r[t] - T::of(s);
+        }
+    });
 }

@@ -80,14 +80,7 @@ impl<T: Scalar> Backend for Cpu<T> {
         out
     }
 
-    fn gemm(
-        &self,
-        c: MatMut<Vec<T>>,
-        a: Mat<Vec<T>>,
-        b: Mat<Vec<T>>,
-        alpha: f64,
-        accumulate: bool,
-    ) {
+    fn gemm(&self, c: MatMut<Vec<T>>, a: Mat<Vec<T>>, b: Mat<Vec<T>>, alpha: f64, accumulate: bool) {
         gemm::gemm(c, a, b, alpha, accumulate)
     }
     fn fill(&self, x: MatMut<Vec<T>>, v: f64) {
@@ -121,22 +114,10 @@ impl<T: Scalar> Backend for Cpu<T> {
     fn rstd_from_sumsq(&self, s: MatMut<Vec<T>>, n: usize, eps: f64) {
         norm::rstd_from_sumsq(s, n, eps)
     }
-    fn rmsnorm_apply(
-        &self,
-        y: MatMut<Vec<T>>,
-        x: Mat<Vec<T>>,
-        gamma: Mat<Vec<T>>,
-        rstd: Mat<Vec<T>>,
-    ) {
+    fn rmsnorm_apply(&self, y: MatMut<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>, rstd: Mat<Vec<T>>) {
         norm::rmsnorm_apply(y, x, gamma, rstd)
     }
-    fn rmsnorm_bwd_dot(
-        &self,
-        dot: MatMut<Vec<T>>,
-        dy: Mat<Vec<T>>,
-        x: Mat<Vec<T>>,
-        gamma: Mat<Vec<T>>,
-    ) {
+    fn rmsnorm_bwd_dot(&self, dot: MatMut<Vec<T>>, dy: Mat<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>) {
         norm::rmsnorm_bwd_dot(dot, dy, x, gamma)
     }
     fn rmsnorm_bwd(
@@ -227,13 +208,7 @@ impl<T: Scalar> Backend for Cpu<T> {
     fn rope(&self, x: MatMut<Vec<T>>, table: &Vec<T>, seq: usize, head_dim: usize, inverse: bool) {
         rope::rope(x, table, seq, head_dim, inverse)
     }
-    fn attention_fwd(
-        &self,
-        out: MatMut<Vec<T>>,
-        probs: &mut Vec<T>,
-        qkv: &Vec<T>,
-        shape: AttnShape,
-    ) {
+    fn attention_fwd(&self, out: MatMut<Vec<T>>, probs: &mut Vec<T>, qkv: &Vec<T>, shape: AttnShape) {
         attention::forward(out, probs, qkv, shape)
     }
     fn attention_bwd(
@@ -301,13 +276,6 @@ impl<T: Scalar> Backend for Cpu<T> {
         decay: bool,
     ) {
         let r = off..off + n;
-        optim::adamw(
-            &mut p[r.clone()],
-            &g[r.clone()],
-            &mut m[r.clone()],
-            &mut v[r],
-            step,
-            decay,
-        )
+        optim::adamw(&mut p[r.clone()], &g[r.clone()], &mut m[r.clone()], &mut v[r], step, decay)
     }
 }

@@ -31,12 +31,7 @@ pub fn rstd_from_sumsq<T: Scalar>(s: MatMut<Vec<T>>, n: usize, eps: f64) {
     });
 }
 
-pub fn rmsnorm_apply<T: Scalar>(
-    y: MatMut<Vec<T>>,
-    x: Mat<Vec<T>>,
-    gamma: Mat<Vec<T>>,
-    rstd: Mat<Vec<T>>,
-) {
+pub fn rmsnorm_apply<T: Scalar>(y: MatMut<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>, rstd: Mat<Vec<T>>) {
     assert_eq!((y.rows, y.cols), (x.rows, x.cols));
     let g = row(&gamma, 0);
     assert_eq!(g.len(), x.cols);
@@ -48,12 +43,7 @@ pub fn rmsnorm_apply<T: Scalar>(
     });
 }
 
-pub fn rmsnorm_bwd_dot<T: Scalar>(
-    dot: MatMut<Vec<T>>,
-    dy: Mat<Vec<T>>,
-    x: Mat<Vec<T>>,
-    gamma: Mat<Vec<T>>,
-) {
+pub fn rmsnorm_bwd_dot<T: Scalar>(dot: MatMut<Vec<T>>, dy: Mat<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>) {
     let g = row(&gamma, 0);
     par_rows(dot).for_each(|(i, o)| o[0] = dot3(row(&dy, i), row(&x, i), g));
 }
@@ -151,20 +141,17 @@ pub fn layernorm_fwd<T: Scalar>(
     let n = T::of(x.cols as f64);
     let eps = T::of(eps);
     let (wr, br) = (row(&w, 0), row(&b, 0));
-    par_rows(y)
-        .zip(par_rows(mean))
-        .zip(par_rows(rstd))
-        .for_each(|(((i, yr), (_, m)), (_, r))| {
-            let xr = row(&x, i);
-            let mu = xr.iter().fold(T::zero(), |s, v| s + *v) / n;
-            let var = xr.iter().fold(T::zero(), |s, v| s + (*v - mu) * (*v - mu)) / n;
-            let rs = T::one() / (var + eps).sqrt();
-            m[0] = mu;
-            r[0] = rs;
-            for (((o, v), wj), bj) in yr.iter_mut().zip(xr).zip(wr).zip(br) {
-                *o = (*v - mu) * rs * *wj + *bj;
-            }
-        });
+    par_rows(y).zip(par_rows(mean)).zip(par_rows(rstd)).for_each(|(((i, yr), (_, m)), (_, r))| {
+        let xr = row(&x, i);
+        let mu = xr.iter().fold(T::zero(), |s, v| s + *v) / n;
+        let var = xr.iter().fold(T::zero(), |s, v| s + (*v - mu) * (*v - mu)) / n;
+        let rs = T::one() / (var + eps).sqrt();
+        m[0] = mu;
+        r[0] = rs;
+        for (((o, v), wj), bj) in yr.iter_mut().zip(xr).zip(wr).zip(br) {
+            *o = (*v - mu) * rs * *wj + *bj;
+        }
+    });
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -182,11 +169,7 @@ pub fn layernorm_bwd<T: Scalar>(
     let n = T::of(x.cols as f64);
     col_reduce(dw, x.rows, |i, j0, acc| {
         let (m, r) = (row(&mean, i)[0], row(&rstd, i)[0]);
-        for ((a, d), v) in acc
-            .iter_mut()
-            .zip(&row(&dy, i)[j0..])
-            .zip(&row(&x, i)[j0..])
-        {
+        for ((a, d), v) in acc.iter_mut().zip(&row(&dy, i)[j0..]).zip(&row(&x, i)[j0..]) {
             *a = *a + *d * (*v - m) * r;
         }
     });

@@ -11,11 +11,7 @@ pub fn adamw<T: Scalar>(p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], s: &Adam
     assert!(g.len() == n && m.len() == n && v.len() == n);
     let (b1, b2) = (T::of(s.beta1), T::of(s.beta2));
     let (ob1, ob2) = (T::of(1.0 - s.beta1), T::of(1.0 - s.beta2));
-    let keep = T::of(if decay {
-        1.0 - s.lr * s.weight_decay
-    } else {
-        1.0
-    });
+    let keep = T::of(if decay { 1.0 - s.lr * s.weight_decay } else { 1.0 });
     let step = T::of(s.lr / s.bias_corr1);
     let sq_bc2 = T::of(s.bias_corr2.sqrt());
     let eps = T::of(s.eps);

@@ -17,20 +17,12 @@ pub fn row<'a, T>(m: &Mat<'a, Vec<T>>, i: usize) -> &'a [T] {
 /// The element range a view spans.
 #[inline]
 pub fn span(off: usize, rows: usize, cols: usize, ld: usize) -> std::ops::Range<usize> {
-    if rows == 0 || cols == 0 {
-        off..off
-    } else {
-        off..off + (rows - 1) * ld + cols
-    }
+    if rows == 0 || cols == 0 { off..off } else { off..off + (rows - 1) * ld + cols }
 }
 
 /// The elements of a view as one contiguous slice, when it is contiguous.
 pub fn contiguous<'a, T: crate::Scalar>(m: &Mat<'a, Vec<T>>) -> Option<&'a [T]> {
-    if m.is_contiguous() {
-        Some(&m.buf[span(m.off, m.rows, m.cols, m.ld)])
-    } else {
-        None
-    }
+    if m.is_contiguous() { Some(&m.buf[span(m.off, m.rows, m.cols, m.ld)]) } else { None }
 }
 
 /// Parallel iterator over `(row index, row slice)` of a mutable view.
@@ -41,11 +33,7 @@ pub fn par_rows<'a, T: Send + Sync>(
     let range = span(m.off, rows, cols, ld);
     let slice = &mut m.buf[range];
     let min_len = (16384 / cols.max(1)).max(1);
-    slice
-        .par_chunks_mut(ld)
-        .map(move |c| &mut c[..cols])
-        .enumerate()
-        .with_min_len(min_len)
+    slice.par_chunks_mut(ld).map(move |c| &mut c[..cols]).enumerate().with_min_len(min_len)
 }
 
 /// Sequential iterator over the rows of a mutable view.
@@ -57,23 +45,16 @@ pub fn rows_mut<'a, T>(m: MatMut<'a, Vec<T>>) -> impl Iterator<Item = &'a mut [T
 
 /// `out[j] += Σ_i f(i, j)` over the rows of a shape, in row order for every column:
 /// `f(i, j0, acc)` adds row i's contribution for columns `j0..j0+acc.len()` into `acc`.
-pub fn col_reduce<T: Send + Sync + Copy>(
-    out: MatMut<Vec<T>>,
-    rows: usize,
-    f: impl Fn(usize, usize, &mut [T]) + Sync,
-) {
+pub fn col_reduce<T: Send + Sync + Copy>(out: MatMut<Vec<T>>, rows: usize, f: impl Fn(usize, usize, &mut [T]) + Sync) {
     assert_eq!(out.rows, 1, "column reduction into a 1×n row");
     let cols = out.cols;
     let slice = &mut out.buf[out.off..out.off + cols];
-    slice
-        .par_chunks_mut(COL_BLOCK)
-        .enumerate()
-        .for_each(|(b, acc)| {
-            let j0 = b * COL_BLOCK;
-            for i in 0..rows {
-                f(i, j0, acc);
-            }
-        });
+    slice.par_chunks_mut(COL_BLOCK).enumerate().for_each(|(b, acc)| {
+        let j0 = b * COL_BLOCK;
+        for i in 0..rows {
+            f(i, j0, acc);
+        }
+    });
 }
 
 /// A raw pointer that may cross threads; users guarantee disjoint writes.

@@ -22,20 +22,12 @@ pub fn table<T: Scalar>(seq: usize, head_dim: usize, theta: f64) -> Vec<T> {
 
 pub fn rope<T: Scalar>(x: MatMut<Vec<T>>, table: &[T], seq: usize, head_dim: usize, inverse: bool) {
     let half = head_dim / 2;
-    assert_eq!(
-        x.cols % head_dim,
-        0,
-        "rope: width {} is not a multiple of the head dim {head_dim}",
-        x.cols
-    );
+    assert_eq!(x.cols % head_dim, 0, "rope: width {} is not a multiple of the head dim {head_dim}", x.cols);
     assert_eq!(table.len(), 2 * seq * half, "rope: table for another shape");
     let (cos, sin) = table.split_at(seq * half);
     par_rows(x).for_each(|(i, r)| {
         let p = i % seq;
-        let (c, s) = (
-            &cos[p * half..(p + 1) * half],
-            &sin[p * half..(p + 1) * half],
-        );
+        let (c, s) = (&cos[p * half..(p + 1) * half], &sin[p * half..(p + 1) * half]);
         for h in r.chunks_exact_mut(head_dim) {
             let (a, b) = h.split_at_mut(half);
             for j in 0..half {

@@ -1,0 +1,268 @@
+//! `boost bench`: training-step throughput of a model shape, the split of kernel time,
+//! model-FLOP utilisation against a GEMM peak measured in the same run, peak memory, and the
+//! PyTorch eager peer (`bench/torch_peer.py`) measured in the same run.
+//!
+//! FLOP convention: model FLOPs per token = 6·N + 6·s·d·L, where N counts the weights that
+//! take part in matrix products (every factor of a low-rank layer, the LM head; not the
+//! embedding lookup or norm weights) and 6·s·d·L is causal attention (forward + backward over
+//! the lower half of the score matrix). The full-S² convention (12·s·d·L) is reported too.
+
+use crate::optim::{AdamW, clip_coef, grad_norm};
+use anyhow::{Context, Result, bail};
+use boost_config::{Arch, ModelConfig, TrainConfig};
+use boost_model::{Batch, Layout, Model};
+use boost_tensor::cpu::Cpu;
+use boost_tensor::profile::Profiled;
+use boost_tensor::{Backend, Mat, MatMut, Solo};
+use serde::Serialize;
+use std::process::Command;
+use std::time::Instant;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ArchResult {
+    pub arch: String,
+    pub params: usize,
+    pub matmul_params: usize,
+    pub step_time_s: f64,
+    pub step_times_s: Vec<f64>,
+    pub tokens_per_sec: f64,
+    pub gemm_s: f64,
+    pub attention_s: f64,
+    pub other_s: f64,
+    pub gemm_gflops: f64,
+    pub model_flops_per_token: f64,
+    pub mfu: f64,
+    pub mfu_full_attention: f64,
+    pub peak_rss_mib: f64,
+    pub torch: Option<serde_json::Value>,
+    pub torch_ratio: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub threads: usize,
+    pub seq: usize,
+    pub micro_batch: usize,
+    pub gemm_peak_gflops: f64,
+    pub results: Vec<ArchResult>,
+    /// Low-rank tokens/s over full-rank tokens/s, when both ran.
+    pub lowrank_speedup: Option<f64>,
+}
+
+pub struct BenchOptions {
+    pub models: Vec<ModelConfig>,
+    pub seq: usize,
+    pub micro_batch: usize,
+    pub threads: usize,
+    pub warmup: usize,
+    pub rounds: usize,
+    /// Run `bench/torch_peer.py` with this Python (None: skip the peer).
+    pub python: Option<String>,
+    pub peer_script: std::path::PathBuf,
+}
+
+/// Best f32 GEMM rate over a few square products (GFLOP/s).
+pub fn gemm_peak() -> f64 {
+    let be = Cpu::<f32>::new();
+    let mut best: f64 = 0.0;
+    for n in [1024usize, 2048] {
+        let a = vec![1.0f32; n * n];
+        let b = vec![0.5f32; n * n];
+        let mut c = vec![0.0f32; n * n];
+        for _ in 0..3 {
+            let t = Instant::now();
+            be.gemm(MatMut::new(&mut c, n, n), Mat::new(&a, n, n), Mat::new(&b, n, n), 1.0, false);
+            best = best.max(2.0 * (n * n * n) as f64 / t.elapsed().as_secs_f64() / 1e9);
+        }
+    }
+    best
+}
+
+/// Weights that take part in matrix products.
+pub fn matmul_params<B: Backend>(m: &Model<B>) -> usize {
+    m.store
+        .pieces
+        .iter()
+        .filter(|p| p.shape.len() == 2 && (p.name != "model.embed_tokens.weight" || m.cfg.tie_embeddings))
+        .map(|p| p.shape.iter().product::<usize>())
+        .sum()
+}
+
+/// Peak resident memory of this process (VmHWM), MiB.
+pub fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
+        .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    if s.is_empty() { 0.0 } else { s[s.len() / 2] }
+}
+
+fn peer(opts: &BenchOptions, m: &ModelConfig) -> Result<serde_json::Value> {
+    let py = opts.python.as_deref().unwrap_or("python3");
+    let out = Command::new(py)
+        .arg(&opts.peer_script)
+        .args(["--arch", m.arch.name()])
+        .args(["--d", &m.d.to_string(), "--d-ff", &m.d_ff.to_string(), "--layers", &m.layers.to_string()])
+        .args(["--heads", &m.heads.to_string(), "--kv-heads", &m.kv_heads().to_string(), "--rank", &m.rank.to_string()])
+        .args(["--vocab", &m.vocab.to_string(), "--only-lr-act", if m.only_lr_act { "1" } else { "0" }])
+        .args(["--seq", &opts.seq.to_string(), "--micro-batch", &opts.micro_batch.to_string()])
+        .args(["--threads", &opts.threads.to_string(), "--warmup", &opts.warmup.to_string()])
+        .args(["--rounds", &opts.rounds.to_string(), "--json"])
+        .output()
+        .with_context(|| format!("cannot run {py} {}", opts.peer_script.display()))?;
+    if !out.status.success() {
+        bail!("the PyTorch peer failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).context("the peer printed no JSON")?;
+    Ok(serde_json::from_str(line)?)
+}
+
+/// Time `rounds` training steps (after `warmup`) of one model.
+fn measure(
+    opts: &BenchOptions,
+    cfg: &ModelConfig,
+    rounds: usize,
+) -> Result<(Vec<f64>, boost_tensor::profile::KernelTimes, usize, usize)> {
+    let mut model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, Layout::single(cfg), 1)?;
+    let mut opt = AdamW::new(&model.be, &model.store);
+    let t = opts.micro_batch * opts.seq;
+    // A fixed pseudo-random token stream: timing does not depend on the text.
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    let ids: Vec<u32> = (0..t + 1)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % cfg.vocab as u64) as u32
+        })
+        .collect();
+    let b = Batch { ids: &ids[..t], targets: &ids[1..], batch: opts.micro_batch, seq: opts.seq };
+    let tc = TrainConfig::default();
+    let mut times = Vec::new();
+    for i in 0..opts.warmup + rounds {
+        if i == opts.warmup {
+            model.be.take();
+        }
+        let t0 = Instant::now();
+        model.store.zero_grads(&model.be);
+        model.forward_backward(&Solo, &b, 1.0 / t as f64);
+        let n = grad_norm(&model.be, &model.store, 0, &Solo);
+        opt.update(&model.be, &mut model.store, &tc, 1e-4, clip_coef(n, 1.0));
+        if i >= opts.warmup {
+            times.push(t0.elapsed().as_secs_f64());
+        }
+    }
+    let k = model.be.take();
+    Ok((times, k, model.store.global_len(), matmul_params(&model)))
+}
+
+pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
+    let peak = gemm_peak();
+    log(format!("GEMM peak (f32, {} threads): {peak:.1} GFLOP/s", opts.threads));
+    let mut results = Vec::new();
+    for cfg in &opts.models {
+        let name = cfg.arch.name().to_string();
+        // Ours, the peer, ours again: the ratio compares medians taken around the peer.
+        let (mut times, k1, params, mm) = measure(opts, cfg, opts.rounds)?;
+        let torch = match &opts.python {
+            Some(_) => match peer(opts, cfg) {
+                Ok(v) => Some(v),
+                Err(e) => {
+                    log(format!("PyTorch peer skipped: {e:#}"));
+                    None
+                }
+            },
+            None => None,
+        };
+        let (t2, k2, _, _) = measure(opts, cfg, opts.rounds)?;
+        times.extend(t2);
+        let steps = times.len() as f64;
+        let step = median(&times);
+        let tokens = (opts.micro_batch * opts.seq) as f64;
+        let attn_fwd_bwd = |full: bool| {
+            let per = 6.0 * (opts.seq * cfg.d * cfg.layers) as f64;
+            if full { 2.0 * per } else { per }
+        };
+        let flops = 6.0 * mm as f64 + attn_fwd_bwd(false);
+        let flops_full = 6.0 * mm as f64 + attn_fwd_bwd(true);
+        let tps = tokens / step;
+        let sec = |d: std::time::Duration| d.as_secs_f64() / steps;
+        let torch_ratio = torch.as_ref().and_then(|v| v["tokens_per_sec"].as_f64()).map(|p| tps / p);
+        let r = ArchResult {
+            arch: name.clone(),
+            params,
+            matmul_params: mm,
+            step_time_s: step,
+            step_times_s: times.clone(),
+            tokens_per_sec: tps,
+            gemm_s: sec(k1.gemm + k2.gemm),
+            attention_s: sec(k1.attention + k2.attention),
+            other_s: sec(k1.other + k2.other),
+            gemm_gflops: (k1.gemm_flops + k2.gemm_flops) / (k1.gemm + k2.gemm).as_secs_f64() / 1e9,
+            model_flops_per_token: flops,
+            mfu: flops * tps / (peak * 1e9),
+            mfu_full_attention: flops_full * tps / (peak * 1e9),
+            peak_rss_mib: peak_rss_mib(),
+            torch,
+            torch_ratio,
+        };
+        log(format!(
+            "{name}: {:.3} s/step, {:.0} tok/s, GEMM {:.0}% / attention {:.0}% / other {:.0}%, MFU {:.1}%{}",
+            r.step_time_s,
+            r.tokens_per_sec,
+            100.0 * r.gemm_s / step,
+            100.0 * r.attention_s / step,
+            100.0 * r.other_s / step,
+            100.0 * r.mfu,
+            torch_ratio.map(|x| format!(", {x:.2}× PyTorch")).unwrap_or_default()
+        ));
+        results.push(r);
+    }
+    let tps = |a: Arch| results.iter().find(|r| r.arch == a.name()).map(|r| r.tokens_per_sec);
+    let lowrank_speedup =
+        results.iter().find(|r| r.arch != "full").map(|r| r.tokens_per_sec).zip(tps(Arch::Full)).map(|(l, f)| l / f);
+    Ok(BenchReport {
+        threads: opts.threads,
+        seq: opts.seq,
+        micro_batch: opts.micro_batch,
+        gemm_peak_gflops: peak,
+        results,
+        lowrank_speedup,
+    })
+}
+
+/// The report as a Markdown table.
+pub fn table(r: &BenchReport) -> String {
+    let mut s = format!(
+        "seq {} × micro-batch {}, {} threads, GEMM peak {:.1} GFLOP/s (f32)\n\n| arch | params | step (median) | tokens/s | GEMM | attention | other | MFU | peak RSS | PyTorch tokens/s | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        r.seq, r.micro_batch, r.threads, r.gemm_peak_gflops
+    );
+    for a in &r.results {
+        let pt = a.torch.as_ref().and_then(|v| v["tokens_per_sec"].as_f64());
+        s += &format!(
+            "| {} | {:.1}M | {:.3} s | {:.0} | {:.0}% | {:.0}% | {:.0}% | {:.1}% | {:.0} MiB | {} | {} |\n",
+            a.arch,
+            a.params as f64 / 1e6,
+            a.step_time_s,
+            a.tokens_per_sec,
+            100.0 * a.gemm_s / a.step_time_s,
+            100.0 * a.attention_s / a.step_time_s,
+            100.0 * a.other_s / a.step_time_s,
+            100.0 * a.mfu,
+            a.peak_rss_mib,
+            pt.map(|x| format!("{x:.0}")).unwrap_or("—".into()),
+            a.torch_ratio.map(|x| format!("{x:.2}×")).unwrap_or("—".into()),
+        );
+    }
+    if let Some(x) = r.lowrank_speedup {
+        s += &format!("\nlow-rank / full-rank tokens/s: {x:.2}×\n");
+    }
+    s
+}
