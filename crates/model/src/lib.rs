@@ -4,6 +4,7 @@
 
 pub mod group;
 pub mod init;
+pub mod io;
 pub mod labels;
 pub mod layout;
 pub mod params;

@@ -4,11 +4,12 @@
 use crate::block::{Block, BlockActs, BlockGrads};
 use crate::group::{Ctx, Scratch};
 use crate::init;
+use crate::io::{Entry, Exit};
 use crate::layout::{Dims, Layout};
 use crate::params::{BufBuilder, Init, ParamStore, Slot, Split, bind};
 use anyhow::{Result, bail};
 use boost_config::{Arch, LaxGate, ModelConfig, Scheme};
-use boost_tensor::{Backend, Collective, Mat, MatMut};
+use boost_tensor::{Backend, Collective, Mat};
 
 /// One micro-batch: `batch` sequences of `seq` tokens, row-major.
 #[derive(Debug, Clone, Copy)]
@@ -32,33 +33,48 @@ pub struct Model<B: Backend> {
     pub dims: Dims,
     pub be: B,
     pub store: ParamStore<B>,
+    /// The embedding table: hidden-sharded (BTP, untied) or vocabulary-parallel rows.
     pub embed: Slot,
     pub blocks: Vec<Block>,
     pub final_norm: Slot,
-    /// The LM head (the embedding table itself when tied).
+    /// The LM head, vocabulary-parallel rows (the embedding table itself when tied).
     pub head: Slot,
+    pub(crate) entry: Entry,
+    pub(crate) exit: Exit,
     work: Option<Work<B>>,
 }
 
 /// Buffers for one (batch, seq) shape.
-struct Work<B: Backend> {
-    batch: usize,
-    seq: usize,
-    ids: B::Ids,
-    targets: B::Ids,
-    rope: B::Buf,
+pub(crate) struct Work<B: Backend> {
+    pub batch: usize,
+    pub seq: usize,
+    pub ids: B::Ids,
+    pub targets: B::Ids,
+    pub rope: B::Buf,
     /// resid[l] is layer l's input; resid[L] the stack's output (t × d_res each).
-    resid: Vec<B::Buf>,
-    blocks: Vec<BlockActs<B>>,
-    frstd: B::Buf,
-    hf: B::Buf,
-    logits: B::Buf,
-    losses: B::Buf,
-    sc: Scratch<B>,
-    bg: BlockGrads<B>,
-    dx: B::Buf,
-    dhf: B::Buf,
-    dot: B::Buf,
+    pub resid: Vec<B::Buf>,
+    pub blocks: Vec<BlockActs<B>>,
+    /// The whole final residual (t × d), gathered from the shards under BTP.
+    pub xf: B::Buf,
+    /// Rank-major scratch (t × d) for gathers and scatters of hidden shards.
+    pub rm: B::Buf,
+    pub frstd: B::Buf,
+    pub hf: B::Buf,
+    pub logits: B::Buf,
+    pub losses: B::Buf,
+    pub lmax: B::Buf,
+    pub lstats: B::Buf,
+    pub sc: Scratch<B>,
+    pub bg: BlockGrads<B>,
+    pub dx: B::Buf,
+    pub dhf: B::Buf,
+    pub dot: B::Buf,
+}
+
+impl<B: Backend> Work<B> {
+    pub fn t(&self) -> usize {
+        self.batch * self.seq
+    }
 }
 
 impl<B: Backend> Model<B> {
@@ -76,33 +92,41 @@ impl<B: Backend> Model<B> {
             bail!("model.vocab is 0 (\"take it from the tokenizer\") and was not resolved before building the model");
         }
         let p = layout.tp;
-        if p > 1 {
-            if cfg.arch == Arch::Lax && layout.scheme == Scheme::Vanilla {
-                bail!(
-                    "LaX under vanilla TP needs the whole latent on every rank; use parallel.scheme = \"btp\" for LaX"
-                );
-            }
-            if cfg.tie_embeddings && layout.btp() {
-                bail!(
-                    "tied embeddings under BTP with parallel.tp > 1 are not supported yet; set model.tie_embeddings = false"
-                );
-            }
+        if p > 1 && cfg.arch == Arch::Lax && layout.scheme == Scheme::Vanilla {
+            bail!(
+                "LaX under vanilla TP needs the whole latent on every rank (the gate and LN act over all of r); \
+                 use parallel.scheme = \"btp\" for LaX"
+            );
         }
         if cfg.arch == Arch::Lax && cfg.lax.gate == LaxGate::Kron {
             let (a, b) = cfg.kron_factors();
             assert_eq!(a * b, cfg.rank);
         }
         let dims = Dims::new(cfg, &layout);
+        let entry = Entry::of(cfg, &layout);
+        let exit = Exit::of(&layout);
         let mut store = ParamStore::new();
         let (d, v) = (cfg.d, cfg.vocab);
 
-        // Embedding: hidden-sharded under BTP (each rank looks up its own d/p slice).
-        let embed = {
+        // Vocabulary-parallel rows [rank·V_loc, (rank+1)·V_loc) ∩ [0, V), padded to V_loc.
+        let vocab_rows = |store: &mut ParamStore<B>, name: &str| {
+            let mut bb = BufBuilder::new(name);
+            let vl = dims.vocab_loc;
+            let lo = (layout.rank * vl).min(v);
+            let hi = ((layout.rank + 1) * vl).min(v);
+            let slot = bb.at(name.to_string(), vec![v, d], lo..hi, 0..d, 0, d, Init::Normal(cfg.init_std));
+            bb.reserve(vl * d);
+            let id = bb.finish(store, &be, true, false);
+            Slot { rows: vl, ..bind(slot, id) }
+        };
+        let embed = if entry == Entry::HiddenShard {
             let name = "model.embed_tokens.weight".to_string();
             let mut bb = BufBuilder::new(name.clone());
-            let split = if layout.btp() && p > 1 { Split::Cols } else { Split::Whole };
+            let split = if p > 1 { Split::Cols } else { Split::Whole };
             let slot = bb.block(name, vec![v, d], split, p, layout.rank, Init::Normal(cfg.init_std));
-            bind(slot, bb.finish(&mut store, &be, true, !layout.btp() && p > 1))
+            bind(slot, bb.finish(&mut store, &be, true, false))
+        } else {
+            vocab_rows(&mut store, "model.embed_tokens.weight")
         };
         let blocks: Vec<Block> =
             (0..cfg.layers).map(|l| Block::build(l, cfg, &layout, &dims, &mut store, &be)).collect();
@@ -112,24 +136,11 @@ impl<B: Backend> Model<B> {
             let slot = bb.block(name, vec![d], Split::Whole, 1, 0, Init::Const(1.0));
             bind(slot, bb.finish(&mut store, &be, false, p > 1))
         };
-        // LM head: vocabulary-parallel rows, padded to a multiple of tp.
-        let head = if cfg.tie_embeddings {
-            embed
-        } else {
-            let name = "lm_head.weight".to_string();
-            let mut bb = BufBuilder::new(name.clone());
-            let vl = dims.vocab_loc;
-            let lo = (layout.rank * vl).min(v);
-            let hi = ((layout.rank + 1) * vl).min(v);
-            let slot = bb.at(name, vec![v, d], lo..hi, 0..d, 0, d, Init::Normal(cfg.init_std));
-            bb.reserve(vl * d);
-            let id = bb.finish(&mut store, &be, true, false);
-            Slot { rows: vl, ..bind(slot, id) }
-        };
-        Ok(Self { cfg: cfg.clone(), layout, dims, be, store, embed, blocks, final_norm, head, work: None })
+        let head = if cfg.tie_embeddings { embed } else { vocab_rows(&mut store, "lm_head.weight") };
+        Ok(Self { cfg: cfg.clone(), layout, dims, be, store, embed, blocks, final_norm, head, entry, exit, work: None })
     }
 
-    fn ctx<'a>(&'a self, tp: &'a dyn Collective<B>, t: usize) -> Ctx<'a, B> {
+    pub(crate) fn ctx<'a>(&'a self, tp: &'a dyn Collective<B>, t: usize) -> Ctx<'a, B> {
         ctx(&self.be, tp, &self.cfg, self.layout, self.dims, t)
     }
 
@@ -146,6 +157,7 @@ impl<B: Backend> Model<B> {
             0
         };
         let phi = self.cfg.phi();
+        let sharded = self.layout.tp > 1;
         Work {
             batch,
             seq,
@@ -154,10 +166,14 @@ impl<B: Backend> Model<B> {
             rope: be.rope_table(seq, dims.head_dim, self.cfg.rope_theta),
             resid: (0..=self.blocks.len()).map(|_| be.alloc(t * dims.d_res)).collect(),
             blocks: self.blocks.iter().map(|b| b.alloc_acts(be, dims, batch, seq, phi)).collect(),
+            xf: be.alloc(if dims.d_res < dims.d { t * dims.d } else { 0 }),
+            rm: be.alloc(if sharded { t * dims.d } else { 0 }),
             frstd: be.alloc(t),
             hf: be.alloc(t * dims.d),
             logits: be.alloc(t * dims.vocab_loc),
             losses: be.alloc(t),
+            lmax: be.alloc(t),
+            lstats: be.alloc(2 * t),
             sc: Scratch {
                 h: be.alloc(t * max_in),
                 dh: be.alloc(t * max_in),
@@ -187,43 +203,18 @@ impl<B: Backend> Model<B> {
         w
     }
 
-    /// Embedding → layers → final norm → logits (this rank's vocabulary rows).
+    /// Embedding → layers → exit → final norm → logits (this rank's vocabulary columns).
     fn forward_logits(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
-        let t = w.batch * w.seq;
-        let cx = self.ctx(tp, t);
-        let (be, dims, params) = (&self.be, &self.dims, &self.store.values);
-        be.embed(MatMut::new(&mut w.resid[0], t, dims.d_res), self.embed.of(params), &w.ids, 0);
+        self.embed_forward(tp, w);
+        let cx = self.ctx(tp, w.t());
+        let params = &self.store.values;
         for (l, block) in self.blocks.iter().enumerate() {
             let (lo, hi) = w.resid.split_at_mut(l + 1);
             let (done, rest) = w.blocks.split_at_mut(l);
             let prev = (l > 0).then(|| (&self.blocks[l - 1], &done[l - 1]));
             block.forward(&cx, params, &lo[l], &mut hi[0], &mut rest[0], prev, &w.rope, w.batch, w.seq, &mut w.sc);
         }
-        assert!(self.layout.tp == 1 || !self.layout.btp(), "the BTP stack exit is part of tensor parallelism");
-        let xf = Mat::new(&w.resid[self.blocks.len()], t, dims.d);
-        be.row_sumsq(MatMut::new(&mut w.frstd, t, 1), xf);
-        be.rstd_from_sumsq(MatMut::new(&mut w.frstd, t, 1), dims.d, self.cfg.norm_eps);
-        be.rmsnorm_apply(MatMut::new(&mut w.hf, t, dims.d), xf, self.final_norm.of(params), Mat::new(&w.frstd, t, 1));
-        be.gemm(
-            MatMut::new(&mut w.logits, t, dims.vocab_loc),
-            Mat::new(&w.hf, t, dims.d),
-            self.head.of(params).t(),
-            1.0,
-            false,
-        );
-    }
-
-    fn loss(&self, w: &mut Work<B>, grad_scale: Option<f64>, targets: &[u32]) -> LossSum {
-        let t = w.batch * w.seq;
-        assert!(self.layout.tp == 1, "vocabulary-parallel cross-entropy is part of tensor parallelism");
-        self.be.cross_entropy(
-            MatMut::new(&mut w.losses, t, 1),
-            MatMut::new(&mut w.logits, t, self.dims.vocab_loc),
-            &w.targets,
-            grad_scale,
-        );
-        let tokens = targets.iter().filter(|&&x| x != boost_tensor::cpu::IGNORE).count();
-        LossSum { sum: self.be.sum(Mat::new(&w.losses, t, 1)), tokens }
+        self.head_forward(tp, w);
     }
 
     /// Forward and backward of one micro-batch; gradients accumulate into the store's grads
@@ -231,7 +222,7 @@ impl<B: Backend> Model<B> {
     pub fn forward_backward(&mut self, tp: &dyn Collective<B>, b: &Batch, grad_scale: f64) -> LossSum {
         let mut w = self.work(b);
         self.forward_logits(tp, &mut w);
-        let loss = self.loss(&mut w, Some(grad_scale), b.targets);
+        let loss = self.loss(tp, &mut w, Some(grad_scale), b.targets);
         self.backward(tp, &mut w);
         self.work = Some(w);
         loss
@@ -241,12 +232,12 @@ impl<B: Backend> Model<B> {
     pub fn evaluate(&mut self, tp: &dyn Collective<B>, b: &Batch) -> LossSum {
         let mut w = self.work(b);
         self.forward_logits(tp, &mut w);
-        let loss = self.loss(&mut w, None, b.targets);
+        let loss = self.loss(tp, &mut w, None, b.targets);
         self.work = Some(w);
         loss
     }
 
-    /// Logits of one micro-batch (this rank's vocabulary rows, padding included), row-major.
+    /// Logits of one micro-batch (this rank's vocabulary columns, padding included), row-major.
     pub fn logits(&mut self, tp: &dyn Collective<B>, ids: &[u32], batch: usize, seq: usize) -> Vec<f64> {
         let mut w = self.work(&Batch { ids, targets: &[], batch, seq });
         self.forward_logits(tp, &mut w);
@@ -255,36 +246,18 @@ impl<B: Backend> Model<B> {
         out
     }
 
-    /// dL/d(embedding output) of the last backward (t × d_res), for tests.
+    /// dL/d(embedding output) of the last backward (t × d_res, this rank's hidden shard
+    /// under BTP), for tests.
     pub fn embed_out_grad(&self) -> Vec<f64> {
         let w = self.work.as_ref().expect("run a backward first");
-        self.be.read_mat(Mat::new(&w.dx, w.batch * w.seq, self.dims.d_res))
+        self.be.read_mat(Mat::new(&w.dx, w.t(), self.dims.d_res))
     }
 
     fn backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
-        let t = w.batch * w.seq;
-        let cx = ctx(&self.be, tp, &self.cfg, self.layout, self.dims, t);
-        let (be, dims) = (&self.be, &self.dims);
+        self.head_backward(tp, w);
+        let cx = ctx(&self.be, tp, &self.cfg, self.layout, self.dims, w.t());
         let ParamStore { values: params, grads, .. } = &mut self.store;
         let params: &[B::Buf] = params;
-        let dl = Mat::new(&w.logits, t, dims.vocab_loc);
-        // LM head and final norm.
-        be.gemm(self.head.of_mut(grads), dl.t(), Mat::new(&w.hf, t, dims.d), 1.0, true);
-        be.gemm(MatMut::new(&mut w.dhf, t, dims.d), dl, self.head.of(params), 1.0, false);
-        let xf = Mat::new(&w.resid[self.blocks.len()], t, dims.d);
-        let g = self.final_norm.of(params);
-        be.rmsnorm_bwd_dot(MatMut::new(&mut w.dot, t, 1), Mat::new(&w.dhf, t, dims.d), xf, g);
-        be.rmsnorm_bwd(
-            MatMut::new(&mut w.dx, t, dims.d),
-            self.final_norm.of_mut(grads),
-            Mat::new(&w.dhf, t, dims.d),
-            xf,
-            g,
-            Mat::new(&w.frstd, t, 1),
-            Mat::new(&w.dot, t, 1),
-            dims.d,
-            false,
-        );
         let lax = self.cfg.arch == Arch::Lax;
         let n = self.blocks.len();
         for l in (0..n).rev() {
@@ -305,11 +278,11 @@ impl<B: Backend> Model<B> {
                 &mut w.sc,
             );
         }
-        be.embed_bwd(self.embed.of_mut(grads), Mat::new(&w.dx, t, dims.d_res), &w.ids, 0);
+        self.embed_backward(tp, w);
     }
 }
 
-fn ctx<'a, B: Backend>(
+pub(crate) fn ctx<'a, B: Backend>(
     be: &'a B,
     tp: &'a dyn Collective<B>,
     cfg: &ModelConfig,

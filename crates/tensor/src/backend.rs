@@ -213,6 +213,33 @@ pub trait Backend: Send + Sync + Sized + 'static {
         grad_scale: Option<f64>,
     );
 
+    // ---- vocabulary-parallel cross-entropy (logits split by columns across ranks) ----
+    /// `max[i] = max_j logits[i, j]` over this rank's columns.
+    fn row_max(&self, max: MatMut<Self::Buf>, logits: Mat<Self::Buf>);
+    /// With the global row max: `stats[i] = [Σ_j exp(logits[i,j] − max[i]), logits[i, t − first]]`
+    /// (the target logit is 0 when target t is not among this rank's columns).
+    fn xent_partials(
+        &self,
+        stats: MatMut<Self::Buf>,
+        logits: Mat<Self::Buf>,
+        max: Mat<Self::Buf>,
+        targets: &Self::Ids,
+        first: usize,
+    );
+    /// With the global statistics: `losses[i] = ln S_i + max_i − target logit` (0 for ignored
+    /// targets); with `grad_scale`, `logits` becomes `grad_scale·(softmax − onehot)`.
+    #[allow(clippy::too_many_arguments)]
+    fn xent_finish(
+        &self,
+        losses: MatMut<Self::Buf>,
+        logits: MatMut<Self::Buf>,
+        max: Mat<Self::Buf>,
+        stats: Mat<Self::Buf>,
+        targets: &Self::Ids,
+        first: usize,
+        grad_scale: Option<f64>,
+    );
+
     // ---- LaX Kronecker gate: per row, Z (a×b) ↦ Kaᵀ·Z·Kb ----
     /// `y (+)= kron(ka, kb)` applied to every row of `z`; `scratch` holds rows·a·b elements.
     #[allow(clippy::too_many_arguments)]

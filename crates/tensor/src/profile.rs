@@ -244,6 +244,31 @@ impl<B: Backend> Backend for Profiled<B> {
     ) {
         other!(self.cross_entropy(losses, logits, targets, grad_scale))
     }
+    fn row_max(&self, max: MatMut<Self::Buf>, logits: Mat<Self::Buf>) {
+        other!(self.row_max(max, logits))
+    }
+    fn xent_partials(
+        &self,
+        stats: MatMut<Self::Buf>,
+        logits: Mat<Self::Buf>,
+        max: Mat<Self::Buf>,
+        targets: &Self::Ids,
+        first: usize,
+    ) {
+        other!(self.xent_partials(stats, logits, max, targets, first))
+    }
+    fn xent_finish(
+        &self,
+        losses: MatMut<Self::Buf>,
+        logits: MatMut<Self::Buf>,
+        max: Mat<Self::Buf>,
+        stats: Mat<Self::Buf>,
+        targets: &Self::Ids,
+        first: usize,
+        grad_scale: Option<f64>,
+    ) {
+        other!(self.xent_finish(losses, logits, max, stats, targets, first, grad_scale))
+    }
     fn kron_fwd(
         &self,
         y: MatMut<Self::Buf>,

@@ -452,3 +452,59 @@ fn adamw_step() {
         assert!((p[i] - want).abs() < 1e-15 && (m[i] - mi).abs() < 1e-15 && (v[i] - vi).abs() < 1e-15);
     }
 }
+
+#[test]
+fn vocab_parallel_cross_entropy_equals_the_fused_kernel() {
+    let (t, v) = (6, 10);
+    let targets: Vec<u32> = vec![1, 9, IGNORE, 0, 3, 7];
+    let mut rng = ChaCha8Rng::seed_from_u64(13);
+    let logits = rnd(&mut rng, t * v, 3.0);
+    let c = 0.25;
+    let mut fused = logits.clone();
+    let mut fused_loss = vec![0.0; t];
+    CPU.cross_entropy(mat_mut(&mut fused_loss, t, 1), mat_mut(&mut fused, t, v), &targets, Some(c));
+    // Three ranks holding columns 0..4, 4..8, 8..10 (uneven on purpose).
+    let shards = [(0usize, 4usize), (4, 8), (8, 10)];
+    let local = |k: usize| -> Vec<f64> {
+        let (a, b) = shards[k];
+        (0..t).flat_map(|i| logits[i * v + a..i * v + b].to_vec()).collect()
+    };
+    let mut gmax = vec![f64::NEG_INFINITY; t];
+    for k in 0..3 {
+        let w = shards[k].1 - shards[k].0;
+        let mut m = vec![0.0; t];
+        CPU.row_max(mat_mut(&mut m, t, 1), mat(&local(k), t, w));
+        for i in 0..t {
+            gmax[i] = gmax[i].max(m[i]);
+        }
+    }
+    let mut gstats = vec![0.0; 2 * t];
+    for k in 0..3 {
+        let w = shards[k].1 - shards[k].0;
+        let mut st = vec![0.0; 2 * t];
+        CPU.xent_partials(mat_mut(&mut st, t, 2), mat(&local(k), t, w), mat(&gmax, t, 1), &targets, shards[k].0);
+        for i in 0..2 * t {
+            gstats[i] += st[i];
+        }
+    }
+    for k in 0..3 {
+        let (a, b) = shards[k];
+        let mut l = local(k);
+        let mut losses = vec![0.0; t];
+        CPU.xent_finish(
+            mat_mut(&mut losses, t, 1),
+            mat_mut(&mut l, t, b - a),
+            mat(&gmax, t, 1),
+            mat(&gstats, t, 2),
+            &targets,
+            a,
+            Some(c),
+        );
+        for i in 0..t {
+            assert!((losses[i] - fused_loss[i]).abs() < 1e-12, "loss row {i}");
+            for j in a..b {
+                assert!((l[i * (b - a) + j - a] - fused[i * v + j]).abs() < 1e-12, "grad ({i},{j})");
+            }
+        }
+    }
+}

@@ -79,3 +79,60 @@ pub fn cross_entropy<T: Scalar>(
         }
     });
 }
+
+pub fn row_max<T: Scalar>(max: MatMut<Vec<T>>, logits: Mat<Vec<T>>) {
+    assert_eq!((max.rows, max.cols), (logits.rows, 1));
+    par_rows(max).for_each(|(i, o)| o[0] = row(&logits, i).iter().fold(T::neg_infinity(), |a, x| a.max(*x)));
+}
+
+pub fn xent_partials<T: Scalar>(
+    stats: MatMut<Vec<T>>,
+    logits: Mat<Vec<T>>,
+    max: Mat<Vec<T>>,
+    targets: &[u32],
+    first: usize,
+) {
+    assert_eq!((stats.rows, stats.cols), (logits.rows, 2));
+    let v = logits.cols;
+    par_rows(stats).for_each(|(i, o)| {
+        let r = row(&logits, i);
+        let m = row(&max, i)[0];
+        o[0] = r.iter().fold(T::zero(), |s, x| s + (*x - m).exp());
+        let t = targets[i] as usize;
+        o[1] = if targets[i] != IGNORE && t >= first && t < first + v { r[t - first] } else { T::zero() };
+    });
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn xent_finish<T: Scalar>(
+    losses: MatMut<Vec<T>>,
+    logits: MatMut<Vec<T>>,
+    max: Mat<Vec<T>>,
+    stats: Mat<Vec<T>>,
+    targets: &[u32],
+    first: usize,
+    grad_scale: Option<f64>,
+) {
+    let v = logits.cols;
+    par_rows(logits).zip(par_rows(losses)).for_each(|((i, r), (_, l))| {
+        let (m, st) = (row(&max, i)[0], row(&stats, i));
+        if targets[i] == IGNORE {
+            l[0] = T::zero();
+            if grad_scale.is_some() {
+                r.fill(T::zero());
+            }
+            return;
+        }
+        l[0] = st[0].ln() + m - st[1];
+        if let Some(s) = grad_scale {
+            let f = T::of(s) / st[0];
+            for x in r.iter_mut() {
+                *x = (*x - m).exp() * f;
+            }
+            let t = targets[i] as usize;
+            if t >= first && t < first + v {
+                r[t - first] = r[t - first] - T::of(s);
+            }
+        }
+    });
+}

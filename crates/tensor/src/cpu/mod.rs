@@ -239,6 +239,31 @@ impl<T: Scalar> Backend for Cpu<T> {
         embed::cross_entropy(losses, logits, &targets[..], grad_scale)
     }
 
+    fn row_max(&self, max: MatMut<Vec<T>>, logits: Mat<Vec<T>>) {
+        embed::row_max(max, logits)
+    }
+    fn xent_partials(
+        &self,
+        stats: MatMut<Vec<T>>,
+        logits: Mat<Vec<T>>,
+        max: Mat<Vec<T>>,
+        targets: &Vec<u32>,
+        first: usize,
+    ) {
+        embed::xent_partials(stats, logits, max, targets, first)
+    }
+    fn xent_finish(
+        &self,
+        losses: MatMut<Vec<T>>,
+        logits: MatMut<Vec<T>>,
+        max: Mat<Vec<T>>,
+        stats: Mat<Vec<T>>,
+        targets: &Vec<u32>,
+        first: usize,
+        grad_scale: Option<f64>,
+    ) {
+        embed::xent_finish(losses, logits, max, stats, targets, first, grad_scale)
+    }
     fn kron_fwd(
         &self,
         y: MatMut<Vec<T>>,

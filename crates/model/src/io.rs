@@ -1,0 +1,244 @@
+//! Entering and leaving the decoder stack (spec §2.3–2.4): the embedding lookup, the gather
+//! of a hidden-sharded residual, the final norm, the vocabulary-parallel LM head and its
+//! cross-entropy — forward and backward.
+
+use crate::layout::Layout;
+use crate::model::{Model, Work};
+use boost_config::{ModelConfig, Scheme};
+use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
+
+/// How token ids become the first residual.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Entry {
+    /// A hidden-sharded table: each rank looks up its own d/p columns, no communication
+    /// (BTP with untied embeddings; any untied model on one rank).
+    HiddenShard,
+    /// A vocabulary-parallel table; the partial lookups are all-reduced (Megatron, vanilla;
+    /// tied embeddings on one rank).
+    VocabAllReduce,
+    /// A vocabulary-parallel table; the partial lookups are reduce-scattered to hidden
+    /// shards (BTP with tied embeddings), and the backward all-gathers.
+    VocabReduceScatter,
+}
+
+impl Entry {
+    pub fn of(cfg: &ModelConfig, l: &Layout) -> Self {
+        match (cfg.tie_embeddings, l.scheme) {
+            (false, Scheme::Btp) => Entry::HiddenShard,
+            (false, _) if l.tp == 1 => Entry::HiddenShard,
+            (true, Scheme::Btp) if l.tp > 1 => Entry::VocabReduceScatter,
+            _ => Entry::VocabAllReduce,
+        }
+    }
+}
+
+/// How the stack's output becomes the whole final residual.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Whole,
+    /// All-gather the hidden shards (BTP with tp > 1).
+    Gather,
+}
+
+impl Exit {
+    pub fn of(l: &Layout) -> Self {
+        if l.btp() && l.tp > 1 { Exit::Gather } else { Exit::Whole }
+    }
+}
+
+fn reduce<B: Backend>(tp: &dyn Collective<B>, buf: &mut B::Buf, n: usize, op: ReduceOp, label: &'static str) {
+    if tp.size() > 1 {
+        tp.all_reduce(buf, 0, n, op, Label::op(label));
+    }
+}
+
+impl<B: Backend> Model<B> {
+    /// First vocabulary row held here.
+    fn vocab_first(&self) -> usize {
+        self.layout.rank * self.dims.vocab_loc
+    }
+    /// Vocabulary rows held here that are real (not padding).
+    fn vocab_valid(&self) -> usize {
+        let v = self.dims.vocab;
+        ((self.layout.rank + 1) * self.dims.vocab_loc).min(v) - self.vocab_first().min(v)
+    }
+    /// The hidden shards of a t × d matrix side by side, shard c at c·t·d/p: the layout
+    /// all-gather and reduce-scatter work on.
+    fn to_rank_major(&self, rm: &mut B::Buf, src: Mat<B::Buf>) {
+        let (t, p) = (src.rows, self.layout.tp);
+        let w = self.dims.d / p;
+        for c in 0..p {
+            self.be.copy(MatMut::at(rm, c * t * w, t, w, w), src.cols(c * w, (c + 1) * w));
+        }
+    }
+    fn from_rank_major(&self, dst: &mut B::Buf, rm: &B::Buf, t: usize) {
+        let (d, p) = (self.dims.d, self.layout.tp);
+        let w = d / p;
+        for c in 0..p {
+            self.be.copy(MatMut::at(dst, c * w, t, w, d), Mat::at(rm, c * t * w, t, w, w));
+        }
+    }
+
+    pub(crate) fn embed_forward(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+        let (t, be, dims) = (w.t(), &self.be, &self.dims);
+        let table = self.embed.of(&self.store.values);
+        match self.entry {
+            Entry::HiddenShard => be.embed(MatMut::new(&mut w.resid[0], t, dims.d_res), table, &w.ids, 0),
+            Entry::VocabAllReduce => {
+                be.embed(MatMut::new(&mut w.resid[0], t, dims.d), table, &w.ids, self.vocab_first());
+                reduce(tp, &mut w.resid[0], t * dims.d, ReduceOp::Sum, "embed");
+            }
+            Entry::VocabReduceScatter => {
+                be.embed(MatMut::new(&mut w.hf, t, dims.d), table, &w.ids, self.vocab_first());
+                self.to_rank_major(&mut w.rm, Mat::new(&w.hf, t, dims.d));
+                let n = t * dims.d_res;
+                tp.reduce_scatter(&mut w.rm, 0, n, Label::op("embed"));
+                be.copy(
+                    MatMut::new(&mut w.resid[0], t, dims.d_res),
+                    Mat::at(&w.rm, self.layout.rank * n, t, dims.d_res, dims.d_res),
+                );
+            }
+        }
+    }
+
+    pub(crate) fn embed_backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+        let (t, dims) = (w.t(), self.dims);
+        let first = self.vocab_first();
+        match self.entry {
+            Entry::HiddenShard => {
+                self.be.embed_bwd(self.embed.of_mut(&mut self.store.grads), Mat::new(&w.dx, t, dims.d_res), &w.ids, 0)
+            }
+            Entry::VocabAllReduce => {
+                self.be.embed_bwd(self.embed.of_mut(&mut self.store.grads), Mat::new(&w.dx, t, dims.d), &w.ids, first)
+            }
+            Entry::VocabReduceScatter => {
+                let n = t * dims.d_res;
+                let r = self.layout.rank;
+                self.be.copy(MatMut::at(&mut w.rm, r * n, t, dims.d_res, dims.d_res), Mat::new(&w.dx, t, dims.d_res));
+                tp.all_gather(&mut w.rm, 0, n, Label::op("embed.bwd"));
+                self.from_rank_major(&mut w.dhf, &w.rm, t);
+                self.be.embed_bwd(self.embed.of_mut(&mut self.store.grads), Mat::new(&w.dhf, t, dims.d), &w.ids, first);
+            }
+        }
+    }
+
+    /// Exit, final norm and this rank's logits.
+    pub(crate) fn head_forward(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+        let (t, be, dims) = (w.t(), &self.be, &self.dims);
+        let params = &self.store.values;
+        let last = self.blocks.len();
+        if self.exit == Exit::Gather {
+            let n = t * dims.d_res;
+            be.copy(
+                MatMut::at(&mut w.rm, self.layout.rank * n, t, dims.d_res, dims.d_res),
+                Mat::new(&w.resid[last], t, dims.d_res),
+            );
+            tp.all_gather(&mut w.rm, 0, n, Label::op("head.gather"));
+            self.from_rank_major(&mut w.xf, &w.rm, t);
+        }
+        let xf =
+            if self.exit == Exit::Gather { Mat::new(&w.xf, t, dims.d) } else { Mat::new(&w.resid[last], t, dims.d) };
+        be.row_sumsq(MatMut::new(&mut w.frstd, t, 1), xf);
+        be.rstd_from_sumsq(MatMut::new(&mut w.frstd, t, 1), dims.d, self.cfg.norm_eps);
+        be.rmsnorm_apply(MatMut::new(&mut w.hf, t, dims.d), xf, self.final_norm.of(params), Mat::new(&w.frstd, t, 1));
+        let valid = self.vocab_valid();
+        let head = Mat::at(&params[self.head.buf], self.head.off, valid, dims.d, dims.d);
+        be.gemm(
+            MatMut::at(&mut w.logits, 0, t, valid, dims.vocab_loc),
+            Mat::new(&w.hf, t, dims.d),
+            head.t(),
+            1.0,
+            false,
+        );
+    }
+
+    /// Per-token losses (and, with `grad_scale`, dL/dlogits in place of the logits).
+    pub(crate) fn loss(
+        &self,
+        tp: &dyn Collective<B>,
+        w: &mut Work<B>,
+        grad_scale: Option<f64>,
+        targets: &[u32],
+    ) -> crate::LossSum {
+        let (t, be) = (w.t(), &self.be);
+        let (valid, vl) = (self.vocab_valid(), self.dims.vocab_loc);
+        if tp.size() == 1 {
+            be.cross_entropy(
+                MatMut::new(&mut w.losses, t, 1),
+                MatMut::at(&mut w.logits, 0, t, valid, vl),
+                &w.targets,
+                grad_scale,
+            );
+        } else {
+            let first = self.vocab_first();
+            be.row_max(MatMut::new(&mut w.lmax, t, 1), Mat::at(&w.logits, 0, t, valid, vl));
+            reduce(tp, &mut w.lmax, t, ReduceOp::Max, "loss.max");
+            be.xent_partials(
+                MatMut::new(&mut w.lstats, t, 2),
+                Mat::at(&w.logits, 0, t, valid, vl),
+                Mat::new(&w.lmax, t, 1),
+                &w.targets,
+                first,
+            );
+            reduce(tp, &mut w.lstats, 2 * t, ReduceOp::Sum, "loss.sumexp");
+            be.xent_finish(
+                MatMut::new(&mut w.losses, t, 1),
+                MatMut::at(&mut w.logits, 0, t, valid, vl),
+                Mat::new(&w.lmax, t, 1),
+                Mat::new(&w.lstats, t, 2),
+                &w.targets,
+                first,
+                grad_scale,
+            );
+        }
+        let tokens = targets.iter().filter(|&&x| x != boost_tensor::cpu::IGNORE).count();
+        crate::LossSum { sum: be.sum(Mat::new(&w.losses, t, 1)), tokens }
+    }
+
+    /// LM head, its `f`, the final norm and the exit, backward: leaves dL/d(stack output) in `dx`.
+    pub(crate) fn head_backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+        let (t, dims) = (w.t(), self.dims);
+        let (valid, vl) = (self.vocab_valid(), dims.vocab_loc);
+        let be = &self.be;
+        let crate::params::ParamStore { values, grads, .. } = &mut self.store;
+        let dl = Mat::at(&w.logits, 0, t, valid, vl);
+        let h = self.head;
+        be.gemm(
+            MatMut::at(&mut grads[h.buf], h.off, valid, dims.d, dims.d),
+            dl.t(),
+            Mat::new(&w.hf, t, dims.d),
+            1.0,
+            true,
+        );
+        be.gemm(
+            MatMut::new(&mut w.dhf, t, dims.d),
+            dl,
+            Mat::at(&values[h.buf], h.off, valid, dims.d, dims.d),
+            1.0,
+            false,
+        );
+        reduce(tp, &mut w.dhf, t * dims.d, ReduceOp::Sum, "head.f.bwd");
+        let last = self.blocks.len();
+        let xf =
+            if self.exit == Exit::Gather { Mat::new(&w.xf, t, dims.d) } else { Mat::new(&w.resid[last], t, dims.d) };
+        let g = self.final_norm.of(values);
+        be.rmsnorm_bwd_dot(MatMut::new(&mut w.dot, t, 1), Mat::new(&w.dhf, t, dims.d), xf, g);
+        let dst = if self.exit == Exit::Gather { &mut w.rm } else { &mut w.dx };
+        be.rmsnorm_bwd(
+            MatMut::new(dst, t, dims.d),
+            self.final_norm.of_mut(grads),
+            Mat::new(&w.dhf, t, dims.d),
+            xf,
+            g,
+            Mat::new(&w.frstd, t, 1),
+            Mat::new(&w.dot, t, 1),
+            dims.d,
+            false,
+        );
+        if self.exit == Exit::Gather {
+            // The head's f made dhf whole on every rank, so each keeps its own columns.
+            let c = self.layout.rank * dims.d_res;
+            be.copy(MatMut::new(&mut w.dx, t, dims.d_res), Mat::at(&w.rm, c, t, dims.d_res, dims.d));
+        }
+    }
+}
