@@ -1,0 +1,41 @@
+//! Communication for BOOST: the [`Communicator`] trait on host memory, the in-process
+//! backend (one OS thread per rank, shared memory, deterministic rank-order reductions), the
+//! (dp, pp, tp) [`Grid`] of groups, the [`Group`] adapter that model code sees as
+//! `&dyn boost_tensor::Collective<Cpu<T>>`, a [`Recorder`] of every collective, and optional
+//! [`Link`] emulation.
+//!
+//! A trainer runs its ranks with [`run_ranks`]:
+//!
+//! ```
+//! use boost_comm::{Dims, run_ranks};
+//! use boost_tensor::{Collective, Label, ReduceOp, cpu::Cpu};
+//!
+//! let sums = run_ranks(Dims::new(1, 1, 2), |rank, grid| {
+//!     let tp: &dyn Collective<Cpu<f32>> = &grid.tp;
+//!     let mut x = vec![rank as f32 + 1.0; 4];
+//!     tp.all_reduce(&mut x, 0, 4, ReduceOp::Sum, Label::layer("attn.o", 0));
+//!     Ok(x[0])
+//! })
+//! .unwrap();
+//! assert_eq!(sums, vec![3.0, 3.0]);
+//! ```
+
+pub mod communicator;
+pub mod error;
+pub mod grid;
+pub mod group;
+pub mod inprocess;
+pub mod link;
+pub mod payload;
+pub mod recorder;
+pub mod runner;
+
+pub use communicator::{CommExt, Communicator};
+pub use error::{CommError, CommResult, Failure};
+pub use grid::{Coord, Dims, Grid, GridOptions, Links};
+pub use group::Group;
+pub use inprocess::{InProcess, InProcessComm, InProcessOptions, RankGuard};
+pub use link::Link;
+pub use payload::{CommElem, DType, Kind, Payload, PayloadRef};
+pub use recorder::{Aggregate, Event, Key, Recorder, Snapshot, Totals};
+pub use runner::{RunOptions, panic_message, run_ranks, run_ranks_with};

@@ -1,0 +1,241 @@
+//! Records every call issued through a [`crate::Group`]: aggregate counters per
+//! (group, label, kind, dtype), totals, and optionally a bounded per-call log.
+//!
+//! Recording takes one uncontended mutex and a hash lookup; once every key has been seen
+//! (after the first step) and with the log off or within its capacity, it allocates nothing.
+
+use crate::payload::{DType, Kind};
+use boost_tensor::Label;
+use serde::{Serialize, Serializer};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// What an aggregate is keyed by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct Key {
+    /// Group name (`tp`, `pp`, `dp`, `world`, …).
+    pub group: &'static str,
+    #[serde(serialize_with = "label_str")]
+    pub label: Label,
+    pub kind: Kind,
+    pub dtype: DType,
+}
+
+fn label_str<S: Serializer>(l: &Label, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(l)
+}
+
+fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
+}
+
+/// Counts of a set of calls. `elements` counts the buffer each call covers (an all-reduce's
+/// buffer, the full range of an all-gather or reduce-scatter, a send's or recv's message);
+/// `bytes` is the same in bytes. `time` is the real time spent in the calls, `emulated` the
+/// time slept by link emulation on top.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    pub calls: u64,
+    pub elements: u64,
+    pub bytes: u64,
+    #[serde(serialize_with = "secs")]
+    pub time: Duration,
+    #[serde(serialize_with = "secs")]
+    pub emulated: Duration,
+}
+
+impl Totals {
+    fn add(&mut self, e: &Event) {
+        self.calls += 1;
+        self.elements += e.elements;
+        self.bytes += e.bytes;
+        self.time += e.time;
+        self.emulated += e.emulated;
+    }
+    fn merge(&mut self, o: &Totals) {
+        self.calls += o.calls;
+        self.elements += o.elements;
+        self.bytes += o.bytes;
+        self.time += o.time;
+        self.emulated += o.emulated;
+    }
+}
+
+/// One recorded call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Event {
+    #[serde(flatten)]
+    pub key: Key,
+    pub elements: u64,
+    pub bytes: u64,
+    #[serde(serialize_with = "secs")]
+    pub time: Duration,
+    #[serde(serialize_with = "secs")]
+    pub emulated: Duration,
+}
+
+/// Aggregate of one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Aggregate {
+    #[serde(flatten)]
+    pub key: Key,
+    #[serde(flatten)]
+    pub totals: Totals,
+}
+
+/// What a recorder held at one moment.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Snapshot {
+    pub totals: Totals,
+    /// Keys with at least one call, in the order they were first issued.
+    pub by_key: Vec<Aggregate>,
+    /// The per-call log (empty unless the recorder keeps one).
+    pub events: Vec<Event>,
+    /// Calls beyond the log's capacity (counted in the aggregates, not logged).
+    pub dropped_events: u64,
+}
+
+impl Snapshot {
+    pub fn calls(&self) -> u64 {
+        self.totals.calls
+    }
+    pub fn bytes(&self) -> u64 {
+        self.totals.bytes
+    }
+    /// Totals over the keys `keep` accepts.
+    pub fn sum(&self, keep: impl Fn(&Key) -> bool) -> Totals {
+        let mut t = Totals::default();
+        self.by_key.iter().filter(|a| keep(&a.key)).for_each(|a| t.merge(&a.totals));
+        t
+    }
+    pub fn kind(&self, kind: Kind) -> Totals {
+        self.sum(|k| k.kind == kind)
+    }
+    pub fn group(&self, group: &str) -> Totals {
+        self.sum(|k| k.group == group)
+    }
+    /// Totals of one label over every layer (`op` as in [`Label::op`]).
+    pub fn op(&self, op: &str) -> Totals {
+        self.sum(|k| k.label.op == op)
+    }
+    /// Totals of one label exactly (all groups, kinds and dtypes).
+    pub fn label(&self, label: Label) -> Totals {
+        self.sum(|k| k.label == label)
+    }
+    /// Totals of one (group, label, kind) over dtypes.
+    pub fn get(&self, group: &str, label: Label, kind: Kind) -> Totals {
+        self.sum(|k| k.group == group && k.label == label && k.kind == kind)
+    }
+}
+
+struct State {
+    index: HashMap<Key, usize>,
+    aggs: Vec<Aggregate>,
+    totals: Totals,
+    events: Vec<Event>,
+    event_capacity: usize,
+    dropped: u64,
+}
+
+/// A thread-safe collective recorder; share one per rank across that rank's groups.
+pub struct Recorder {
+    state: Mutex<State>,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder").field("totals", &self.lock().totals).finish()
+    }
+}
+
+impl Recorder {
+    /// Aggregates only.
+    pub fn new() -> Self {
+        Self::with_log(0)
+    }
+
+    /// Aggregates plus a log of up to `capacity` calls between resets (preallocated).
+    pub fn with_log(capacity: usize) -> Self {
+        Self {
+            state: Mutex::new(State {
+                index: HashMap::with_capacity(64),
+                aggs: Vec::with_capacity(64),
+                totals: Totals::default(),
+                events: Vec::with_capacity(capacity),
+                event_capacity: capacity,
+                dropped: 0,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn record(&self, e: Event) {
+        let mut st = self.lock();
+        let st = &mut *st;
+        let i = match st.index.get(&e.key) {
+            Some(&i) => i,
+            None => {
+                st.aggs.push(Aggregate { key: e.key, totals: Totals::default() });
+                st.index.insert(e.key, st.aggs.len() - 1);
+                st.aggs.len() - 1
+            }
+        };
+        st.aggs[i].totals.add(&e);
+        st.totals.add(&e);
+        if st.events.len() < st.event_capacity {
+            st.events.push(e);
+        } else if st.event_capacity > 0 {
+            st.dropped += 1;
+        }
+    }
+
+    /// Totals since the last reset, without copying the aggregates.
+    pub fn totals(&self) -> Totals {
+        self.lock().totals
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let st = self.lock();
+        Snapshot {
+            totals: st.totals,
+            by_key: st.aggs.iter().filter(|a| a.totals.calls > 0).copied().collect(),
+            events: st.events.clone(),
+            dropped_events: st.dropped,
+        }
+    }
+
+    /// Zero every counter and clear the log (keeping their storage).
+    pub fn reset(&self) {
+        let mut st = self.lock();
+        st.aggs.iter_mut().for_each(|a| a.totals = Totals::default());
+        st.totals = Totals::default();
+        st.events.clear();
+        st.dropped = 0;
+    }
+
+    /// Snapshot and reset in one step (e.g. once per optimizer step).
+    pub fn take(&self) -> Snapshot {
+        let mut st = self.lock();
+        let snap = Snapshot {
+            totals: st.totals,
+            by_key: st.aggs.iter().filter(|a| a.totals.calls > 0).copied().collect(),
+            events: st.events.clone(),
+            dropped_events: st.dropped,
+        };
+        st.aggs.iter_mut().for_each(|a| a.totals = Totals::default());
+        st.totals = Totals::default();
+        st.events.clear();
+        st.dropped = 0;
+        snap
+    }
+}
