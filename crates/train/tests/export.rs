@@ -19,7 +19,11 @@ fn repo() -> PathBuf {
 }
 
 fn torch_available() -> bool {
-    Command::new("python3").args(["-c", "import torch, safetensors"]).output().map(|o| o.status.success()).unwrap_or(false)
+    Command::new("python3")
+        .args(["-c", "import torch, safetensors"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
 }
 
 fn write_ids(path: &Path, ids: &[u32], b: usize, s: usize) {
@@ -37,11 +41,12 @@ fn read_logits(path: &Path) -> Vec<f64> {
 }
 
 fn case(root: &Path, sets: &[&str], torch: bool) {
-    let sets: Vec<String> = ["model.d=32", "model.d_ff=48", "model.layers=2", "model.heads=4", "model.rank=8", "model.vocab=61"]
-        .iter()
-        .chain(sets)
-        .map(|s| s.to_string())
-        .collect();
+    let sets: Vec<String> =
+        ["model.d=32", "model.d_ff=48", "model.layers=2", "model.heads=4", "model.rank=8", "model.vocab=61"]
+            .iter()
+            .chain(sets)
+            .map(|s| s.to_string())
+            .collect();
     let cfg = Config::load(None, &sets).unwrap();
     let name = sets.join(",").replace(['=', '.', ','], "_");
     let dir = root.join(&name);
@@ -61,7 +66,8 @@ fn case(root: &Path, sets: &[&str], torch: bool) {
     export(&Checkpoint::open(&ck_dir).unwrap(), &out).unwrap();
 
     // The folder: config.json names the architecture and activation; canonical tensors.
-    let hf: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    let hf: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
     assert_eq!(hf["boost_arch"], cfg.model.arch.name());
     let act = match cfg.model.arch.name() {
         "full" => "none",
