@@ -47,6 +47,10 @@ pub struct ParallelConfig {
     pub schedule: PipeSchedule,
     /// ZeRO stage: 0 or 1.
     pub zero: usize,
+    /// Link emulation for in-process runs: latency per collective step (µs) …
+    pub link_alpha_us: f64,
+    /// … and bandwidth (GB/s); 0 turns emulation off.
+    pub link_gbps: f64,
 }
 
 impl Default for ParallelConfig {
@@ -60,6 +64,8 @@ impl Default for ParallelConfig {
             grouping: true,
             schedule: PipeSchedule::OneFOneB,
             zero: 0,
+            link_alpha_us: 0.0,
+            link_gbps: 0.0,
         }
     }
 }
@@ -83,6 +89,12 @@ impl ParallelConfig {
             if v == 0 {
                 return Err(ConfigError::new(format!("parallel.{key}"), "must be at least 1"));
             }
+        }
+        if self.link_gbps < 0.0 || self.link_alpha_us < 0.0 {
+            return Err(ConfigError::new(
+                "parallel.link_gbps",
+                "link emulation parameters must be ≥ 0 (0 turns it off)",
+            ));
         }
         if self.zero > 1 {
             return Err(ConfigError::new("parallel.zero", "only ZeRO stages 0 and 1 exist here"));

@@ -292,3 +292,9 @@ pub(crate) fn ctx<'a, B: Backend>(
 ) -> Ctx<'a, B> {
     Ctx { be, tp, layout, dims, phi: cfg.phi(), norm_eps: cfg.norm_eps, lax_eps: cfg.lax.ln_eps, t }
 }
+
+/// The canonical pieces rank `layout.rank` holds, without keeping any buffers.
+pub fn layout_pieces(cfg: &ModelConfig, layout: Layout) -> Result<Vec<crate::params::Piece>> {
+    // Zero-filled buffers are mapped lazily by the allocator, so declaring is cheap.
+    Ok(Model::declare(boost_tensor::cpu::Cpu::<f32>::new(), cfg, layout)?.store.pieces)
+}

@@ -226,3 +226,15 @@ pub fn two_mut<'a, Buf: DeviceBuf>(bufs: &'a mut [Buf], a: Slot, b: Slot) -> (Ma
     let y = MatMut::at(&mut right[0], hi.off, hi.rows, hi.cols, hi.ld);
     if swap { (y, x) } else { (x, y) }
 }
+
+impl Piece {
+    /// This piece's data in global row-major order, placed into `full` (the whole canonical
+    /// tensor) from a row-major `local` rectangle.
+    pub fn scatter_into(&self, full: &mut [f32], local: &[f32]) {
+        let ncols = self.matrix_shape().1;
+        let w = self.cols.len();
+        for (k, r) in self.rows.clone().enumerate() {
+            full[r * ncols + self.cols.start..r * ncols + self.cols.end].copy_from_slice(&local[k * w..(k + 1) * w]);
+        }
+    }
+}

@@ -12,9 +12,9 @@
 
 use crate::optim::AdamW;
 use anyhow::{Context, Result, bail};
-use boost_model::Model;
 use boost_model::params::Piece;
-use boost_tensor::Backend;
+use boost_model::{Layout, Model};
+use boost_tensor::{Backend, Collective, Label, Mat, MatMut};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use serde::{Deserialize, Serialize};
@@ -42,11 +42,77 @@ pub struct CheckpointMeta {
     pub config: String,
 }
 
+/// Whole canonical tensors of a model and its AdamW moments, ready to write.
+pub struct Tensors {
+    pub weights: Vec<(String, Vec<usize>, Vec<f32>)>,
+    /// `m.<name>` and `v.<name>`.
+    pub moments: Vec<(String, Vec<usize>, Vec<f32>)>,
+}
+
+/// The whole canonical tensors of a model sharded over `tp` (every rank calls this; every
+/// rank gets the result). Each parameter buffer is all-gathered, then every rank's
+/// rectangles are placed into the canonical tensors.
+pub fn gather<B: Backend>(model: &Model<B>, opt: &AdamW<B>, tp: &dyn Collective<B>) -> Result<Tensors> {
+    let p = tp.size();
+    let be = &model.be;
+    let pieces_of: Vec<Vec<Piece>> = (0..p)
+        .map(|r| {
+            if r == model.layout.rank {
+                Ok(model.store.pieces.clone())
+            } else {
+                boost_model::layout_pieces(&model.cfg, Layout { rank: r, ..model.layout })
+            }
+        })
+        .collect::<Result<_>>()?;
+    // Every rank's copy of each buffer of `bufs`, as host f32.
+    let all = |bufs: &[B::Buf]| -> Vec<Vec<Vec<f32>>> {
+        bufs.iter()
+            .zip(&model.store.bufs)
+            .map(|(buf, info)| {
+                let n = info.len;
+                if p == 1 {
+                    return vec![be.read_mat::<f32>(Mat::new(buf, 1, n))];
+                }
+                let mut tmp = be.alloc(p * n);
+                be.copy(MatMut::at(&mut tmp, model.layout.rank * n, 1, n, n), Mat::new(buf, 1, n));
+                tp.all_gather(&mut tmp, 0, n, Label::op("checkpoint.gather"));
+                (0..p).map(|r| be.read_mat::<f32>(Mat::at(&tmp, r * n, 1, n, n))).collect()
+            })
+            .collect()
+    };
+    let assemble = |per_buf: &[Vec<Vec<f32>>], prefix: &str| -> Vec<(String, Vec<usize>, Vec<f32>)> {
+        model
+            .store
+            .pieces
+            .iter()
+            .enumerate()
+            .map(|(i, p0)| {
+                let (rows, cols) = p0.matrix_shape();
+                let mut full = vec![0.0f32; rows * cols];
+                for (r, pieces) in pieces_of.iter().enumerate() {
+                    let pc = &pieces[i];
+                    let s = pc.slot;
+                    let data = &per_buf[s.buf][r];
+                    let mut local = Vec::with_capacity(pc.rows.len() * pc.cols.len());
+                    for k in 0..pc.rows.len() {
+                        local.extend_from_slice(&data[s.off + k * s.ld..s.off + k * s.ld + pc.cols.len()]);
+                    }
+                    pc.scatter_into(&mut full, &local);
+                }
+                (format!("{prefix}{}", p0.name), p0.shape.clone(), full)
+            })
+            .collect()
+    };
+    let weights = assemble(&all(&model.store.values), "");
+    let mut moments = assemble(&all(&opt.m), "m.");
+    moments.extend(assemble(&all(&opt.v), "v."));
+    Ok(Tensors { weights, moments })
+}
+
 /// Write a checkpoint under `root` (`<run>/checkpoints`), keep the newest `keep` ones.
-pub fn save<B: Backend>(
+pub fn save(
     root: &Path,
-    model: &Model<B>,
-    opt: &AdamW<B>,
+    tensors: &Tensors,
     meta: &CheckpointMeta,
     tokenizer: Option<&Path>,
     keep: usize,
@@ -59,19 +125,8 @@ pub fn save<B: Backend>(
         fs::remove_dir_all(&tmp).ok();
     }
     fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-
-    let pieces = whole_pieces(model)?;
-    let weights: Vec<(String, Vec<usize>, Vec<f32>)> = pieces
-        .iter()
-        .map(|p| (p.name.clone(), p.shape.clone(), model.be.read_mat::<f32>(p.slot.of(&model.store.values))))
-        .collect();
-    write_safetensors(&tmp.join("model.safetensors"), &weights, &meta_map(meta))?;
-    let mut moments = Vec::new();
-    for p in &pieces {
-        moments.push((format!("m.{}", p.name), p.shape.clone(), model.be.read_mat::<f32>(p.slot.of(&opt.m))));
-        moments.push((format!("v.{}", p.name), p.shape.clone(), model.be.read_mat::<f32>(p.slot.of(&opt.v))));
-    }
-    write_safetensors(&tmp.join("optim.safetensors"), &moments, &HashMap::new())?;
+    write_safetensors(&tmp.join("model.safetensors"), &tensors.weights, &meta_map(meta))?;
+    write_safetensors(&tmp.join("optim.safetensors"), &tensors.moments, &HashMap::new())?;
     write_synced(&tmp.join("meta.json"), serde_json::to_string_pretty(meta)?.as_bytes())?;
     if let Some(tok) = tokenizer {
         let bytes = fs::read(tok).with_context(|| format!("cannot read the tokenizer {}", tok.display()))?;
@@ -98,15 +153,6 @@ pub fn save<B: Backend>(
 
 fn meta_map(meta: &CheckpointMeta) -> HashMap<String, String> {
     HashMap::from([("format".to_string(), meta.format.to_string()), ("step".to_string(), meta.step.to_string())])
-}
-
-/// The model's canonical tensors; every one must be whole on this rank.
-fn whole_pieces<B: Backend>(model: &Model<B>) -> Result<Vec<Piece>> {
-    let pieces: Vec<Piece> = model.store.pieces.clone();
-    if let Some(p) = pieces.iter().find(|p| !p.is_whole()) {
-        bail!("{} is sharded on this rank; sharded checkpoints are written by the parallel runner", p.name);
-    }
-    Ok(pieces)
 }
 
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {

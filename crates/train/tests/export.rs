@@ -61,7 +61,8 @@ fn case(root: &Path, sets: &[&str], torch: bool) {
         loss: None,
         config: cfg.to_toml(),
     };
-    let ck_dir = checkpoint::save(&dir.join("ckpt"), &m, &opt, &meta, None, 0).unwrap();
+    let tensors = checkpoint::gather(&m, &opt, &boost_tensor::Solo).unwrap();
+    let ck_dir = checkpoint::save(&dir.join("ckpt"), &tensors, &meta, None, 0).unwrap();
     let out = dir.join("export");
     export(&Checkpoint::open(&ck_dir).unwrap(), &out).unwrap();
 
