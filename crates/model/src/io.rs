@@ -71,7 +71,7 @@ impl<B: Backend> Model<B> {
             self.be.copy(MatMut::at(rm, c * t * w, t, w, w), src.cols(c * w, (c + 1) * w));
         }
     }
-    fn from_rank_major(&self, dst: &mut B::Buf, rm: &B::Buf, t: usize) {
+    fn gather_rank_major(&self, dst: &mut B::Buf, rm: &B::Buf, t: usize) {
         let (d, p) = (self.dims.d, self.layout.tp);
         let w = d / p;
         for c in 0..p {
@@ -116,7 +116,7 @@ impl<B: Backend> Model<B> {
                 let r = self.layout.rank;
                 self.be.copy(MatMut::at(&mut w.rm, r * n, t, dims.d_res, dims.d_res), Mat::new(&w.dx, t, dims.d_res));
                 tp.all_gather(&mut w.rm, 0, n, Label::op("embed.bwd"));
-                self.from_rank_major(&mut w.dhf, &w.rm, t);
+                self.gather_rank_major(&mut w.dhf, &w.rm, t);
                 self.be.embed_bwd(self.embed.of_mut(&mut self.store.grads), Mat::new(&w.dhf, t, dims.d), &w.ids, first);
             }
         }
@@ -134,7 +134,7 @@ impl<B: Backend> Model<B> {
                 Mat::new(&w.resid[last], t, dims.d_res),
             );
             tp.all_gather(&mut w.rm, 0, n, Label::op("head.gather"));
-            self.from_rank_major(&mut w.xf, &w.rm, t);
+            self.gather_rank_major(&mut w.xf, &w.rm, t);
         }
         let xf =
             if self.exit == Exit::Gather { Mat::new(&w.xf, t, dims.d) } else { Mat::new(&w.resid[last], t, dims.d) };
