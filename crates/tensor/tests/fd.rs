@@ -470,8 +470,8 @@ fn vocab_parallel_cross_entropy_equals_the_fused_kernel() {
         (0..t).flat_map(|i| logits[i * v + a..i * v + b].to_vec()).collect()
     };
     let mut gmax = vec![f64::NEG_INFINITY; t];
-    for k in 0..3 {
-        let w = shards[k].1 - shards[k].0;
+    for (k, &(a, b)) in shards.iter().enumerate() {
+        let w = b - a;
         let mut m = vec![0.0; t];
         CPU.row_max(mat_mut(&mut m, t, 1), mat(&local(k), t, w));
         for i in 0..t {
@@ -479,16 +479,14 @@ fn vocab_parallel_cross_entropy_equals_the_fused_kernel() {
         }
     }
     let mut gstats = vec![0.0; 2 * t];
-    for k in 0..3 {
-        let w = shards[k].1 - shards[k].0;
+    for (k, &(a, b)) in shards.iter().enumerate() {
         let mut st = vec![0.0; 2 * t];
-        CPU.xent_partials(mat_mut(&mut st, t, 2), mat(&local(k), t, w), mat(&gmax, t, 1), &targets, shards[k].0);
+        CPU.xent_partials(mat_mut(&mut st, t, 2), mat(&local(k), t, b - a), mat(&gmax, t, 1), &targets, a);
         for i in 0..2 * t {
             gstats[i] += st[i];
         }
     }
-    for k in 0..3 {
-        let (a, b) = shards[k];
+    for (k, &(a, b)) in shards.iter().enumerate() {
         let mut l = local(k);
         let mut losses = vec![0.0; t];
         CPU.xent_finish(
