@@ -155,6 +155,17 @@ pub struct BenchArgs {
     /// Also write the report as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Compare the tensor-parallel schemes at this degree instead (ranks in this process):
+    /// full-rank Megatron, and the low-rank architecture under vanilla and BTP.
+    #[arg(long, value_name = "N")]
+    pub tp: Option<usize>,
+    /// With --tp: also BTP with the sync norm and ungrouped linears.
+    #[arg(long)]
+    pub all_variants: bool,
+    /// With --tp: emulate a slower link. `a100` scales the A100 NVLink preset so that
+    /// communication/compute matches an A100; or `ALPHA_US,GBPS`; default none.
+    #[arg(long, value_name = "LINK")]
+    pub link: Option<String>,
 }
 
 pub fn bench(a: &BenchArgs) -> Result<()> {
@@ -176,10 +187,58 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         python: (!a.no_torch).then(|| a.python.clone()),
         peer_script: PathBuf::from("bench/torch_peer.py"),
     };
+    if let Some(tp) = a.tp {
+        return bench_tp(a, &opts, tp);
+    }
     let report = boost_train::bench::run(&opts, &|s| eprintln!("{s}"))?;
     println!("{}", boost_train::bench::table(&report));
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(())
+}
+
+fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -> Result<()> {
+    use boost_config::{Arch, NormMode, Scheme};
+    use boost_train::bench_tp::{TpBench, run, scaled_link, table};
+    let link = match a.link.as_deref() {
+        None | Some("none") => None,
+        Some("a100") => {
+            let gflops = boost_train::bench_tp::measured_gemm_gflops();
+            let hw = boost_perf::Hardware::preset("a100-80gb")?;
+            let (l, k) = scaled_link(&hw, gflops);
+            eprintln!(
+                "link emulation: A100 NVLink (α {:.0e} s, {:.0} GB/s) scaled by k = {k:.0} (A100 achieved GEMM / this CPU's {gflops:.0} GFLOP/s): α {:.0} µs, {:.3} GB/s for fp32 payloads",
+                hw.intra_node.alpha_s,
+                hw.intra_node.bandwidth / 1e9,
+                l.alpha_us,
+                l.bandwidth_gb_s
+            );
+            Some(l)
+        }
+        Some(spec) => {
+            let (al, bw) = spec.split_once(',').context("--link takes `a100`, `none` or `ALPHA_US,GBPS`")?;
+            Some(boost_comm::Link::new(al.trim().parse()?, bw.trim().parse()?))
+        }
+    };
+    let mut variants = Vec::new();
+    for m in &opts.models {
+        if m.arch == Arch::Full {
+            variants.push((m.clone(), Scheme::Megatron, NormMode::Online, true));
+        } else {
+            variants.push((m.clone(), Scheme::Vanilla, NormMode::Online, true));
+            variants.push((m.clone(), Scheme::Btp, NormMode::Online, true));
+            if a.all_variants {
+                variants.push((m.clone(), Scheme::Btp, NormMode::Online, false));
+                variants.push((m.clone(), Scheme::Btp, NormMode::Sync, true));
+                variants.push((m.clone(), Scheme::Btp, NormMode::Sync, false));
+            }
+        }
+    }
+    let rows = run(opts, &TpBench { tp, variants, link }, &|s| eprintln!("{s}"))?;
+    println!("{}", table(&rows));
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&rows)?)?;
     }
     Ok(())
 }

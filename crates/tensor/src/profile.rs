@@ -307,3 +307,37 @@ impl<B: Backend> Backend for Profiled<B> {
         other!(self.adamw(p, g, m, v, off, n, step, decay))
     }
 }
+
+/// A group of a profiled backend: the wrapped backend's group, unchanged (both backends use
+/// the same buffers).
+pub struct ProfiledGroup<'a, B: Backend>(pub &'a dyn crate::backend::Collective<B>);
+
+impl<B: Backend> crate::backend::Collective<Profiled<B>> for ProfiledGroup<'_, B> {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn all_reduce(&self, buf: &mut B::Buf, off: usize, n: usize, op: crate::ReduceOp, label: crate::Label) {
+        self.0.all_reduce(buf, off, n, op, label)
+    }
+    fn all_gather(&self, buf: &mut B::Buf, off: usize, n: usize, label: crate::Label) {
+        self.0.all_gather(buf, off, n, label)
+    }
+    fn reduce_scatter(&self, buf: &mut B::Buf, off: usize, n: usize, label: crate::Label) {
+        self.0.reduce_scatter(buf, off, n, label)
+    }
+    fn broadcast(&self, buf: &mut B::Buf, off: usize, n: usize, root: usize, label: crate::Label) {
+        self.0.broadcast(buf, off, n, root, label)
+    }
+    fn send(&self, buf: &B::Buf, off: usize, n: usize, to: usize, label: crate::Label) {
+        self.0.send(buf, off, n, to, label)
+    }
+    fn recv(&self, buf: &mut B::Buf, off: usize, n: usize, from: usize, label: crate::Label) {
+        self.0.recv(buf, off, n, from, label)
+    }
+    fn barrier(&self) {
+        self.0.barrier()
+    }
+}

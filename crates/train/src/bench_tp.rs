@@ -1,0 +1,187 @@
+//! `boost bench --tp N`: the tensor-parallel schemes side by side at one tp degree, ranks in
+//! this process: step time, compute and communication time, and the collectives recorded per
+//! layer and per step. Optional link emulation scaled from an A100 so that the ratio of
+//! communication to compute matches that machine (see [`scaled_link`]).
+
+use crate::bench::{BenchOptions, gemm_peak};
+use crate::optim::{AdamW, clip_coef, grad_norm};
+use anyhow::Result;
+use boost_comm::{Dims, GridOptions, Link, Links, RunOptions, run_ranks_with};
+use boost_config::{ModelConfig, NormMode, ParallelConfig, Scheme, TrainConfig};
+use boost_model::{Batch, Layout, Model};
+use boost_tensor::Collective;
+use boost_tensor::cpu::Cpu;
+use boost_tensor::profile::{Profiled, ProfiledGroup};
+use serde::Serialize;
+use std::time::Instant;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SchemeResult {
+    pub arch: String,
+    pub scheme: String,
+    pub norm: String,
+    pub grouping: bool,
+    pub tp: usize,
+    pub step_time_s: f64,
+    /// Kernel time of rank 0 per step.
+    pub compute_s: f64,
+    /// Wall time rank 0 spent inside collectives per step (waiting included).
+    pub comm_s: f64,
+    /// Of which emulated link time.
+    pub emulated_s: f64,
+    pub calls_per_step: u64,
+    pub bytes_per_step: u64,
+    /// Layer 0: forward and backward calls, elements per token.
+    pub layer_fwd_calls: u64,
+    pub layer_bwd_calls: u64,
+    pub layer_fwd_elems_per_token: f64,
+    pub layer_bwd_elems_per_token: f64,
+}
+
+/// A link that makes this CPU's communication-to-compute ratio that of `hw` (an A100 by
+/// default): with k = (hw's achieved GEMM rate) / (this CPU's measured GEMM rate), every
+/// latency is multiplied by k, and the bandwidth divided by k and doubled because this
+/// engine moves fp32 where the GPU moves bf16.
+pub fn scaled_link(hw: &boost_perf::Hardware, cpu_gflops: f64) -> (Link, f64) {
+    let k = hw.compute.peak_flops * hw.compute.gemm_efficiency / (cpu_gflops * 1e9);
+    let link = Link::new(hw.intra_node.alpha_s * 1e6 * k, 2.0 * hw.intra_node.bandwidth / k / 1e9);
+    (link, k)
+}
+
+pub struct TpBench {
+    pub tp: usize,
+    /// (arch, scheme, norm, grouping) to run.
+    pub variants: Vec<(ModelConfig, Scheme, NormMode, bool)>,
+    pub link: Option<Link>,
+}
+
+pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Vec<SchemeResult>> {
+    let mut out = Vec::new();
+    let t = opts.micro_batch * opts.seq;
+    for (cfg, scheme, norm, grouping) in &tb.variants {
+        let par = ParallelConfig { tp: tb.tp, scheme: *scheme, norm: *norm, grouping: *grouping, ..Default::default() };
+        par.validate(cfg)?;
+        let mut ropts = RunOptions::default().record(true);
+        if let Some(l) = tb.link {
+            ropts = ropts.grid(GridOptions::default().record(true).links(Links { tp: Some(l), ..Default::default() }));
+        }
+        let ids: Vec<u32> = (0..t + 1).map(|i| ((i as u64 * 2654435761) % cfg.vocab as u64) as u32).collect();
+        let res = run_ranks_with(Dims::tp(tb.tp), &ropts, |rank, grid| {
+            let layout = Layout::from_config(cfg, &par, rank);
+            let mut model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, layout, 1)?;
+            let mut opt = AdamW::new(&model.be, &model.store);
+            let tc = TrainConfig::default();
+            let inner: &dyn Collective<Cpu<f32>> = &grid.tp;
+            let group = ProfiledGroup(inner);
+            let tp: &dyn Collective<Profiled<Cpu<f32>>> = &group;
+            let b = Batch { ids: &ids[..t], targets: &ids[1..], batch: opts.micro_batch, seq: opts.seq };
+            let rec = grid.recorder().expect("recording");
+            let mut times = Vec::new();
+            let (mut compute, mut comm, mut emul) = (0.0, 0.0, 0.0);
+            let mut snap = None;
+            for i in 0..opts.warmup + opts.rounds {
+                model.be.take();
+                rec.take();
+                let t0 = Instant::now();
+                model.store.zero_grads(&model.be);
+                model.forward_backward(tp, &b, 1.0 / t as f64);
+                let n = grad_norm(&model.be, &model.store, rank, tp);
+                opt.update(&model.be, &mut model.store, &tc, 1e-4, clip_coef(n, 1.0));
+                let dt = t0.elapsed().as_secs_f64();
+                let s = rec.take();
+                if i >= opts.warmup {
+                    times.push(dt);
+                    compute += model.be.take().total().as_secs_f64();
+                    comm += s.totals.time.as_secs_f64();
+                    emul += s.totals.emulated.as_secs_f64();
+                    snap = Some(s);
+                }
+            }
+            let r = opts.rounds as f64;
+            Ok((times, compute / r, comm / r, emul / r, snap.unwrap()))
+        })?;
+        let (times, compute, comm, emul, snap) = res.into_iter().next().unwrap();
+        let mut sorted = times.clone();
+        sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let (mut fc, mut bc, mut fe, mut be) = (0, 0, 0, 0);
+        for a in &snap.by_key {
+            if a.key.label.layer == Some(0) {
+                if a.key.label.op.ends_with(".bwd") {
+                    bc += a.totals.calls;
+                    be += a.totals.elements;
+                } else {
+                    fc += a.totals.calls;
+                    fe += a.totals.elements;
+                }
+            }
+        }
+        let r = SchemeResult {
+            arch: cfg.arch.name().into(),
+            scheme: format!("{scheme:?}").to_lowercase(),
+            norm: format!("{norm:?}").to_lowercase(),
+            grouping: *grouping,
+            tp: tb.tp,
+            step_time_s: sorted[sorted.len() / 2],
+            compute_s: compute,
+            comm_s: comm,
+            emulated_s: emul,
+            calls_per_step: snap.calls(),
+            bytes_per_step: snap.bytes(),
+            layer_fwd_calls: fc,
+            layer_bwd_calls: bc,
+            layer_fwd_elems_per_token: fe as f64 / t as f64,
+            layer_bwd_elems_per_token: be as f64 / t as f64,
+        };
+        log(format!(
+            "{} {} ({}, grouping {}) tp={}: {:.3} s/step, compute {:.3} s, comm {:.3} s (emulated {:.3} s), layer fwd {} calls / {:.0} el/token, bwd {} / {:.0}",
+            r.arch,
+            r.scheme,
+            r.norm,
+            r.grouping,
+            r.tp,
+            r.step_time_s,
+            r.compute_s,
+            r.comm_s,
+            r.emulated_s,
+            r.layer_fwd_calls,
+            r.layer_fwd_elems_per_token,
+            r.layer_bwd_calls,
+            r.layer_bwd_elems_per_token
+        ));
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// Markdown table of a TP bench.
+pub fn table(rows: &[SchemeResult]) -> String {
+    let mut s = String::from(
+        "| arch | scheme | norm | grouped | tp | step (median) | compute | comm (emulated) | calls/step | MB/step | layer fwd calls / el·token⁻¹ | layer bwd calls / el·token⁻¹ |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for r in rows {
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {:.3} s | {:.3} s | {:.3} s ({:.3} s) | {} | {:.1} | {} / {:.0} | {} / {:.0} |\n",
+            r.arch,
+            r.scheme,
+            if r.scheme == "btp" { r.norm.as_str() } else { "—" },
+            r.grouping,
+            r.tp,
+            r.step_time_s,
+            r.compute_s,
+            r.comm_s,
+            r.emulated_s,
+            r.calls_per_step,
+            r.bytes_per_step as f64 / 1e6,
+            r.layer_fwd_calls,
+            r.layer_fwd_elems_per_token,
+            r.layer_bwd_calls,
+            r.layer_bwd_elems_per_token
+        );
+    }
+    s
+}
+
+/// The measured GEMM rate, for scaling links.
+pub fn measured_gemm_gflops() -> f64 {
+    gemm_peak()
+}
