@@ -162,6 +162,10 @@ pub struct BenchArgs {
     /// With --tp: also BTP with the sync norm and ungrouped linears.
     #[arg(long)]
     pub all_variants: bool,
+    /// With --tp: recompute policies to run for each scheme (comma-separated: none, full,
+    /// lowrank), reporting activation memory and memory saved per ms of added step time.
+    #[arg(long, value_delimiter = ',', default_value = "none")]
+    pub recompute: Vec<String>,
     /// With --tp: emulate a slower link. `a100` scales the A100 NVLink preset so that
     /// communication/compute matches an A100; or `ALPHA_US,GBPS`; default none.
     #[arg(long, value_name = "LINK")]
@@ -199,8 +203,8 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
 }
 
 fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -> Result<()> {
-    use boost_config::{Arch, NormMode, Scheme};
-    use boost_train::bench_tp::{TpBench, run, scaled_link, table};
+    use boost_config::{Arch, NormMode, Recompute, Scheme};
+    use boost_train::bench_tp::{TpBench, Variant, run, saved_per_ms, scaled_link, table};
     let link = match a.link.as_deref() {
         None | Some("none") => None,
         Some("a100") => {
@@ -221,22 +225,47 @@ fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -
             Some(boost_comm::Link::new(al.trim().parse()?, bw.trim().parse()?))
         }
     };
+    let policies: Vec<Recompute> = a
+        .recompute
+        .iter()
+        .map(|p| match p.as_str() {
+            "none" => Ok(Recompute::None),
+            "full" => Ok(Recompute::Full),
+            "lowrank" => Ok(Recompute::Lowrank),
+            other => anyhow::bail!("--recompute: unknown policy \"{other}\"; use none, full or lowrank"),
+        })
+        .collect::<Result<_>>()?;
     let mut variants = Vec::new();
+    let mut push = |model: &boost_config::ModelConfig, scheme, norm, grouping| {
+        for &recompute in &policies {
+            if recompute == Recompute::Lowrank && model.arch == Arch::Full {
+                continue;
+            }
+            variants.push(Variant { model: model.clone(), scheme, norm, grouping, recompute });
+        }
+    };
     for m in &opts.models {
         if m.arch == Arch::Full {
-            variants.push((m.clone(), Scheme::Megatron, NormMode::Online, true));
+            push(m, Scheme::Megatron, NormMode::Online, true);
         } else {
-            variants.push((m.clone(), Scheme::Vanilla, NormMode::Online, true));
-            variants.push((m.clone(), Scheme::Btp, NormMode::Online, true));
+            push(m, Scheme::Vanilla, NormMode::Online, true);
+            push(m, Scheme::Btp, NormMode::Online, true);
             if a.all_variants {
-                variants.push((m.clone(), Scheme::Btp, NormMode::Online, false));
-                variants.push((m.clone(), Scheme::Btp, NormMode::Sync, true));
-                variants.push((m.clone(), Scheme::Btp, NormMode::Sync, false));
+                push(m, Scheme::Btp, NormMode::Online, false);
+                push(m, Scheme::Btp, NormMode::Sync, true);
+                push(m, Scheme::Btp, NormMode::Sync, false);
             }
         }
     }
     let rows = run(opts, &TpBench { tp, variants, link }, &|s| eprintln!("{s}"))?;
     println!("{}", table(&rows));
+    let saved = saved_per_ms(&rows);
+    if !saved.is_empty() {
+        println!("| run | activation memory saved | added step time | MiB saved per ms |\n|---|---|---|---|");
+        for (name, mib, ms, per) in &saved {
+            println!("| {name} | {mib:.1} MiB | {ms:.1} ms | {per:.3} |");
+        }
+    }
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&rows)?)?;
     }

@@ -85,6 +85,12 @@ impl Config {
         self.train.validate()?;
         self.data.validate()?;
         self.parallel.validate(&self.model)?;
+        if self.train.recompute == Recompute::Lowrank && !self.model.arch.is_low_rank() {
+            return Err(ConfigError::new(
+                "train.recompute",
+                "\"lowrank\" keeps the latents of low-rank layers, but model.arch = full has none; use \"full\" or \"none\"",
+            ));
+        }
         Ok(())
     }
 
@@ -164,6 +170,14 @@ mod tests {
         assert_eq!(e.key, "model.heads");
         let e = load(&["parallel.scheme=vanilla", "parallel.tp=4", "model.rank=66"]).unwrap_err();
         assert!(e.message.contains("model.rank"), "{e}");
+    }
+
+    #[test]
+    fn lowrank_recompute_needs_a_low_rank_model() {
+        let e = load(&["model.arch=full", "train.recompute=lowrank"]).unwrap_err();
+        assert_eq!(e.key, "train.recompute");
+        load(&["model.arch=full", "train.recompute=full"]).unwrap();
+        load(&["model.arch=svd", "train.recompute=lowrank"]).unwrap();
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! One decoder layer: attention half and MLP half around the residual stream, each a
 //! projection group feeding a local op (RoPE + attention; the SwiGLU product).
 
-use crate::group::{Ctx, Group, GroupActs, GroupKind, Scratch};
+use crate::group::{Ctx, Group, GroupActs, GroupKind, Latent, Scratch};
 use crate::layout::{Dims, Layout};
 use crate::params::ParamStore;
-use boost_config::{ModelConfig, Phi};
-use boost_tensor::{AttnShape, Backend, Mat, MatMut};
+use boost_config::{Arch, ModelConfig, Phi, Recompute};
+use boost_tensor::{AttnShape, Backend, DeviceBuf, Mat, MatMut};
 
 pub struct Block {
     pub layer: usize,
@@ -14,6 +14,8 @@ pub struct Block {
     pub gu: Group,
     pub down: Group,
     pub outer_silu: bool,
+    /// LaX: the next layer's crossing reads this layer's latents.
+    pub lax_arch: bool,
 }
 
 /// What a layer's forward keeps. The layer's input residual is kept by the model.
@@ -62,6 +64,7 @@ impl Block {
             gu: g(GroupKind::GateUp),
             down: g(GroupKind::Down),
             outer_silu: m.outer_silu(),
+            lax_arch: m.arch == Arch::Lax,
         }
     }
 
@@ -245,4 +248,203 @@ fn carry_io<Buf>(c: &mut [Buf; 2], rd: usize, above: bool, has: bool) -> (Option
     let [a, b] = c;
     let (cin, cout) = if rd == 0 { (&*a, b) } else { (&*b, a) };
     (above.then_some(cin), has.then_some(cout))
+}
+
+/// What a layer keeps between its forward and backward when activations are recomputed.
+pub struct Kept<B: Backend> {
+    /// Per group (qkv, o, gate/up, down). `lowrank`: the norm statistic (groups after a norm)
+    /// then the latent before φ — P, or the crossing value a for a LaX crossing layer.
+    /// `full` (LaX only): the group's z, which the next layer's crossing reads.
+    pub lats: Vec<B::Buf>,
+    /// `lowrank`: the residual after the attention half (it feeds the second norm).
+    pub mid: Option<B::Buf>,
+}
+
+impl<B: Backend> Kept<B> {
+    pub fn len(&self) -> usize {
+        use boost_tensor::DeviceBuf;
+        self.lats.iter().map(|b| b.len()).sum::<usize>() + self.mid.as_ref().map_or(0, |m| m.len())
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<B: Backend> BlockActs<B> {
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        use boost_tensor::DeviceBuf;
+        self.qkv.len()
+            + self.o.len()
+            + self.gu.len()
+            + self.down.len()
+            + self.qkv_out.len()
+            + self.probs.len()
+            + self.attn.len()
+            + self.mid.len()
+            + self.gu_out.len()
+            + self.m.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn group(&self, k: usize) -> &GroupActs<B> {
+        [&self.qkv, &self.o, &self.gu, &self.down][k]
+    }
+    fn group_mut(&mut self, k: usize) -> &mut GroupActs<B> {
+        match k {
+            0 => &mut self.qkv,
+            1 => &mut self.o,
+            2 => &mut self.gu,
+            _ => &mut self.down,
+        }
+    }
+}
+
+impl Block {
+    /// Storage a layer keeps under `policy` (None when it keeps its whole activations).
+    pub fn alloc_kept<B: Backend>(&self, be: &B, dims: &Dims, t: usize, policy: Recompute) -> Option<Kept<B>> {
+        match policy {
+            Recompute::None => None,
+            Recompute::Full => Some(Kept {
+                lats: if self.crosses_next() {
+                    self.groups().iter().map(|g| be.alloc(g.geom(t).len())).collect()
+                } else {
+                    vec![]
+                },
+                mid: None,
+            }),
+            Recompute::Lowrank => Some(Kept {
+                lats: self
+                    .groups()
+                    .iter()
+                    .map(|g| be.alloc(if g.norm.is_some() { t } else { 0 } + g.geom(t).len()))
+                    .collect(),
+                mid: Some(be.alloc(t * dims.d_res)),
+            }),
+        }
+    }
+
+    /// Whether the next layer reads this one's latents (LaX).
+    fn crosses_next(&self) -> bool {
+        self.lax_arch
+    }
+
+    /// Copy what `policy` keeps out of a layer's activations.
+    pub fn save_kept<B: Backend>(&self, be: &B, t: usize, policy: Recompute, acts: &BlockActs<B>, kept: &mut Kept<B>) {
+        for (k, g) in self.groups().iter().enumerate() {
+            let ga = acts.group(k);
+            let len = g.geom(t).len();
+            let dst = &mut kept.lats;
+            match policy {
+                Recompute::None => {}
+                Recompute::Full if self.crosses_next() => {
+                    let (src, base) = g.z_buf(ga, t);
+                    be.copy(MatMut::at(&mut dst[k], 0, 1, len, len), Mat::at(src, base, 1, len, len));
+                }
+                Recompute::Full => {}
+                Recompute::Lowrank => {
+                    let s = if g.norm.is_some() { t } else { 0 };
+                    if s > 0 {
+                        be.copy(MatMut::at(&mut dst[k], 0, 1, t, t), Mat::at(&ga.lat, 0, 1, t, t));
+                    }
+                    let (src, base) = match &ga.lax {
+                        Some(l) if g.has_lax() => (&l.a, 0),
+                        _ => (&ga.lat, t),
+                    };
+                    be.copy(MatMut::at(&mut dst[k], s, 1, len, len), Mat::at(src, base, 1, len, len));
+                }
+            }
+        }
+        if let Some(mid) = kept.mid.as_mut() {
+            let n = acts.mid.len();
+            be.copy(MatMut::at(mid, 0, 1, n, n), Mat::at(&acts.mid, 0, 1, n, n));
+        }
+    }
+
+    /// Put kept values back into activation buffers. `z_only`: just the latents the next
+    /// layer's crossing reads (then φ is recomputed by [`Block::recompute_latents`]).
+    pub fn restore_kept<B: Backend>(
+        &self,
+        be: &B,
+        t: usize,
+        policy: Recompute,
+        kept: &Kept<B>,
+        acts: &mut BlockActs<B>,
+    ) {
+        for (k, g) in self.groups().iter().enumerate() {
+            let ga = acts.group_mut(k);
+            let len = g.geom(t).len();
+            match policy {
+                Recompute::None => {}
+                Recompute::Full if self.crosses_next() => {
+                    let (dst, base) = g.z_buf_mut(ga, t);
+                    be.copy(MatMut::at(dst, base, 1, len, len), Mat::at(&kept.lats[k], 0, 1, len, len));
+                }
+                Recompute::Full => {}
+                Recompute::Lowrank => {
+                    let s = if g.norm.is_some() { t } else { 0 };
+                    if s > 0 {
+                        be.copy(MatMut::at(&mut ga.lat, 0, 1, t, t), Mat::at(&kept.lats[k], 0, 1, t, t));
+                    }
+                    let (dst, base) = match &mut ga.lax {
+                        Some(l) if g.has_lax() => (&mut l.a, 0),
+                        _ => (&mut ga.lat, t),
+                    };
+                    be.copy(MatMut::at(dst, base, 1, len, len), Mat::at(&kept.lats[k], s, 1, len, len));
+                }
+            }
+        }
+        if let Some(mid) = &kept.mid {
+            let n = acts.mid.len();
+            be.copy(MatMut::at(&mut acts.mid, 0, 1, n, n), Mat::at(mid, 0, 1, n, n));
+        }
+    }
+
+    /// φ (and LaX's LN) of every group from kept latents. `for_backward` also rebuilds what
+    /// this layer's own backward needs beyond z (P of a crossing layer under the online norm).
+    pub fn recompute_latents<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        params: &[B::Buf],
+        acts: &mut BlockActs<B>,
+        prev: Option<(&Block, &BlockActs<B>)>,
+        sc: &mut Scratch<B>,
+        for_backward: bool,
+    ) {
+        for (k, g) in self.groups().iter().enumerate() {
+            let mode = if g.has_lax() { Latent::FromA { rebuild_p: for_backward } } else { Latent::Compute };
+            let pg = prev.map(|(b, a)| (b.groups()[k], a.group(k)));
+            g.forward_latent(cx, params, acts.group_mut(k), pg, sc, mode);
+        }
+    }
+
+    /// Low-rank recompute (spec §5): from the kept latents, residuals and statistics rebuild
+    /// φ, the q/k/v and gate/up up-projections, RoPE + attention and the SwiGLU product. No
+    /// A GEMM runs again, nor B_o or B_down; under BTP no collective is issued (under vanilla
+    /// the up-projections' all-reduces are part of the segment).
+    #[allow(clippy::too_many_arguments)]
+    pub fn recompute_lowrank<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        params: &[B::Buf],
+        acts: &mut BlockActs<B>,
+        prev: Option<(&Block, &BlockActs<B>)>,
+        rope: &B::Buf,
+        batch: usize,
+        seq: usize,
+        sc: &mut Scratch<B>,
+    ) {
+        let (be, t, dims) = (cx.be, cx.t, &cx.dims);
+        self.recompute_latents(cx, params, acts, prev, sc, true);
+        self.qkv.forward_up(cx, params, &acts.qkv, &mut acts.qkv_out);
+        let (qw, kw) = (dims.q_loc(), dims.kv_w_loc());
+        be.rope(MatMut::at(&mut acts.qkv_out, 0, t, qw, qw), rope, seq, dims.head_dim, false);
+        be.rope(MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw), rope, seq, dims.head_dim, false);
+        let sh = self.attn_shape(dims, batch, seq);
+        be.attention_fwd(MatMut::new(&mut acts.attn, t, qw), &mut acts.probs, &acts.qkv_out, sh);
+        self.gu.forward_up(cx, params, &acts.gu, &mut acts.gu_out);
+        let f = dims.d_ff_loc;
+        be.swiglu(MatMut::new(&mut acts.m, t, f), Mat::new(&acts.gu_out, 2 * t, f), self.outer_silu);
+    }
 }

@@ -13,4 +13,4 @@ pub use layout::{Dims, Layout, NormPlacement};
 pub mod block;
 pub mod model;
 
-pub use model::{Batch, LossSum, Model, layout_pieces};
+pub use model::{ActivationMemory, Batch, LossSum, Model, layout_pieces};

@@ -1,14 +1,14 @@
 //! One rank's model: embedding, decoder layers, final norm, LM head and loss, with the
 //! buffers of one micro-batch shape allocated once and reused every step.
 
-use crate::block::{Block, BlockActs, BlockGrads};
+use crate::block::{Block, BlockActs, BlockGrads, Kept};
 use crate::group::{Ctx, Scratch};
 use crate::init;
 use crate::io::{Entry, Exit};
 use crate::layout::{Dims, Layout};
 use crate::params::{BufBuilder, Init, ParamStore, Slot, Split, bind};
 use anyhow::{Result, bail};
-use boost_config::{Arch, LaxGate, ModelConfig, Scheme};
+use boost_config::{Arch, LaxGate, ModelConfig, Recompute, Scheme};
 use boost_tensor::{Backend, Collective, Mat};
 
 /// One micro-batch: `batch` sequences of `seq` tokens, row-major.
@@ -41,7 +41,31 @@ pub struct Model<B: Backend> {
     pub head: Slot,
     pub(crate) entry: Entry,
     pub(crate) exit: Exit,
+    /// What the forward keeps for the backward (`train.recompute`).
+    pub recompute: Recompute,
     work: Option<Work<B>>,
+}
+
+/// Activation memory of one micro-batch shape under the model's recompute policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivationMemory {
+    pub policy: Recompute,
+    pub tokens: usize,
+    pub elem_bytes: usize,
+    /// Elements each layer keeps from its forward until its backward (its input residual
+    /// included).
+    pub per_layer: Vec<usize>,
+    /// Elements of the buffers a recompute runs in (two layers' worth, reused by every layer).
+    pub recompute_scratch: usize,
+}
+
+impl ActivationMemory {
+    pub fn layers_bytes(&self) -> usize {
+        self.per_layer.iter().sum::<usize>() * self.elem_bytes
+    }
+    pub fn total_bytes(&self) -> usize {
+        self.layers_bytes() + self.recompute_scratch * self.elem_bytes
+    }
 }
 
 /// Buffers for one (batch, seq) shape.
@@ -53,7 +77,10 @@ pub(crate) struct Work<B: Backend> {
     pub rope: B::Buf,
     /// resid[l] is layer l's input; resid[L] the stack's output (t × d_res each).
     pub resid: Vec<B::Buf>,
+    /// Per layer (no recompute), or two reused in turn (recompute).
     pub blocks: Vec<BlockActs<B>>,
+    /// What each layer keeps when its activations are recomputed.
+    pub kept: Vec<Kept<B>>,
     /// The whole final residual (t × d), gathered from the shards under BTP.
     pub xf: B::Buf,
     /// Rank-major scratch (t × d) for gathers and scatters of hidden shards.
@@ -137,7 +164,62 @@ impl<B: Backend> Model<B> {
             bind(slot, bb.finish(&mut store, &be, false, p > 1))
         };
         let head = if cfg.tie_embeddings { embed } else { vocab_rows(&mut store, "lm_head.weight") };
-        Ok(Self { cfg: cfg.clone(), layout, dims, be, store, embed, blocks, final_norm, head, entry, exit, work: None })
+        Ok(Self {
+            cfg: cfg.clone(),
+            layout,
+            dims,
+            be,
+            store,
+            embed,
+            blocks,
+            final_norm,
+            head,
+            entry,
+            exit,
+            recompute: Recompute::None,
+            work: None,
+        })
+    }
+
+    /// Choose what the forward keeps (drops the buffers of the previous choice). `lowrank`
+    /// needs low-rank layers (config validation refuses it for full-rank models).
+    pub fn set_recompute(&mut self, policy: Recompute) {
+        assert!(policy != Recompute::Lowrank || self.cfg.arch.is_low_rank(), "lowrank recompute of a full-rank model");
+        if policy != self.recompute {
+            self.recompute = policy;
+            self.work = None;
+        }
+    }
+
+    /// The activation memory of a (batch, seq) micro-batch under the current policy, from
+    /// the buffers the engine allocates for it.
+    pub fn activation_memory(&mut self, batch: usize, seq: usize) -> ActivationMemory {
+        let w = match self.work.take() {
+            Some(w) if w.batch == batch && w.seq == seq => w,
+            _ => self.alloc_work(batch, seq),
+        };
+        use boost_tensor::DeviceBuf;
+        let n = self.blocks.len();
+        let per_layer = (0..n)
+            .map(|l| {
+                w.resid[l].len()
+                    + match self.recompute {
+                        Recompute::None => w.blocks[l].len(),
+                        _ => w.kept[l].len(),
+                    }
+            })
+            .collect();
+        let recompute_scratch =
+            if self.recompute == Recompute::None { 0 } else { w.blocks.iter().map(|b| b.len()).sum() };
+        let m = ActivationMemory {
+            policy: self.recompute,
+            tokens: batch * seq,
+            elem_bytes: self.be.elem_bytes(),
+            per_layer,
+            recompute_scratch,
+        };
+        self.work = Some(w);
+        m
     }
 
     pub(crate) fn ctx<'a>(&'a self, tp: &'a dyn Collective<B>, t: usize) -> Ctx<'a, B> {
@@ -165,7 +247,18 @@ impl<B: Backend> Model<B> {
             targets: be.alloc_ids(t),
             rope: be.rope_table(seq, dims.head_dim, self.cfg.rope_theta),
             resid: (0..=self.blocks.len()).map(|_| be.alloc(t * dims.d_res)).collect(),
-            blocks: self.blocks.iter().map(|b| b.alloc_acts(be, dims, batch, seq, phi)).collect(),
+            blocks: match self.recompute {
+                Recompute::None => self.blocks.iter().map(|b| b.alloc_acts(be, dims, batch, seq, phi)).collect(),
+                // Two sets used in turn by even and odd layers, each sized by the deepest layer of
+                // its parity (layer 0 has no LaX crossing, later ones do).
+                _ => {
+                    let n = self.blocks.len();
+                    (0..n.min(2))
+                        .map(|k| self.blocks[k + (n - 1 - k) / 2 * 2].alloc_acts(be, dims, batch, seq, phi))
+                        .collect()
+                }
+            },
+            kept: self.blocks.iter().filter_map(|b| b.alloc_kept(be, dims, t, self.recompute)).collect(),
             xf: be.alloc(if dims.d_res < dims.d { t * dims.d } else { 0 }),
             rm: be.alloc(if sharded { t * dims.d } else { 0 }),
             frstd: be.alloc(t),
@@ -209,10 +302,14 @@ impl<B: Backend> Model<B> {
         let cx = self.ctx(tp, w.t());
         let params = &self.store.values;
         for (l, block) in self.blocks.iter().enumerate() {
+            let t = w.t();
             let (lo, hi) = w.resid.split_at_mut(l + 1);
-            let (done, rest) = w.blocks.split_at_mut(l);
-            let prev = (l > 0).then(|| (&self.blocks[l - 1], &done[l - 1]));
-            block.forward(&cx, params, &lo[l], &mut hi[0], &mut rest[0], prev, &w.rope, w.batch, w.seq, &mut w.sc);
+            let (cur, prev) = act_slots(&mut w.blocks, l, self.recompute);
+            let prev = prev.map(|p| (&self.blocks[l - 1], &*p));
+            block.forward(&cx, params, &lo[l], &mut hi[0], cur, prev, &w.rope, w.batch, w.seq, &mut w.sc);
+            if self.recompute != Recompute::None {
+                block.save_kept(&self.be, t, self.recompute, cur, &mut w.kept[l]);
+            }
         }
         self.head_forward(tp, w);
     }
@@ -260,14 +357,43 @@ impl<B: Backend> Model<B> {
         let params: &[B::Buf] = params;
         let lax = self.cfg.arch == Arch::Lax;
         let n = self.blocks.len();
+        let policy = self.recompute;
+        let be = &self.be;
+        let t = w.t();
         for l in (0..n).rev() {
-            let prev = (l > 0).then(|| (&self.blocks[l - 1], &w.blocks[l - 1]));
-            self.blocks[l].backward(
+            let (cur, mut prev) = act_slots(&mut w.blocks, l, policy);
+            let block = &self.blocks[l];
+            // Bring back what the forward dropped (spec §5).
+            match policy {
+                Recompute::None => {}
+                Recompute::Lowrank => {
+                    if let (true, Some(p)) = (lax, prev.as_deref_mut()) {
+                        // The crossing reads the layer below's z: rebuild it from its kept a.
+                        let below = &self.blocks[l - 1];
+                        below.restore_kept(be, t, policy, &w.kept[l - 1], p);
+                        below.recompute_latents(&cx, params, p, None, &mut w.sc, false);
+                    }
+                    block.restore_kept(be, t, policy, &w.kept[l], cur);
+                    let pv = prev.as_deref().map(|p| (&self.blocks[l - 1], p));
+                    block.recompute_lowrank(&cx, params, cur, pv, &w.rope, w.batch, w.seq, &mut w.sc);
+                }
+                Recompute::Full => {
+                    if let (true, Some(p)) = (lax, prev.as_deref_mut()) {
+                        self.blocks[l - 1].restore_kept(be, t, policy, &w.kept[l - 1], p);
+                    }
+                    let pv = prev.as_deref().map(|p| (&self.blocks[l - 1], p));
+                    // The layer's output is not needed again: its buffer takes the rerun's.
+                    let (lo, hi) = w.resid.split_at_mut(l + 1);
+                    block.forward(&cx, params, &lo[l], &mut hi[0], cur, pv, &w.rope, w.batch, w.seq, &mut w.sc);
+                }
+            }
+            let prev = prev.map(|p| (&self.blocks[l - 1], &*p));
+            block.backward(
                 &cx,
                 params,
                 grads,
                 &w.resid[l],
-                &w.blocks[l],
+                cur,
                 prev,
                 lax && l + 1 < n,
                 &mut w.dx,
@@ -297,4 +423,28 @@ pub(crate) fn ctx<'a, B: Backend>(
 pub fn layout_pieces(cfg: &ModelConfig, layout: Layout) -> Result<Vec<crate::params::Piece>> {
     // Zero-filled buffers are mapped lazily by the allocator, so declaring is cheap.
     Ok(Model::declare(boost_tensor::cpu::Cpu::<f32>::new(), cfg, layout)?.store.pieces)
+}
+
+/// The activation buffers of layer `l` and of the layer below: one set per layer without
+/// recompute, two sets used in turn with it.
+fn act_slots<B: Backend>(
+    blocks: &mut [BlockActs<B>],
+    l: usize,
+    policy: Recompute,
+) -> (&mut BlockActs<B>, Option<&mut BlockActs<B>>) {
+    let (c, p) = match policy {
+        Recompute::None => (l, l.checked_sub(1)),
+        _ => (l % 2, l.checked_sub(1).map(|q| q % 2)),
+    };
+    match p {
+        None => (&mut blocks[c], None),
+        Some(p) if p < c => {
+            let (lo, hi) = blocks.split_at_mut(c);
+            (&mut hi[0], Some(&mut lo[p]))
+        }
+        Some(p) => {
+            let (lo, hi) = blocks.split_at_mut(p);
+            (&mut lo[c], Some(&mut hi[0]))
+        }
+    }
 }

@@ -9,7 +9,7 @@
 mod common;
 
 use boost_comm::{Dims, run_ranks};
-use boost_config::{Config, ModelConfig, NormMode, Scheme};
+use boost_config::{Config, ModelConfig, NormMode, Recompute, Scheme};
 use boost_model::{Batch, Layout, Model, params::Piece};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Solo};
@@ -32,10 +32,11 @@ fn batch(v: usize) -> (Vec<u32>, Vec<u32>) {
     (ids[..B * S].to_vec(), ids[1..].to_vec())
 }
 
-fn run(cfg: &ModelConfig, layout: Layout) -> Vec<RankOut> {
+fn run(cfg: &ModelConfig, layout: Layout, policy: Recompute) -> Vec<RankOut> {
     let (ids, targets) = batch(cfg.vocab);
     let outs = run_ranks(Dims::tp(layout.tp), |rank, grid| {
         let mut m = Model::new(Cpu::<f64>::new(), cfg, Layout { rank, ..layout }, SEED)?;
+        m.set_recompute(policy);
         let logits = m.logits(&grid.tp, &ids, B, S);
         let b = Batch { ids: &ids, targets: &targets, batch: B, seq: S };
         let loss = m.forward_backward(&grid.tp, &b, 1.0 / (B * S) as f64);
@@ -77,15 +78,19 @@ fn gather(outs: &[RankOut], i: usize, values: bool) -> Vec<f64> {
 }
 
 fn check(cfg: &ModelConfig, layout: Layout, reference: &[RankOut]) {
+    check_policy(cfg, layout, Recompute::None, reference)
+}
+
+fn check_policy(cfg: &ModelConfig, layout: Layout, policy: Recompute, reference: &[RankOut]) {
     let what = format!(
-        "{} {:?} tp={} norm={:?} grouping={}",
+        "{} {:?} tp={} norm={:?} grouping={} recompute={policy:?}",
         cfg.arch.name(),
         layout.scheme,
         layout.tp,
         layout.norm,
         layout.grouping
     );
-    let outs = run(cfg, layout);
+    let outs = run(cfg, layout, policy);
     let r = &reference[0];
     let (v, d, t, p) = (cfg.vocab, cfg.d, B * S, layout.tp);
     let vl = v.div_ceil(p);
@@ -212,4 +217,37 @@ fn lax_btp() {
         &model(&["model.arch=lax", "model.layers=3", "model.lax.gate=kron", "model.lax.flavour=svd"]),
         &[Scheme::Btp],
     );
+}
+
+/// Activation recompute (`full`, `lowrank`) gives the loss and gradients of `none`, for every
+/// architecture × scheme at tp ∈ {1, 2, 4}.
+#[test]
+fn recompute_policies_match_no_recompute() {
+    let archs: &[(&[&str], &[Scheme])] = &[
+        (&["model.arch=full"], &[Scheme::Megatron]),
+        (&["model.arch=svd"], &[Scheme::Vanilla, Scheme::Btp]),
+        (&["model.arch=cola"], &[Scheme::Vanilla, Scheme::Btp]),
+        (&["model.arch=lax", "model.layers=3"], &[Scheme::Btp]),
+        (&["model.arch=lax", "model.layers=3", "model.lax.gate=kron", "model.lax.flavour=svd"], &[Scheme::Btp]),
+        (&["model.arch=cola", "model.tie_embeddings=true"], &[Scheme::Btp]),
+    ];
+    for (sets, schemes) in archs {
+        let cfg = model(sets);
+        let r = reference(&cfg);
+        for &scheme in *schemes {
+            for norm in [NormMode::Online, NormMode::Sync] {
+                if norm == NormMode::Sync && scheme != Scheme::Btp {
+                    continue;
+                }
+                for tp in [1, 2, 4] {
+                    for policy in [Recompute::Full, Recompute::Lowrank] {
+                        if policy == Recompute::Lowrank && !cfg.arch.is_low_rank() {
+                            continue;
+                        }
+                        check_policy(&cfg, Layout { scheme, tp, rank: 0, norm, grouping: tp != 2 }, policy, &r);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -66,6 +66,20 @@ pub trait Backend: Send + Sync + Sized + 'static {
     // ---- memory ----
     /// A zero-filled buffer of `n` elements.
     fn alloc(&self, n: usize) -> Self::Buf;
+    /// A zero-filled buffer for parameters (weights updated by [`Backend::adamw`]). A
+    /// mixed-precision backend keeps fp32 master weights here plus a low-precision copy for
+    /// its GEMMs.
+    fn alloc_param(&self, n: usize) -> Self::Buf {
+        self.alloc(n)
+    }
+    /// A zero-filled buffer for activations, which a mixed-precision backend may store in
+    /// lower precision. Gradients, optimizer state and statistics use [`Backend::alloc`].
+    fn alloc_act(&self, n: usize) -> Self::Buf {
+        self.alloc(n)
+    }
+    /// Wait until every queued kernel has finished (for timers; kernels of an asynchronous
+    /// device return before their work is done).
+    fn sync(&self) {}
     fn alloc_ids(&self, n: usize) -> Self::Ids;
     fn write_ids(&self, dst: &mut Self::Ids, src: &[u32]);
     /// Copy a row-major host matrix into a view.

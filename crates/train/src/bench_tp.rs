@@ -7,7 +7,7 @@ use crate::bench::{BenchOptions, gemm_peak};
 use crate::optim::{AdamW, clip_coef, grad_norm};
 use anyhow::Result;
 use boost_comm::{Dims, GridOptions, Link, Links, RunOptions, run_ranks_with};
-use boost_config::{ModelConfig, NormMode, ParallelConfig, Scheme, TrainConfig};
+use boost_config::{ModelConfig, NormMode, ParallelConfig, Recompute, Scheme, TrainConfig};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::Collective;
 use boost_tensor::cpu::Cpu;
@@ -21,6 +21,7 @@ pub struct SchemeResult {
     pub scheme: String,
     pub norm: String,
     pub grouping: bool,
+    pub recompute: String,
     pub tp: usize,
     pub step_time_s: f64,
     /// Kernel time of rank 0 per step.
@@ -36,6 +37,11 @@ pub struct SchemeResult {
     pub layer_bwd_calls: u64,
     pub layer_fwd_elems_per_token: f64,
     pub layer_bwd_elems_per_token: f64,
+    /// Activation bytes kept from forward to backward (all layers) and the recompute scratch.
+    pub activation_bytes: usize,
+    pub recompute_scratch_bytes: usize,
+    /// Peak resident memory of the process after this variant (MiB; monotone over a run).
+    pub peak_rss_mib: f64,
 }
 
 /// A link that makes this CPU's communication-to-compute ratio that of `hw` (an A100 by
@@ -48,17 +54,27 @@ pub fn scaled_link(hw: &boost_perf::Hardware, cpu_gflops: f64) -> (Link, f64) {
     (link, k)
 }
 
+/// One configuration of the TP bench.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    pub model: ModelConfig,
+    pub scheme: Scheme,
+    pub norm: NormMode,
+    pub grouping: bool,
+    pub recompute: Recompute,
+}
+
 pub struct TpBench {
     pub tp: usize,
-    /// (arch, scheme, norm, grouping) to run.
-    pub variants: Vec<(ModelConfig, Scheme, NormMode, bool)>,
+    pub variants: Vec<Variant>,
     pub link: Option<Link>,
 }
 
 pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Vec<SchemeResult>> {
     let mut out = Vec::new();
     let t = opts.micro_batch * opts.seq;
-    for (cfg, scheme, norm, grouping) in &tb.variants {
+    for v in &tb.variants {
+        let (cfg, scheme, norm, grouping) = (&v.model, &v.scheme, &v.norm, &v.grouping);
         let par = ParallelConfig { tp: tb.tp, scheme: *scheme, norm: *norm, grouping: *grouping, ..Default::default() };
         par.validate(cfg)?;
         let mut ropts = RunOptions::default().record(true);
@@ -69,6 +85,8 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
         let res = run_ranks_with(Dims::tp(tb.tp), &ropts, |rank, grid| {
             let layout = Layout::from_config(cfg, &par, rank);
             let mut model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, layout, 1)?;
+            model.set_recompute(v.recompute);
+            let mem = model.activation_memory(opts.micro_batch, opts.seq);
             let mut opt = AdamW::new(&model.be, &model.store);
             let tc = TrainConfig::default();
             let inner: &dyn Collective<Cpu<f32>> = &grid.tp;
@@ -98,9 +116,9 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
                 }
             }
             let r = opts.rounds as f64;
-            Ok((times, compute / r, comm / r, emul / r, snap.unwrap()))
+            Ok((times, compute / r, comm / r, emul / r, snap.unwrap(), mem))
         })?;
-        let (times, compute, comm, emul, snap) = res.into_iter().next().unwrap();
+        let (times, compute, comm, emul, snap, mem) = res.into_iter().next().unwrap();
         let mut sorted = times.clone();
         sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let (mut fc, mut bc, mut fe, mut be) = (0, 0, 0, 0);
@@ -120,6 +138,7 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
             scheme: format!("{scheme:?}").to_lowercase(),
             norm: format!("{norm:?}").to_lowercase(),
             grouping: *grouping,
+            recompute: format!("{:?}", v.recompute).to_lowercase(),
             tp: tb.tp,
             step_time_s: sorted[sorted.len() / 2],
             compute_s: compute,
@@ -131,6 +150,9 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
             layer_bwd_calls: bc,
             layer_fwd_elems_per_token: fe as f64 / t as f64,
             layer_bwd_elems_per_token: be as f64 / t as f64,
+            activation_bytes: mem.layers_bytes(),
+            recompute_scratch_bytes: mem.recompute_scratch * mem.elem_bytes,
+            peak_rss_mib: crate::bench::peak_rss_mib(),
         };
         log(format!(
             "{} {} ({}, grouping {}) tp={}: {:.3} s/step, compute {:.3} s, comm {:.3} s (emulated {:.3} s), layer fwd {} calls / {:.0} el/token, bwd {} / {:.0}",
@@ -156,15 +178,16 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
 /// Markdown table of a TP bench.
 pub fn table(rows: &[SchemeResult]) -> String {
     let mut s = String::from(
-        "| arch | scheme | norm | grouped | tp | step (median) | compute | comm (emulated) | calls/step | MB/step | layer fwd calls / el·token⁻¹ | layer bwd calls / el·token⁻¹ |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| arch | scheme | norm | grouped | recompute | tp | step (median) | compute | comm (emulated) | calls/step | MB/step | layer fwd calls / el·token⁻¹ | layer bwd calls / el·token⁻¹ | activations MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         s += &format!(
-            "| {} | {} | {} | {} | {} | {:.3} s | {:.3} s | {:.3} s ({:.3} s) | {} | {:.1} | {} / {:.0} | {} / {:.0} |\n",
+            "| {} | {} | {} | {} | {} | {} | {:.3} s | {:.3} s | {:.3} s ({:.3} s) | {} | {:.1} | {} / {:.0} | {} / {:.0} | {:.1} |\n",
             r.arch,
             r.scheme,
             if r.scheme == "btp" { r.norm.as_str() } else { "—" },
             r.grouping,
+            r.recompute,
             r.tp,
             r.step_time_s,
             r.compute_s,
@@ -175,10 +198,37 @@ pub fn table(rows: &[SchemeResult]) -> String {
             r.layer_fwd_calls,
             r.layer_fwd_elems_per_token,
             r.layer_bwd_calls,
-            r.layer_bwd_elems_per_token
+            r.layer_bwd_elems_per_token,
+            r.activation_bytes as f64 / 1048576.0
         );
     }
     s
+}
+
+/// Memory saved per millisecond of added step time, for each recompute run against the run
+/// without recompute of the same (arch, scheme, norm, grouping).
+pub fn saved_per_ms(rows: &[SchemeResult]) -> Vec<(String, f64, f64, f64)> {
+    let mut out = Vec::new();
+    for r in rows.iter().filter(|r| r.recompute != "none") {
+        let base = rows.iter().find(|b| {
+            b.recompute == "none"
+                && b.arch == r.arch
+                && b.scheme == r.scheme
+                && b.norm == r.norm
+                && b.grouping == r.grouping
+        });
+        if let Some(b) = base {
+            let saved = b.activation_bytes as f64 - r.activation_bytes as f64;
+            let added_ms = (r.step_time_s - b.step_time_s) * 1e3;
+            out.push((
+                format!("{} {} {}", r.arch, r.scheme, r.recompute),
+                saved / 1048576.0,
+                added_ms,
+                saved / 1048576.0 / added_ms,
+            ));
+        }
+    }
+    out
 }
 
 /// The measured GEMM rate, for scaling links.

@@ -114,6 +114,7 @@ impl RankCtx<'_> {
         let world = grid.dims.world();
         let layout = Layout::from_config(&cfg.model, &cfg.parallel, grid.coord.tp);
         let mut model = Model::new(Cpu::<f32>::new(), &cfg.model, layout, t.seed)?;
+        model.set_recompute(t.recompute);
         let mut opt = AdamW::new(&model.be, &model.store);
         let (mut step, mut position, mut tokens) = (0u64, 0u64, 0u64);
         if let Some(ck) = self.resume {

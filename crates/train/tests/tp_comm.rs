@@ -4,7 +4,7 @@
 //! gradient-norm collectives — and equal what the cost model (`boost-perf`) predicts.
 
 use boost_comm::{Dims, RunOptions, Snapshot, run_ranks_with};
-use boost_config::Config;
+use boost_config::{Config, Recompute};
 use boost_model::{Batch, Layout, Model};
 use boost_perf::{Dtype, Setup, collective_totals, step_collectives};
 use boost_tensor::cpu::Cpu;
@@ -33,11 +33,16 @@ fn config(sets: &[&str], tp: usize) -> Config {
 
 /// Rank 0's recording of one optimizer step (one micro-batch, gradient norm).
 fn record(cfg: &Config) -> Snapshot {
+    record_with(cfg, Recompute::None)
+}
+
+fn record_with(cfg: &Config, policy: Recompute) -> Snapshot {
     let p = cfg.parallel.tp;
     let ids: Vec<u32> = (0..B * S + 1).map(|i| (i * 7 % 61) as u32).collect();
     let out = run_ranks_with(Dims::tp(p), &RunOptions::default().record(true), |rank, grid| {
         let layout = Layout::from_config(&cfg.model, &cfg.parallel, rank);
         let mut m = Model::new(Cpu::<f32>::new(), &cfg.model, layout, 1)?;
+        m.set_recompute(policy);
         let b = Batch { ids: &ids[..B * S], targets: &ids[1..], batch: B, seq: S };
         m.forward_backward(&grid.tp, &b, 1.0 / T as f64);
         grad_norm(&m.be, &m.store, rank, &grid.tp);
@@ -174,6 +179,10 @@ fn recorded_collectives_equal_the_cost_model() {
         &["model.arch=cola", "model.tie_embeddings=true"],
         &["model.arch=cola", "model.kv_heads=2", "parallel.scheme=vanilla"],
         &["model.arch=cola", "model.kv_heads=2"],
+        &["model.arch=cola", "train.recompute=lowrank"],
+        &["model.arch=cola", "parallel.scheme=vanilla", "train.recompute=lowrank"],
+        &["model.arch=cola", "train.recompute=full"],
+        &["model.arch=full", "train.recompute=full"],
     ];
     for sets in variants {
         for tp in [2, 4] {
@@ -181,19 +190,60 @@ fn recorded_collectives_equal_the_cost_model() {
                 continue;
             }
             let cfg = config(sets, tp);
-            let recorded = recorded_totals(&record(&cfg));
+            let recorded = recorded_totals(&record_with(&cfg, cfg.train.recompute));
             let setup = Setup::from_config(&cfg, None, Dtype::F32).unwrap();
-            let predicted: BTreeMap<(String, String, String), (u64, u64)> =
-                collective_totals(step_collectives(&setup, 0).iter().map(|c| &c.collective))
-                    .into_iter()
-                    .map(|((label, phase, kind), (calls, el))| {
-                        (
-                            (label, format!("{phase:?}").to_lowercase(), kind.name().replace('-', "_")),
-                            (calls as u64, el),
-                        )
-                    })
-                    .collect();
+            let predicted: BTreeMap<(String, String, String), (u64, u64)> = collective_totals(
+                step_collectives(&setup, 0).iter().map(|c| &c.collective),
+            )
+            .into_iter()
+            .fold(BTreeMap::new(), |mut m, ((label, phase, kind), (calls, el))| {
+                // A recompute's collectives carry their forward labels in the recorder.
+                let phase = match format!("{phase:?}").to_lowercase().as_str() {
+                    "recompute" => "forward".to_string(),
+                    p => p.to_string(),
+                };
+                let e: &mut (u64, u64) = m.entry((label, phase, kind.name().replace('-', "_"))).or_insert((0, 0));
+                e.0 += calls as u64;
+                e.1 += el;
+                m
+            });
             assert_eq!(recorded, predicted, "{sets:?} tp={tp}: recorded collectives vs the cost model");
         }
+    }
+}
+
+/// Low-rank recompute under BTP issues no collective: the recorded step equals the step
+/// without recompute exactly. Under vanilla its segments contain the q, k, v, gate and up
+/// all-reduces (5 per layer, measured here); full recompute repeats every forward collective.
+#[test]
+fn recompute_collectives() {
+    for tp in [2, 4] {
+        for sets in [
+            &["model.arch=cola"][..],
+            &["model.arch=lax"],
+            &["model.arch=cola", "parallel.norm=sync", "parallel.grouping=false"],
+        ] {
+            let cfg = config(sets, tp);
+            let none = record_with(&cfg, Recompute::None);
+            let low = record_with(&cfg, Recompute::Lowrank);
+            assert_eq!(
+                (low.calls(), low.bytes()),
+                (none.calls(), none.bytes()),
+                "{sets:?} tp={tp}: lowrank recompute under BTP communicated"
+            );
+            let full = record_with(&cfg, Recompute::Full);
+            let (fwd, _) = per_layer(&none, 0);
+            assert_eq!(
+                full.calls(),
+                none.calls() + 2 * fwd.0,
+                "{sets:?} tp={tp}: full recompute repeats the forward collectives"
+            );
+        }
+        let cfg = config(&["model.arch=cola", "parallel.scheme=vanilla"], tp);
+        let none = record_with(&cfg, Recompute::None);
+        let low = record_with(&cfg, Recompute::Lowrank);
+        let extra_elems = low.totals.elements - none.totals.elements;
+        assert_eq!(low.calls() - none.calls(), 2 * 5, "vanilla tp={tp}: q, k, v, gate, up all-reduces per layer");
+        assert_eq!(extra_elems, 2 * (3 * D + 2 * DFF) * T, "vanilla tp={tp}: their elements");
     }
 }

@@ -1,7 +1,17 @@
-//! A group's forward: norm → down-projection (or dense weight) → collective → crossing/φ →
-//! up-projections → collective. Each scheme's collectives are the marked `all_reduce`s.
+//! A group's forward in three stages, so activation recompute can re-run only the later
+//! ones: down (norm → A or the dense weight → collective), latent (LaX crossing → LN → φ),
+//! up (B → vanilla's collective). Each scheme's collectives are the marked `all_reduce`s.
 
 use super::*;
+
+/// How [`Group::forward_latent`] starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Latent {
+    /// From P: the full forward.
+    Compute,
+    /// From a kept crossing value `a` (LaX); `rebuild_p` also recovers P for the backward.
+    FromA { rebuild_p: bool },
+}
 
 impl Group {
     /// Run the group on `x` (`t × d_in_loc`), writing the component-major output to `out`.
@@ -17,10 +27,27 @@ impl Group {
         out: &mut B::Buf,
         sc: &mut Scratch<B>,
     ) {
+        self.forward_down(cx, params, x, acts, out, sc);
+        self.forward_latent(cx, params, acts, prev, sc, Latent::Compute);
+        self.forward_up(cx, params, acts, out);
+    }
+
+    /// Norm, down-projection and its collective: leaves the latent P (after the all-reduce,
+    /// normalised) and the norm's rstd in `acts.lat`. A full-rank group is finished here:
+    /// its output goes to `out`.
+    pub fn forward_down<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        params: &[B::Buf],
+        x: Mat<B::Buf>,
+        acts: &mut GroupActs<B>,
+        out: &mut B::Buf,
+        sc: &mut Scratch<B>,
+    ) {
         let (be, t, din) = (cx.be, cx.t, self.d_in_loc);
         assert_eq!((x.rows, x.cols), (t, din), "group input shape");
         let online = self.norm.is_some() && cx.layout.norm_placement() == NormPlacement::ShardedOnline;
-        let GroupActs { lat, z, lax: lax_acts } = acts;
+        let lat = &mut acts.lat;
 
         // The GEMM input: x, its RMSNorm, or x ⊙ γ (online: the norm is finished after the
         // all-reduce, which also sums the statistic).
@@ -39,7 +66,7 @@ impl Group {
         }
         let input = if self.norm.is_some() { Mat::new(&sc.h, t, din) } else { x };
 
-        match &self.w {
+        let a = match &self.w {
             Weights::Full { w } => {
                 for (j, wj) in w.iter().enumerate() {
                     be.gemm(self.out_mut(out, t, j), input, wj.of(params).t(), 1.0, false);
@@ -48,96 +75,133 @@ impl Group {
                 if self.norm.is_none() && cx.layout.scheme == Scheme::Megatron {
                     cx.all_reduce(out, 0, t * self.outs[0], labels::out_fwd(self.kind, 0), self.layer);
                 }
+                return;
             }
-            Weights::LowRank { a, b, lax } => {
-                let geo = self.geom(t);
-                let r = self.r_loc;
-                let a_comp = |j: usize| Mat::at(&params[a.buf], a.off + j * r, din, r, a.ld);
-                if self.grouped {
-                    be.gemm(geo.whole_mut(lat, t), input, a.of(params), 1.0, false);
-                } else {
-                    for j in 0..self.c {
-                        be.gemm(geo.comp_mut(lat, t, j), input, a_comp(j), 1.0, false);
-                    }
+            Weights::LowRank { a, .. } => a,
+        };
+        let geo = self.geom(t);
+        let r = self.r_loc;
+        if self.grouped {
+            be.gemm(geo.whole_mut(lat, t), input, a.of(params), 1.0, false);
+        } else {
+            for j in 0..self.c {
+                be.gemm(
+                    geo.comp_mut(lat, t, j),
+                    input,
+                    Mat::at(&params[a.buf], a.off + j * r, din, r, a.ld),
+                    1.0,
+                    false,
+                );
+            }
+        }
+        // BTP: g = all-reduce of the partial latent (with the norm statistic riding in front
+        // of it when online).
+        if cx.layout.btp() {
+            if self.grouped {
+                let (off, n) = if online { (0, t + geo.len()) } else { (t, geo.len()) };
+                cx.all_reduce(lat, off, n, labels::a_fwd(self.kind, None), self.layer);
+            } else {
+                for j in 0..self.c {
+                    let o = t + geo.comp(j).0;
+                    let (off, n) = if online && j == 0 { (0, t + t * r) } else { (o, t * r) };
+                    cx.all_reduce(lat, off, n, labels::a_fwd(self.kind, Some(j)), self.layer);
                 }
-                // BTP: g = all-reduce of the partial latent (with the norm statistic riding
-                // in front of it when online).
-                if cx.layout.btp() {
-                    if self.grouped {
-                        let (off, n) = if online { (0, t + geo.len()) } else { (t, geo.len()) };
-                        cx.all_reduce(lat, off, n, labels::a_fwd(self.kind, None), self.layer);
-                    } else {
-                        for j in 0..self.c {
-                            let o = t + geo.comp(j).0;
-                            let (off, n) = if online && j == 0 { (0, t + t * r) } else { (o, t * r) };
-                            cx.all_reduce(lat, off, n, labels::a_fwd(self.kind, Some(j)), self.layer);
-                        }
-                    }
-                }
-                if online {
-                    be.rstd_from_sumsq(MatMut::at(lat, 0, t, 1, 1), self.d_in, cx.norm_eps);
-                    be.copy(MatMut::new(&mut sc.row, t, 1), Mat::at(lat, 0, t, 1, 1));
-                    for j in 0..self.c {
-                        be.mul_rows(geo.comp_mut(lat, t, j), Mat::new(&sc.row, t, 1));
-                    }
-                }
-                // LaX crossing a = P + G(z_prev), u = LN(a); then z = φ(u or P).
-                let phi_in: (&B::Buf, usize) = match (lax, lax_acts.as_mut()) {
-                    (Some(lx), Some(la)) => {
-                        let (pg, pa) = prev.expect("a LaX crossing layer has a previous layer");
-                        for (j, s) in lx.iter().enumerate() {
-                            be.copy(geo.comp_mut(&mut la.a, 0, j), geo.comp_mat(lat, t, j));
-                            let zp = pg.z_mat(pa, t, j);
-                            match &s.gate {
-                                Gate::Dense { w, b } => {
-                                    be.gemm(geo.comp_mut(&mut la.a, 0, j), zp, w.of(params).t(), 1.0, true);
-                                    be.add_bias(geo.comp_mut(&mut la.a, 0, j), b.of(params));
-                                }
-                                Gate::Kron { ka, kb } => be.kron_fwd(
-                                    geo.comp_mut(&mut la.a, 0, j),
-                                    zp,
-                                    ka.of(params),
-                                    kb.of(params),
-                                    &mut sc.kron,
-                                    true,
-                                ),
-                            }
-                            be.layernorm_fwd(
-                                geo.comp_mut(&mut la.u, 0, j),
-                                MatMut::at(&mut la.mean, j * t, t, 1, 1),
-                                MatMut::at(&mut la.rstd, j * t, t, 1, 1),
-                                geo.comp_mat(&la.a, 0, j),
-                                s.ln_w.of(params),
-                                s.ln_b.of(params),
-                                cx.lax_eps,
-                            );
-                        }
-                        (&la.u, 0)
-                    }
-                    _ => (&*lat, t),
+            }
+        }
+        if online {
+            be.rstd_from_sumsq(MatMut::at(lat, 0, t, 1, 1), self.d_in, cx.norm_eps);
+            be.copy(MatMut::new(&mut sc.row, t, 1), Mat::at(lat, 0, t, 1, 1));
+            for j in 0..self.c {
+                be.mul_rows(geo.comp_mut(lat, t, j), Mat::new(&sc.row, t, 1));
+            }
+        }
+    }
+
+    /// The latent's transform: the LaX crossing `a = P + G(z_prev)` and `u = LN(a)`, then
+    /// `z = φ(u or P)`. With [`Latent::FromA`] the crossing value `a` is already in place (the
+    /// low-rank recompute kept it instead of P): only LN and φ run, and, if asked, P =
+    /// a − G(z_prev) is rebuilt (the online norm's backward needs it). No collective.
+    pub fn forward_latent<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        params: &[B::Buf],
+        acts: &mut GroupActs<B>,
+        prev: Option<(&Group, &GroupActs<B>)>,
+        sc: &mut Scratch<B>,
+        mode: Latent,
+    ) {
+        let from_kept_a = mode != Latent::Compute;
+        let Weights::LowRank { lax, .. } = &self.w else { return };
+        let (be, t) = (cx.be, cx.t);
+        let geo = self.geom(t);
+        let GroupActs { lat, z, lax: lax_acts } = acts;
+        let phi_in: (&B::Buf, usize) = match (lax, lax_acts.as_mut()) {
+            (Some(lx), Some(la)) => {
+                let online = self.norm.is_some() && cx.layout.norm_placement() == NormPlacement::ShardedOnline;
+                let rebuild_p = online && mode == (Latent::FromA { rebuild_p: true });
+                let zp = |j: usize| {
+                    let (pg, pa) = prev.expect("a LaX crossing layer reads the previous layer's latent");
+                    pg.z_mat(pa, t, j)
                 };
-                if let Some(z) = z.as_mut() {
-                    be.silu(geo.whole_mut(z, 0), geo.whole_mat(phi_in.0, phi_in.1));
-                }
-                for (j, bj) in b.iter().enumerate() {
-                    be.gemm(
-                        self.out_mut(out, t, j),
-                        self.z_of::<B>(lat, z.as_ref(), lax_acts.as_ref(), t, j),
-                        bj.of(params),
-                        1.0,
-                        false,
-                    );
-                    // Vanilla: B is row-parallel, g = all-reduce of each partial output.
-                    if cx.layout.vanilla() {
-                        cx.all_reduce(
-                            out,
-                            self.out_off(t, j),
-                            t * self.outs[j],
-                            labels::out_fwd(self.kind, j),
-                            self.layer,
-                        );
+                for (j, s) in lx.iter().enumerate() {
+                    if !from_kept_a {
+                        be.copy(geo.comp_mut(&mut la.a, 0, j), geo.comp_mat(lat, t, j));
+                        self.gate(be, params, s, zp(j), geo.comp_mut(&mut la.a, 0, j), &mut sc.kron, true);
+                    } else if rebuild_p {
+                        // P = a − G(z_prev), for dS (spec §3) in the backward.
+                        self.gate(be, params, s, zp(j), geo.comp_mut(&mut sc.dlat2, t, j), &mut sc.kron, false);
+                        be.copy(geo.comp_mut(lat, t, j), geo.comp_mat(&la.a, 0, j));
+                        be.axpy(geo.comp_mut(lat, t, j), geo.comp_mat(&sc.dlat2, t, j), -1.0);
                     }
+                    be.layernorm_fwd(
+                        geo.comp_mut(&mut la.u, 0, j),
+                        MatMut::at(&mut la.mean, j * t, t, 1, 1),
+                        MatMut::at(&mut la.rstd, j * t, t, 1, 1),
+                        geo.comp_mat(&la.a, 0, j),
+                        s.ln_w.of(params),
+                        s.ln_b.of(params),
+                        cx.lax_eps,
+                    );
                 }
+                (&la.u, 0)
+            }
+            _ => (&*lat, t),
+        };
+        if let Some(z) = z.as_mut() {
+            be.silu(geo.whole_mut(z, 0), geo.whole_mat(phi_in.0, phi_in.1));
+        }
+    }
+
+    /// `y (+)= G(z)` for one component's gate.
+    #[allow(clippy::too_many_arguments)]
+    fn gate<B: Backend>(
+        &self,
+        be: &B,
+        params: &[B::Buf],
+        s: &LaxSlots,
+        z: Mat<B::Buf>,
+        mut y: MatMut<B::Buf>,
+        kron: &mut B::Buf,
+        accumulate: bool,
+    ) {
+        match &s.gate {
+            Gate::Dense { w, b } => {
+                be.gemm(y.rb(), z, w.of(params).t(), 1.0, accumulate);
+                be.add_bias(y, b.of(params));
+            }
+            Gate::Kron { ka, kb } => be.kron_fwd(y, z, ka.of(params), kb.of(params), kron, accumulate),
+        }
+    }
+
+    /// Up-projections `y_j = z_j · B_j` into `out`; vanilla all-reduces each partial output.
+    pub fn forward_up<B: Backend>(&self, cx: &Ctx<B>, params: &[B::Buf], acts: &GroupActs<B>, out: &mut B::Buf) {
+        let Weights::LowRank { b, .. } = &self.w else { return };
+        let t = cx.t;
+        for (j, bj) in b.iter().enumerate() {
+            cx.be.gemm(self.out_mut(out, t, j), self.z_mat(acts, t, j), bj.of(params), 1.0, false);
+            // Vanilla: B is row-parallel, g = all-reduce of each partial output.
+            if cx.layout.vanilla() {
+                cx.all_reduce(out, self.out_off(t, j), t * self.outs[j], labels::out_fwd(self.kind, j), self.layer);
             }
         }
     }

@@ -382,6 +382,25 @@ impl LatGeom {
 }
 
 impl Group {
+    /// Where this group's z lives (buffer, start of the latent): the φ output, the LN output
+    /// (LaX, identity φ), or the latent itself.
+    pub fn z_buf<'a, B: Backend>(&self, acts: &'a GroupActs<B>, t: usize) -> (&'a B::Buf, usize) {
+        match (&acts.z, acts.lax.as_ref().filter(|_| self.has_lax())) {
+            (Some(z), _) => (z, 0),
+            (None, Some(l)) => (&l.u, 0),
+            (None, None) => (&acts.lat, t),
+        }
+    }
+    /// Mutable [`Group::z_buf`].
+    pub fn z_buf_mut<'a, B: Backend>(&self, acts: &'a mut GroupActs<B>, t: usize) -> (&'a mut B::Buf, usize) {
+        let lax = self.has_lax();
+        match (&mut acts.z, acts.lax.as_mut().filter(|_| lax)) {
+            (Some(z), _) => (z, 0),
+            (None, Some(l)) => (&mut l.u, 0),
+            (None, None) => (&mut acts.lat, t),
+        }
+    }
+
     pub fn is_low_rank(&self) -> bool {
         matches!(self.w, Weights::LowRank { .. })
     }
@@ -424,9 +443,9 @@ impl Group {
     /// φ's input (buffer, start of the latent): the LN output for a crossing layer, the
     /// latent otherwise.
     pub fn pre_phi<'a, B: Backend>(&self, acts: &'a GroupActs<B>, t: usize) -> (&'a B::Buf, usize) {
-        match &acts.lax {
-            Some(l) => (&l.u, 0),
-            None => (&acts.lat, t),
+        match (&acts.lax, self.has_lax()) {
+            (Some(l), true) => (&l.u, 0),
+            _ => (&acts.lat, t),
         }
     }
 
@@ -445,7 +464,8 @@ impl Group {
         j: usize,
     ) -> Mat<'a, B::Buf> {
         let g = self.geom(t);
-        match (z, lax) {
+        // Buffers may be shared with a crossing layer: what this group uses follows the group.
+        match (z, lax.filter(|_| self.has_lax())) {
             (Some(z), _) => g.comp_mat(z, 0, j),
             (None, Some(l)) => g.comp_mat(&l.u, 0, j),
             (None, None) => g.comp_mat(lat, t, j),
@@ -460,3 +480,18 @@ impl Group {
 
 mod backward;
 mod forward;
+
+pub use forward::Latent;
+
+impl<B: Backend> GroupActs<B> {
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        use boost_tensor::DeviceBuf;
+        self.lat.len()
+            + self.z.as_ref().map_or(0, |z| z.len())
+            + self.lax.as_ref().map_or(0, |l| l.a.len() + l.mean.len() + l.rstd.len() + l.u.len())
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
