@@ -288,10 +288,13 @@ impl<B: Backend> BlockActs<B> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    fn group(&self, k: usize) -> &GroupActs<B> {
+    pub fn group(&self, k: usize) -> &GroupActs<B> {
         [&self.qkv, &self.o, &self.gu, &self.down][k]
     }
-    fn group_mut(&mut self, k: usize) -> &mut GroupActs<B> {
+    pub fn groups_mut(&mut self) -> [&mut GroupActs<B>; 4] {
+        [&mut self.qkv, &mut self.o, &mut self.gu, &mut self.down]
+    }
+    pub fn group_mut(&mut self, k: usize) -> &mut GroupActs<B> {
         match k {
             0 => &mut self.qkv,
             1 => &mut self.o,
@@ -302,6 +305,24 @@ impl<B: Backend> BlockActs<B> {
 }
 
 impl Block {
+    /// Buffers for the latents a later pipeline stage receives from the layer before its
+    /// first one (LaX): z of each group, nothing else.
+    pub fn alloc_boundary<B: Backend>(&self, be: &B, t: usize) -> BlockActs<B> {
+        let z = |g: &Group| GroupActs { lat: be.alloc(0), z: Some(be.alloc(g.geom(t).len())), lax: None };
+        BlockActs {
+            qkv: z(&self.qkv),
+            qkv_out: be.alloc(0),
+            probs: be.alloc(0),
+            attn: be.alloc(0),
+            o: z(&self.o),
+            mid: be.alloc(0),
+            gu: z(&self.gu),
+            gu_out: be.alloc(0),
+            m: be.alloc(0),
+            down: z(&self.down),
+        }
+    }
+
     /// Storage a layer keeps under `policy` (None when it keeps its whole activations).
     pub fn alloc_kept<B: Backend>(&self, be: &B, dims: &Dims, t: usize, policy: Recompute) -> Option<Kept<B>> {
         match policy {

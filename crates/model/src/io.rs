@@ -81,7 +81,7 @@ impl<B: Backend> Model<B> {
 
     pub(crate) fn embed_forward(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
         let (t, be, dims) = (w.t(), &self.be, &self.dims);
-        let table = self.embed.of(&self.store.values);
+        let table = self.embed.expect("the first stage holds the embedding").of(&self.store.values);
         match self.entry {
             Entry::HiddenShard => be.embed(MatMut::new(&mut w.resid[0], t, dims.d_res), table, &w.ids, 0),
             Entry::VocabAllReduce => {
@@ -105,19 +105,30 @@ impl<B: Backend> Model<B> {
         let (t, dims) = (w.t(), self.dims);
         let first = self.vocab_first();
         match self.entry {
-            Entry::HiddenShard => {
-                self.be.embed_bwd(self.embed.of_mut(&mut self.store.grads), Mat::new(&w.dx, t, dims.d_res), &w.ids, 0)
-            }
-            Entry::VocabAllReduce => {
-                self.be.embed_bwd(self.embed.of_mut(&mut self.store.grads), Mat::new(&w.dx, t, dims.d), &w.ids, first)
-            }
+            Entry::HiddenShard => self.be.embed_bwd(
+                self.embed.expect("the first stage holds the embedding").of_mut(&mut self.store.grads),
+                Mat::new(&w.dx, t, dims.d_res),
+                &w.ids,
+                0,
+            ),
+            Entry::VocabAllReduce => self.be.embed_bwd(
+                self.embed.expect("the first stage holds the embedding").of_mut(&mut self.store.grads),
+                Mat::new(&w.dx, t, dims.d),
+                &w.ids,
+                first,
+            ),
             Entry::VocabReduceScatter => {
                 let n = t * dims.d_res;
                 let r = self.layout.rank;
                 self.be.copy(MatMut::at(&mut w.rm, r * n, t, dims.d_res, dims.d_res), Mat::new(&w.dx, t, dims.d_res));
                 tp.all_gather(&mut w.rm, 0, n, Label::op("embed.bwd"));
                 self.gather_rank_major(&mut w.dhf, &w.rm, t);
-                self.be.embed_bwd(self.embed.of_mut(&mut self.store.grads), Mat::new(&w.dhf, t, dims.d), &w.ids, first);
+                self.be.embed_bwd(
+                    self.embed.expect("the first stage holds the embedding").of_mut(&mut self.store.grads),
+                    Mat::new(&w.dhf, t, dims.d),
+                    &w.ids,
+                    first,
+                );
             }
         }
     }
@@ -140,9 +151,11 @@ impl<B: Backend> Model<B> {
             if self.exit == Exit::Gather { Mat::new(&w.xf, t, dims.d) } else { Mat::new(&w.resid[last], t, dims.d) };
         be.row_sumsq(MatMut::new(&mut w.frstd, t, 1), xf);
         be.rstd_from_sumsq(MatMut::new(&mut w.frstd, t, 1), dims.d, self.cfg.norm_eps);
-        be.rmsnorm_apply(MatMut::new(&mut w.hf, t, dims.d), xf, self.final_norm.of(params), Mat::new(&w.frstd, t, 1));
+        let final_norm = self.final_norm.expect("the last stage holds the final norm");
+        be.rmsnorm_apply(MatMut::new(&mut w.hf, t, dims.d), xf, final_norm.of(params), Mat::new(&w.frstd, t, 1));
         let valid = self.vocab_valid();
-        let head = Mat::at(&params[self.head.buf], self.head.off, valid, dims.d, dims.d);
+        let hs = self.head.expect("the last stage holds the head");
+        let head = Mat::at(&params[hs.buf], hs.off, valid, dims.d, dims.d);
         be.gemm(
             MatMut::at(&mut w.logits, 0, t, valid, dims.vocab_loc),
             Mat::new(&w.hf, t, dims.d),
@@ -202,7 +215,7 @@ impl<B: Backend> Model<B> {
         let be = &self.be;
         let crate::params::ParamStore { values, grads, .. } = &mut self.store;
         let dl = Mat::at(&w.logits, 0, t, valid, vl);
-        let h = self.head;
+        let h = self.head.expect("the last stage holds the head");
         be.gemm(
             MatMut::at(&mut grads[h.buf], h.off, valid, dims.d, dims.d),
             dl.t(),
@@ -221,12 +234,13 @@ impl<B: Backend> Model<B> {
         let last = self.blocks.len();
         let xf =
             if self.exit == Exit::Gather { Mat::new(&w.xf, t, dims.d) } else { Mat::new(&w.resid[last], t, dims.d) };
-        let g = self.final_norm.of(values);
+        let final_norm = self.final_norm.expect("the last stage holds the final norm");
+        let g = final_norm.of(values);
         be.rmsnorm_bwd_dot(MatMut::new(&mut w.dot, t, 1), Mat::new(&w.dhf, t, dims.d), xf, g);
         let dst = if self.exit == Exit::Gather { &mut w.rm } else { &mut w.dx };
         be.rmsnorm_bwd(
             MatMut::new(dst, t, dims.d),
-            self.final_norm.of_mut(grads),
+            final_norm.of_mut(grads),
             Mat::new(&w.dhf, t, dims.d),
             xf,
             g,

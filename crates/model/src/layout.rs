@@ -15,25 +15,56 @@ pub enum NormPlacement {
     ShardedOnline,
 }
 
-/// One rank's view of the tensor-parallel layout.
+/// One rank's view of the layout: its tensor-parallel scheme, degree and rank, and the
+/// pipeline stage it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
     pub scheme: Scheme,
     pub tp: usize,
+    /// Rank within the tensor-parallel group.
     pub rank: usize,
     pub norm: NormMode,
     pub grouping: bool,
+    /// Pipeline stage of this rank, of `stages`.
+    pub stage: usize,
+    pub stages: usize,
 }
 
 impl Layout {
     /// The unsharded model.
     pub fn single(model: &ModelConfig) -> Self {
         let scheme = if model.arch.is_low_rank() { Scheme::Btp } else { Scheme::Megatron };
-        Self { scheme, tp: 1, rank: 0, norm: NormMode::Online, grouping: true }
+        Self { scheme, tp: 1, rank: 0, norm: NormMode::Online, grouping: true, stage: 0, stages: 1 }
     }
 
+    /// Tensor parallelism only (the whole stack on every rank).
     pub fn from_config(model: &ModelConfig, par: &ParallelConfig, rank: usize) -> Self {
-        Self { scheme: par.resolved_scheme(model), tp: par.tp, rank, norm: par.norm, grouping: par.grouping }
+        Self::staged(model, par, rank, 0, 1)
+    }
+
+    /// Tensor-parallel rank `rank` of pipeline stage `stage` of `stages`.
+    pub fn staged(model: &ModelConfig, par: &ParallelConfig, rank: usize, stage: usize, stages: usize) -> Self {
+        Self {
+            scheme: par.resolved_scheme(model),
+            tp: par.tp,
+            rank,
+            norm: par.norm,
+            grouping: par.grouping,
+            stage,
+            stages,
+        }
+    }
+
+    pub fn first_stage(&self) -> bool {
+        self.stage == 0
+    }
+    pub fn last_stage(&self) -> bool {
+        self.stage + 1 == self.stages
+    }
+    /// The global indices of the layers this stage runs (an even split, validated in config).
+    pub fn layer_range(&self, layers: usize) -> std::ops::Range<usize> {
+        let per = layers / self.stages;
+        self.stage * per..(self.stage + 1) * per
     }
 
     pub fn btp(&self) -> bool {

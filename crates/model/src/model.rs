@@ -9,7 +9,7 @@ use crate::layout::{Dims, Layout};
 use crate::params::{BufBuilder, Init, ParamStore, Slot, Split, bind};
 use anyhow::{Result, bail};
 use boost_config::{Arch, LaxGate, ModelConfig, Recompute, Scheme};
-use boost_tensor::{Backend, Collective, Mat};
+use boost_tensor::{Backend, Collective, DeviceBuf, Label, Mat};
 
 /// One micro-batch: `batch` sequences of `seq` tokens, row-major.
 #[derive(Debug, Clone, Copy)]
@@ -33,17 +33,21 @@ pub struct Model<B: Backend> {
     pub dims: Dims,
     pub be: B,
     pub store: ParamStore<B>,
-    /// The embedding table: hidden-sharded (BTP, untied) or vocabulary-parallel rows.
-    pub embed: Slot,
+    /// The embedding table: hidden-sharded (BTP, untied) or vocabulary-parallel rows. Held
+    /// by the first pipeline stage (and, with tied embeddings, by the last as its head).
+    pub embed: Option<Slot>,
+    /// This stage's layers (their `layer` fields are global indices).
     pub blocks: Vec<Block>,
-    pub final_norm: Slot,
-    /// The LM head, vocabulary-parallel rows (the embedding table itself when tied).
-    pub head: Slot,
+    /// Final norm and LM head (vocabulary-parallel rows; the embedding table when tied):
+    /// last stage only.
+    pub final_norm: Option<Slot>,
+    pub head: Option<Slot>,
     pub(crate) entry: Entry,
     pub(crate) exit: Exit,
     /// What the forward keeps for the backward (`train.recompute`).
     pub recompute: Recompute,
-    work: Option<Work<B>>,
+    /// Buffers per micro-batch in flight (slot 0 outside a pipeline).
+    works: Vec<Option<Work<B>>>,
 }
 
 /// Activation memory of one micro-batch shape under the model's recompute policy.
@@ -81,6 +85,8 @@ pub(crate) struct Work<B: Backend> {
     pub blocks: Vec<BlockActs<B>>,
     /// What each layer keeps when its activations are recomputed.
     pub kept: Vec<Kept<B>>,
+    /// LaX on a later pipeline stage: the previous stage's last-layer latents (z only).
+    pub z_in: Option<BlockActs<B>>,
     /// The whole final residual (t × d), gathered from the shards under BTP.
     pub xf: B::Buf,
     /// Rank-major scratch (t × d) for gathers and scatters of hidden shards.
@@ -146,24 +152,39 @@ impl<B: Backend> Model<B> {
             let id = bb.finish(store, &be, true, false);
             Slot { rows: vl, ..bind(slot, id) }
         };
-        let embed = if entry == Entry::HiddenShard {
-            let name = "model.embed_tokens.weight".to_string();
-            let mut bb = BufBuilder::new(name.clone());
-            let split = if p > 1 { Split::Cols } else { Split::Whole };
-            let slot = bb.block(name, vec![v, d], split, p, layout.rank, Init::Normal(cfg.init_std));
-            bind(slot, bb.finish(&mut store, &be, true, false))
-        } else {
-            vocab_rows(&mut store, "model.embed_tokens.weight")
-        };
+        let (first, last) = (layout.first_stage(), layout.last_stage());
+        let embed = (first || (last && cfg.tie_embeddings)).then(|| {
+            let slot = if entry == Entry::HiddenShard {
+                let name = "model.embed_tokens.weight".to_string();
+                let mut bb = BufBuilder::new(name.clone());
+                let split = if p > 1 { Split::Cols } else { Split::Whole };
+                let slot = bb.block(name, vec![v, d], split, p, layout.rank, Init::Normal(cfg.init_std));
+                bind(slot, bb.finish(&mut store, &be, true, false))
+            } else {
+                vocab_rows(&mut store, "model.embed_tokens.weight")
+            };
+            if !first {
+                // The last stage's copy of a tied table: synced with the first stage's and
+                // counted there.
+                store.bufs[slot.buf].pipeline_copy = true;
+            }
+            slot
+        });
         let blocks: Vec<Block> =
-            (0..cfg.layers).map(|l| Block::build(l, cfg, &layout, &dims, &mut store, &be)).collect();
-        let final_norm = {
+            layout.layer_range(cfg.layers).map(|l| Block::build(l, cfg, &layout, &dims, &mut store, &be)).collect();
+        let final_norm = last.then(|| {
             let name = "model.norm.weight".to_string();
             let mut bb = BufBuilder::new(name.clone());
             let slot = bb.block(name, vec![d], Split::Whole, 1, 0, Init::Const(1.0));
             bind(slot, bb.finish(&mut store, &be, false, p > 1))
-        };
-        let head = if cfg.tie_embeddings { embed } else { vocab_rows(&mut store, "lm_head.weight") };
+        });
+        let head = last.then(|| {
+            if cfg.tie_embeddings {
+                embed.expect("the last stage holds the tied table")
+            } else {
+                vocab_rows(&mut store, "lm_head.weight")
+            }
+        });
         Ok(Self {
             cfg: cfg.clone(),
             layout,
@@ -177,7 +198,7 @@ impl<B: Backend> Model<B> {
             entry,
             exit,
             recompute: Recompute::None,
-            work: None,
+            works: Vec::new(),
         })
     }
 
@@ -187,14 +208,14 @@ impl<B: Backend> Model<B> {
         assert!(policy != Recompute::Lowrank || self.cfg.arch.is_low_rank(), "lowrank recompute of a full-rank model");
         if policy != self.recompute {
             self.recompute = policy;
-            self.work = None;
+            self.works.clear();
         }
     }
 
     /// The activation memory of a (batch, seq) micro-batch under the current policy, from
     /// the buffers the engine allocates for it.
     pub fn activation_memory(&mut self, batch: usize, seq: usize) -> ActivationMemory {
-        let w = match self.work.take() {
+        let w = match self.works.get_mut(0).and_then(|w| w.take()) {
             Some(w) if w.batch == batch && w.seq == seq => w,
             _ => self.alloc_work(batch, seq),
         };
@@ -218,7 +239,7 @@ impl<B: Backend> Model<B> {
             per_layer,
             recompute_scratch,
         };
-        self.work = Some(w);
+        self.put_work(0, w);
         m
     }
 
@@ -240,6 +261,10 @@ impl<B: Backend> Model<B> {
         };
         let phi = self.cfg.phi();
         let sharded = self.layout.tp > 1;
+        let last = self.layout.last_stage();
+        let head = |n: usize| be.alloc(if last { n } else { 0 });
+        let z_in =
+            (!self.layout.first_stage() && self.cfg.arch == Arch::Lax).then(|| self.blocks[0].alloc_boundary(be, t));
         Work {
             batch,
             seq,
@@ -259,14 +284,15 @@ impl<B: Backend> Model<B> {
                 }
             },
             kept: self.blocks.iter().filter_map(|b| b.alloc_kept(be, dims, t, self.recompute)).collect(),
-            xf: be.alloc(if dims.d_res < dims.d { t * dims.d } else { 0 }),
+            z_in,
+            xf: head(if dims.d_res < dims.d { t * dims.d } else { 0 }),
             rm: be.alloc(if sharded { t * dims.d } else { 0 }),
-            frstd: be.alloc(t),
-            hf: be.alloc(t * dims.d),
-            logits: be.alloc(t * dims.vocab_loc),
-            losses: be.alloc(t),
-            lmax: be.alloc(t),
-            lstats: be.alloc(2 * t),
+            frstd: head(t),
+            hf: be.alloc(if last || self.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
+            logits: head(t * dims.vocab_loc),
+            losses: head(t),
+            lmax: head(t),
+            lstats: head(2 * t),
             sc: Scratch {
                 h: be.alloc(t * max_in),
                 dh: be.alloc(t * max_in),
@@ -277,14 +303,16 @@ impl<B: Backend> Model<B> {
             },
             bg: self.blocks[0].alloc_grads(be, dims, batch, seq),
             dx: be.alloc(t * dims.d_res),
-            dhf: be.alloc(t * dims.d),
-            dot: be.alloc(t),
+            dhf: be.alloc(if last || self.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
+            dot: head(t),
         }
     }
 
-    fn work(&mut self, b: &Batch) -> Work<B> {
+    /// The buffers of micro-batch slot `slot` for batch `b` (allocated on first use), with
+    /// its ids and targets written.
+    fn take_work(&mut self, slot: usize, b: &Batch) -> Work<B> {
         assert_eq!(b.ids.len(), b.batch * b.seq, "batch: {} ids for {}×{}", b.ids.len(), b.batch, b.seq);
-        let mut w = match self.work.take() {
+        let mut w = match self.works.get_mut(slot).and_then(|w| w.take()) {
             Some(w) if w.batch == b.batch && w.seq == b.seq => w,
             _ => self.alloc_work(b.batch, b.seq),
         };
@@ -296,73 +324,202 @@ impl<B: Backend> Model<B> {
         w
     }
 
-    /// Embedding → layers → exit → final norm → logits (this rank's vocabulary columns).
-    fn forward_logits(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
-        self.embed_forward(tp, w);
+    fn put_work(&mut self, slot: usize, w: Work<B>) {
+        if self.works.len() <= slot {
+            self.works.resize_with(slot + 1, || None);
+        }
+        self.works[slot] = Some(w);
+    }
+
+    fn slot_work(&mut self, slot: usize) -> &mut Work<B> {
+        self.works
+            .get_mut(slot)
+            .and_then(|w| w.as_mut())
+            .unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"))
+    }
+
+    /// This stage's forward: embedding (first stage) or the received input, the layers,
+    /// then (last stage) exit, final norm and logits.
+    fn forward_layers(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+        if self.layout.first_stage() {
+            self.embed_forward(tp, w);
+        }
         let cx = self.ctx(tp, w.t());
         let params = &self.store.values;
         for (l, block) in self.blocks.iter().enumerate() {
             let t = w.t();
             let (lo, hi) = w.resid.split_at_mut(l + 1);
             let (cur, prev) = act_slots(&mut w.blocks, l, self.recompute);
-            let prev = prev.map(|p| (&self.blocks[l - 1], &*p));
+            let prev = match prev {
+                Some(p) => Some((&self.blocks[l - 1], &*p)),
+                None => w.z_in.as_ref().map(|z| (&self.blocks[0], z)),
+            };
             block.forward(&cx, params, &lo[l], &mut hi[0], cur, prev, &w.rope, w.batch, w.seq, &mut w.sc);
             if self.recompute != Recompute::None {
                 block.save_kept(&self.be, t, self.recompute, cur, &mut w.kept[l]);
             }
         }
-        self.head_forward(tp, w);
+        if self.layout.last_stage() {
+            self.head_forward(tp, w);
+        }
     }
 
-    /// Forward and backward of one micro-batch; gradients accumulate into the store's grads
-    /// scaled by `grad_scale` (1 / tokens of the whole optimizer step).
-    pub fn forward_backward(&mut self, tp: &dyn Collective<B>, b: &Batch, grad_scale: f64) -> LossSum {
-        let mut w = self.work(b);
-        self.forward_logits(tp, &mut w);
-        let loss = self.loss(tp, &mut w, Some(grad_scale), b.targets);
+    /// Forward of micro-batch slot `slot` on this stage. On the last stage the loss is
+    /// returned, and with `grad_scale` the logits' gradient is prepared for the backward.
+    /// A later stage's input must have been received first ([`Model::recv_activation`]).
+    pub fn forward_stage(
+        &mut self,
+        tp: &dyn Collective<B>,
+        slot: usize,
+        b: &Batch,
+        grad_scale: Option<f64>,
+    ) -> Option<LossSum> {
+        let mut w = if self.layout.first_stage() {
+            self.take_work(slot, b)
+        } else {
+            let mut w = self.works.get_mut(slot).and_then(|w| w.take()).expect("the stage input was received");
+            if !b.targets.is_empty() {
+                self.be.write_ids(&mut w.targets, b.targets);
+            }
+            w
+        };
+        self.forward_layers(tp, &mut w);
+        let loss = self.layout.last_stage().then(|| self.loss(tp, &mut w, grad_scale, b.targets));
+        self.put_work(slot, w);
+        loss
+    }
+
+    /// Backward of micro-batch slot `slot` on this stage: from the logits' gradient on the
+    /// last stage, from the received output gradient otherwise ([`Model::recv_grad`]).
+    pub fn backward_stage(&mut self, tp: &dyn Collective<B>, slot: usize) {
+        let mut w = self.works.get_mut(slot).and_then(|w| w.take()).expect("backward of a slot without forward");
         self.backward(tp, &mut w);
-        self.work = Some(w);
+        self.put_work(slot, w);
+    }
+
+    /// Forward and backward of one micro-batch on a single-stage model; gradients accumulate
+    /// into the store's grads scaled by `grad_scale` (1 / tokens of the whole optimizer step).
+    pub fn forward_backward(&mut self, tp: &dyn Collective<B>, b: &Batch, grad_scale: f64) -> LossSum {
+        assert_eq!(
+            self.layout.stages, 1,
+            "forward_backward runs a whole model; stages use forward_stage/backward_stage"
+        );
+        let loss = self.forward_stage(tp, 0, b, Some(grad_scale)).expect("one stage computes the loss");
+        self.backward_stage(tp, 0);
         loss
     }
 
-    /// Loss of one micro-batch, no gradients.
+    /// Loss of one micro-batch, no gradients (single-stage model).
     pub fn evaluate(&mut self, tp: &dyn Collective<B>, b: &Batch) -> LossSum {
-        let mut w = self.work(b);
-        self.forward_logits(tp, &mut w);
-        let loss = self.loss(tp, &mut w, None, b.targets);
-        self.work = Some(w);
-        loss
+        assert_eq!(self.layout.stages, 1, "evaluate runs a whole model");
+        self.forward_stage(tp, 0, b, None).expect("one stage computes the loss")
     }
 
     /// Logits of one micro-batch (this rank's vocabulary columns, padding included), row-major.
     pub fn logits(&mut self, tp: &dyn Collective<B>, ids: &[u32], batch: usize, seq: usize) -> Vec<f64> {
-        let mut w = self.work(&Batch { ids, targets: &[], batch, seq });
-        self.forward_logits(tp, &mut w);
+        assert_eq!(self.layout.stages, 1, "logits of a whole model");
+        let mut w = self.take_work(0, &Batch { ids, targets: &[], batch, seq });
+        self.forward_layers(tp, &mut w);
         let out = self.be.read_mat(Mat::new(&w.logits, batch * seq, self.dims.vocab_loc));
-        self.work = Some(w);
+        self.put_work(0, w);
         out
+    }
+
+    /// Receive this stage's input for slot `slot` from stage `from` (the residual, and under
+    /// LaX the previous layer's latents).
+    pub fn recv_activation(&mut self, pp: &dyn Collective<B>, slot: usize, from: usize, b: &Batch) {
+        let mut w = self.take_work(slot, b);
+        let n = w.t() * self.dims.d_res;
+        pp.recv(&mut w.resid[0], 0, n, from, Label::op("pp.act"));
+        if let Some(z) = w.z_in.as_mut() {
+            for g in z.groups_mut() {
+                let (buf, n) = g.boundary_z();
+                pp.recv(buf, 0, n, from, Label::op("pp.lax"));
+            }
+        }
+        self.put_work(slot, w);
+    }
+
+    /// Send this stage's output for slot `slot` to stage `to`.
+    pub fn send_activation(&self, pp: &dyn Collective<B>, slot: usize, to: usize) {
+        let n_layers = self.blocks.len();
+        let lax = self.cfg.arch == Arch::Lax;
+        let policy = self.recompute;
+        let w = self
+            .works
+            .get(slot)
+            .and_then(|w| w.as_ref())
+            .unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"));
+        let t = w.t();
+        pp.send(&w.resid[n_layers], 0, w.resid[n_layers].len(), to, Label::op("pp.act"));
+        if lax {
+            let acts = &w.blocks[act_index(n_layers - 1, policy)];
+            let last = &self.blocks[n_layers - 1];
+            for (k, g) in last.groups().iter().enumerate() {
+                let (buf, base) = g.z_buf(acts.group(k), t);
+                pp.send(buf, base, g.geom(t).len(), to, Label::op("pp.lax"));
+            }
+        }
+    }
+
+    /// Receive the gradient of this stage's output for slot `slot` from stage `from`.
+    pub fn recv_grad(&mut self, pp: &dyn Collective<B>, slot: usize, from: usize) {
+        let last_layer = self.blocks.last().expect("a stage has layers").layer;
+        let lax = self.cfg.arch == Arch::Lax;
+        let groups: Vec<usize> = self.blocks[0].groups().iter().map(|g| g.geom(1).len()).collect();
+        let w = self.slot_work(slot);
+        let t = w.t();
+        let n = w.dx.len();
+        pp.recv(&mut w.dx, 0, n, from, Label::op("pp.grad"));
+        if lax {
+            // The next stage's first layer crossed into this stage's last: its carry.
+            for (k, per_token) in groups.iter().enumerate() {
+                let buf = &mut w.bg.carries[k][(last_layer + 1) % 2];
+                pp.recv(buf, 0, per_token * t, from, Label::op("pp.lax.grad"));
+            }
+        }
+    }
+
+    /// Send the gradient of this stage's input for slot `slot` to stage `to`.
+    pub fn send_grad(&mut self, pp: &dyn Collective<B>, slot: usize, to: usize) {
+        let first_layer = self.blocks[0].layer;
+        let lax = self.cfg.arch == Arch::Lax;
+        let groups: Vec<usize> = self.blocks[0].groups().iter().map(|g| g.geom(1).len()).collect();
+        let w = self.slot_work(slot);
+        let t = w.t();
+        pp.send(&w.dx, 0, w.dx.len(), to, Label::op("pp.grad"));
+        if lax {
+            for (k, per_token) in groups.iter().enumerate() {
+                pp.send(&w.bg.carries[k][first_layer % 2], 0, per_token * t, to, Label::op("pp.lax.grad"));
+            }
+        }
     }
 
     /// dL/d(embedding output) of the last backward (t × d_res, this rank's hidden shard
     /// under BTP), for tests.
     pub fn embed_out_grad(&self) -> Vec<f64> {
-        let w = self.work.as_ref().expect("run a backward first");
+        let w = self.works.first().and_then(|w| w.as_ref()).expect("run a backward first");
         self.be.read_mat(Mat::new(&w.dx, w.t(), self.dims.d_res))
     }
 
     fn backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
-        self.head_backward(tp, w);
+        if self.layout.last_stage() {
+            self.head_backward(tp, w);
+        }
         let cx = ctx(&self.be, tp, &self.cfg, self.layout, self.dims, w.t());
         let ParamStore { values: params, grads, .. } = &mut self.store;
         let params: &[B::Buf] = params;
         let lax = self.cfg.arch == Arch::Lax;
         let n = self.blocks.len();
+        let total_layers = self.cfg.layers;
         let policy = self.recompute;
         let be = &self.be;
         let t = w.t();
         for l in (0..n).rev() {
             let (cur, mut prev) = act_slots(&mut w.blocks, l, policy);
             let block = &self.blocks[l];
+            // The first layer of a later stage crosses into the received latents.
+            let boundary = if l == 0 { w.z_in.as_ref().map(|z| (&self.blocks[0], z)) } else { None };
             // Bring back what the forward dropped (spec §5).
             match policy {
                 Recompute::None => {}
@@ -374,20 +531,20 @@ impl<B: Backend> Model<B> {
                         below.recompute_latents(&cx, params, p, None, &mut w.sc, false);
                     }
                     block.restore_kept(be, t, policy, &w.kept[l], cur);
-                    let pv = prev.as_deref().map(|p| (&self.blocks[l - 1], p));
+                    let pv = prev.as_deref().map(|p| (&self.blocks[l - 1], p)).or(boundary);
                     block.recompute_lowrank(&cx, params, cur, pv, &w.rope, w.batch, w.seq, &mut w.sc);
                 }
                 Recompute::Full => {
                     if let (true, Some(p)) = (lax, prev.as_deref_mut()) {
                         self.blocks[l - 1].restore_kept(be, t, policy, &w.kept[l - 1], p);
                     }
-                    let pv = prev.as_deref().map(|p| (&self.blocks[l - 1], p));
+                    let pv = prev.as_deref().map(|p| (&self.blocks[l - 1], p)).or(boundary);
                     // The layer's output is not needed again: its buffer takes the rerun's.
                     let (lo, hi) = w.resid.split_at_mut(l + 1);
                     block.forward(&cx, params, &lo[l], &mut hi[0], cur, pv, &w.rope, w.batch, w.seq, &mut w.sc);
                 }
             }
-            let prev = prev.map(|p| (&self.blocks[l - 1], &*p));
+            let prev = prev.map(|p| (&self.blocks[l - 1], &*p)).or(boundary);
             block.backward(
                 &cx,
                 params,
@@ -395,7 +552,7 @@ impl<B: Backend> Model<B> {
                 &w.resid[l],
                 cur,
                 prev,
-                lax && l + 1 < n,
+                lax && block.layer + 1 < total_layers,
                 &mut w.dx,
                 &w.rope,
                 w.batch,
@@ -404,7 +561,9 @@ impl<B: Backend> Model<B> {
                 &mut w.sc,
             );
         }
-        self.embed_backward(tp, w);
+        if self.layout.first_stage() {
+            self.embed_backward(tp, w);
+        }
     }
 }
 
@@ -423,6 +582,11 @@ pub(crate) fn ctx<'a, B: Backend>(
 pub fn layout_pieces(cfg: &ModelConfig, layout: Layout) -> Result<Vec<crate::params::Piece>> {
     // Zero-filled buffers are mapped lazily by the allocator, so declaring is cheap.
     Ok(Model::declare(boost_tensor::cpu::Cpu::<f32>::new(), cfg, layout)?.store.pieces)
+}
+
+/// Which activation set layer `l` uses.
+fn act_index(l: usize, policy: Recompute) -> usize {
+    if policy == Recompute::None { l } else { l % 2 }
 }
 
 /// The activation buffers of layer `l` and of the layer below: one set per layer without

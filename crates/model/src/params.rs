@@ -78,6 +78,9 @@ pub struct BufInfo {
     pub decay: bool,
     /// Every tensor-parallel rank holds the same values (count once in the gradient norm).
     pub replicated: bool,
+    /// A copy of a buffer another pipeline stage holds too (the tied embedding on the last
+    /// stage): its gradient is synced with the original and counted there.
+    pub pipeline_copy: bool,
 }
 
 pub struct ParamStore<B: Backend> {
@@ -95,7 +98,7 @@ impl<B: Backend> ParamStore<B> {
     pub fn add_buf(&mut self, backend: &B, name: &str, len: usize, decay: bool, replicated: bool) -> usize {
         self.values.push(backend.alloc(len));
         self.grads.push(backend.alloc(len));
-        self.bufs.push(BufInfo { name: name.to_string(), len, decay, replicated });
+        self.bufs.push(BufInfo { name: name.to_string(), len, decay, replicated, pipeline_copy: false });
         self.bufs.len() - 1
     }
 

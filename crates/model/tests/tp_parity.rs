@@ -173,7 +173,7 @@ fn sweep(cfg: &ModelConfig, schemes: &[Scheme]) {
         for &norm in norms {
             for grouping in [true, false] {
                 for tp in [1, 2, 4] {
-                    check(cfg, Layout { scheme, tp, rank: 0, norm, grouping }, &r);
+                    check(cfg, Layout { scheme, tp, rank: 0, norm, grouping, stage: 0, stages: 1 }, &r);
                 }
             }
         }
@@ -205,7 +205,11 @@ fn cola_tied_and_gqa() {
     let r = reference(&cfg);
     for scheme in [Scheme::Vanilla, Scheme::Btp] {
         for tp in [1, 2] {
-            check(&cfg, Layout { scheme, tp, rank: 0, norm: NormMode::Online, grouping: true }, &r);
+            check(
+                &cfg,
+                Layout { scheme, tp, rank: 0, norm: NormMode::Online, grouping: true, stage: 0, stages: 1 },
+                &r,
+            );
         }
     }
 }
@@ -244,7 +248,12 @@ fn recompute_policies_match_no_recompute() {
                         if policy == Recompute::Lowrank && !cfg.arch.is_low_rank() {
                             continue;
                         }
-                        check_policy(&cfg, Layout { scheme, tp, rank: 0, norm, grouping: tp != 2 }, policy, &r);
+                        check_policy(
+                            &cfg,
+                            Layout { scheme, tp, rank: 0, norm, grouping: tp != 2, stage: 0, stages: 1 },
+                            policy,
+                            &r,
+                        );
                     }
                 }
             }

@@ -6,6 +6,7 @@ pub mod bench_tp;
 pub mod checkpoint;
 pub mod metrics;
 pub mod optim;
+pub mod pipeline;
 pub mod schedule;
 pub mod trainer;
 

@@ -494,4 +494,11 @@ impl<B: Backend> GroupActs<B> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// A boundary's z buffer (see `Block::alloc_boundary`) and its length.
+    pub fn boundary_z(&mut self) -> (&mut B::Buf, usize) {
+        use boost_tensor::DeviceBuf;
+        let z = self.z.as_mut().expect("a boundary holds z");
+        let n = z.len();
+        (z, n)
+    }
 }

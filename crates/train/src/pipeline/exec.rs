@@ -1,0 +1,86 @@
+//! Running one optimizer step's micro-batches through this rank's pipeline stage.
+
+use super::schedule::{Op, max_in_flight};
+use boost_model::{Batch, LossSum, Model};
+use boost_tensor::{Backend, Collective, Label, Mat, MatMut};
+
+/// A stage's executor: its op table and the scratch it reuses every step.
+pub struct StageRunner<B: Backend> {
+    pub ops: Vec<Op>,
+    /// Micro-batches in flight at most (work slots of the model).
+    pub slots: usize,
+    /// The other stage's copy of a tied embedding gradient.
+    tied: Option<B::Buf>,
+}
+
+impl<B: Backend> StageRunner<B> {
+    pub fn new(ops: Vec<Op>) -> Self {
+        let slots = max_in_flight(&ops).max(1);
+        Self { ops, slots, tied: None }
+    }
+
+    /// Run every op of the table on `batches` (micro-batch k is `batches[k]`); gradients
+    /// accumulate scaled by `grad_scale`. Returns the summed loss on the last stage.
+    pub fn run(
+        &mut self,
+        model: &mut Model<B>,
+        tp: &dyn Collective<B>,
+        pp: &dyn Collective<B>,
+        batches: &[Batch],
+        grad_scale: f64,
+    ) -> LossSum {
+        let (stage, stages) = (model.layout.stage, model.layout.stages);
+        let mut loss = LossSum::default();
+        for &op in &self.ops {
+            match op {
+                Op::Forward(k) => {
+                    let slot = k % self.slots;
+                    if stage > 0 {
+                        model.recv_activation(pp, slot, stage - 1, &batches[k]);
+                    }
+                    if let Some(l) = model.forward_stage(tp, slot, &batches[k], Some(grad_scale)) {
+                        loss.sum += l.sum;
+                        loss.tokens += l.tokens;
+                    }
+                    if stage + 1 < stages {
+                        model.send_activation(pp, slot, stage + 1);
+                    }
+                }
+                Op::Backward(k) => {
+                    let slot = k % self.slots;
+                    if stage + 1 < stages {
+                        model.recv_grad(pp, slot, stage + 1);
+                    }
+                    model.backward_stage(tp, slot);
+                    if stage > 0 {
+                        model.send_grad(pp, slot, stage - 1);
+                    }
+                }
+            }
+        }
+        self.sync_tied(model, pp);
+        loss
+    }
+
+    /// With tied embeddings over several stages, the first and last stage both hold the
+    /// table: sum their gradients (last → first, added, sum sent back).
+    fn sync_tied(&mut self, model: &mut Model<B>, pp: &dyn Collective<B>) {
+        let (stage, stages) = (model.layout.stage, model.layout.stages);
+        if stages == 1 || !model.cfg.tie_embeddings || (stage != 0 && stage + 1 != stages) {
+            return;
+        }
+        let slot = model.embed.expect("both ends hold the tied table");
+        let buf = slot.buf;
+        let n = model.store.bufs[buf].len;
+        let label = Label::op("embed.tied_grads");
+        if stage == 0 {
+            let tmp = self.tied.get_or_insert_with(|| model.be.alloc(n));
+            pp.recv(tmp, 0, n, stages - 1, label);
+            model.be.axpy(MatMut::new(&mut model.store.grads[buf], 1, n), Mat::new(tmp, 1, n), 1.0);
+            pp.send(&model.store.grads[buf], 0, n, stages - 1, label);
+        } else {
+            pp.send(&model.store.grads[buf], 0, n, 0, label);
+            pp.recv(&mut model.store.grads[buf], 0, n, 0, label);
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! Pipeline parallelism: schedules as op tables, and the executor that runs a stage's table
+//! exchanging activations and gradients with its neighbours.
+
+pub mod exec;
+pub mod schedule;
+
+pub use exec::StageRunner;
