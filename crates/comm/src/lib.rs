@@ -2,7 +2,8 @@
 //! backend (one OS thread per rank, shared memory, deterministic rank-order reductions), the
 //! (dp, pp, tp) [`Grid`] of groups, the [`Group`] adapter that model code sees as
 //! `&dyn boost_tensor::Collective<Cpu<T>>`, a [`Recorder`] of every collective, and optional
-//! [`Link`] emulation.
+//! [`Link`] emulation. With the `mpi` feature, [`mpi`] runs one rank per process under
+//! `mpirun` with the same grid and groups.
 //!
 //! A trainer runs its ranks with [`run_ranks`]:
 //!
@@ -26,6 +27,7 @@ pub mod grid;
 pub mod group;
 pub mod inprocess;
 pub mod link;
+pub mod mpi;
 pub mod payload;
 pub mod recorder;
 pub mod runner;
