@@ -64,7 +64,7 @@ pub fn train(a: &TrainArgs) -> Result<()> {
         }
     };
     set_threads(cfg.train.threads);
-    boost_train::train(cfg, TrainOptions { resume, quiet: a.quiet })?;
+    boost_train::trainer::train_launched(cfg, TrainOptions { resume, quiet: a.quiet })?;
     Ok(())
 }
 

@@ -85,6 +85,15 @@ impl Config {
         self.train.validate()?;
         self.data.validate()?;
         self.parallel.validate(&self.model)?;
+        if self.parallel.pp > 1 && self.train.accumulation < self.parallel.pp {
+            return Err(ConfigError::new(
+                "train.accumulation",
+                format!(
+                    "{} micro-batch(es) per step cannot fill parallel.pp = {} pipeline stages; set train.accumulation ≥ {}",
+                    self.train.accumulation, self.parallel.pp, self.parallel.pp
+                ),
+            ));
+        }
         if self.train.recompute == Recompute::Lowrank && !self.model.arch.is_low_rank() {
             return Err(ConfigError::new(
                 "train.recompute",

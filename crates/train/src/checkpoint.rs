@@ -53,6 +53,16 @@ pub struct Tensors {
 /// rank gets the result). Each parameter buffer is all-gathered, then every rank's
 /// rectangles are placed into the canonical tensors.
 pub fn gather<B: Backend>(model: &Model<B>, opt: &AdamW<B>, tp: &dyn Collective<B>) -> Result<Tensors> {
+    gather_with(model, &opt.m, &opt.v, tp)
+}
+
+/// [`gather`] with the AdamW moments given as buffers aligned with the parameters.
+pub fn gather_with<B: Backend>(
+    model: &Model<B>,
+    m: &[B::Buf],
+    v: &[B::Buf],
+    tp: &dyn Collective<B>,
+) -> Result<Tensors> {
     let p = tp.size();
     let be = &model.be;
     let pieces_of: Vec<Vec<Piece>> = (0..p)
@@ -104,8 +114,8 @@ pub fn gather<B: Backend>(model: &Model<B>, opt: &AdamW<B>, tp: &dyn Collective<
             .collect()
     };
     let weights = assemble(&all(&model.store.values), "");
-    let mut moments = assemble(&all(&opt.m), "m.");
-    moments.extend(assemble(&all(&opt.v), "v."));
+    let mut moments = assemble(&all(m), "m.");
+    moments.extend(assemble(&all(v), "v."));
     Ok(Tensors { weights, moments })
 }
 
@@ -293,14 +303,20 @@ impl Checkpoint {
 
     /// Fill the optimizer moments and step count.
     pub fn load_optim<B: Backend>(&self, model: &Model<B>, opt: &mut AdamW<B>) -> Result<()> {
+        self.load_moments(model, &mut opt.m, &mut opt.v)?;
+        opt.step = self.meta.step;
+        Ok(())
+    }
+
+    /// Fill AdamW moment buffers aligned with the model's parameters.
+    pub fn load_moments<B: Backend>(&self, model: &Model<B>, m: &mut [B::Buf], v: &mut [B::Buf]) -> Result<()> {
         let file = self.dir.join("optim.safetensors");
         for p in &model.store.pieces {
-            for (key, bufs) in [("m", &mut opt.m), ("v", &mut opt.v)] {
+            for (key, bufs) in [("m", &mut *m), ("v", &mut *v)] {
                 let full = Self::tensor(&self.optim, &file, &format!("{key}.{}", p.name), &p.shape)?;
                 model.be.write_mat(p.slot.of_mut(bufs), &local_slice(p, &full));
             }
         }
-        opt.step = self.meta.step;
         Ok(())
     }
 }

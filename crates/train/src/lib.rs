@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod bench_tp;
 pub mod checkpoint;
+pub mod dp;
 pub mod metrics;
 pub mod optim;
 pub mod pipeline;
@@ -13,3 +14,4 @@ pub mod trainer;
 pub use trainer::{Summary, TrainOptions, train};
 pub mod eval;
 pub mod export;
+pub mod grid_ckpt;

@@ -2,8 +2,12 @@
 //! clipping → AdamW → metrics, validation and checkpoints.
 
 use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
+use crate::dp::{Groups, Optimizer};
+use crate::grid_ckpt;
 use crate::metrics::{MetricsWriter, StepMetrics};
-use crate::optim::{AdamW, clip_coef, grad_norm};
+use crate::optim::clip_coef;
+use crate::pipeline::StageRunner;
+use crate::pipeline::schedule::table;
 use crate::schedule::lr_at;
 use anyhow::{Context, Result, bail};
 use boost_comm::{Dims, Grid, GridOptions, Link, Links, RunOptions, run_ranks_with};
@@ -11,7 +15,7 @@ use boost_config::Config;
 use boost_data::{Dataset, Loader};
 use boost_model::{Batch, Layout, LossSum, Model};
 use boost_tensor::cpu::Cpu;
-use boost_tensor::{Backend, Collective};
+use boost_tensor::{Backend, Label, Mat, MatMut, ReduceOp};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -54,9 +58,17 @@ pub fn resolve_vocab(cfg: &mut Config, data: &Dataset) -> Result<()> {
     Ok(())
 }
 
-/// Train the configured model in this process: one thread per rank of the (dp, pp, tp)
-/// grid, collectives through shared memory.
-pub fn train(mut cfg: Config, opts: TrainOptions) -> Result<Summary> {
+/// Everything a run needs before its ranks start.
+struct Prepared {
+    cfg: Config,
+    data: Dataset,
+    resume: Option<Checkpoint>,
+    run_dir: PathBuf,
+}
+
+/// Open the checkpoint to resume, prepare the data (building it if absent), resolve the
+/// vocabulary and check the config. `lead` also checks and creates the run directory.
+fn prepare(mut cfg: Config, opts: &TrainOptions, lead: bool) -> Result<Prepared> {
     let resume = match &opts.resume {
         Some(dir) => Some(Checkpoint::open(dir)?),
         None => None,
@@ -64,30 +76,69 @@ pub fn train(mut cfg: Config, opts: TrainOptions) -> Result<Summary> {
     let data = boost_data::prepare(&cfg.data)?;
     resolve_vocab(&mut cfg, &data)?;
     cfg.validate()?;
-    let par = &cfg.parallel;
-    if par.pp > 1 || par.dp > 1 {
-        bail!(
-            "parallel.pp and parallel.dp must be 1: pipeline and data parallelism are not available yet (tensor parallelism is: parallel.tp)"
-        );
-    }
     let run_dir = PathBuf::from(&cfg.run.dir);
-    if resume.is_none() && !checkpoint::list(&run_dir.join("checkpoints"))?.is_empty() {
-        bail!(
-            "run.dir = {} already holds checkpoints; continue it with `boost train --resume`, or start elsewhere with `--set run.dir=<new dir>`",
-            run_dir.display()
-        );
+    if lead {
+        if resume.is_none() && !checkpoint::list(&run_dir.join("checkpoints"))?.is_empty() {
+            bail!(
+                "run.dir = {} already holds checkpoints; continue it with `boost train --resume`, or start elsewhere with `--set run.dir=<new dir>`",
+                run_dir.display()
+            );
+        }
+        std::fs::create_dir_all(&run_dir).with_context(|| format!("cannot create run.dir {}", run_dir.display()))?;
+        std::fs::write(run_dir.join("config.toml"), cfg.to_toml())?;
     }
-    std::fs::create_dir_all(&run_dir).with_context(|| format!("cannot create run.dir {}", run_dir.display()))?;
-    std::fs::write(run_dir.join("config.toml"), cfg.to_toml())?;
+    Ok(Prepared { cfg, data, resume, run_dir })
+}
+
+fn run_options(cfg: &Config) -> RunOptions {
+    let par = &cfg.parallel;
     let mut ropts = RunOptions::default().record(true);
     if par.link_gbps > 0.0 {
         let link = Link::new(par.link_alpha_us, par.link_gbps);
-        ropts = ropts.grid(GridOptions::default().record(true).links(Links { tp: Some(link), ..Default::default() }));
+        ropts = ropts.grid(GridOptions::default().record(true).links(Links::all(link)));
     }
+    ropts
+}
+
+/// Train the configured model in this process: one thread per rank of the (dp, pp, tp)
+/// grid, collectives through shared memory.
+pub fn train(cfg: Config, opts: TrainOptions) -> Result<Summary> {
+    let p = prepare(cfg, &opts, true)?;
+    let par = &p.cfg.parallel;
     let dims = Dims::new(par.dp, par.pp, par.tp);
-    let ctx = RankCtx { cfg: &cfg, opts: &opts, data: &data, resume: resume.as_ref(), run_dir: &run_dir };
-    let mut out = run_ranks_with(dims, &ropts, |rank, grid| ctx.run(rank, grid))?;
+    let ctx = RankCtx { cfg: &p.cfg, opts: &opts, data: &p.data, resume: p.resume.as_ref(), run_dir: &p.run_dir };
+    let mut out = run_ranks_with(dims, &run_options(&p.cfg), |rank, grid| ctx.run(rank, grid))?;
     Ok(out.swap_remove(0).expect("rank 0 reports the run"))
+}
+
+/// Train with one rank per process when launched by `mpirun` (this process's rank; rank 0
+/// returns the summary), in this process otherwise.
+pub fn train_launched(cfg: Config, opts: TrainOptions) -> Result<Option<Summary>> {
+    if !boost_comm::mpi::launched() {
+        return train(cfg, opts).map(Some);
+    }
+    let par = cfg.parallel.clone();
+    let dims = Dims::new(par.dp, par.pp, par.tp);
+    let ropts = run_options(&cfg);
+    boost_comm::mpi::run_mpi(dims, &ropts, |rank, grid| {
+        if dims.world() != grid.world.size() {
+            bail!(
+                "parallel.dp·pp·tp = {} but mpirun started {} processes; use mpirun -np {}",
+                dims.world(),
+                grid.world.size(),
+                dims.world()
+            );
+        }
+        // Rank 0 builds the data and the run directory; the others then open them.
+        let lead = if rank == 0 { Some(prepare(cfg.clone(), &opts, true)) } else { None };
+        boost_tensor::Collective::<Cpu<f32>>::barrier(&grid.world);
+        let p = match lead {
+            Some(p) => p?,
+            None => prepare(cfg.clone(), &opts, false)?,
+        };
+        let ctx = RankCtx { cfg: &p.cfg, opts: &opts, data: &p.data, resume: p.resume.as_ref(), run_dir: &p.run_dir };
+        ctx.run(rank, grid)
+    })
 }
 
 /// What every rank shares.
@@ -110,16 +161,16 @@ impl RankCtx<'_> {
                 eprintln!("{s}");
             }
         };
-        let tp: &dyn Collective<Cpu<f32>> = &grid.tp;
+        let g = Groups::<Cpu<f32>> { tp: &grid.tp, pp: &grid.pp, dp: &grid.dp, world: &grid.world };
         let world = grid.dims.world();
-        let layout = Layout::from_config(&cfg.model, &cfg.parallel, grid.coord.tp);
+        let c = grid.coord;
+        let layout = Layout::staged(&cfg.model, &cfg.parallel, c.tp, c.pp, cfg.parallel.pp);
         let mut model = Model::new(Cpu::<f32>::new(), &cfg.model, layout, t.seed)?;
         model.set_recompute(t.recompute);
-        let mut opt = AdamW::new(&model.be, &model.store);
+        let mut opt = Optimizer::new(&model.be, &model.store, cfg.parallel.zero == 1, cfg.parallel.dp, c.dp);
         let (mut step, mut position, mut tokens) = (0u64, 0u64, 0u64);
         if let Some(ck) = self.resume {
-            ck.load_model(&mut model)?;
-            ck.load_optim(&model, &mut opt)?;
+            grid_ckpt::load_run(ck, &mut model, &mut opt)?;
             step = ck.meta.step;
             position = ck.meta.data_position;
             tokens = ck.meta.tokens;
@@ -128,7 +179,16 @@ impl RankCtx<'_> {
         let loader = self.data.train_loader(t.seq_len, cfg.data.seed)?;
         let val_loader = self.data.val_loader(t.seq_len)?;
         let layout_desc = if world > 1 {
-            format!(", {} TP ranks ({:?})", cfg.parallel.tp, layout.scheme).to_lowercase()
+            let p = &cfg.parallel;
+            format!(
+                ", grid dp={} pp={} tp={} ({:?}{})",
+                p.dp,
+                p.pp,
+                p.tp,
+                layout.scheme,
+                if p.zero == 1 { ", ZeRO-1" } else { "" }
+            )
+            .to_lowercase()
         } else {
             String::new()
         };
@@ -140,7 +200,11 @@ impl RankCtx<'_> {
             cfg.model.layers,
             cfg.model.rank,
             cfg.model.vocab,
-            model.store.global_len() as f64 / 1e6,
+            boost_model::layout_pieces(&cfg.model, Layout::single(&cfg.model))?
+                .iter()
+                .map(|p| p.shape.iter().product::<usize>())
+                .sum::<usize>() as f64
+                / 1e6,
             self.data.train.len(),
             self.data.val.len()
         ));
@@ -155,7 +219,7 @@ impl RankCtx<'_> {
         };
         let steps = t.steps as u64;
         let bar = if lead { progress(self.opts, steps, step) } else { ProgressBar::hidden() };
-        let mut runner = StepRunner::new(cfg, &loader);
+        let mut runner = StepRunner::new(cfg, &model, c.dp);
         let mut summary = Summary {
             run_dir: self.run_dir.to_path_buf(),
             first_step: step,
@@ -175,9 +239,9 @@ impl RankCtx<'_> {
                 // without the allocations of jobs pushed from outside the pool. (Ranks of a
                 // parallel run stay on their own threads: a rank blocked in a collective must
                 // never hold a pool worker.)
-                rayon::scope(|_| runner.step(&mut model, &mut opt, tp, &loader, step, position))
+                rayon::scope(|_| runner.step(&mut model, &mut opt, &g, &loader, step, position))
             } else {
-                runner.step(&mut model, &mut opt, tp, &loader, step, position)
+                runner.step(&mut model, &mut opt, &g, &loader, step, position)
             };
             let comm = grid.recorder().map(|r| r.take());
             position += out.sequences;
@@ -210,7 +274,7 @@ impl RankCtx<'_> {
             summary.losses.push(out.loss);
             let last = step == steps;
             if (t.eval_every > 0 && step.is_multiple_of(t.eval_every as u64)) || last {
-                let vl = evaluate(&mut model, tp, &val_loader, t.micro_batch, t.eval_batches);
+                let vl = runner.evaluate(&mut model, &g, &val_loader, t.eval_batches);
                 grid.recorder().map(|r| r.take());
                 m.val_loss = Some(vl);
                 m.val_ppl = Some(vl.exp());
@@ -225,9 +289,9 @@ impl RankCtx<'_> {
             bar.set_position(step);
             bar.set_message(format!("loss {:.4} | {:.0} tok/s", out.loss, m.tokens_per_sec));
             if (t.checkpoint_every > 0 && step.is_multiple_of(t.checkpoint_every as u64)) || last {
-                let tensors = checkpoint::gather(&model, &opt, tp)?;
+                let tensors = grid_ckpt::gather_run(&model, &opt, &g, c.dp)?;
                 grid.recorder().map(|r| r.take());
-                if lead {
+                if let Some(tensors) = tensors {
                     let meta = CheckpointMeta {
                         format: checkpoint::FORMAT,
                         step,
@@ -282,73 +346,114 @@ pub struct StepOut {
     pub sequences: u64,
 }
 
-/// The reusable buffers of the step loop (allocated once).
-pub struct StepRunner {
-    inputs: Vec<u32>,
-    targets: Vec<u32>,
+/// One rank's step loop: its micro-batches through its pipeline stage, then the data-parallel
+/// gradient combination, the global gradient norm and the optimizer (buffers allocated once).
+pub struct StepRunner<B: Backend> {
+    inputs: Vec<Vec<u32>>,
+    targets: Vec<Vec<u32>>,
+    stage: StageRunner<B>,
+    bucket: Option<B::Buf>,
+    scalar: B::Buf,
+    report: B::Buf,
     cfg: Config,
+    dp_rank: usize,
 }
 
-impl StepRunner {
-    pub fn new(cfg: &Config, _loader: &Loader) -> Self {
-        let n = cfg.train.micro_batch * cfg.train.seq_len;
-        Self { inputs: vec![0; n], targets: vec![0; n], cfg: cfg.clone() }
+impl<B: Backend> StepRunner<B> {
+    pub fn new(cfg: &Config, model: &Model<B>, dp_rank: usize) -> Self {
+        let t = &cfg.train;
+        let n = t.micro_batch * t.seq_len;
+        let l = model.layout;
+        Self {
+            inputs: vec![vec![0; n]; t.accumulation],
+            targets: vec![vec![0; n]; t.accumulation],
+            stage: StageRunner::new(table(cfg.parallel.schedule, l.stage, l.stages, t.accumulation)),
+            bucket: None,
+            scalar: model.be.alloc(1),
+            report: model.be.alloc(2),
+            cfg: cfg.clone(),
+            dp_rank,
+        }
     }
 
-    /// One optimizer step from stream position `position` (sequences consumed so far).
-    pub fn step<B: Backend>(
+    /// Sum `[loss, tokens]` of the last stage's tp rank 0 over the whole grid.
+    fn report(&mut self, model: &Model<B>, g: &Groups<B>, loss: LossSum) -> LossSum {
+        if g.world.size() == 1 {
+            return loss;
+        }
+        let mine = model.layout.last_stage() && model.layout.rank == 0;
+        let v = if mine { [loss.sum, loss.tokens as f64] } else { [0.0, 0.0] };
+        model.be.write_mat(MatMut::new(&mut self.report, 1, 2), &v);
+        g.world.all_reduce(&mut self.report, 0, 2, ReduceOp::Sum, Label::op("loss.report"));
+        let r: Vec<f64> = model.be.read_mat(Mat::new(&self.report, 1, 2));
+        LossSum { sum: r[0], tokens: r[1].round() as usize }
+    }
+
+    /// One optimizer step from stream position `position` (sequences consumed so far): this
+    /// replica trains on sequences `position + (dp_rank·acc + a)·mb`, for a < acc, so a global
+    /// batch holds the same sequences whatever the layout.
+    pub fn step(
         &mut self,
         model: &mut Model<B>,
-        opt: &mut AdamW<B>,
-        tp: &dyn Collective<B>,
+        opt: &mut Optimizer<B>,
+        g: &Groups<B>,
         loader: &Loader,
         step: u64,
         position: u64,
     ) -> StepOut {
         let t = &self.cfg.train;
-        let (mb, seq, acc) = (t.micro_batch, t.seq_len, t.accumulation);
-        let step_tokens = (acc * mb * seq) as f64;
+        let (mb, seq, acc, dp) = (t.micro_batch, t.seq_len, t.accumulation, self.cfg.parallel.dp);
+        let global_tokens = (acc * dp * mb * seq) as f64;
         model.store.zero_grads(&model.be);
-        let mut loss = LossSum::default();
         for a in 0..acc {
-            loader.fill(position + (a * mb) as u64, mb, &mut self.inputs, &mut self.targets);
-            let b = Batch { ids: &self.inputs, targets: &self.targets, batch: mb, seq };
-            let l = model.forward_backward(tp, &b, 1.0 / step_tokens);
-            loss.sum += l.sum;
-            loss.tokens += l.tokens;
+            let first = position + ((self.dp_rank * acc + a) * mb) as u64;
+            loader.fill(first, mb, &mut self.inputs[a], &mut self.targets[a]);
         }
-        let norm = grad_norm(&model.be, &model.store, model.layout.rank, tp);
+        let batches: Vec<Batch> =
+            (0..acc).map(|a| Batch { ids: &self.inputs[a], targets: &self.targets[a], batch: mb, seq }).collect();
+        let loss = self.stage.run(model, g.tp, g.pp, &batches, 1.0 / global_tokens);
+        drop(batches);
+        opt.sync_grads(&model.be, &mut model.store, g.dp, &mut self.bucket);
+        let norm = opt.grad_norm(&model.be, &model.store, model.layout.rank, self.dp_rank, g.world, &mut self.scalar);
         let lr = lr_at(t, step as usize);
-        opt.update(&model.be, &mut model.store, t, lr, clip_coef(norm, t.grad_clip));
+        opt.update(&model.be, &mut model.store, t, lr, clip_coef(norm, t.grad_clip), g.dp);
+        let loss = self.report(model, g, loss);
         StepOut {
             loss: loss.sum / loss.tokens.max(1) as f64,
             lr,
             grad_norm: norm,
             tokens: loss.tokens as u64,
-            sequences: (acc * mb) as u64,
+            sequences: (acc * dp * mb) as u64,
         }
     }
-}
 
-/// Mean loss over the first `batches` micro-batches of the validation windows.
-pub fn evaluate<B: Backend>(
-    model: &mut Model<B>,
-    tp: &dyn Collective<B>,
-    val: &Loader,
-    micro_batch: usize,
-    batches: usize,
-) -> f64 {
-    let seq = val.seq_len();
-    let mut inputs = vec![0u32; micro_batch * seq];
-    let mut targets = vec![0u32; micro_batch * seq];
-    let mut total = LossSum::default();
-    for k in 0..batches {
-        val.fill_val((k * micro_batch) as u64, micro_batch, &mut inputs, &mut targets);
-        let l = model.evaluate(tp, &Batch { ids: &inputs, targets: &targets, batch: micro_batch, seq });
-        total.sum += l.sum;
-        total.tokens += l.tokens;
+    /// Mean loss over the first `batches` micro-batches of the validation windows, through
+    /// the pipeline (every data-parallel replica computes the same; the grid agrees on it).
+    pub fn evaluate(&mut self, model: &mut Model<B>, g: &Groups<B>, val: &Loader, batches: usize) -> f64 {
+        let (mb, seq) = (self.cfg.train.micro_batch, val.seq_len());
+        let l = model.layout;
+        let mut total = LossSum::default();
+        for k in 0..batches {
+            val.fill_val((k * mb) as u64, mb, &mut self.inputs[0], &mut self.targets[0]);
+            let b = Batch { ids: &self.inputs[0], targets: &self.targets[0], batch: mb, seq };
+            if l.stage > 0 {
+                model.recv_activation(g.pp, 0, l.stage - 1, &b);
+            }
+            if let Some(loss) = model.forward_stage(g.tp, 0, &b, None) {
+                total.sum += loss.sum;
+                total.tokens += loss.tokens;
+            }
+            if !l.last_stage() {
+                model.send_activation(g.pp, 0, l.stage + 1);
+            }
+        }
+        // Replicas computed the same: only replica 0 reports.
+        if self.dp_rank != 0 {
+            total = LossSum::default();
+        }
+        let total = self.report(model, g, total);
+        total.sum / total.tokens.max(1) as f64
     }
-    total.sum / total.tokens.max(1) as f64
 }
 
 /// The run directory's latest checkpoint (for `--resume` without a path).

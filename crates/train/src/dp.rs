@@ -1,0 +1,230 @@
+//! Data parallelism after a step's backward: the gradient all-reduce over data-parallel
+//! replicas (bucketed, in buffer order), or ZeRO-1 (reduce-scatter the gradients, update
+//! this replica's shard of every buffer with AdamW, all-gather the parameters); the global
+//! gradient norm, counting every parameter once across tp, pp and dp.
+
+use crate::optim::AdamW;
+use boost_config::TrainConfig;
+use boost_model::params::ParamStore;
+use boost_tensor::{AdamStep, Backend, Collective, Label, Mat, MatMut, ReduceOp};
+
+/// The groups a rank's step talks to.
+pub struct Groups<'a, B: Backend> {
+    pub tp: &'a dyn Collective<B>,
+    pub pp: &'a dyn Collective<B>,
+    pub dp: &'a dyn Collective<B>,
+    pub world: &'a dyn Collective<B>,
+}
+
+/// Elements per gradient all-reduce bucket.
+pub const BUCKET: usize = 1 << 22;
+
+/// The optimizer of a rank: AdamW on whole buffers, or ZeRO-1 on this replica's shards.
+pub enum Optimizer<B: Backend> {
+    Replicated(AdamW<B>),
+    Zero1(Zero1<B>),
+}
+
+/// ZeRO-1 state: buffer i is split into `dp` chunks of `chunk[i]` elements (the last padded);
+/// this replica owns chunk `rank` and its AdamW moments.
+pub struct Zero1<B: Backend> {
+    pub dp: usize,
+    pub rank: usize,
+    pub chunk: Vec<usize>,
+    pub m: Vec<B::Buf>,
+    pub v: Vec<B::Buf>,
+    /// Per buffer, dp·chunk elements: gradients reduce-scattered in, parameters gathered out.
+    stage: Vec<B::Buf>,
+    p_shard: B::Buf,
+    g_shard: B::Buf,
+    pub step: u64,
+}
+
+impl<B: Backend> Zero1<B> {
+    pub fn new(be: &B, store: &ParamStore<B>, dp: usize, rank: usize) -> Self {
+        let chunk: Vec<usize> = store.bufs.iter().map(|b| b.len.div_ceil(dp)).collect();
+        let max = chunk.iter().copied().max().unwrap_or(0);
+        Self {
+            dp,
+            rank,
+            m: chunk.iter().map(|&c| be.alloc(c)).collect(),
+            v: chunk.iter().map(|&c| be.alloc(c)).collect(),
+            stage: chunk.iter().map(|&c| be.alloc(c * dp)).collect(),
+            p_shard: be.alloc(max),
+            g_shard: be.alloc(max),
+            chunk,
+            step: 0,
+        }
+    }
+
+    /// Elements of buffer `i` this replica owns (the last chunk may be short or empty).
+    pub fn owned(&self, i: usize, len: usize) -> std::ops::Range<usize> {
+        let c = self.chunk[i];
+        (self.rank * c).min(len)..((self.rank + 1) * c).min(len)
+    }
+}
+
+impl<B: Backend> Optimizer<B> {
+    pub fn new(be: &B, store: &ParamStore<B>, zero: bool, dp: usize, dp_rank: usize) -> Self {
+        if zero && dp > 1 {
+            Optimizer::Zero1(Zero1::new(be, store, dp, dp_rank))
+        } else {
+            Optimizer::Replicated(AdamW::new(be, store))
+        }
+    }
+
+    pub fn step_count(&self) -> u64 {
+        match self {
+            Optimizer::Replicated(a) => a.step,
+            Optimizer::Zero1(z) => z.step,
+        }
+    }
+
+    pub fn set_step_count(&mut self, s: u64) {
+        match self {
+            Optimizer::Replicated(a) => a.step = s,
+            Optimizer::Zero1(z) => z.step = s,
+        }
+    }
+
+    /// Combine the replicas' gradients: all-reduce (bucketed) or, under ZeRO-1,
+    /// reduce-scatter into this replica's shards.
+    pub fn sync_grads(
+        &mut self,
+        be: &B,
+        store: &mut ParamStore<B>,
+        dp: &dyn Collective<B>,
+        bucket: &mut Option<B::Buf>,
+    ) {
+        if dp.size() == 1 {
+            return;
+        }
+        match self {
+            Optimizer::Replicated(_) => all_reduce_bucketed(be, store, dp, bucket),
+            Optimizer::Zero1(z) => {
+                for (i, info) in store.bufs.iter().enumerate() {
+                    let (n, c) = (info.len, z.chunk[i]);
+                    be.fill(MatMut::new(&mut z.stage[i], 1, c * z.dp), 0.0);
+                    be.copy(MatMut::at(&mut z.stage[i], 0, 1, n, n), Mat::new(&store.grads[i], 1, n));
+                    dp.reduce_scatter(&mut z.stage[i], 0, c, Label::op("dp.grads"));
+                }
+            }
+        }
+    }
+
+    /// ‖g‖₂ of the whole model after [`Optimizer::sync_grads`]: each element counted once —
+    /// tensor-parallel replicas on tp rank 0, a tied table on the first stage, data-parallel
+    /// replicas on dp rank 0 (or each replica's own shard under ZeRO-1) — summed over `world`.
+    pub fn grad_norm(
+        &self,
+        be: &B,
+        store: &ParamStore<B>,
+        tp_rank: usize,
+        dp_rank: usize,
+        world: &dyn Collective<B>,
+        scalar: &mut B::Buf,
+    ) -> f64 {
+        let mut sq = 0.0;
+        for (i, info) in store.bufs.iter().enumerate() {
+            if (info.replicated && tp_rank != 0) || info.pipeline_copy {
+                continue;
+            }
+            sq += match self {
+                Optimizer::Zero1(z) => {
+                    let own = z.owned(i, info.len);
+                    be.sumsq(Mat::at(&z.stage[i], own.start, 1, own.len(), own.len()))
+                }
+                Optimizer::Replicated(_) if dp_rank == 0 => be.sumsq(Mat::new(&store.grads[i], 1, info.len)),
+                Optimizer::Replicated(_) => 0.0,
+            };
+        }
+        if world.size() > 1 {
+            be.write_mat(MatMut::new(scalar, 1, 1), &[sq]);
+            world.all_reduce(scalar, 0, 1, ReduceOp::Sum, Label::op("grad_norm"));
+            sq = be.read_mat::<f64>(Mat::new(scalar, 1, 1))[0];
+        }
+        sq.sqrt()
+    }
+
+    /// One AdamW update with learning rate `lr`, the gradient scaled by `grad_scale` first.
+    pub fn update(
+        &mut self,
+        be: &B,
+        store: &mut ParamStore<B>,
+        cfg: &TrainConfig,
+        lr: f64,
+        grad_scale: f64,
+        dp: &dyn Collective<B>,
+    ) {
+        match self {
+            Optimizer::Replicated(a) => a.update(be, store, cfg, lr, grad_scale),
+            Optimizer::Zero1(z) => {
+                z.step += 1;
+                let s = adam_step(cfg, z.step, lr, grad_scale);
+                for (i, info) in store.bufs.iter().enumerate() {
+                    let (n, c) = (info.len, z.chunk[i]);
+                    let own = z.owned(i, n);
+                    let k = own.len();
+                    if k > 0 {
+                        be.copy(MatMut::new(&mut z.p_shard, 1, k), Mat::at(&store.values[i], own.start, 1, k, k));
+                        be.copy(MatMut::new(&mut z.g_shard, 1, k), Mat::at(&z.stage[i], own.start, 1, k, k));
+                        be.adamw(&mut z.p_shard, &z.g_shard, &mut z.m[i], &mut z.v[i], 0, k, &s, info.decay);
+                        be.copy(MatMut::at(&mut z.stage[i], z.rank * c, 1, k, k), Mat::new(&z.p_shard, 1, k));
+                    }
+                    dp.all_gather(&mut z.stage[i], 0, c, Label::op("dp.params"));
+                    be.copy(MatMut::new(&mut store.values[i], 1, n), Mat::new(&z.stage[i], 1, n));
+                }
+            }
+        }
+    }
+}
+
+pub fn adam_step(cfg: &TrainConfig, step: u64, lr: f64, grad_scale: f64) -> AdamStep {
+    let t = step as i32;
+    AdamStep {
+        lr,
+        beta1: cfg.beta1,
+        beta2: cfg.beta2,
+        eps: cfg.eps,
+        weight_decay: cfg.weight_decay,
+        bias_corr1: 1.0 - cfg.beta1.powi(t),
+        bias_corr2: 1.0 - cfg.beta2.powi(t),
+        grad_scale,
+    }
+}
+
+/// All-reduce every gradient buffer over `dp`, packing consecutive buffers into buckets of
+/// up to [`BUCKET`] elements (a larger buffer goes alone), in buffer order.
+fn all_reduce_bucketed<B: Backend>(
+    be: &B,
+    store: &mut ParamStore<B>,
+    dp: &dyn Collective<B>,
+    bucket: &mut Option<B::Buf>,
+) {
+    let lens: Vec<usize> = store.bufs.iter().map(|b| b.len).collect();
+    let mut i = 0;
+    while i < lens.len() {
+        if lens[i] >= BUCKET {
+            dp.all_reduce(&mut store.grads[i], 0, lens[i], ReduceOp::Sum, Label::op("dp.grads"));
+            i += 1;
+            continue;
+        }
+        let (start, mut total) = (i, 0);
+        while i < lens.len() && lens[i] < BUCKET && total + lens[i] <= BUCKET {
+            total += lens[i];
+            i += 1;
+        }
+        let b = bucket.get_or_insert_with(|| be.alloc(BUCKET));
+        let mut off = 0;
+        for (j, &n) in lens.iter().enumerate().take(i).skip(start) {
+            be.copy(MatMut::at(b, off, 1, n, n), Mat::new(&store.grads[j], 1, n));
+            off += n;
+        }
+        dp.all_reduce(b, 0, total, ReduceOp::Sum, Label::op("dp.grads"));
+        let mut off = 0;
+        for (j, &n) in lens.iter().enumerate().take(i).skip(start) {
+            be.copy(MatMut::new(&mut store.grads[j], 1, n), Mat::at(b, off, 1, n, n));
+            off += n;
+        }
+    }
+}

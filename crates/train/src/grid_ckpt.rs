@@ -1,0 +1,133 @@
+//! Checkpoints of a (dp, pp, tp) run: whole canonical tensors assembled on global rank 0 —
+//! gathered over tp within each stage, from every pipeline stage of replica 0, with ZeRO-1
+//! moments gathered over dp first — and loaded back into any layout.
+
+use crate::checkpoint::{Checkpoint, Tensors, gather_with};
+use crate::dp::{Groups, Optimizer};
+use anyhow::Result;
+use boost_model::{Layout, Model, layout_pieces};
+use boost_tensor::{Backend, Label, Mat, MatMut};
+
+/// Full-size AdamW moments of this rank's buffers (ZeRO-1 shards gathered over dp).
+fn full_moments<B: Backend>(
+    model: &Model<B>,
+    opt: &Optimizer<B>,
+    dp: &dyn boost_tensor::Collective<B>,
+) -> (Vec<B::Buf>, Vec<B::Buf>) {
+    let be = &model.be;
+    match opt {
+        Optimizer::Replicated(a) => {
+            let copy = |bufs: &[B::Buf]| -> Vec<B::Buf> {
+                bufs.iter()
+                    .zip(&model.store.bufs)
+                    .map(|(b, info)| {
+                        let mut c = be.alloc(info.len);
+                        be.copy(MatMut::new(&mut c, 1, info.len), Mat::new(b, 1, info.len));
+                        c
+                    })
+                    .collect()
+            };
+            (copy(&a.m), copy(&a.v))
+        }
+        Optimizer::Zero1(z) => {
+            let gather = |shards: &[B::Buf]| -> Vec<B::Buf> {
+                shards
+                    .iter()
+                    .zip(&model.store.bufs)
+                    .enumerate()
+                    .map(|(i, (s, info))| {
+                        let c = z.chunk[i];
+                        let mut all = be.alloc(c * z.dp);
+                        be.copy(MatMut::at(&mut all, z.rank * c, 1, c, c), Mat::new(s, 1, c));
+                        dp.all_gather(&mut all, 0, c, Label::op("checkpoint.gather"));
+                        let mut full = be.alloc(info.len);
+                        be.copy(MatMut::new(&mut full, 1, info.len), Mat::new(&all, 1, info.len));
+                        full
+                    })
+                    .collect()
+            };
+            (gather(&z.m), gather(&z.v))
+        }
+    }
+}
+
+/// Whole canonical tensors of the run on global rank 0 (None elsewhere). Every rank calls it.
+pub fn gather_run<B: Backend>(
+    model: &Model<B>,
+    opt: &Optimizer<B>,
+    g: &Groups<B>,
+    dp_rank: usize,
+) -> Result<Option<Tensors>> {
+    let (m, v) = full_moments(model, opt, g.dp);
+    let mine = gather_with(model, &m, &v, g.tp)?;
+    let l = model.layout;
+    if dp_rank != 0 || l.rank != 0 {
+        return Ok(None);
+    }
+    if l.stages == 1 {
+        return Ok(Some(mine));
+    }
+    let be = &model.be;
+    let label = Label::op("checkpoint.stage");
+    if l.stage > 0 {
+        for (_, _, data) in mine.weights.iter().chain(&mine.moments) {
+            let mut buf = be.alloc(data.len());
+            be.write_mat(MatMut::new(&mut buf, 1, data.len()), data);
+            g.pp.send(&buf, 0, data.len(), 0, label);
+        }
+        return Ok(None);
+    }
+    let mut all = mine;
+    for s in 1..l.stages {
+        let pieces = layout_pieces(&model.cfg, Layout { rank: 0, stage: s, ..l })?;
+        let recv = |prefix: &str| -> Vec<(String, Vec<usize>, Vec<f32>)> {
+            pieces
+                .iter()
+                .map(|p| {
+                    let n: usize = p.shape.iter().product();
+                    let mut buf = be.alloc(n);
+                    g.pp.recv(&mut buf, 0, n, s, label);
+                    (format!("{prefix}{}", p.name), p.shape.clone(), be.read_mat(Mat::new(&buf, 1, n)))
+                })
+                .collect()
+        };
+        let w = recv("");
+        let mut mo = recv("m.");
+        mo.extend(recv("v."));
+        // A tied table appears on both end stages: keep the first stage's.
+        for t in w {
+            if !all.weights.iter().any(|x| x.0 == t.0) {
+                all.weights.push(t);
+            }
+        }
+        for t in mo {
+            if !all.moments.iter().any(|x| x.0 == t.0) {
+                all.moments.push(t);
+            }
+        }
+    }
+    Ok(Some(all))
+}
+
+/// Load a checkpoint into this rank's model and optimizer (any layout; ZeRO-1 takes its
+/// shard of the moments).
+pub fn load_run<B: Backend>(ck: &Checkpoint, model: &mut Model<B>, opt: &mut Optimizer<B>) -> Result<()> {
+    ck.load_model(model)?;
+    match opt {
+        Optimizer::Replicated(a) => ck.load_optim(model, a)?,
+        Optimizer::Zero1(z) => {
+            let be = &model.be;
+            let mut m: Vec<B::Buf> = model.store.bufs.iter().map(|b| be.alloc(b.len)).collect();
+            let mut v: Vec<B::Buf> = model.store.bufs.iter().map(|b| be.alloc(b.len)).collect();
+            ck.load_moments(model, &mut m, &mut v)?;
+            for (i, info) in model.store.bufs.iter().enumerate() {
+                let own = z.owned(i, info.len);
+                let k = own.len();
+                be.copy(MatMut::new(&mut z.m[i], 1, k), Mat::at(&m[i], own.start, 1, k, k));
+                be.copy(MatMut::new(&mut z.v[i], 1, k), Mat::at(&v[i], own.start, 1, k, k));
+            }
+            z.step = ck.meta.step;
+        }
+    }
+    Ok(())
+}
