@@ -35,6 +35,9 @@ pub struct TrainArgs {
     /// No progress bar or log lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Failure testing: make global rank RANK fail at step STEP (`RANK:STEP`).
+    #[arg(long, value_name = "RANK:STEP", hide = true)]
+    pub inject_fault: Option<String>,
 }
 
 /// Build the global compute pool with `train.threads` threads (0: one per core).
@@ -64,7 +67,14 @@ pub fn train(a: &TrainArgs) -> Result<()> {
         }
     };
     set_threads(cfg.train.threads);
-    boost_train::trainer::train_launched(cfg, TrainOptions { resume, quiet: a.quiet })?;
+    let fault = match &a.inject_fault {
+        None => None,
+        Some(s) => {
+            let (r, st) = s.split_once(':').context("--inject-fault takes RANK:STEP")?;
+            Some((r.parse()?, st.parse()?))
+        }
+    };
+    boost_train::trainer::train_launched(cfg, TrainOptions { resume, quiet: a.quiet, fault })?;
     Ok(())
 }
 

@@ -330,10 +330,13 @@ pub fn prepare(cfg: &boost_config::DataConfig) -> Result<Dataset> {
     if Dataset::is_complete(dir) {
         let ds = Dataset::open(dir)?;
         let m = &ds.meta;
-        if m.tokenizer != cfg.tokenizer
-            || (cfg.tokenizer == "bpe" && m.vocab_size as usize != cfg.vocab_size)
-            || m.split_seed != cfg.seed
-            || m.val_fraction != cfg.val_fraction
+        // Only a built-in corpus is rebuilt from these keys; a dataset made with `boost data`
+        // carries its own settings.
+        if cfg.corpus != "none"
+            && (m.tokenizer != cfg.tokenizer
+                || (cfg.tokenizer == "bpe" && m.vocab_size as usize != cfg.vocab_size)
+                || m.split_seed != cfg.seed
+                || m.val_fraction != cfg.val_fraction)
         {
             eprintln!(
                 "data: note: {} was built with tokenizer {}, vocabulary {}, val_fraction {}, seed {}; \

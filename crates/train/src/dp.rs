@@ -57,6 +57,12 @@ impl<B: Backend> Zero1<B> {
         }
     }
 
+    /// The staging buffer of buffer `i`: after `sync_grads`, its elements `owned(i)` (at the
+    /// same indices as in the parameter buffer) hold the summed gradient of this shard.
+    pub fn shard_grads(&self, i: usize) -> &B::Buf {
+        &self.stage[i]
+    }
+
     /// Elements of buffer `i` this replica owns (the last chunk may be short or empty).
     pub fn owned(&self, i: usize, len: usize) -> std::ops::Range<usize> {
         let c = self.chunk[i];

@@ -27,6 +27,8 @@ pub struct TrainOptions {
     pub resume: Option<PathBuf>,
     /// No progress bar and no log lines (tests).
     pub quiet: bool,
+    /// Fault injection for failure tests: (global rank, step) at which that rank fails.
+    pub fault: Option<(usize, u64)>,
 }
 
 /// What a finished run reports.
@@ -233,6 +235,9 @@ impl RankCtx<'_> {
         let start = Instant::now();
         let tokens_at_start = tokens;
         while step < steps {
+            if self.opts.fault == Some((rank, step)) {
+                bail!("injected fault at step {step}");
+            }
             let t0 = Instant::now();
             let out = if world == 1 {
                 // Inside the compute pool: parallel kernels then queue their jobs locally,

@@ -10,7 +10,9 @@ use std::fs;
 fn truncated_missing_and_mismatched_checkpoints_are_reported() {
     let root = tempfile::tempdir().unwrap();
     common::build_dataset(&root.path().join("data"));
-    let s = train(common::config(root.path(), &["train.steps=3"]), TrainOptions { resume: None, quiet: true }).unwrap();
+    let s =
+        train(common::config(root.path(), &["train.steps=3"]), TrainOptions { resume: None, quiet: true, fault: None })
+            .unwrap();
     let good = s.last_checkpoint.unwrap();
 
     let copy = |name: &str| {

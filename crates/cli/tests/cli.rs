@@ -1,0 +1,70 @@
+//! The `boost` commands end to end: data → train → eval → export, resume, and the errors a
+//! user sees for bad input (exit code 1, a message naming the key or file; never a panic).
+
+mod common;
+
+use common::*;
+
+#[test]
+fn data_train_resume_eval_export() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    let out = run(boost().arg("train").args(tiny(&data, &run_dir, &[])).arg("--quiet"));
+    assert!(out.stderr.is_empty(), "--quiet prints nothing");
+    let losses = losses(&run_dir);
+    assert_eq!(losses.len(), 4);
+    let m: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap().lines().next().unwrap())
+            .unwrap();
+    for key in ["step", "loss", "lr", "grad_norm", "tokens_per_sec"] {
+        assert!(m.get(key).is_some(), "metrics.jsonl has {key}");
+    }
+
+    // A second run into the same directory is refused; --resume continues it.
+    let again = boost().arg("train").args(tiny(&data, &run_dir, &[])).arg("--quiet").output().unwrap();
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--resume"));
+    run(boost().arg("train").args(tiny(&data, &run_dir, &["train.steps=6"])).args(["--quiet", "--resume"]));
+    assert_eq!(common::losses(&run_dir).len(), 6);
+
+    let ck = run_dir.join("checkpoints/step-00000006");
+    let out = run(boost().args(["eval", "--checkpoint"]).arg(&ck));
+    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        rep["loss"].as_f64().unwrap() > 0.0
+            && (rep["ppl"].as_f64().unwrap() - rep["loss"].as_f64().unwrap().exp()).abs() < 1e-6
+    );
+    let text = root.path().join("doc0.txt");
+    let out = run(boost().args(["eval", "--checkpoint"]).arg(&ck).arg("--text").arg(&text));
+    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(rep["tokens"].as_u64().unwrap() > 10);
+
+    let export = root.path().join("hf");
+    run(boost().args(["export", "--checkpoint"]).arg(&ck).arg("--out").arg(&export));
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        assert!(export.join(f).is_file(), "export has {f}");
+    }
+}
+
+#[test]
+fn bad_input_names_the_problem() {
+    let root = tempfile::tempdir().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["train", "--set", "model.heads=5"], "model.heads"),
+        (&["train", "--set", "train.stepz=3"], "stepz"),
+        (&["train", "--set", "parallel.tp=3", "--set", "model.preset=cola-60m"], "parallel.tp"),
+        (&["train", "--set", "model.arch=full", "--set", "train.recompute=lowrank"], "train.recompute"),
+        (&["train", "--set", "parallel.pp=2", "--set", "train.accumulation=1"], "train.accumulation"),
+        (&["train", "--set", "data.corpus=none", "--set", "data.dir=/nonexistent/x"], "data.dir"),
+        (&["eval", "--checkpoint", "/nonexistent/ck"], "/nonexistent/ck"),
+        (&["train", "--config", "/nonexistent/c.toml"], "/nonexistent/c.toml"),
+    ];
+    for (args, want) in cases {
+        let out = boost().args(*args).current_dir(root.path()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: error does not name {want}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: panicked: {err}");
+    }
+}

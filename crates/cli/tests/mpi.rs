@@ -1,0 +1,61 @@
+//! `mpirun -np N boost train …` runs one rank per process with the in-process backend's
+//! results, and a failing rank stops every process with its rank named. Needs the `mpi`
+//! feature and `mpirun`; skipped with a message otherwise.
+#![cfg(feature = "mpi")]
+
+mod common;
+
+use common::*;
+use std::process::Command;
+use std::time::Instant;
+
+fn mpirun(np: usize) -> Option<Command> {
+    let ok = Command::new("mpirun").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
+    if !ok {
+        eprintln!("mpirun is not available: skipping");
+        return None;
+    }
+    let mut c = Command::new("mpirun");
+    c.args(["--oversubscribe", "--allow-run-as-root", "-np", &np.to_string()])
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .arg(env!("CARGO_BIN_EXE_boost"));
+    Some(c)
+}
+
+#[test]
+fn four_processes_match_the_in_process_run() {
+    let Some(mut mpi) = mpirun(4) else { return };
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let grid = ["parallel.tp=2", "parallel.pp=2", "train.accumulation=2"];
+    let (a, b) = (root.path().join("in-process"), root.path().join("mpi"));
+    run(boost().arg("train").args(tiny(&data, &a, &grid)).arg("--quiet"));
+    run(mpi.arg("train").args(tiny(&data, &b, &grid)).arg("--quiet"));
+    let (la, lb) = (losses(&a), losses(&b));
+    assert_eq!(la.len(), lb.len());
+    // Two-rank sums are exact in any order, so the runs agree to the bit.
+    for (x, y) in la.iter().zip(&lb) {
+        assert_eq!(x.to_bits(), y.to_bits(), "in-process {la:?} vs mpi {lb:?}");
+    }
+    assert!(b.join("checkpoints/step-00000004/model.safetensors").is_file());
+}
+
+#[test]
+fn a_failing_process_stops_the_others_and_is_named() {
+    let Some(mut mpi) = mpirun(4) else { return };
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let t0 = Instant::now();
+    let out = mpi
+        .arg("train")
+        .args(tiny(&data, &root.path().join("fail"), &["parallel.tp=2", "parallel.pp=2", "train.accumulation=2"]))
+        .args(["--quiet", "--inject-fault", "3:1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("rank 3") && err.contains("injected fault at step 1"), "{err}");
+    assert!(t0.elapsed().as_secs() < 60, "took {:?}", t0.elapsed());
+}
