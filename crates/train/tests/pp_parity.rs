@@ -70,7 +70,7 @@ fn run(cfg: &Config, kind: PipeSchedule, policy: Recompute) -> Vec<Out> {
             .store
             .pieces
             .iter()
-            .filter_map(|p| {
+            .map(|p| {
                 let grads = match &opt {
                     Optimizer::Replicated(_) => m.be.read_mat(p.slot.of(&m.store.grads)),
                     // ZeRO-1: only this replica's shard of each buffer holds the summed
@@ -91,7 +91,7 @@ fn run(cfg: &Config, kind: PipeSchedule, policy: Recompute) -> Vec<Out> {
                         out
                     }
                 };
-                Some((p.clone(), grads))
+                (p.clone(), grads)
             })
             .collect();
         // The loss of each replica's last stage (tp rank 0), summed by the caller.
