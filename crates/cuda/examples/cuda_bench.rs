@@ -1,0 +1,156 @@
+//! Training-step benchmark of the model on the CUDA backend, printing one JSON line shaped
+//! like bench/torch_peer_cuda.py's, so the two can be compared on one GPU:
+//!
+//! ```text
+//! cargo run --release -p boost-cuda --features cuda --example cuda_bench -- \
+//!     --arch cola --d 512 --d-ff 1376 --layers 8 --heads 8 --rank 128 --vocab 8192 \
+//!     --seq 256 --micro-batch 8 [--kv-heads K] [--dtype bf16|fp32] [--warmup 3] [--rounds 10]
+//! python3 bench/torch_peer_cuda.py --device cuda --dtype bf16 <the same shape flags> --json
+//! ```
+//!
+//! A step is zero grads, forward/backward of one fixed random micro-batch, the global
+//! gradient norm and AdamW; each is timed from a device synchronize to the next.
+//! `--emulate` runs on the kernel emulator (feature `emulate`): a smoke test, not a timing.
+
+#[cfg(not(any(feature = "cuda", feature = "emulate")))]
+fn main() {
+    eprintln!("cuda_bench needs --features cuda (or emulate)");
+    std::process::exit(2);
+}
+
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+fn main() {
+    if let Err(e) = bench::run() {
+        eprintln!("cuda_bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+mod bench {
+    use boost_config::{Arch, ModelConfig};
+    use boost_cuda::{Cuda, Precision};
+    use boost_model::{Batch, Layout, Model};
+    use boost_tensor::{AdamStep, Backend, Mat, Solo};
+    use std::collections::HashMap;
+    use std::time::Instant;
+
+    fn backend(emulate: bool, ordinal: usize, prec: Precision) -> Result<Cuda, String> {
+        #[cfg(feature = "emulate")]
+        if emulate {
+            return Ok(Cuda::emulated(prec));
+        }
+        #[cfg(feature = "cuda")]
+        if !emulate {
+            return Cuda::new(ordinal, prec);
+        }
+        let _ = (ordinal, prec);
+        Err(format!("this build has no {} backend", if emulate { "emulator" } else { "GPU" }))
+    }
+
+    pub fn run() -> Result<(), String> {
+        let mut a: HashMap<String, String> = HashMap::new();
+        let mut it = std::env::args().skip(1);
+        let mut emulate = false;
+        while let Some(k) = it.next() {
+            if k == "--emulate" {
+                emulate = true;
+                continue;
+            }
+            let key = k.strip_prefix("--").ok_or(format!("unexpected argument {k}"))?.to_string();
+            a.insert(key, it.next().ok_or(format!("{k} needs a value"))?);
+        }
+        let num = |k: &str, d: Option<usize>| -> Result<usize, String> {
+            match a.get(k) {
+                Some(v) => v.parse().map_err(|_| format!("--{k} {v}: not a number")),
+                None => d.ok_or(format!("--{k} is required")),
+            }
+        };
+        let mut cfg = ModelConfig::preset("demo").map_err(|e| e.to_string())?;
+        cfg.arch = match a.get("arch").map(String::as_str).unwrap_or("cola") {
+            "full" => Arch::Full,
+            "svd" => Arch::Svd,
+            "cola" => Arch::Cola,
+            "lax" => Arch::Lax,
+            x => return Err(format!("--arch {x}: full, svd, cola or lax")),
+        };
+        cfg.d = num("d", None)?;
+        cfg.d_ff = num("d-ff", None)?;
+        cfg.layers = num("layers", None)?;
+        cfg.heads = num("heads", None)?;
+        cfg.kv_heads = Some(num("kv-heads", Some(cfg.heads))?);
+        cfg.rank = num("rank", Some(cfg.rank))?;
+        cfg.vocab = num("vocab", None)?;
+        cfg.only_lr_act = num("only-lr-act", Some(0))? == 1;
+        cfg.validate().map_err(|e| e.to_string())?;
+        let (seq, mb) = (num("seq", None)?, num("micro-batch", None)?);
+        let (warmup, rounds) = (num("warmup", Some(3))?, num("rounds", Some(10))?);
+        let prec = match a.get("dtype").map(String::as_str).unwrap_or("bf16") {
+            "bf16" => Precision::Bf16,
+            "fp32" => Precision::F32,
+            x => return Err(format!("--dtype {x}: bf16 or fp32")),
+        };
+        let be = backend(emulate, num("device", Some(0))?, prec)?;
+        let mut model = Model::new(be.clone(), &cfg, Layout::single(&cfg), 1).map_err(|e| e.to_string())?;
+        let mut m: Vec<_> = model.store.bufs.iter().map(|b| be.alloc(b.len)).collect();
+        let mut v: Vec<_> = model.store.bufs.iter().map(|b| be.alloc(b.len)).collect();
+        let t = seq * mb;
+        let mut s = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % cfg.vocab as u64) as u32
+        };
+        let ids: Vec<u32> = (0..t).map(|_| next()).collect();
+        let targets: Vec<u32> = (0..t).map(|_| next()).collect();
+        let mut times = Vec::new();
+        let mut loss = 0.0;
+        for step in 0..warmup + rounds {
+            be.sync();
+            let t0 = Instant::now();
+            model.store.zero_grads(&model.be);
+            let b = Batch { ids: &ids, targets: &targets, batch: mb, seq };
+            let l = model.forward_backward(&Solo, &b, 1.0 / t as f64);
+            let st = &mut model.store;
+            let sq: f64 = st.grads.iter().zip(&st.bufs).map(|(g, i)| be.sumsq(Mat::new(g, 1, i.len))).sum();
+            let k = (step + 1) as i32;
+            let adam = AdamStep {
+                lr: 1e-3,
+                beta1: 0.9,
+                beta2: 0.999,
+                eps: 1e-8,
+                weight_decay: 0.01,
+                bias_corr1: 1.0 - 0.9f64.powi(k),
+                bias_corr2: 1.0 - 0.999f64.powi(k),
+                grad_scale: (1.0 / (sq.sqrt() + 1e-6)).min(1.0),
+            };
+            for i in 0..st.bufs.len() {
+                let (len, decay) = (st.bufs[i].len, st.bufs[i].decay);
+                be.adamw(&mut st.values[i], &st.grads[i], &mut m[i], &mut v[i], 0, len, &adam, decay);
+            }
+            be.sync();
+            let dt = t0.elapsed().as_secs_f64();
+            loss = l.sum / l.tokens as f64;
+            eprintln!("{} {step}: {:.2} ms, loss {loss:.4}", if step < warmup { "warmup" } else { "step" }, dt * 1e3);
+            if step >= warmup {
+                times.push(dt);
+            }
+        }
+        let mut sorted = times.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        println!(
+            "{{\"step_time_s\": {median}, \"step_times_s\": {times:?}, \"step_time_min_s\": {}, \"tokens_per_sec\": {}, \
+             \"tokens_per_step\": {t}, \"device\": \"{}\", \"backend\": \"{}\", \"kernels\": \"{}\", \"params\": {}, \
+             \"last_loss\": {loss}}}",
+            sorted[0],
+            t as f64 / median,
+            be.info().name,
+            be.name(),
+            be.kernel_source(),
+            model.store.global_len()
+        );
+        Ok(())
+    }
+}

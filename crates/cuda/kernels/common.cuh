@@ -1,0 +1,133 @@
+// Shared definitions of every kernel file: the parameter block, typed views and fixed-order
+// block reductions. Every kernel takes one `P` by value; its doc comment says which slots
+// hold what. Views are fp32 or bf16 (stored as raw 16-bit words, so no CUDA header is
+// needed and NVRTC compiles these files as they are).
+#pragma once
+
+#ifdef BOOST_EMU
+#include "emu.h"
+#endif
+
+typedef unsigned short bf16_t;
+
+// A row-major view: element (i, j) at p + (i * ld + j) elements; bf != 0 means bf16.
+struct Tv {
+    unsigned long long p;
+    long long ld;
+    int bf;
+    int pad;
+};
+
+// The one parameter of every kernel: views, integers, reals.
+struct P {
+    Tv v[6];
+    long long n[6];
+    double f[10];
+};
+
+#ifndef KERNEL
+#define KERNEL(name) extern "C" __global__ void name(const P p)
+#endif
+
+// Threads per block of the row kernels (one block per row) and full reductions.
+#define NT 256
+// Column reductions: blocks of CR_X columns × CR_Y row lanes.
+#define CR_X 32
+#define CR_Y 8
+
+__device__ __forceinline__ float bf2f(bf16_t h) { return __uint_as_float(((unsigned)h) << 16); }
+
+// Round to nearest even; NaN stays NaN.
+__device__ __forceinline__ bf16_t f2bf(float f) {
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16_t)(u >> 16);
+}
+
+__device__ __forceinline__ float ld(const Tv& v, long long i, long long j) {
+    long long k = i * v.ld + j;
+    return v.bf ? bf2f(((const bf16_t*)v.p)[k]) : ((const float*)v.p)[k];
+}
+
+__device__ __forceinline__ void st(const Tv& v, long long i, long long j, float x) {
+    long long k = i * v.ld + j;
+    if (v.bf)
+        ((bf16_t*)v.p)[k] = f2bf(x);
+    else
+        ((float*)v.p)[k] = x;
+}
+
+// Token ids live in a u32 array passed as a view's pointer.
+__device__ __forceinline__ unsigned id_at(const Tv& v, long long i) { return ((const unsigned*)v.p)[i]; }
+
+#define IGNORE_ID 0xffffffffu
+
+// −∞ without a math header.
+#define NEG_INF __uint_as_float(0xff800000u)
+
+__device__ __forceinline__ long long gtid() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
+__device__ __forceinline__ long long gthreads() { return (long long)gridDim.x * blockDim.x; }
+
+// Sum over the NT threads of a block, in a fixed tree order; every thread gets the result.
+__device__ __forceinline__ float block_sum(float x, float* sh) {
+    sh[threadIdx.x] = x;
+    __syncthreads();
+    for (int s = NT / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ double block_sum_d(double x, double* sh) {
+    sh[threadIdx.x] = x;
+    __syncthreads();
+    for (int s = NT / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ float block_max(float x, float* sh) {
+    sh[threadIdx.x] = x;
+    __syncthreads();
+    for (int s = NT / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// out[0, j] += Σ_i f(i, j) for j < cols: CR_Y lanes each walk every CR_Y-th row in order,
+// then one thread adds the CR_Y partials in lane order. Launch: grid.x = ⌈cols / CR_X⌉,
+// block = (CR_X, CR_Y).
+template <typename F>
+__device__ __forceinline__ void col_reduce(const Tv& out, long long rows, long long cols, F f) {
+    __shared__ float sh[CR_Y][CR_X];
+    long long j = (long long)blockIdx.x * CR_X + threadIdx.x;
+    float acc = 0.0f;
+    if (j < cols)
+        for (long long i = threadIdx.y; i < rows; i += CR_Y) acc += f(i, j);
+    sh[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < cols) {
+        float t = 0.0f;
+        for (int k = 0; k < CR_Y; k++) t += sh[k][threadIdx.x];
+        st(out, 0, j, ld(out, 0, j) + t);
+    }
+}
+
+// Grid-stride loop over the elements (i, j) of a rows × cols view.
+#define FOR_EACH(rows, cols)                                                  \
+    for (long long e = gtid(), n_ = (rows) * (cols); e < n_; e += gthreads()) \
+        for (long long i = e / (cols), j = e % (cols), once_ = 1; once_; once_ = 0)

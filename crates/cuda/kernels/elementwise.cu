@@ -1,0 +1,47 @@
+// Elementwise kernels over a rows × cols view, one grid-stride loop each.
+// n[0] = rows, n[1] = cols in every kernel here.
+#include "common.cuh"
+
+
+// v0 = x; x = f0.
+KERNEL(k_fill) {
+    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, (float)p.f[0]);
+}
+
+// v0 = dst, v1 = src (dtypes may differ: this is also the fp32 ↔ bf16 cast).
+KERNEL(k_copy) {
+    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, ld(p.v[1], i, j));
+}
+
+// v0 = dst, v1 = src; dst += f0 · src.
+KERNEL(k_axpy) {
+    float a = (float)p.f[0];
+    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, ld(p.v[0], i, j) + a * ld(p.v[1], i, j));
+}
+
+// v0 = x; x *= f0.
+KERNEL(k_scale) {
+    float s = (float)p.f[0];
+    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, ld(p.v[0], i, j) * s);
+}
+
+// v0 = x, v1 = row (rows × 1); x[i, j] *= row[i].
+KERNEL(k_mul_rows) {
+    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, ld(p.v[0], i, j) * ld(p.v[1], i, 0));
+}
+
+// v0 = y, v1 = x, v2 = col (1 × cols); y[i, j] = x[i, j] · col[j].
+KERNEL(k_mul_cols) {
+    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, ld(p.v[1], i, j) * ld(p.v[2], 0, j));
+}
+
+// v0 = y, v1 = b (1 × cols); y[i, j] += b[j].
+KERNEL(k_add_bias) {
+    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, ld(p.v[0], i, j) + ld(p.v[1], 0, j));
+}
+
+// v0 = db (1 × cols), v1 = dy; db[j] += Σ_i dy[i, j]. Column-reduction launch.
+KERNEL(k_bias_grad) {
+    Tv dy = p.v[1];
+    col_reduce(p.v[0], p.n[0], p.n[1], [&](long long i, long long j) { return ld(dy, i, j); });
+}

@@ -1,0 +1,58 @@
+// RMSNorm building blocks: plain, over a hidden shard (sync statistics) and the online
+// norm's backward. Statistics and accumulation in fp32. n[0] = rows, n[1] = cols.
+#include "common.cuh"
+
+// v0 = s (rows × cols); n[2] = feature count n; f[0] = eps. s ← 1/√(s/n + eps).
+KERNEL(k_rstd_from_sumsq) {
+    float inv_n = (float)(1.0 / (double)p.n[2]), eps = (float)p.f[0];
+    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, 1.0f / sqrtf(ld(p.v[0], i, j) * inv_n + eps));
+}
+
+// v0 = y, v1 = x, v2 = gamma (1 × cols), v3 = rstd (rows × 1); y = x · rstd[i] · gamma[j].
+KERNEL(k_rmsnorm_apply) {
+    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, ld(p.v[1], i, j) * ld(p.v[3], i, 0) * ld(p.v[2], 0, j));
+}
+
+// v0 = dot (rows × 1), v1 = dy, v2 = x, v3 = gamma; dot[i] = Σ_j dy·x·gamma. One block per row.
+KERNEL(k_rmsnorm_bwd_dot) {
+    __shared__ float sh[NT];
+    long long i = blockIdx.x, cols = p.n[1];
+    float acc = 0.0f;
+    for (long long j = threadIdx.x; j < cols; j += NT)
+        acc += ld(p.v[1], i, j) * ld(p.v[2], i, j) * ld(p.v[3], 0, j);
+    float s = block_sum(acc, sh);
+    if (threadIdx.x == 0) st(p.v[0], i, 0, s);
+}
+
+// v0 = dx, v1 = dy, v2 = x, v3 = gamma, v4 = rstd, v5 = dot; n[2] = n; n[3] = accumulate.
+// dx (+)= rstd·gamma·dy − x·rstd³·dot/n.
+KERNEL(k_rmsnorm_bwd_dx) {
+    float inv_n = (float)(1.0 / (double)p.n[2]);
+    FOR_EACH(p.n[0], p.n[1]) {
+        float r = ld(p.v[4], i, 0);
+        float c = ld(p.v[5], i, 0) * r * r * r * inv_n;
+        float v = r * ld(p.v[3], 0, j) * ld(p.v[1], i, j) - ld(p.v[2], i, j) * c;
+        st(p.v[0], i, j, p.n[3] ? ld(p.v[0], i, j) + v : v);
+    }
+}
+
+// v0 = dgamma (1 × cols), v1 = dy, v2 = x, v3 = rstd; dgamma += Σ_i dy·x·rstd[i].
+KERNEL(k_rmsnorm_dgamma) {
+    Tv dy = p.v[1], x = p.v[2], r = p.v[3];
+    col_reduce(p.v[0], p.n[0], p.n[1], [&](long long i, long long j) { return ld(dy, i, j) * ld(x, i, j) * ld(r, i, 0); });
+}
+
+// v0 = dx, v1 = g, v2 = x, v3 = gamma, v4 = ds (rows × 1); n[3] = accumulate.
+// dx (+)= gamma·g + 2·ds[i]·x.
+KERNEL(k_online_norm_bwd_dx) {
+    FOR_EACH(p.n[0], p.n[1]) {
+        float v = ld(p.v[3], 0, j) * ld(p.v[1], i, j) + 2.0f * ld(p.v[4], i, 0) * ld(p.v[2], i, j);
+        st(p.v[0], i, j, p.n[3] ? ld(p.v[0], i, j) + v : v);
+    }
+}
+
+// v0 = dgamma (1 × cols), v1 = x, v2 = g; dgamma += Σ_i x·g.
+KERNEL(k_online_norm_dgamma) {
+    Tv x = p.v[1], g = p.v[2];
+    col_reduce(p.v[0], p.n[0], p.n[1], [&](long long i, long long j) { return ld(x, i, j) * ld(g, i, j); });
+}

@@ -1,0 +1,330 @@
+//! [`NcclGroup`]: NCCL collectives on the backend's stream, implementing
+//! [`Collective<Cuda>`], and the rendezvous that gives every rank the NCCL unique id.
+//!
+//! NCCL needs one GPU per rank: two ranks on one GPU are refused, so on a one-GPU machine
+//! only groups of one rank run. A group's calls must come from the thread that owns its
+//! rank (as with every `Collective`).
+
+use crate::backend::Cuda;
+use crate::buf::{CudaBuf, DType};
+use crate::cuda_dev::CudaDev;
+use boost_tensor::{Collective, DeviceBuf, Label, ReduceOp};
+use cudarc::driver::CudaStream;
+use cudarc::nccl::{result as nr, sys as ns};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How the ranks of a new group learn NCCL's unique id (created by rank 0).
+#[derive(Debug, Clone)]
+pub enum Rendezvous {
+    /// Rank 0 writes the id to this file (a temporary file, then a rename); the others wait
+    /// for it. Use a fresh path per run on a file system every rank sees.
+    File(PathBuf),
+    /// Rank 0 listens on this address and sends the id to each of the other ranks.
+    Tcp(SocketAddr),
+    /// The id itself, from [`NcclGroup::unique_id`] on one rank, carried by any other
+    /// channel (an MPI broadcast, or shared memory between threads).
+    Id([u8; 128]),
+}
+
+/// Magic bytes that open a TCP rendezvous message.
+const MAGIC: &[u8; 8] = b"BOOSTNCL";
+
+/// One rank's NCCL communicator, queuing collectives on its backend's stream.
+pub struct NcclGroup {
+    comm: ns::ncclComm_t,
+    be: Cuda,
+    stream: Arc<CudaStream>,
+    rank: usize,
+    size: usize,
+    one: CudaBuf,
+}
+
+// SAFETY: the communicator is used by the thread that owns the rank; NCCL calls on one
+// communicator are not made concurrently by this type's users (the `Collective` contract).
+unsafe impl Send for NcclGroup {}
+unsafe impl Sync for NcclGroup {}
+
+impl Drop for NcclGroup {
+    fn drop(&mut self) {
+        let _ = self.stream.synchronize();
+        // SAFETY: the communicator is valid and no longer used.
+        unsafe {
+            let _ = nr::comm_destroy(self.comm);
+        }
+    }
+}
+
+fn nccl_loaded() -> Result<(), String> {
+    // SAFETY: only tries to open the library.
+    if unsafe { ns::is_culib_present() } {
+        Ok(())
+    } else {
+        Err("NCCL could not be loaded (looked for libnccl.so and libnccl.so.<cuda major>); pip's \
+             nvidia-nccl-cu13 ships lib/libnccl.so.2 only: link it as libnccl.so in a folder on LD_LIBRARY_PATH"
+            .to_string())
+    }
+}
+
+fn stream_of(be: &Cuda) -> Result<Arc<CudaStream>, String> {
+    be.dev()
+        .as_any()
+        .downcast_ref::<CudaDev>()
+        .map(|d| d.stream.clone())
+        .ok_or_else(|| "NCCL needs a GPU backend (Cuda::new), not the emulator".to_string())
+}
+
+fn dtype(b: &CudaBuf) -> ns::ncclDataType_t {
+    match b.dtype() {
+        DType::F32 => ns::ncclDataType_t::ncclFloat32,
+        DType::Bf16 => ns::ncclDataType_t::ncclBfloat16,
+    }
+}
+
+impl NcclGroup {
+    /// A fresh NCCL unique id (call on one rank, send to the others).
+    pub fn unique_id() -> Result<[u8; 128], String> {
+        nccl_loaded()?;
+        let id = nr::get_uniqueid().map_err(|e| format!("ncclGetUniqueId: {e:?}"))?;
+        Ok(id.internal.map(|c| c as u8))
+    }
+
+    /// Join group `rank` of `size` on `be`'s GPU, learning the id through `rv`; waits at
+    /// most `timeout` for the rendezvous (NCCL's own initialisation then waits for every
+    /// rank).
+    pub fn new(be: &Cuda, rank: usize, size: usize, rv: Rendezvous, timeout: Duration) -> Result<Self, String> {
+        assert!(rank < size, "NCCL rank {rank} of a group of {size}");
+        nccl_loaded()?;
+        let stream = stream_of(be)?;
+        let id = rv.exchange(rank, size, timeout, NcclGroup::unique_id)?;
+        let uid = ns::ncclUniqueId { internal: id.map(|b| b as _) };
+        stream.context().bind_to_thread().map_err(|e| format!("binding the CUDA context: {e:?}"))?;
+        let mut comm = std::ptr::null_mut();
+        // SAFETY: `comm` receives the new communicator.
+        unsafe { nr::comm_init_rank(&mut comm, size as i32, uid, rank as i32) }
+            .map_err(|e| format!("ncclCommInitRank (rank {rank} of {size}): {e:?}"))?;
+        Ok(Self { comm, be: be.clone(), stream, rank, size, one: be.alloc_dtype(1, DType::F32, false) })
+    }
+
+    /// The group of the ranks that pass the same `color`, ordered by `key`
+    /// (`ncclCommSplit`; every rank of this group must call it).
+    pub fn split(&self, color: usize, key: usize) -> Result<Self, String> {
+        let mut comm = std::ptr::null_mut();
+        // SAFETY: a valid communicator; a null config inherits this one's.
+        unsafe { ns::ncclCommSplit(self.comm, color as i32, key as i32, &mut comm, std::ptr::null_mut()) }
+            .result()
+            .map_err(|e| format!("ncclCommSplit: {e:?}"))?;
+        let (mut n, mut r) = (0, 0);
+        // SAFETY: a valid communicator.
+        unsafe {
+            ns::ncclCommCount(comm, &mut n).result().map_err(|e| format!("{e:?}"))?;
+            ns::ncclCommUserRank(comm, &mut r).result().map_err(|e| format!("{e:?}"))?;
+        }
+        let be = self.be.clone();
+        let one = be.alloc_dtype(1, DType::F32, false);
+        Ok(Self { comm, be, stream: self.stream.clone(), rank: r as usize, size: n as usize, one })
+    }
+
+    fn raw_stream(&self) -> ns::cudaStream_t {
+        self.stream.cu_stream() as ns::cudaStream_t
+    }
+
+    fn ok(&self, what: &str, label: Label, r: Result<nr::NcclStatus, nr::NcclError>) {
+        if let Err(e) = r {
+            panic!("NCCL {what} at {label} failed on rank {} of {}: {e:?}", self.rank, self.size);
+        }
+    }
+
+    fn range(&self, buf: &CudaBuf, off: usize, n: usize, what: &str) {
+        assert!(off + n <= buf.len(), "NCCL {what}: range {off}..{} past a buffer of {}", off + n, buf.len());
+    }
+}
+
+impl Collective<Cuda> for NcclGroup {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.size
+    }
+    fn all_reduce(&self, buf: &mut CudaBuf, off: usize, n: usize, op: ReduceOp, label: Label) {
+        self.range(buf, off, n, "all_reduce");
+        let op = match op {
+            ReduceOp::Sum => ns::ncclRedOp_t::ncclSum,
+            ReduceOp::Max => ns::ncclRedOp_t::ncclMax,
+        };
+        let p = buf.ptr(off) as *mut std::ffi::c_void;
+        // SAFETY: in place over a checked range of a live buffer, on the backend's stream.
+        let r = unsafe { nr::all_reduce(p, p, n, dtype(buf), op, self.comm, self.raw_stream()) };
+        self.ok("all_reduce", label, r);
+        self.be.resync(buf, off, 1, n, n);
+    }
+    fn all_gather(&self, buf: &mut CudaBuf, off: usize, n: usize, label: Label) {
+        self.range(buf, off, self.size * n, "all_gather");
+        let recv = buf.ptr(off) as *mut std::ffi::c_void;
+        let send = buf.ptr(off + self.rank * n) as *const std::ffi::c_void;
+        // SAFETY: NCCL's in-place form (send = recv + rank·n).
+        let r = unsafe { nr::all_gather(send, recv, n, dtype(buf), self.comm, self.raw_stream()) };
+        self.ok("all_gather", label, r);
+        self.be.resync(buf, off, 1, self.size * n, self.size * n);
+    }
+    fn reduce_scatter(&self, buf: &mut CudaBuf, off: usize, n: usize, label: Label) {
+        self.range(buf, off, self.size * n, "reduce_scatter");
+        let send = buf.ptr(off) as *const std::ffi::c_void;
+        let recv = buf.ptr(off + self.rank * n) as *mut std::ffi::c_void;
+        // SAFETY: NCCL's in-place form (recv = send + rank·n).
+        let r = unsafe {
+            nr::reduce_scatter(send, recv, n, dtype(buf), ns::ncclRedOp_t::ncclSum, self.comm, self.raw_stream())
+        };
+        self.ok("reduce_scatter", label, r);
+        self.be.resync(buf, off + self.rank * n, 1, n, n);
+    }
+    fn broadcast(&self, buf: &mut CudaBuf, off: usize, n: usize, root: usize, label: Label) {
+        self.range(buf, off, n, "broadcast");
+        let p = buf.ptr(off) as *mut std::ffi::c_void;
+        // SAFETY: in place over a checked range.
+        let r = unsafe { nr::broadcast(p, p, n, dtype(buf), root as i32, self.comm, self.raw_stream()) };
+        self.ok("broadcast", label, r);
+        self.be.resync(buf, off, 1, n, n);
+    }
+    fn send(&self, buf: &CudaBuf, off: usize, n: usize, to: usize, label: Label) {
+        self.range(buf, off, n, "send");
+        let p = buf.ptr(off) as *const std::ffi::c_void;
+        // SAFETY: a checked range of a live buffer.
+        let r = unsafe { nr::send(p, n, dtype(buf), to as i32, self.comm, self.raw_stream()) };
+        self.ok("send", label, r);
+    }
+    fn recv(&self, buf: &mut CudaBuf, off: usize, n: usize, from: usize, label: Label) {
+        self.range(buf, off, n, "recv");
+        let p = buf.ptr(off) as *mut std::ffi::c_void;
+        // SAFETY: a checked range of a live buffer.
+        let r = unsafe { nr::recv(p, n, dtype(buf), from as i32, self.comm, self.raw_stream()) };
+        self.ok("recv", label, r);
+        self.be.resync(buf, off, 1, n, n);
+    }
+    fn barrier(&self) {
+        let p = self.one.ptr(0) as *mut std::ffi::c_void;
+        // SAFETY: one element of the group's own buffer.
+        let r = unsafe {
+            nr::all_reduce(
+                p,
+                p,
+                1,
+                ns::ncclDataType_t::ncclFloat32,
+                ns::ncclRedOp_t::ncclSum,
+                self.comm,
+                self.raw_stream(),
+            )
+        };
+        self.ok("barrier", Label::op("barrier"), r);
+        if let Err(e) = self.stream.synchronize() {
+            panic!("NCCL barrier on rank {}: {e:?}", self.rank);
+        }
+    }
+}
+
+impl Rendezvous {
+    /// Rank 0 makes the id with `make_id` and hands it out; every rank returns it.
+    /// (`NcclGroup::new` passes `NcclGroup::unique_id`.)
+    pub fn exchange(
+        &self,
+        rank: usize,
+        size: usize,
+        timeout: Duration,
+        make_id: impl FnOnce() -> Result<[u8; 128], String>,
+    ) -> Result<[u8; 128], String> {
+        match self {
+            Rendezvous::Id(id) => Ok(*id),
+            Rendezvous::File(path) => file_rendezvous(path, rank, timeout, make_id),
+            Rendezvous::Tcp(addr) => tcp_rendezvous(*addr, rank, size, timeout, make_id),
+        }
+    }
+}
+
+fn file_rendezvous(
+    path: &std::path::Path,
+    rank: usize,
+    timeout: Duration,
+    make_id: impl FnOnce() -> Result<[u8; 128], String>,
+) -> Result<[u8; 128], String> {
+    if rank == 0 {
+        let id = make_id()?;
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        std::fs::write(&tmp, id).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, path).map_err(|e| format!("renaming to {}: {e}", path.display()))?;
+        return Ok(id);
+    }
+    let t0 = Instant::now();
+    loop {
+        if let Ok(b) = std::fs::read(path)
+            && b.len() == 128
+        {
+            return Ok(b.try_into().unwrap());
+        }
+        if t0.elapsed() > timeout {
+            return Err(format!("rank {rank}: no NCCL id at {} after {timeout:?}", path.display()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn tcp_rendezvous(
+    addr: SocketAddr,
+    rank: usize,
+    size: usize,
+    timeout: Duration,
+    make_id: impl FnOnce() -> Result<[u8; 128], String>,
+) -> Result<[u8; 128], String> {
+    let t0 = Instant::now();
+    if rank == 0 {
+        let id = make_id()?;
+        let listener = TcpListener::bind(addr).map_err(|e| format!("rank 0: listening on {addr}: {e}"))?;
+        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let mut sent = 0;
+        while sent + 1 < size {
+            match listener.accept() {
+                Ok((mut s, _)) => {
+                    s.set_nonblocking(false).map_err(|e| e.to_string())?;
+                    let mut msg = MAGIC.to_vec();
+                    msg.extend_from_slice(&(size as u32).to_le_bytes());
+                    msg.extend_from_slice(&id);
+                    s.write_all(&msg).map_err(|e| format!("rank 0: sending the NCCL id: {e}"))?;
+                    sent += 1;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if t0.elapsed() > timeout {
+                        return Err(format!("rank 0: {sent} of {} ranks reached {addr} within {timeout:?}", size - 1));
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => return Err(format!("rank 0: accepting on {addr}: {e}")),
+            }
+        }
+        return Ok(id);
+    }
+    loop {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            Ok(mut s) => {
+                let mut msg = [0u8; 8 + 4 + 128];
+                s.read_exact(&mut msg).map_err(|e| format!("rank {rank}: reading the NCCL id from {addr}: {e}"))?;
+                if &msg[..8] != MAGIC {
+                    return Err(format!("rank {rank}: {addr} is not a BOOST rendezvous"));
+                }
+                let n = u32::from_le_bytes(msg[8..12].try_into().unwrap()) as usize;
+                if n != size {
+                    return Err(format!("rank {rank}: the group at {addr} has {n} ranks, this rank expects {size}"));
+                }
+                return Ok(msg[12..].try_into().unwrap());
+            }
+            Err(e) => {
+                if t0.elapsed() > timeout {
+                    return Err(format!("rank {rank}: cannot reach rank 0 at {addr} within {timeout:?}: {e}"));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
