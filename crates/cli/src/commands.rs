@@ -176,6 +176,20 @@ pub struct BenchArgs {
     /// lowrank), reporting activation memory and memory saved per ms of added step time.
     #[arg(long, value_delimiter = ',', default_value = "none")]
     pub recompute: Vec<String>,
+    /// Run a (dp, pp, tp) grid in this process instead, e.g. `--grid 2,2,2`, and split each
+    /// rank's step time into compute and tp / pp / dp communication (with `--accumulation`,
+    /// `--schedule`, `--zero`).
+    #[arg(long, value_name = "DP,PP,TP")]
+    pub grid: Option<String>,
+    /// With --grid: micro-batches per step per replica.
+    #[arg(long, default_value_t = 4)]
+    pub accumulation: usize,
+    /// With --grid: `1f1b` or `afab`.
+    #[arg(long, default_value = "1f1b")]
+    pub schedule: String,
+    /// With --grid: ZeRO-1.
+    #[arg(long)]
+    pub zero: bool,
     /// With --tp: emulate a slower link. `a100` scales the A100 NVLink preset so that
     /// communication/compute matches an A100; or `ALPHA_US,GBPS`; default none.
     #[arg(long, value_name = "LINK")]
@@ -201,6 +215,9 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
         python: (!a.no_torch).then(|| a.python.clone()),
         peer_script: PathBuf::from("bench/torch_peer.py"),
     };
+    if let Some(grid) = &a.grid {
+        return bench_grid(a, &opts, grid);
+    }
     if let Some(tp) = a.tp {
         return bench_tp(a, &opts, tp);
     }
@@ -212,15 +229,13 @@ pub fn bench(a: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -> Result<()> {
-    use boost_config::{Arch, NormMode, Recompute, Scheme};
-    use boost_train::bench_tp::{TpBench, Variant, run, saved_per_ms, scaled_link, table};
-    let link = match a.link.as_deref() {
+fn link_of(a: &BenchArgs) -> Result<Option<boost_comm::Link>> {
+    Ok(match a.link.as_deref() {
         None | Some("none") => None,
         Some("a100") => {
             let gflops = boost_train::bench_tp::measured_gemm_gflops();
             let hw = boost_perf::Hardware::preset("a100-80gb")?;
-            let (l, k) = scaled_link(&hw, gflops);
+            let (l, k) = boost_train::bench_tp::scaled_link(&hw, gflops);
             eprintln!(
                 "link emulation: A100 NVLink (α {:.0e} s, {:.0} GB/s) scaled by k = {k:.0} (A100 achieved GEMM / this CPU's {gflops:.0} GFLOP/s): α {:.0} µs, {:.3} GB/s for fp32 payloads",
                 hw.intra_node.alpha_s,
@@ -234,7 +249,41 @@ fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -
             let (al, bw) = spec.split_once(',').context("--link takes `a100`, `none` or `ALPHA_US,GBPS`")?;
             Some(boost_comm::Link::new(al.trim().parse()?, bw.trim().parse()?))
         }
-    };
+    })
+}
+
+fn bench_grid(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, grid: &str) -> Result<()> {
+    let dims: Vec<usize> =
+        grid.split(',').map(|x| x.trim().parse()).collect::<Result<_, _>>().context("--grid takes DP,PP,TP")?;
+    let [dp, pp, tp] = dims[..] else { anyhow::bail!("--grid takes three numbers: DP,PP,TP") };
+    let arch = a.arch.first().cloned().unwrap_or_else(|| "cola".into());
+    let mut sets = vec![
+        format!("model.preset={}", a.model),
+        format!("model.arch={arch}"),
+        format!("model.vocab={}", a.vocab),
+        format!("parallel.dp={dp}"),
+        format!("parallel.pp={pp}"),
+        format!("parallel.tp={tp}"),
+        format!("parallel.schedule={}", a.schedule),
+        format!("parallel.zero={}", a.zero as usize),
+        format!("train.seq_len={}", a.seq),
+        format!("train.micro_batch={}", a.micro_batch),
+        format!("train.accumulation={}", a.accumulation),
+    ];
+    sets.extend(a.sets.iter().cloned());
+    let cfg = Config::load(None, &sets)?;
+    let report = boost_train::bench_grid::run(opts, &cfg, link_of(a)?, &|s| eprintln!("{s}"))?;
+    println!("{}", boost_train::bench_grid::table(&report));
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(())
+}
+
+fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -> Result<()> {
+    use boost_config::{Arch, NormMode, Recompute, Scheme};
+    use boost_train::bench_tp::{TpBench, Variant, run, saved_per_ms, table};
+    let link = link_of(a)?;
     let policies: Vec<Recompute> = a
         .recompute
         .iter()

@@ -29,6 +29,30 @@ pub struct StepMetrics {
     pub comm_calls: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comm_bytes: Option<u64>,
+    /// Where rank 0's step time went (seconds): time inside collectives of each group
+    /// (waiting included — for pp that is the pipeline bubble too), and the rest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub time_split: Option<TimeSplit>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct TimeSplit {
+    pub compute_s: f64,
+    pub tp_s: f64,
+    /// Pipeline send/recv, including waiting for the neighbour stage (the bubble).
+    pub pp_s: f64,
+    pub dp_s: f64,
+    /// Grid-wide scalars (gradient norm, loss report).
+    pub world_s: f64,
+}
+
+impl TimeSplit {
+    /// Split `step_s` by a recorder snapshot's per-group times.
+    pub fn of(step_s: f64, s: &boost_comm::Snapshot) -> Self {
+        let t = |g: &str| s.group(g).time.as_secs_f64();
+        let (tp, pp, dp, world) = (t("tp"), t("pp"), t("dp"), t("world"));
+        Self { compute_s: (step_s - tp - pp - dp - world).max(0.0), tp_s: tp, pp_s: pp, dp_s: dp, world_s: world }
+    }
 }
 
 pub struct MetricsWriter {

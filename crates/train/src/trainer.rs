@@ -4,7 +4,7 @@
 use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
 use crate::dp::{Groups, Optimizer};
 use crate::grid_ckpt;
-use crate::metrics::{MetricsWriter, StepMetrics};
+use crate::metrics::{MetricsWriter, StepMetrics, TimeSplit};
 use crate::optim::clip_coef;
 use crate::pipeline::StageRunner;
 use crate::pipeline::schedule::table;
@@ -266,6 +266,7 @@ impl RankCtx<'_> {
                 val_ppl: None,
                 comm_calls: comm.as_ref().map(|c| c.calls()),
                 comm_bytes: comm.as_ref().map(|c| c.bytes()),
+                time_split: comm.as_ref().filter(|_| world > 1).map(|c| TimeSplit::of(dt, c)),
             };
             if !out.loss.is_finite() {
                 if let Some(w) = metrics.as_mut() {
