@@ -11,7 +11,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::{CompileOptions, Ptx, compile_ptx_with_opts};
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 // SAFETY: `P` is `#[repr(C)]` plain data matching `struct P` of kernels/common.cuh.
 unsafe impl DeviceRepr for P {}
@@ -31,8 +31,24 @@ fn err<E: std::fmt::Debug>(what: &str) -> impl FnOnce(E) -> String + '_ {
 
 /// Every kernel file compiled by NVRTC for `arch` (e.g. "compute_90"): (file, PTX text).
 /// Needs libnvrtc, not a GPU.
-pub fn compile_with_nvrtc(arch: &str) -> Result<Vec<(&'static str, String)>, String> {
+pub fn compile_with_nvrtc(arch: &str) -> Result<PtxFiles, String> {
     Ok(nvrtc_images(arch)?.into_iter().map(|(f, p)| (f, p.to_src())).collect())
+}
+
+/// PTX text per kernel file.
+type PtxFiles = Vec<(&'static str, String)>;
+
+/// NVRTC's output per architecture, compiled once per process (every backend of a process
+/// on the same kind of GPU loads the same PTX).
+fn nvrtc_cached(arch: &str) -> Result<Vec<(&'static str, Ptx)>, String> {
+    static CACHE: Mutex<Vec<(String, PtxFiles)>> = Mutex::new(Vec::new());
+    let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if !cache.iter().any(|(a, _)| a == arch) {
+        let ptx = compile_with_nvrtc(arch)?;
+        cache.push((arch.to_string(), ptx));
+    }
+    let (_, ptx) = cache.iter().find(|(a, _)| a == arch).unwrap();
+    Ok(ptx.iter().map(|(f, p)| (*f, Ptx::from_src(p.clone()))).collect())
 }
 
 fn nvrtc_images(arch: &str) -> Result<Vec<(&'static str, Ptx)>, String> {
@@ -108,7 +124,7 @@ fn load_kernels(ctx: &Arc<CudaContext>, info: &DeviceInfo) -> Result<(Funcs, Str
         }
     }
     let arch = format!("compute_{ma}{mi}");
-    let images = nvrtc_images(&arch).map_err(|e| format!("{e} (after: {})", notes.join("; ")))?;
+    let images = nvrtc_cached(&arch).map_err(|e| format!("{e} (after: {})", notes.join("; ")))?;
     let f = functions(ctx, images)?;
     let why = if notes.is_empty() { "not compiled ahead".to_string() } else { notes.join("; ") };
     Ok((f, format!("NVRTC for {arch} ({why})")))

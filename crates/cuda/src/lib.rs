@@ -11,7 +11,9 @@
 //! fp32 (cuBLAS without tensor-core down-conversion), to check against the CPU engine.
 //!
 //! [`NcclGroup`] implements [`boost_tensor::Collective<Cuda>`] over NCCL, bootstrapped by a
-//! file or TCP rendezvous, or any channel that can carry 128 bytes (MPI).
+//! file or TCP rendezvous, or any channel that can carry 128 bytes (MPI). [`HostStaged`]
+//! implements it over any `boost_comm::Communicator` (in-process threads, MPI) by copying
+//! through host memory — slower, but it needs neither NCCL nor one GPU per rank.
 //!
 //! Without the `cuda` feature this crate holds only [`probe`], which reports that it was
 //! built without CUDA. The `emulate` feature runs the same backend on a CPU emulator of the
@@ -39,6 +41,8 @@ mod cuda_dev;
 mod device;
 #[cfg(feature = "emulate")]
 mod emu_dev;
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+mod host_staged;
 #[cfg(feature = "cuda")]
 mod nccl;
 mod probe;
@@ -54,6 +58,8 @@ pub use backend::{Cuda, Precision};
 pub use buf::{CudaBuf, CudaIds, DType};
 #[cfg(feature = "cuda")]
 pub use cuda_dev::compile_with_nvrtc;
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+pub use host_staged::HostStaged;
 #[cfg(feature = "cuda")]
 pub use nccl::{NcclGroup, Rendezvous};
 pub use probe::{DeviceInfo, probe, probe_device};
