@@ -33,20 +33,39 @@ enum Cat {
 pub struct Profiled<B> {
     pub inner: B,
     times: Mutex<KernelTimes>,
+    /// Time per kernel name, for finer diagnosis.
+    detail: Mutex<Vec<(&'static str, Duration, u64)>>,
 }
 
 impl<B> Profiled<B> {
     pub fn new(inner: B) -> Self {
-        Self { inner, times: Mutex::new(KernelTimes::default()) }
+        Self { inner, times: Mutex::new(KernelTimes::default()), detail: Mutex::new(Vec::new()) }
+    }
+    /// Time and calls per kernel name so far, and reset.
+    pub fn take_detail(&self) -> Vec<(&'static str, Duration, u64)> {
+        std::mem::take(&mut *self.detail.lock().unwrap())
+    }
+    fn note(&self, name: &'static str, dt: Duration) {
+        let mut d = self.detail.lock().unwrap();
+        match d.iter_mut().find(|e| e.0 == name) {
+            Some(e) => {
+                e.1 += dt;
+                e.2 += 1;
+            }
+            None => d.push((name, dt, 1)),
+        }
     }
     /// Times so far, and reset.
     pub fn take(&self) -> KernelTimes {
         std::mem::take(&mut *self.times.lock().unwrap())
     }
-    fn time<R>(&self, cat: Cat, f: impl FnOnce() -> R) -> R {
+    fn time_named<R>(&self, cat: Cat, name: &'static str, f: impl FnOnce() -> R) -> R {
         let t = Instant::now();
         let r = f();
         let dt = t.elapsed();
+        if !name.is_empty() {
+            self.note(name, dt);
+        }
         let mut k = self.times.lock().unwrap();
         k.calls += 1;
         match cat {
@@ -59,7 +78,7 @@ impl<B> Profiled<B> {
 }
 
 macro_rules! other {
-    ($self:ident . $f:ident ( $($a:expr),* )) => { $self.time(Cat::Other, || $self.inner.$f($($a),*)) };
+    ($self:ident . $f:ident ( $($a:expr),* )) => { $self.time_named(Cat::Other, stringify!($f), || $self.inner.$f($($a),*)) };
 }
 
 impl<B: Backend> Backend for Profiled<B> {
@@ -90,7 +109,7 @@ impl<B: Backend> Backend for Profiled<B> {
     fn gemm(&self, c: MatMut<Self::Buf>, a: Mat<Self::Buf>, b: Mat<Self::Buf>, alpha: f64, accumulate: bool) {
         let (m, k) = a.op_shape();
         let n = b.op_shape().1;
-        self.time(Cat::Gemm, || self.inner.gemm(c, a, b, alpha, accumulate));
+        self.time_named(Cat::Gemm, "gemm", || self.inner.gemm(c, a, b, alpha, accumulate));
         self.times.lock().unwrap().gemm_flops += 2.0 * (m * n * k) as f64;
     }
     fn fill(&self, x: MatMut<Self::Buf>, v: f64) {
@@ -216,7 +235,7 @@ impl<B: Backend> Backend for Profiled<B> {
         other!(self.rope(x, table, seq, head_dim, inverse))
     }
     fn attention_fwd(&self, out: MatMut<Self::Buf>, probs: &mut Self::Buf, qkv: &Self::Buf, shape: AttnShape) {
-        self.time(Cat::Attn, || self.inner.attention_fwd(out, probs, qkv, shape))
+        self.time_named(Cat::Attn, "attention_fwd", || self.inner.attention_fwd(out, probs, qkv, shape))
     }
     fn attention_bwd(
         &self,
@@ -227,7 +246,7 @@ impl<B: Backend> Backend for Profiled<B> {
         qkv: &Self::Buf,
         shape: AttnShape,
     ) {
-        self.time(Cat::Attn, || self.inner.attention_bwd(dqkv, dout, probs, scratch, qkv, shape))
+        self.time_named(Cat::Attn, "attention_bwd", || self.inner.attention_bwd(dqkv, dout, probs, scratch, qkv, shape))
     }
     fn embed(&self, out: MatMut<Self::Buf>, table: Mat<Self::Buf>, ids: &Self::Ids, first: usize) {
         other!(self.embed(out, table, ids, first))

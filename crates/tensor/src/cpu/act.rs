@@ -5,45 +5,20 @@ use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
 use rayon::prelude::*;
 
-#[inline(always)]
-fn sigmoid<T: Scalar>(x: T) -> T {
-    T::one() / (T::one() + (-x).exp())
-}
-
-#[inline(always)]
-fn silu_grad<T: Scalar>(x: T) -> T {
-    let s = sigmoid(x);
-    s * (T::one() + x * (T::one() - s))
-}
-
 pub fn silu<T: Scalar>(y: MatMut<Vec<T>>, x: Mat<Vec<T>>) {
     assert_eq!((y.rows, y.cols), (x.rows, x.cols));
-    par_rows(y).for_each(|(i, o)| {
-        for (o, v) in o.iter_mut().zip(row(&x, i)) {
-            *o = *v * sigmoid(*v);
-        }
-    });
+    par_rows(y).for_each(|(i, o)| T::silu_row(o, row(&x, i)));
 }
 
 pub fn silu_bwd<T: Scalar>(d: MatMut<Vec<T>>, x: Mat<Vec<T>>) {
     assert_eq!((d.rows, d.cols), (x.rows, x.cols));
-    par_rows(d).for_each(|(i, o)| {
-        for (o, v) in o.iter_mut().zip(row(&x, i)) {
-            *o = *o * silu_grad(*v);
-        }
-    });
+    par_rows(d).for_each(|(i, o)| T::silu_grad_row(o, row(&x, i)));
 }
 
 pub fn swiglu<T: Scalar>(m: MatMut<Vec<T>>, gu: Mat<Vec<T>>, outer_silu: bool) {
     let (t, n) = (m.rows, m.cols);
     assert_eq!((gu.rows, gu.cols), (2 * t, n), "swiglu: g stacked over u");
-    par_rows(m).for_each(|(i, o)| {
-        let (g, u) = (row(&gu, i), row(&gu, t + i));
-        for ((o, gv), uv) in o.iter_mut().zip(g).zip(u) {
-            let a = if outer_silu { *gv * sigmoid(*gv) } else { *gv };
-            *o = a * *uv;
-        }
-    });
+    par_rows(m).for_each(|(i, o)| T::swiglu_row(o, row(&gu, i), row(&gu, t + i), outer_silu));
 }
 
 pub fn swiglu_bwd<T: Scalar>(dgu: MatMut<Vec<T>>, dm: Mat<Vec<T>>, gu: Mat<Vec<T>>, outer_silu: bool) {
@@ -61,16 +36,7 @@ pub fn swiglu_bwd<T: Scalar>(dgu: MatMut<Vec<T>>, dm: Mat<Vec<T>>, gu: Mat<Vec<T
                 std::slice::from_raw_parts_mut(base.get().add((t + i) * ld), n),
             )
         };
-        let (g, u) = (row(&gu, i), row(&gu, t + i));
-        for ((((dg, du), d), gv), uv) in dg.iter_mut().zip(du).zip(row(&dm, i)).zip(g).zip(u) {
-            if outer_silu {
-                *dg = *d * *uv * silu_grad(*gv);
-                *du = *d * *gv * sigmoid(*gv);
-            } else {
-                *dg = *d * *uv;
-                *du = *d * *gv;
-            }
-        }
+        T::swiglu_bwd_row(dg, du, row(&dm, i), row(&gu, i), row(&gu, t + i), outer_silu);
     });
 }
 

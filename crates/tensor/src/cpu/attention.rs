@@ -91,11 +91,7 @@ pub fn forward<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: &[T], sh: A
 fn softmax_causal<T: Scalar>(r: &mut [T], i: usize) {
     let (live, dead) = r.split_at_mut(i + 1);
     let m = live.iter().fold(T::neg_infinity(), |a, v| a.max(*v));
-    let mut sum = T::zero();
-    for v in live.iter_mut() {
-        *v = (*v - m).exp();
-        sum = sum + *v;
-    }
+    let sum = T::exp_shifted(live, m);
     let inv = T::one() / sum;
     live.iter_mut().for_each(|v| *v = *v * inv);
     dead.fill(T::zero());

@@ -65,16 +65,13 @@ pub fn cross_entropy<T: Scalar>(
         let t = t as usize;
         assert!(t < v, "target id {t} is outside the vocabulary of {v}");
         let m = r.iter().fold(T::neg_infinity(), |a, x| a.max(*x));
-        let mut sum = T::zero();
-        for x in r.iter() {
-            sum = sum + (*x - m).exp();
-        }
-        l[0] = sum.ln() + m - r[t];
+        let xt = r[t];
+        // The logits are consumed: they become e^(x − m), then the gradient.
+        let sum = T::exp_shifted(r, m);
+        l[0] = sum.ln() + m - xt;
         if let Some(s) = grad_scale {
             let f = T::of(s) / sum;
-            for x in r.iter_mut() {
-                *x = (*x - m).exp() * f;
-            }
+            r.iter_mut().for_each(|x| *x = *x * f);
             r[t] = r[t] - T::of(s);
         }
     });
@@ -97,7 +94,7 @@ pub fn xent_partials<T: Scalar>(
     par_rows(stats).for_each(|(i, o)| {
         let r = row(&logits, i);
         let m = row(&max, i)[0];
-        o[0] = r.iter().fold(T::zero(), |s, x| s + (*x - m).exp());
+        o[0] = r.iter().fold(T::zero(), |s, x| s + (*x - m).exp_fast());
         let t = targets[i] as usize;
         o[1] = if targets[i] != IGNORE && t >= first && t < first + v { r[t - first] } else { T::zero() };
     });
@@ -126,9 +123,8 @@ pub fn xent_finish<T: Scalar>(
         l[0] = st[0].ln() + m - st[1];
         if let Some(s) = grad_scale {
             let f = T::of(s) / st[0];
-            for x in r.iter_mut() {
-                *x = (*x - m).exp() * f;
-            }
+            T::exp_shifted(r, m);
+            r.iter_mut().for_each(|x| *x = *x * f);
             let t = targets[i] as usize;
             if t >= first && t < first + v {
                 r[t - first] = r[t - first] - T::of(s);

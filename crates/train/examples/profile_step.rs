@@ -1,0 +1,48 @@
+//! Per-kernel time of training steps of a model shape (diagnosis):
+//! `cargo run --release -p boost-train --example profile_step -- cola-60m cola 8192 [steps]`.
+
+use boost_config::Config;
+use boost_model::{Batch, Layout, Model};
+use boost_tensor::Solo;
+use boost_tensor::cpu::Cpu;
+use boost_tensor::profile::Profiled;
+use boost_train::optim::{AdamW, clip_coef, grad_norm};
+use std::time::Instant;
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let (preset, arch, vocab) =
+        (a.get(1).map_or("cola-60m", |s| s), a.get(2).map_or("cola", |s| s), a.get(3).map_or("8192", |s| s));
+    let steps: usize = a.get(4).map_or(3, |s| s.parse().unwrap());
+    let cfg = Config::load(
+        None,
+        &[format!("model.preset={preset}"), format!("model.arch={arch}"), format!("model.vocab={vocab}")],
+    )
+    .unwrap();
+    rayon::ThreadPoolBuilder::new().num_threads(2).build_global().unwrap();
+    let (b, s) = (8, 256);
+    let mut m = Model::new(Profiled::new(Cpu::<f32>::new()), &cfg.model, Layout::single(&cfg.model), 1).unwrap();
+    let mut opt = AdamW::new(&m.be, &m.store);
+    let ids: Vec<u32> = (0..b * s + 1).map(|i| ((i as u64 * 2654435761) % cfg.model.vocab as u64) as u32).collect();
+    let batch = Batch { ids: &ids[..b * s], targets: &ids[1..], batch: b, seq: s };
+    let tc = boost_config::TrainConfig::default();
+    for i in 0..steps + 1 {
+        if i == 1 {
+            m.be.take();
+            m.be.take_detail();
+        }
+        let t = Instant::now();
+        rayon::scope(|_| {
+            m.store.zero_grads(&m.be);
+            m.forward_backward(&Solo, &batch, 1.0 / (b * s) as f64);
+            let n = grad_norm(&m.be, &m.store, 0, &Solo);
+            opt.update(&m.be, &mut m.store, &tc, 1e-4, clip_coef(n, 1.0));
+        });
+        eprintln!("step {i}: {:.3} s", t.elapsed().as_secs_f64());
+    }
+    let mut d = m.be.take_detail();
+    d.sort_by(|x, y| y.1.cmp(&x.1));
+    for (name, t, n) in d {
+        println!("{name:>18}: {:7.1} ms/step  ({} calls/step)", t.as_secs_f64() * 1e3 / steps as f64, n / steps as u64);
+    }
+}
