@@ -96,7 +96,7 @@ impl<B: Backend> ParamStore<B> {
     }
 
     pub fn add_buf(&mut self, backend: &B, name: &str, len: usize, decay: bool, replicated: bool) -> usize {
-        self.values.push(backend.alloc(len));
+        self.values.push(backend.alloc_param(len));
         self.grads.push(backend.alloc(len));
         self.bufs.push(BufInfo { name: name.to_string(), len, decay, replicated, pipeline_copy: false });
         self.bufs.len() - 1

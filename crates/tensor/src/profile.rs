@@ -37,7 +37,7 @@ pub struct Profiled<B> {
     detail: Mutex<Vec<(&'static str, Duration, u64)>>,
 }
 
-impl<B> Profiled<B> {
+impl<B: Backend> Profiled<B> {
     pub fn new(inner: B) -> Self {
         Self { inner, times: Mutex::new(KernelTimes::default()), detail: Mutex::new(Vec::new()) }
     }
@@ -62,6 +62,7 @@ impl<B> Profiled<B> {
     fn time_named<R>(&self, cat: Cat, name: &'static str, f: impl FnOnce() -> R) -> R {
         let t = Instant::now();
         let r = f();
+        self.inner.sync();
         let dt = t.elapsed();
         if !name.is_empty() {
             self.note(name, dt);
@@ -93,6 +94,15 @@ impl<B: Backend> Backend for Profiled<B> {
     }
     fn alloc(&self, n: usize) -> Self::Buf {
         self.inner.alloc(n)
+    }
+    fn alloc_param(&self, n: usize) -> Self::Buf {
+        self.inner.alloc_param(n)
+    }
+    fn alloc_act(&self, n: usize) -> Self::Buf {
+        self.inner.alloc_act(n)
+    }
+    fn sync(&self) {
+        self.inner.sync()
     }
     fn alloc_ids(&self, n: usize) -> Self::Ids {
         self.inner.alloc_ids(n)

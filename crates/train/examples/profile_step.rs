@@ -41,7 +41,7 @@ fn main() {
         eprintln!("step {i}: {:.3} s", t.elapsed().as_secs_f64());
     }
     let mut d = m.be.take_detail();
-    d.sort_by(|x, y| y.1.cmp(&x.1));
+    d.sort_by_key(|x| std::cmp::Reverse(x.1));
     for (name, t, n) in d {
         println!("{name:>18}: {:7.1} ms/step  ({} calls/step)", t.as_secs_f64() * 1e3 / steps as f64, n / steps as u64);
     }
