@@ -61,7 +61,7 @@ pub fn probe_device(ordinal: usize) -> Result<DeviceInfo, String> {
 mod imp {
     pub fn probe(_: usize) -> Result<super::DeviceInfo, String> {
         Err("no CUDA support in this build: boost-cuda was built without its `cuda` feature \
-             (build with `--features boost-cuda/cuda`), so train.device must be cpu"
+             (build the `boost` binary with `cargo build --release --features cuda`), so train.device must be cpu"
             .to_string())
     }
 }

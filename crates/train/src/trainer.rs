@@ -10,7 +10,7 @@ use crate::pipeline::StageRunner;
 use crate::pipeline::schedule::table;
 use crate::schedule::lr_at;
 use anyhow::{Context, Result, bail};
-use boost_comm::{Dims, Grid, GridOptions, Link, Links, RunOptions, run_ranks_with};
+use boost_comm::{Coord, Dims, Grid, GridOptions, Link, Links, Recorder, RunOptions, run_ranks_with};
 use boost_config::Config;
 use boost_data::{Dataset, Loader};
 use boost_model::{Batch, Layout, LossSum, Model};
@@ -105,10 +105,35 @@ fn run_options(cfg: &Config) -> RunOptions {
 /// Train the configured model in this process: one thread per rank of the (dp, pp, tp)
 /// grid, collectives through shared memory.
 pub fn train(cfg: Config, opts: TrainOptions) -> Result<Summary> {
+    let device = boost_config::parse_device(&cfg.train.device)?;
+    if let boost_config::Device::Cuda(n) = device {
+        // Probe before anything else: without a driver this is an error, never a panic.
+        let info =
+            boost_cuda::probe_device(n).map_err(|e| anyhow::anyhow!("train.device = {}: {e}", cfg.train.device))?;
+        if cfg.parallel.world_size() > 1 {
+            bail!(
+                "train.device = {}: parallel runs on GPUs are not wired into the trainer yet (boost-cuda's NCCL groups exist, untested without GPUs); use tp = pp = dp = 1",
+                cfg.train.device
+            );
+        }
+        let _ = info;
+    }
     let p = prepare(cfg, &opts, true)?;
     let par = &p.cfg.parallel;
     let dims = Dims::new(par.dp, par.pp, par.tp);
     let ctx = RankCtx { cfg: &p.cfg, opts: &opts, data: &p.data, resume: p.resume.as_ref(), run_dir: &p.run_dir };
+    #[cfg(feature = "cuda")]
+    if let boost_config::Device::Cuda(n) = device {
+        let be = boost_cuda::Cuda::new(n, boost_cuda::Precision::Bf16)
+            .map_err(|e| anyhow::anyhow!("train.device = cuda:{n}: {e}"))?;
+        if !opts.quiet {
+            eprintln!("device: {} ({})", be.info(), be.kernel_source());
+        }
+        let solo = boost_tensor::Solo;
+        let g = Groups::<boost_cuda::Cuda> { tp: &solo, pp: &solo, dp: &solo, world: &solo };
+        let c = Coord { dp: 0, pp: 0, tp: 0 };
+        return ctx.run_with(0, c, 1, be, &g, None)?.context("rank 0 reports the run");
+    }
     let mut out = run_ranks_with(dims, &run_options(&p.cfg), |rank, grid| ctx.run(rank, grid))?;
     Ok(out.swap_remove(0).expect("rank 0 reports the run"))
 }
@@ -156,6 +181,21 @@ impl RankCtx<'_> {
     /// One rank's training loop. Every rank computes; rank 0 also logs, writes metrics and
     /// checkpoints.
     fn run(&self, rank: usize, grid: Grid) -> Result<Option<Summary>> {
+        let g = Groups::<Cpu<f32>> { tp: &grid.tp, pp: &grid.pp, dp: &grid.dp, world: &grid.world };
+        self.run_with(rank, grid.coord, grid.dims.world(), Cpu::<f32>::new(), &g, grid.recorder().map(|r| &**r))
+    }
+
+    /// The rank loop on any backend: `g` are its groups, `recorder` (if any) the one they
+    /// record into.
+    fn run_with<B: Backend>(
+        &self,
+        rank: usize,
+        c: Coord,
+        world: usize,
+        be: B,
+        g: &Groups<B>,
+        recorder: Option<&Recorder>,
+    ) -> Result<Option<Summary>> {
         let (cfg, t) = (self.cfg, &self.cfg.train);
         let lead = rank == 0;
         let log = |s: String| {
@@ -163,11 +203,8 @@ impl RankCtx<'_> {
                 eprintln!("{s}");
             }
         };
-        let g = Groups::<Cpu<f32>> { tp: &grid.tp, pp: &grid.pp, dp: &grid.dp, world: &grid.world };
-        let world = grid.dims.world();
-        let c = grid.coord;
         let layout = Layout::staged(&cfg.model, &cfg.parallel, c.tp, c.pp, cfg.parallel.pp);
-        let mut model = Model::new(Cpu::<f32>::new(), &cfg.model, layout, t.seed)?;
+        let mut model = Model::new(be, &cfg.model, layout, t.seed)?;
         model.set_recompute(t.recompute);
         let mut opt = Optimizer::new(&model.be, &model.store, cfg.parallel.zero == 1, cfg.parallel.dp, c.dp);
         let (mut step, mut position, mut tokens) = (0u64, 0u64, 0u64);
@@ -244,11 +281,11 @@ impl RankCtx<'_> {
                 // without the allocations of jobs pushed from outside the pool. (Ranks of a
                 // parallel run stay on their own threads: a rank blocked in a collective must
                 // never hold a pool worker.)
-                rayon::scope(|_| runner.step(&mut model, &mut opt, &g, &loader, step, position))
+                rayon::scope(|_| runner.step(&mut model, &mut opt, g, &loader, step, position))
             } else {
-                runner.step(&mut model, &mut opt, &g, &loader, step, position)
+                runner.step(&mut model, &mut opt, g, &loader, step, position)
             };
-            let comm = grid.recorder().map(|r| r.take());
+            let comm = recorder.map(|r| r.take());
             position += out.sequences;
             tokens += out.tokens;
             step += 1;
@@ -280,8 +317,8 @@ impl RankCtx<'_> {
             summary.losses.push(out.loss);
             let last = step == steps;
             if (t.eval_every > 0 && step.is_multiple_of(t.eval_every as u64)) || last {
-                let vl = runner.evaluate(&mut model, &g, &val_loader, t.eval_batches);
-                grid.recorder().map(|r| r.take());
+                let vl = runner.evaluate(&mut model, g, &val_loader, t.eval_batches);
+                recorder.map(|r| r.take());
                 m.val_loss = Some(vl);
                 m.val_ppl = Some(vl.exp());
                 summary.val.push((step, vl));
@@ -295,8 +332,8 @@ impl RankCtx<'_> {
             bar.set_position(step);
             bar.set_message(format!("loss {:.4} | {:.0} tok/s", out.loss, m.tokens_per_sec));
             if (t.checkpoint_every > 0 && step.is_multiple_of(t.checkpoint_every as u64)) || last {
-                let tensors = grid_ckpt::gather_run(&model, &opt, &g, c.dp)?;
-                grid.recorder().map(|r| r.take());
+                let tensors = grid_ckpt::gather_run(&model, &opt, g, c.dp)?;
+                recorder.map(|r| r.take());
                 if let Some(tensors) = tensors {
                     let meta = CheckpointMeta {
                         format: checkpoint::FORMAT,
