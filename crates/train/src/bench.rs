@@ -90,9 +90,18 @@ pub fn matmul_params<B: Backend>(m: &Model<B>) -> usize {
 
 /// Peak resident memory of this process (VmHWM), MiB.
 pub fn peak_rss_mib() -> f64 {
+    status_mib("VmHWM:")
+}
+
+/// Resident memory of this process now (VmRSS), MiB.
+pub fn rss_mib() -> f64 {
+    status_mib("VmRSS:")
+}
+
+fn status_mib(key: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).map(|l| l.to_string()))
+        .and_then(|s| s.lines().find(|l| l.starts_with(key)).map(|l| l.to_string()))
         .and_then(|l| l.split_whitespace().nth(1).and_then(|v| v.parse::<f64>().ok()))
         .map_or(0.0, |kb| kb / 1024.0)
 }

@@ -67,10 +67,10 @@ impl Group {
                 // BTP: f in front of the column-parallel B: all-reduce the latent gradient.
                 if cx.layout.btp() {
                     if self.grouped {
-                        cx.all_reduce(dlat, t, geo.len(), labels::b_bwd(self.kind, None), self.layer);
+                        cx.f_backward(dlat, t, geo.len(), labels::b_bwd(self.kind, None), self.layer);
                     } else {
                         for j in 0..self.c {
-                            cx.all_reduce(
+                            cx.f_backward(
                                 dlat,
                                 t + geo.comp(j).0,
                                 t * r,
@@ -162,7 +162,7 @@ impl Group {
         }
         if needs_f {
             let gin = if has_norm { &mut *dh } else { &mut *dx };
-            cx.all_reduce(gin, 0, t * din, labels::in_bwd(self.kind), self.layer);
+            cx.f_backward(gin, 0, t * din, labels::in_bwd(self.kind), self.layer);
         }
         // The norm's backward, accumulating into the residual gradient.
         if let Some(gamma) = self.norm {
@@ -173,7 +173,7 @@ impl Group {
             } else {
                 be.rmsnorm_bwd_dot(MatMut::new(row, t, 1), gy, x, g);
                 if placement == NormPlacement::ShardedSync {
-                    cx.all_reduce(row, 0, t, labels::stat(self.kind, true), self.layer);
+                    cx.stat_sum(row, 0, t, labels::stat(self.kind, true), self.layer);
                 }
                 let stat = self.stat(&acts.lat, t);
                 be.rmsnorm_bwd(

@@ -58,7 +58,7 @@ impl Group {
                 be.mul_cols(MatMut::new(&mut sc.h, t, din), x, g);
             } else {
                 if cx.layout.norm_placement() == NormPlacement::ShardedSync {
-                    cx.all_reduce(lat, 0, t, labels::stat(self.kind, false), self.layer);
+                    cx.stat_sum(lat, 0, t, labels::stat(self.kind, false), self.layer);
                 }
                 be.rstd_from_sumsq(MatMut::at(lat, 0, t, 1, 1), self.d_in, cx.norm_eps);
                 be.rmsnorm_apply(MatMut::new(&mut sc.h, t, din), x, g, Mat::at(lat, 0, t, 1, 1));
@@ -73,7 +73,7 @@ impl Group {
                 }
                 // Megatron row-parallel (o, down): g = all-reduce of the partial output.
                 if self.norm.is_none() && cx.layout.scheme == Scheme::Megatron {
-                    cx.all_reduce(out, 0, t * self.outs[0], labels::out_fwd(self.kind, 0), self.layer);
+                    cx.g(out, 0, t * self.outs[0], labels::out_fwd(self.kind, 0), self.layer);
                 }
                 return;
             }
@@ -99,12 +99,12 @@ impl Group {
         if cx.layout.btp() {
             if self.grouped {
                 let (off, n) = if online { (0, t + geo.len()) } else { (t, geo.len()) };
-                cx.all_reduce(lat, off, n, labels::a_fwd(self.kind, None), self.layer);
+                cx.g(lat, off, n, labels::a_fwd(self.kind, None), self.layer);
             } else {
                 for j in 0..self.c {
                     let o = t + geo.comp(j).0;
                     let (off, n) = if online && j == 0 { (0, t + t * r) } else { (o, t * r) };
-                    cx.all_reduce(lat, off, n, labels::a_fwd(self.kind, Some(j)), self.layer);
+                    cx.g(lat, off, n, labels::a_fwd(self.kind, Some(j)), self.layer);
                 }
             }
         }
@@ -201,7 +201,7 @@ impl Group {
             cx.be.gemm(self.out_mut(out, t, j), self.z_mat(acts, t, j), bj.of(params), 1.0, false);
             // Vanilla: B is row-parallel, g = all-reduce of each partial output.
             if cx.layout.vanilla() {
-                cx.all_reduce(out, self.out_off(t, j), t * self.outs[j], labels::out_fwd(self.kind, j), self.layer);
+                cx.g(out, self.out_off(t, j), t * self.outs[j], labels::out_fwd(self.kind, j), self.layer);
             }
         }
     }

@@ -62,8 +62,26 @@ pub struct Ctx<'a, B: Backend> {
     pub t: usize,
 }
 
+/// The two operators that carry all tensor-parallel communication (spec §2), and the norm
+/// statistic's sum. Each is one all-reduce over the tp group, named by what it does to a
+/// tensor's placement.
 impl<B: Backend> Ctx<'_, B> {
-    fn all_reduce(&self, buf: &mut B::Buf, off: usize, n: usize, op: &'static str, layer: usize) {
+    /// `g` (forward): a Partial result — per-rank summands of a row-parallel product —
+    /// becomes Replicated. Its backward is the identity.
+    fn g(&self, buf: &mut B::Buf, off: usize, n: usize, op: &'static str, layer: usize) {
+        self.sum(buf, off, n, op, layer)
+    }
+    /// The backward of `f` (identity forward, in front of a column-parallel product): the
+    /// gradient of its Replicated input arrives Partial and is summed.
+    fn f_backward(&self, buf: &mut B::Buf, off: usize, n: usize, op: &'static str, layer: usize) {
+        self.sum(buf, off, n, op, layer)
+    }
+    /// The sync RMSNorm's statistic (forward) or its gradient (backward), summed over the
+    /// hidden shards.
+    fn stat_sum(&self, buf: &mut B::Buf, off: usize, n: usize, op: &'static str, layer: usize) {
+        self.sum(buf, off, n, op, layer)
+    }
+    fn sum(&self, buf: &mut B::Buf, off: usize, n: usize, op: &'static str, layer: usize) {
         if self.layout.tp > 1 {
             self.tp.all_reduce(buf, off, n, ReduceOp::Sum, Label::layer(op, layer));
         }
