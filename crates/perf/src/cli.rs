@@ -214,6 +214,11 @@ pub fn setup_from_args(args: &PlanArgs, hw: &Hardware) -> Result<Setup> {
     if let Some(v) = &args.schedule {
         set("parallel.schedule", format!("\"{v}\""));
     }
+    if args.global_batch.is_some() && args.accumulation.is_none() {
+        // The accumulation follows from --global-batch below; until then, a value that
+        // passes the config's micro-batches-versus-stages check.
+        set("train.accumulation", (1usize << 20).to_string());
+    }
     let cfg = Config::load(args.config.as_deref(), &sets)?;
     let dtype = match &args.dtype {
         Some(d) => Dtype::parse(d)?,
@@ -228,6 +233,13 @@ pub fn setup_from_args(args: &PlanArgs, hw: &Hardware) -> Result<Setup> {
             bail!("--global-batch {g} is not a multiple of micro-batch × dp = {} × {} = {per}", s.micro_batch, s.dp);
         }
         s.accumulation = g / per;
+        if s.pp > 1 && s.accumulation < s.pp {
+            bail!(
+                "--global-batch {g} gives {} micro-batch(es) per step, which cannot fill {} pipeline stages; raise --global-batch",
+                s.accumulation,
+                s.pp
+            );
+        }
     }
     s.validate().context("the planned set-up")?;
     Ok(s)
