@@ -218,7 +218,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// `dtable[ids[i] − first] += dout[i]` for ids in range.
     fn embed_bwd(&self, dtable: MatMut<Self::Buf>, dout: Mat<Self::Buf>, ids: &Self::Ids, first: usize);
     /// Per-token cross-entropy into `losses` (rows×1; 0 for ignored targets `u32::MAX`).
-    /// With `grad_scale`, `logits` is overwritten by `grad_scale·(softmax − onehot)`.
+    /// With `grad_scale`, `logits` is overwritten by `grad_scale·(softmax − onehot)`;
+    /// without, it is left unchanged.
     fn cross_entropy(
         &self,
         losses: MatMut<Self::Buf>,

@@ -66,13 +66,19 @@ pub fn cross_entropy<T: Scalar>(
         assert!(t < v, "target id {t} is outside the vocabulary of {v}");
         let m = r.iter().fold(T::neg_infinity(), |a, x| a.max(*x));
         let xt = r[t];
-        // The logits are consumed: they become e^(x − m), then the gradient.
-        let sum = T::exp_shifted(r, m);
-        l[0] = sum.ln() + m - xt;
-        if let Some(s) = grad_scale {
-            let f = T::of(s) / sum;
-            r.iter_mut().for_each(|x| *x = *x * f);
-            r[t] = r[t] - T::of(s);
+        match grad_scale {
+            // The logits become e^(x − m), then the gradient.
+            Some(s) => {
+                let sum = T::exp_shifted(r, m);
+                l[0] = sum.ln() + m - xt;
+                let f = T::of(s) / sum;
+                r.iter_mut().for_each(|x| *x = *x * f);
+                r[t] = r[t] - T::of(s);
+            }
+            None => {
+                let sum = r.iter().fold(T::zero(), |s, x| s + (*x - m).exp_fast());
+                l[0] = sum.ln() + m - xt;
+            }
         }
     });
 }
