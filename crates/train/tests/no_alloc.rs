@@ -37,6 +37,10 @@ static A: Counting = Counting;
 
 #[test]
 fn steady_state_steps_do_not_allocate() {
+    // One pool, every worker thread running before anything is counted (a worker allocates
+    // its queues when it starts).
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    pool.broadcast(|_| ());
     for arch in ["cola", "lax", "full"] {
         let cfg = boost_config::Config::load(
             None,
@@ -61,7 +65,6 @@ fn steady_state_steps_do_not_allocate() {
             opt.update(&m.be, &mut m.store, &tc, 1e-3, clip_coef(n, 1.0));
             COUNTING.store(false, Ordering::SeqCst);
         };
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         pool.install(|| {
             step(false);
             OURS.store(0, Ordering::SeqCst);
