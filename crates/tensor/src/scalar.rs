@@ -13,12 +13,29 @@ pub trait Scalar: Float + Default + Debug + Send + Sync + 'static + std::iter::S
     /// eˣ to a few ulp (f32: a polynomial that vectorises; f64: the library exp).
     fn exp_fast(self) -> Self;
 
-    /// `x[i] ← e^(x[i] − m)`, returning Σ of the results (summed in index order).
+    /// `x[i] ← e^(x[i] − m)`, returning Σ of the results ([`Scalar::total`]).
     fn exp_shifted(x: &mut [Self], m: Self) -> Self {
         for v in x.iter_mut() {
             *v = (*v - m).exp_fast();
         }
+        Self::total(x)
+    }
+    /// Σ x. f32 sums in 16 fixed lanes combined in a fixed order (vectorises; the same bits
+    /// on every machine); f64 in index order.
+    fn total(x: &[Self]) -> Self {
         x.iter().fold(Self::zero(), |s, v| s + *v)
+    }
+    /// Σ a·b (lanes as [`Scalar::total`]).
+    fn dot(a: &[Self], b: &[Self]) -> Self {
+        a.iter().zip(b).fold(Self::zero(), |s, (x, y)| s + *x * *y)
+    }
+    /// Σ a·b·c (lanes as [`Scalar::total`]).
+    fn dot3(a: &[Self], b: &[Self], c: &[Self]) -> Self {
+        a.iter().zip(b).zip(c).fold(Self::zero(), |s, ((x, y), z)| s + *x * *y * *z)
+    }
+    /// max x (−∞ for an empty slice).
+    fn max_of(x: &[Self]) -> Self {
+        x.iter().fold(Self::neg_infinity(), |m, v| m.max(*v))
     }
     /// `y = x·σ(x)`.
     fn silu_row(y: &mut [Self], x: &[Self]) {
@@ -98,7 +115,19 @@ impl Scalar for f32 {
     }
     fn exp_shifted(x: &mut [f32], m: f32) -> f32 {
         simd::exp_shifted(x, m);
-        x.iter().fold(0.0, |s, v| s + *v)
+        simd::sum(x)
+    }
+    fn total(x: &[f32]) -> f32 {
+        simd::sum(x)
+    }
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        simd::dot(a, b)
+    }
+    fn dot3(a: &[f32], b: &[f32], c: &[f32]) -> f32 {
+        simd::dot3(a, b, c)
+    }
+    fn max_of(x: &[f32]) -> f32 {
+        simd::max_of(x)
     }
     fn silu_row(y: &mut [f32], x: &[f32]) {
         simd::silu_row(y, x)
@@ -138,6 +167,77 @@ mod simd {
     #[inline(always)]
     fn sig(x: f32) -> f32 {
         1.0 / (1.0 + expf(-x))
+    }
+
+    /// Lanes of the fixed-order reductions.
+    const L: usize = 16;
+
+    /// Combine lane partials pairwise in a fixed order, then add the tail in order.
+    #[inline(always)]
+    fn fold_lanes(mut acc: [f32; L], tail: f32) -> f32 {
+        let mut w = L;
+        while w > 1 {
+            w /= 2;
+            for i in 0..w {
+                acc[i] += acc[i + w];
+            }
+        }
+        acc[0] + tail
+    }
+
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn sum(x: &[f32]) -> f32 {
+        let mut acc = [0.0f32; L];
+        let mut chunks = x.chunks_exact(L);
+        for c in &mut chunks {
+            for i in 0..L {
+                acc[i] += c[i];
+            }
+        }
+        fold_lanes(acc, chunks.remainder().iter().fold(0.0, |s, v| s + *v))
+    }
+
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len().min(b.len());
+        let (a, b) = (&a[..n], &b[..n]);
+        let mut acc = [0.0f32; L];
+        let (ca, cb) = (a.chunks_exact(L), b.chunks_exact(L));
+        let (ra, rb) = (ca.remainder(), cb.remainder());
+        for (x, y) in ca.zip(cb) {
+            for i in 0..L {
+                acc[i] += x[i] * y[i];
+            }
+        }
+        fold_lanes(acc, ra.iter().zip(rb).fold(0.0, |s, (x, y)| s + *x * *y))
+    }
+
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn dot3(a: &[f32], b: &[f32], c: &[f32]) -> f32 {
+        let n = a.len().min(b.len()).min(c.len());
+        let (a, b, c) = (&a[..n], &b[..n], &c[..n]);
+        let mut acc = [0.0f32; L];
+        let (ca, cb, cc) = (a.chunks_exact(L), b.chunks_exact(L), c.chunks_exact(L));
+        let (ra, rb, rc) = (ca.remainder(), cb.remainder(), cc.remainder());
+        for ((x, y), z) in ca.zip(cb).zip(cc) {
+            for i in 0..L {
+                acc[i] += x[i] * y[i] * z[i];
+            }
+        }
+        fold_lanes(acc, ra.iter().zip(rb).zip(rc).fold(0.0, |s, ((x, y), z)| s + *x * *y * *z))
+    }
+
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn max_of(x: &[f32]) -> f32 {
+        let mut acc = [f32::NEG_INFINITY; L];
+        let mut chunks = x.chunks_exact(L);
+        for c in &mut chunks {
+            for i in 0..L {
+                acc[i] = acc[i].max(c[i]);
+            }
+        }
+        let m = acc.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+        chunks.remainder().iter().fold(m, |m, v| m.max(*v))
     }
 
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
@@ -214,6 +314,31 @@ mod tests {
     }
 
     #[test]
+    fn lane_reductions_are_exact_and_fixed() {
+        let x: Vec<f32> = (0..1037).map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-3).collect();
+        let y: Vec<f32> = (0..1037).map(|i| ((i * 104729 % 997) as f32 - 498.0) * 1e-3).collect();
+        let exact: f64 = x.iter().zip(&y).map(|(a, b)| *a as f64 * *b as f64).sum();
+        assert!((f32::dot(&x, &y) as f64 - exact).abs() < 1e-5);
+        assert!((f32::total(&x) as f64 - x.iter().map(|v| *v as f64).sum::<f64>()).abs() < 1e-4);
+        assert_eq!(f32::max_of(&x), x.iter().cloned().fold(f32::MIN, f32::max));
+        assert_eq!(f32::dot3(&x, &y, &x).to_bits(), f32::dot3(&x, &y, &x).to_bits());
+        // The lane order is part of the contract: the same bits as this scalar rendering.
+        let mut acc = [0.0f32; 16];
+        for (i, (a, b)) in x.iter().zip(&y).enumerate().take(1024) {
+            acc[i % 16] += a * b;
+        }
+        let mut w = 16;
+        while w > 1 {
+            w /= 2;
+            for i in 0..w {
+                acc[i] += acc[i + w];
+            }
+        }
+        let tail = x[1024..].iter().zip(&y[1024..]).fold(0.0f32, |s, (a, b)| s + a * b);
+        assert_eq!(f32::dot(&x, &y).to_bits(), (acc[0] + tail).to_bits());
+    }
+
+    #[test]
     fn dispatched_rows_equal_the_scalar_formulas() {
         let x: Vec<f32> = (0..1000).map(|i| (i as f32 - 500.0) * 0.037).collect();
         let mut y = vec![0.0f32; 1000];
@@ -226,6 +351,6 @@ mod tests {
         for (a, v) in e.iter().zip(&x) {
             assert_eq!(a.to_bits(), expf(*v - 1.5).to_bits());
         }
-        assert_eq!(s.to_bits(), e.iter().fold(0.0f32, |s, v| s + *v).to_bits());
+        assert_eq!(s.to_bits(), f32::total(&e).to_bits());
     }
 }

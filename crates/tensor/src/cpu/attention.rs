@@ -90,7 +90,7 @@ pub fn forward<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: &[T], sh: A
 #[inline]
 fn softmax_causal<T: Scalar>(r: &mut [T], i: usize) {
     let (live, dead) = r.split_at_mut(i + 1);
-    let m = live.iter().fold(T::neg_infinity(), |a, v| a.max(*v));
+    let m = T::max_of(live);
     let sum = T::exp_shifted(live, m);
     let inv = T::one() / sum;
     live.iter_mut().for_each(|v| *v = *v * inv);
@@ -153,16 +153,14 @@ pub fn backward<T: Scalar>(
                     gemm_raw(m, i1, l.dh, dsb, l.s, d_o, at_t(l.v, g * l.dh, 0), 1.0, false, false);
                     // dS = P ⊙ (dP − Σ_j P·dP)
                     for i in i0..i1 {
-                        let pr = std::slice::from_raw_parts(p.add(i * l.s), i1);
+                        let pr = std::slice::from_raw_parts(p.add(i * l.s), i + 1);
                         let dr = std::slice::from_raw_parts_mut(ds.add(i * l.s), i1);
-                        let mut dsum = T::zero();
-                        for j in 0..=i {
-                            dsum = dsum + pr[j] * dr[j];
+                        let (live, dead) = dr.split_at_mut(i + 1);
+                        let dsum = T::dot(pr, live);
+                        for (d, pv) in live.iter_mut().zip(pr) {
+                            *d = *pv * (*d - dsum);
                         }
-                        for j in 0..=i {
-                            dr[j] = pr[j] * (dr[j] - dsum);
-                        }
-                        dr[i + 1..].fill(T::zero());
+                        dead.fill(T::zero());
                     }
                     let dsm = Operand { ptr: dsb as *const T, rs: l.s as isize, cs: 1 };
                     let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: l.s as isize };

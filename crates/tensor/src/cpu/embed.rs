@@ -64,7 +64,7 @@ pub fn cross_entropy<T: Scalar>(
         }
         let t = t as usize;
         assert!(t < v, "target id {t} is outside the vocabulary of {v}");
-        let m = r.iter().fold(T::neg_infinity(), |a, x| a.max(*x));
+        let m = T::max_of(r);
         let xt = r[t];
         match grad_scale {
             // The logits become e^(x − m), then the gradient.
@@ -85,7 +85,7 @@ pub fn cross_entropy<T: Scalar>(
 
 pub fn row_max<T: Scalar>(max: MatMut<Vec<T>>, logits: Mat<Vec<T>>) {
     assert_eq!((max.rows, max.cols), (logits.rows, 1));
-    par_rows(max).for_each(|(i, o)| o[0] = row(&logits, i).iter().fold(T::neg_infinity(), |a, x| a.max(*x)));
+    par_rows(max).for_each(|(i, o)| o[0] = T::max_of(row(&logits, i)));
 }
 
 pub fn xent_partials<T: Scalar>(

@@ -5,19 +5,11 @@ use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
 use rayon::prelude::*;
 
-#[inline(always)]
-fn dot3<T: Scalar>(a: &[T], b: &[T], c: &[T]) -> T {
-    let mut s = T::zero();
-    for ((x, y), z) in a.iter().zip(b).zip(c) {
-        s = s + *x * *y * *z;
-    }
-    s
-}
-
 pub fn row_sumsq<T: Scalar>(out: MatMut<Vec<T>>, x: Mat<Vec<T>>) {
     assert_eq!((out.rows, out.cols), (x.rows, 1));
     par_rows(out).for_each(|(i, o)| {
-        o[0] = row(&x, i).iter().fold(T::zero(), |s, v| s + *v * *v);
+        let r = row(&x, i);
+        o[0] = T::dot(r, r);
     });
 }
 
@@ -45,7 +37,7 @@ pub fn rmsnorm_apply<T: Scalar>(y: MatMut<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Ve
 
 pub fn rmsnorm_bwd_dot<T: Scalar>(dot: MatMut<Vec<T>>, dy: Mat<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>) {
     let g = row(&gamma, 0);
-    par_rows(dot).for_each(|(i, o)| o[0] = dot3(row(&dy, i), row(&x, i), g));
+    par_rows(dot).for_each(|(i, o)| o[0] = T::dot3(row(&dy, i), row(&x, i), g));
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -89,10 +81,7 @@ pub fn row_dot<T: Scalar>(
 ) {
     let alpha = T::of(alpha);
     par_rows(out).for_each(|(i, o)| {
-        let mut s = T::zero();
-        for (x, y) in row(&a, i).iter().zip(row(&b, i)) {
-            s = s + *x * *y;
-        }
+        let s = T::dot(row(&a, i), row(&b, i));
         let f = scale_rows.as_ref().map_or(T::one(), |r| {
             let v = row(r, i)[0];
             v * v
@@ -143,7 +132,7 @@ pub fn layernorm_fwd<T: Scalar>(
     let (wr, br) = (row(&w, 0), row(&b, 0));
     par_rows(y).zip(par_rows(mean)).zip(par_rows(rstd)).for_each(|(((i, yr), (_, m)), (_, r))| {
         let xr = row(&x, i);
-        let mu = xr.iter().fold(T::zero(), |s, v| s + *v) / n;
+        let mu = T::total(xr) / n;
         let var = xr.iter().fold(T::zero(), |s, v| s + (*v - mu) * (*v - mu)) / n;
         let rs = T::one() / (var + eps).sqrt();
         m[0] = mu;
