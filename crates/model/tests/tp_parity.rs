@@ -12,7 +12,7 @@ use boost_comm::{Dims, run_ranks};
 use boost_config::{Config, ModelConfig, NormMode, Recompute, Scheme};
 use boost_model::{Batch, Layout, Model, params::Piece};
 use boost_tensor::cpu::Cpu;
-use boost_tensor::{Backend, Solo};
+use boost_tensor::{Backend, Collective, Solo};
 use common::assert_close;
 
 const SEED: u64 = 5;
@@ -37,16 +37,7 @@ fn run(cfg: &ModelConfig, layout: Layout, policy: Recompute) -> Vec<RankOut> {
     let outs = run_ranks(Dims::tp(layout.tp), |rank, grid| {
         let mut m = Model::new(Cpu::<f64>::new(), cfg, Layout { rank, ..layout }, SEED)?;
         m.set_recompute(policy);
-        let logits = m.logits(&grid.tp, &ids, B, S);
-        let b = Batch { ids: &ids, targets: &targets, batch: B, seq: S };
-        let loss = m.forward_backward(&grid.tp, &b, 1.0 / (B * S) as f64);
-        let pieces = m
-            .store
-            .pieces
-            .iter()
-            .map(|p| (p.clone(), m.be.read_mat(p.slot.of(&m.store.values)), m.be.read_mat(p.slot.of(&m.store.grads))))
-            .collect();
-        Ok(RankOut { rank, logits, loss: loss.sum / loss.tokens as f64, embed_grad: m.embed_out_grad(), pieces })
+        Ok(step_and_read(&mut m, &grid.tp, rank, &ids, &targets))
     });
     outs.unwrap_or_else(|e| panic!("{layout:?}: {e:#}"))
 }
@@ -153,16 +144,26 @@ fn model(extra: &[&str]) -> ModelConfig {
 fn reference(cfg: &ModelConfig) -> Vec<RankOut> {
     let (ids, targets) = batch(cfg.vocab);
     let mut m = Model::new(Cpu::<f64>::new(), cfg, Layout::single(cfg), SEED).unwrap();
-    let logits = m.logits(&Solo, &ids, B, S);
-    let loss =
-        m.forward_backward(&Solo, &Batch { ids: &ids, targets: &targets, batch: B, seq: S }, 1.0 / (B * S) as f64);
+    vec![step_and_read(&mut m, &Solo, 0, &ids, &targets)]
+}
+
+/// Logits, then one forward/backward, and everything the comparison reads back.
+fn step_and_read(
+    m: &mut Model<Cpu<f64>>,
+    tp: &dyn Collective<Cpu<f64>>,
+    rank: usize,
+    ids: &[u32],
+    targets: &[u32],
+) -> RankOut {
+    let logits = m.logits(tp, ids, B, S);
+    let loss = m.forward_backward(tp, &Batch { ids, targets, batch: B, seq: S }, 1.0 / (B * S) as f64);
     let pieces = m
         .store
         .pieces
         .iter()
         .map(|p| (p.clone(), m.be.read_mat(p.slot.of(&m.store.values)), m.be.read_mat(p.slot.of(&m.store.grads))))
         .collect();
-    vec![RankOut { rank: 0, logits, loss: loss.sum / loss.tokens as f64, embed_grad: m.embed_out_grad(), pieces }]
+    RankOut { rank, logits, loss: loss.sum / loss.tokens as f64, embed_grad: m.embed_out_grad(), pieces }
 }
 
 fn sweep(cfg: &ModelConfig, schemes: &[Scheme]) {

@@ -3,10 +3,10 @@
 //! this replica's shard of every buffer with AdamW, all-gather the parameters); the global
 //! gradient norm, counting every parameter once across tp, pp and dp.
 
-use crate::optim::AdamW;
+use crate::optim::{AdamW, adam_step};
 use boost_config::TrainConfig;
 use boost_model::params::ParamStore;
-use boost_tensor::{AdamStep, Backend, Collective, Label, Mat, MatMut, ReduceOp};
+use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
 
 /// The groups a rank's step talks to.
 pub struct Groups<'a, B: Backend> {
@@ -182,20 +182,6 @@ impl<B: Backend> Optimizer<B> {
                 }
             }
         }
-    }
-}
-
-pub fn adam_step(cfg: &TrainConfig, step: u64, lr: f64, grad_scale: f64) -> AdamStep {
-    let t = step as i32;
-    AdamStep {
-        lr,
-        beta1: cfg.beta1,
-        beta2: cfg.beta2,
-        eps: cfg.eps,
-        weight_decay: cfg.weight_decay,
-        bias_corr1: 1.0 - cfg.beta1.powi(t),
-        bias_corr2: 1.0 - cfg.beta2.powi(t),
-        grad_scale,
     }
 }
 

@@ -25,17 +25,7 @@ impl<B: Backend> AdamW<B> {
     /// (the clipping coefficient).
     pub fn update(&mut self, be: &B, store: &mut ParamStore<B>, cfg: &TrainConfig, lr: f64, grad_scale: f64) {
         self.step += 1;
-        let t = self.step as i32;
-        let s = AdamStep {
-            lr,
-            beta1: cfg.beta1,
-            beta2: cfg.beta2,
-            eps: cfg.eps,
-            weight_decay: cfg.weight_decay,
-            bias_corr1: 1.0 - cfg.beta1.powi(t),
-            bias_corr2: 1.0 - cfg.beta2.powi(t),
-            grad_scale,
-        };
+        let s = adam_step(cfg, self.step, lr, grad_scale);
         for (i, info) in store.bufs.iter().enumerate() {
             be.adamw(
                 &mut store.values[i],
@@ -73,4 +63,19 @@ pub fn grad_norm<B: Backend>(be: &B, store: &ParamStore<B>, tp_rank: usize, grou
 /// PyTorch's clip_grad_norm_ coefficient: min(1, max_norm / (norm + 1e-6)); 1 when off.
 pub fn clip_coef(norm: f64, max_norm: f64) -> f64 {
     if max_norm <= 0.0 { 1.0 } else { (max_norm / (norm + 1e-6)).min(1.0) }
+}
+
+/// The scalars of AdamW update number `step` (1-based).
+pub fn adam_step(cfg: &TrainConfig, step: u64, lr: f64, grad_scale: f64) -> AdamStep {
+    let t = step as i32;
+    AdamStep {
+        lr,
+        beta1: cfg.beta1,
+        beta2: cfg.beta2,
+        eps: cfg.eps,
+        weight_decay: cfg.weight_decay,
+        bias_corr1: 1.0 - cfg.beta1.powi(t),
+        bias_corr2: 1.0 - cfg.beta2.powi(t),
+        grad_scale,
+    }
 }
