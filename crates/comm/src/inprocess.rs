@@ -36,12 +36,12 @@
 //! exited ([`InProcess::mark_exited`]); a call waiting for it fails at once. Every wait also
 //! has a deadline ([`InProcessOptions::deadline`]).
 
+use crate::call::CallDesc;
 use crate::communicator::Communicator;
 use crate::error::{CommError, CommResult, Failure, list};
-use crate::payload::{CommElem, DType, Kind, Payload, PayloadRef};
+use crate::payload::{CommElem, Kind, Payload, PayloadRef};
 use boost_tensor::{Label, ReduceOp};
 use std::collections::VecDeque;
-use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -147,79 +147,6 @@ fn rank_activity(u: &Universe, rank: usize) -> Option<String> {
         (Some(c), _) => Some(format!("in {c}")),
         (None, Some(l)) => Some(format!("after {l}")),
         (None, None) => None,
-    }
-}
-
-/// One call as every rank describes it; compared across ranks at arrival.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct CallDesc {
-    kind: Kind,
-    label: Label,
-    op: Option<ReduceOp>,
-    dtype: Option<DType>,
-    /// Elements of the buffer.
-    n: usize,
-    /// Broadcast root, send destination or recv source (group ranks).
-    peer: Option<usize>,
-    tag: u32,
-    color: usize,
-    key: usize,
-}
-
-impl CallDesc {
-    fn new(kind: Kind, label: Label) -> Self {
-        Self { kind, label, op: None, dtype: None, n: 0, peer: None, tag: 0, color: 0, key: 0 }
-    }
-    fn data(mut self, dtype: DType, n: usize) -> Self {
-        self.dtype = Some(dtype);
-        self.n = n;
-        self
-    }
-    fn peer(mut self, peer: usize) -> Self {
-        self.peer = Some(peer);
-        self
-    }
-    fn matches(&self, o: &CallDesc, check_labels: bool) -> bool {
-        if self.kind != o.kind {
-            return false;
-        }
-        if self.kind == Kind::Split {
-            return true;
-        }
-        self.op == o.op
-            && self.dtype == o.dtype
-            && self.n == o.n
-            && self.peer == o.peer
-            && (!check_labels || self.label == o.label)
-    }
-}
-
-impl fmt::Display for CallDesc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let data = |f: &mut fmt::Formatter<'_>| match self.dtype {
-            Some(d) => write!(f, ", {d} × {}", self.n),
-            None => Ok(()),
-        };
-        match self.kind {
-            Kind::Split => write!(f, "split(color {}, key {})", self.color, self.key),
-            Kind::Barrier => write!(f, "barrier({})", self.label),
-            Kind::Broadcast => {
-                write!(f, "broadcast({}, root {}", self.label, self.peer.unwrap_or(0))?;
-                data(f)?;
-                f.write_str(")")
-            }
-            Kind::Send | Kind::Recv => {
-                let dir = if self.kind == Kind::Send { "to" } else { "from" };
-                write!(f, "{}({}, {dir} {}, tag {}", self.kind, self.label, self.peer.unwrap_or(0), self.tag)?;
-                data(f)?;
-                f.write_str(")")
-            }
-            k => {
-                write!(f, "{k}({}", self.label)?;
-                data(f)?;
-                f.write_str(")")
-            }
-        }
     }
 }
 

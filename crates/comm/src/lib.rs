@@ -21,6 +21,7 @@
 //! assert_eq!(sums, vec![3.0, 3.0]);
 //! ```
 
+mod call;
 pub mod communicator;
 pub mod error;
 pub mod grid;

@@ -20,6 +20,7 @@
 //! still in flight with their buffers.
 
 use super::MpiOptions;
+use crate::call::{CallDesc, write_call};
 use crate::communicator::Communicator;
 use crate::error::{CommError, CommResult, Failure, list};
 use crate::grid::{Dims, Grid, GridOptions};
@@ -111,92 +112,6 @@ fn view<T: Copy>(v: &mut Vec<u64>, n: usize) -> &mut [T] {
 
 // ---------------------------------------------------------------------------------------------
 // Call descriptors
-
-/// One call as this rank describes it (what check mode, p2p headers and messages carry).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct CallDesc {
-    kind: Kind,
-    label: Label,
-    op: Option<ReduceOp>,
-    dtype: Option<DType>,
-    /// Elements of the buffer.
-    n: usize,
-    /// Broadcast root, send destination or recv source (group ranks).
-    peer: Option<usize>,
-    tag: u32,
-    color: usize,
-    key: usize,
-}
-
-impl CallDesc {
-    fn new(kind: Kind, label: Label) -> Self {
-        Self { kind, label, op: None, dtype: None, n: 0, peer: None, tag: 0, color: 0, key: 0 }
-    }
-    fn data(mut self, dtype: DType, n: usize) -> Self {
-        self.dtype = Some(dtype);
-        self.n = n;
-        self
-    }
-    fn peer(mut self, peer: usize) -> Self {
-        self.peer = Some(peer);
-        self
-    }
-}
-
-/// The call fields every display shares (the in-process backend's format).
-#[allow(clippy::too_many_arguments)]
-fn write_call(
-    f: &mut fmt::Formatter<'_>,
-    kind: Kind,
-    label: &dyn fmt::Display,
-    dtype: Option<DType>,
-    n: u64,
-    peer: Option<u64>,
-    tag: u32,
-    color: u64,
-    key: u64,
-) -> fmt::Result {
-    let data = |f: &mut fmt::Formatter<'_>| match dtype {
-        Some(d) => write!(f, ", {d} × {n}"),
-        None => Ok(()),
-    };
-    match kind {
-        Kind::Split => write!(f, "split(color {color}, key {key})"),
-        Kind::Barrier => write!(f, "barrier({label})"),
-        Kind::Broadcast => {
-            write!(f, "broadcast({label}, root {}", peer.unwrap_or(0))?;
-            data(f)?;
-            f.write_str(")")
-        }
-        Kind::Send | Kind::Recv => {
-            let dir = if kind == Kind::Send { "to" } else { "from" };
-            write!(f, "{kind}({label}, {dir} {}, tag {tag}", peer.unwrap_or(0))?;
-            data(f)?;
-            f.write_str(")")
-        }
-        k => {
-            write!(f, "{k}({label}")?;
-            data(f)?;
-            f.write_str(")")
-        }
-    }
-}
-
-impl fmt::Display for CallDesc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_call(
-            f,
-            self.kind,
-            &self.label,
-            self.dtype,
-            self.n as u64,
-            self.peer.map(|p| p as u64),
-            self.tag,
-            self.color as u64,
-            self.key as u64,
-        )
-    }
-}
 
 /// Words of an encoded descriptor.
 const WIRE: usize = 12;

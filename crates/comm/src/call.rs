@@ -1,0 +1,105 @@
+//! A collective call as a rank describes it: what backends compare across ranks to catch
+//! mismatched calls, and how error messages name a call (`all_reduce(layer0.attn.qkv.A, f32 × 8)`).
+
+use crate::payload::{DType, Kind};
+use boost_tensor::{Label, ReduceOp};
+use std::fmt;
+
+/// One call as every rank describes it; compared across ranks at arrival.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CallDesc {
+    pub(crate) kind: Kind,
+    pub(crate) label: Label,
+    pub(crate) op: Option<ReduceOp>,
+    pub(crate) dtype: Option<DType>,
+    /// Elements of the buffer.
+    pub(crate) n: usize,
+    /// Broadcast root, send destination or recv source (group ranks).
+    pub(crate) peer: Option<usize>,
+    pub(crate) tag: u32,
+    pub(crate) color: usize,
+    pub(crate) key: usize,
+}
+
+impl CallDesc {
+    pub(crate) fn new(kind: Kind, label: Label) -> Self {
+        Self { kind, label, op: None, dtype: None, n: 0, peer: None, tag: 0, color: 0, key: 0 }
+    }
+    pub(crate) fn data(mut self, dtype: DType, n: usize) -> Self {
+        self.dtype = Some(dtype);
+        self.n = n;
+        self
+    }
+    pub(crate) fn peer(mut self, peer: usize) -> Self {
+        self.peer = Some(peer);
+        self
+    }
+    pub(crate) fn matches(&self, o: &CallDesc, check_labels: bool) -> bool {
+        if self.kind != o.kind {
+            return false;
+        }
+        if self.kind == Kind::Split {
+            return true;
+        }
+        self.op == o.op
+            && self.dtype == o.dtype
+            && self.n == o.n
+            && self.peer == o.peer
+            && (!check_labels || self.label == o.label)
+    }
+}
+
+impl fmt::Display for CallDesc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_call(
+            f,
+            self.kind,
+            &self.label,
+            self.dtype,
+            self.n as u64,
+            self.peer.map(|p| p as u64),
+            self.tag,
+            self.color as u64,
+            self.key as u64,
+        )
+    }
+}
+
+/// The call fields every display shares (the in-process backend's format).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn write_call(
+    f: &mut fmt::Formatter<'_>,
+    kind: Kind,
+    label: &dyn fmt::Display,
+    dtype: Option<DType>,
+    n: u64,
+    peer: Option<u64>,
+    tag: u32,
+    color: u64,
+    key: u64,
+) -> fmt::Result {
+    let data = |f: &mut fmt::Formatter<'_>| match dtype {
+        Some(d) => write!(f, ", {d} × {n}"),
+        None => Ok(()),
+    };
+    match kind {
+        Kind::Split => write!(f, "split(color {color}, key {key})"),
+        Kind::Barrier => write!(f, "barrier({label})"),
+        Kind::Broadcast => {
+            write!(f, "broadcast({label}, root {}", peer.unwrap_or(0))?;
+            data(f)?;
+            f.write_str(")")
+        }
+        Kind::Send | Kind::Recv => {
+            let dir = if kind == Kind::Send { "to" } else { "from" };
+            write!(f, "{kind}({label}, {dir} {}, tag {tag}", peer.unwrap_or(0))?;
+            data(f)?;
+            f.write_str(")")
+        }
+        k => {
+            write!(f, "{k}({label}")?;
+            data(f)?;
+            f.write_str(")")
+        }
+    }
+}
