@@ -38,6 +38,11 @@ pub struct TrainArgs {
     /// Failure testing: make global rank RANK fail at step STEP (`RANK:STEP`).
     #[arg(long, value_name = "RANK:STEP", hide = true)]
     pub inject_fault: Option<String>,
+    /// Write optimizer step STEP's whole gradients (summed over the global batch, before
+    /// clipping; canonical names, fp32) to run.dir/grads/step-NNNNNNNN.safetensors, to
+    /// compare layouts or backends.
+    #[arg(long, value_name = "STEP", value_parser = clap::value_parser!(u64).range(1..))]
+    pub dump_grads: Option<u64>,
 }
 
 /// Build the global compute pool with `train.threads` threads (0: one per core).
@@ -74,7 +79,10 @@ pub fn train(a: &TrainArgs) -> Result<()> {
             Some((r.parse()?, st.parse()?))
         }
     };
-    boost_train::trainer::train_launched(cfg, TrainOptions { resume, quiet: a.quiet, fault })?;
+    boost_train::trainer::train_launched(
+        cfg,
+        TrainOptions { resume, quiet: a.quiet, fault, dump_grads: a.dump_grads },
+    )?;
     Ok(())
 }
 

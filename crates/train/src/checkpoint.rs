@@ -44,14 +44,13 @@ pub struct CheckpointMeta {
 
 /// Whole canonical tensors of a model and its AdamW moments, ready to write.
 pub struct Tensors {
-    pub weights: Vec<(String, Vec<usize>, Vec<f32>)>,
+    pub weights: Vec<Named>,
     /// `m.<name>` and `v.<name>`.
-    pub moments: Vec<(String, Vec<usize>, Vec<f32>)>,
+    pub moments: Vec<Named>,
 }
 
-/// The whole canonical tensors of a model sharded over `tp` (every rank calls this; every
-/// rank gets the result). Each parameter buffer is all-gathered, then every rank's
-/// rectangles are placed into the canonical tensors.
+/// The whole canonical tensors of a model and its moments sharded over `tp` (see
+/// [`gather_sets`]).
 pub fn gather<B: Backend>(model: &Model<B>, opt: &AdamW<B>, tp: &dyn Collective<B>) -> Result<Tensors> {
     gather_with(model, &opt.m, &opt.v, tp)
 }
@@ -63,6 +62,23 @@ pub fn gather_with<B: Backend>(
     v: &[B::Buf],
     tp: &dyn Collective<B>,
 ) -> Result<Tensors> {
+    let [weights, mut moments, v] = gather_sets(model, [("", &model.store.values[..]), ("m.", m), ("v.", v)], tp)?;
+    moments.extend(v);
+    Ok(Tensors { weights, moments })
+}
+
+/// A named whole tensor: canonical name (with a prefix), shape, fp32 data.
+pub type Named = (String, Vec<usize>, Vec<f32>);
+
+/// Whole canonical tensors of sets of buffers aligned with the parameter buffers (values,
+/// gradients, moments), sharded over `tp`; each set's names get its prefix. Every rank
+/// calls this; every rank gets the result. Each buffer is all-gathered, then every rank's
+/// rectangles are placed into the canonical tensors.
+pub fn gather_sets<B: Backend, const N: usize>(
+    model: &Model<B>,
+    sets: [(&str, &[B::Buf]); N],
+    tp: &dyn Collective<B>,
+) -> Result<[Vec<Named>; N]> {
     let p = tp.size();
     let be = &model.be;
     let pieces_of: Vec<Vec<Piece>> = (0..p)
@@ -90,7 +106,7 @@ pub fn gather_with<B: Backend>(
             })
             .collect()
     };
-    let assemble = |per_buf: &[Vec<Vec<f32>>], prefix: &str| -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let assemble = |per_buf: &[Vec<Vec<f32>>], prefix: &str| -> Vec<Named> {
         model
             .store
             .pieces
@@ -113,10 +129,7 @@ pub fn gather_with<B: Backend>(
             })
             .collect()
     };
-    let weights = assemble(&all(&model.store.values), "");
-    let mut moments = assemble(&all(m), "m.");
-    moments.extend(assemble(&all(v), "v."));
-    Ok(Tensors { weights, moments })
+    Ok(sets.map(|(prefix, bufs)| assemble(&all(bufs), prefix)))
 }
 
 /// Write a checkpoint under `root` (`<run>/checkpoints`), keep the newest `keep` ones.
@@ -179,11 +192,7 @@ fn sync_dir(dir: &Path) {
 }
 
 /// Write named fp32 tensors as safetensors.
-pub fn write_safetensors(
-    path: &Path,
-    tensors: &[(String, Vec<usize>, Vec<f32>)],
-    meta: &HashMap<String, String>,
-) -> Result<()> {
+pub fn write_safetensors(path: &Path, tensors: &[Named], meta: &HashMap<String, String>) -> Result<()> {
     let bytes: Vec<(String, Vec<usize>, Vec<u8>)> = tensors
         .iter()
         .map(|(n, s, d)| (n.clone(), s.clone(), d.iter().flat_map(|x| x.to_le_bytes()).collect()))

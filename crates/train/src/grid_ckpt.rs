@@ -2,17 +2,17 @@
 //! gathered over tp within each stage, from every pipeline stage of replica 0, with ZeRO-1
 //! moments gathered over dp first — and loaded back into any layout.
 
-use crate::checkpoint::{Checkpoint, Tensors, gather_with};
+use crate::checkpoint::{Checkpoint, Named, Tensors, gather_sets};
 use crate::dp::{Groups, Optimizer};
 use anyhow::Result;
 use boost_model::{Layout, Model, layout_pieces};
-use boost_tensor::{Backend, Label, Mat, MatMut};
+use boost_tensor::{Backend, Collective, Label, Mat, MatMut};
 
 /// Full-size AdamW moments of this rank's buffers (ZeRO-1 shards gathered over dp).
 fn full_moments<B: Backend>(
     model: &Model<B>,
     opt: &Optimizer<B>,
-    dp: &dyn boost_tensor::Collective<B>,
+    dp: &dyn Collective<B>,
 ) -> (Vec<B::Buf>, Vec<B::Buf>) {
     let be = &model.be;
     match opt {
@@ -51,6 +51,37 @@ fn full_moments<B: Backend>(
     }
 }
 
+/// Full-size summed gradients of this rank's buffers after `sync_grads` (ZeRO-1 shards
+/// gathered over dp).
+fn full_grads<B: Backend>(model: &Model<B>, opt: &Optimizer<B>, dp: &dyn Collective<B>) -> Vec<B::Buf> {
+    let be = &model.be;
+    model
+        .store
+        .bufs
+        .iter()
+        .enumerate()
+        .map(|(i, info)| {
+            let n = info.len;
+            let mut full = be.alloc(n);
+            match opt {
+                Optimizer::Replicated(_) => {
+                    be.copy(MatMut::new(&mut full, 1, n), Mat::new(&model.store.grads[i], 1, n))
+                }
+                Optimizer::Zero1(z) => {
+                    let c = z.chunk[i];
+                    let own = z.owned(i, n);
+                    let mut all = be.alloc(c * z.dp);
+                    let k = own.len();
+                    be.copy(MatMut::at(&mut all, z.rank * c, 1, k, k), Mat::at(z.shard_grads(i), own.start, 1, k, k));
+                    dp.all_gather(&mut all, 0, c, Label::op("grads.gather"));
+                    be.copy(MatMut::new(&mut full, 1, n), Mat::new(&all, 1, n));
+                }
+            }
+            full
+        })
+        .collect()
+}
+
 /// Whole canonical tensors of the run on global rank 0 (None elsewhere). Every rank calls it.
 pub fn gather_run<B: Backend>(
     model: &Model<B>,
@@ -59,7 +90,35 @@ pub fn gather_run<B: Backend>(
     dp_rank: usize,
 ) -> Result<Option<Tensors>> {
     let (m, v) = full_moments(model, opt, g.dp);
-    let mine = gather_with(model, &m, &v, g.tp)?;
+    let sets = [("", &model.store.values[..]), ("m.", &m[..]), ("v.", &v[..])];
+    Ok(collect_stages(model, g, dp_rank, sets)?.map(|[weights, mut moments, v]| {
+        moments.extend(v);
+        Tensors { weights, moments }
+    }))
+}
+
+/// The whole canonical gradients of the step just accumulated (after `sync_grads`, before
+/// clipping and the update) on global rank 0 (None elsewhere). Every rank calls it.
+pub fn gather_grads<B: Backend>(
+    model: &Model<B>,
+    opt: &Optimizer<B>,
+    g: &Groups<B>,
+    dp_rank: usize,
+) -> Result<Option<Vec<Named>>> {
+    let grads = full_grads(model, opt, g.dp);
+    Ok(collect_stages(model, g, dp_rank, [("", &grads[..])])?.map(|[grads]| grads))
+}
+
+/// Sets of buffers aligned with the parameters, gathered over tp and then from every
+/// pipeline stage of replica 0 onto global rank 0 (None elsewhere), as canonical tensors.
+fn collect_stages<B: Backend, const N: usize>(
+    model: &Model<B>,
+    g: &Groups<B>,
+    dp_rank: usize,
+    sets: [(&str, &[B::Buf]); N],
+) -> Result<Option<[Vec<Named>; N]>> {
+    let prefixes = sets.map(|(prefix, _)| prefix);
+    let mine = gather_sets(model, sets, g.tp)?;
     let l = model.layout;
     if dp_rank != 0 || l.rank != 0 {
         return Ok(None);
@@ -70,7 +129,7 @@ pub fn gather_run<B: Backend>(
     let be = &model.be;
     let label = Label::op("checkpoint.stage");
     if l.stage > 0 {
-        for (_, _, data) in mine.weights.iter().chain(&mine.moments) {
+        for (_, _, data) in mine.iter().flatten() {
             let mut buf = be.alloc(data.len());
             be.write_mat(MatMut::new(&mut buf, 1, data.len()), data);
             g.pp.send(&buf, 0, data.len(), 0, label);
@@ -80,29 +139,16 @@ pub fn gather_run<B: Backend>(
     let mut all = mine;
     for s in 1..l.stages {
         let pieces = layout_pieces(&model.cfg, Layout { rank: 0, stage: s, ..l })?;
-        let recv = |prefix: &str| -> Vec<(String, Vec<usize>, Vec<f32>)> {
-            pieces
-                .iter()
-                .map(|p| {
-                    let n: usize = p.shape.iter().product();
-                    let mut buf = be.alloc(n);
-                    g.pp.recv(&mut buf, 0, n, s, label);
-                    (format!("{prefix}{}", p.name), p.shape.clone(), be.read_mat(Mat::new(&buf, 1, n)))
-                })
-                .collect()
-        };
-        let w = recv("");
-        let mut mo = recv("m.");
-        mo.extend(recv("v."));
-        // A tied table appears on both end stages: keep the first stage's.
-        for t in w {
-            if !all.weights.iter().any(|x| x.0 == t.0) {
-                all.weights.push(t);
-            }
-        }
-        for t in mo {
-            if !all.moments.iter().any(|x| x.0 == t.0) {
-                all.moments.push(t);
+        for (set, prefix) in all.iter_mut().zip(prefixes) {
+            for p in &pieces {
+                let n: usize = p.shape.iter().product();
+                let mut buf = be.alloc(n);
+                g.pp.recv(&mut buf, 0, n, s, label);
+                let name = format!("{prefix}{}", p.name);
+                // A tied table appears on both end stages: keep the first stage's.
+                if !set.iter().any(|x| x.0 == name) {
+                    set.push((name, p.shape.clone(), be.read_mat(Mat::new(&buf, 1, n))));
+                }
             }
         }
     }

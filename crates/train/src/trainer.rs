@@ -17,6 +17,8 @@ use boost_model::{Batch, Layout, LossSum, Model};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Label, Mat, MatMut, ReduceOp};
 use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::HashMap;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -29,6 +31,15 @@ pub struct TrainOptions {
     pub quiet: bool,
     /// Fault injection for failure tests: (global rank, step) at which that rank fails.
     pub fault: Option<(usize, u64)>,
+    /// Write the whole gradients of this optimizer step (1-based; summed over the global
+    /// batch, before clipping) to [`grads_path`], to compare layouts.
+    pub dump_grads: Option<u64>,
+}
+
+/// Where `boost train --dump-grads STEP` writes: `<run>/grads/step-NNNNNNNN.safetensors`,
+/// fp32 tensors under the canonical parameter names.
+pub fn grads_path(run_dir: &Path, step: u64) -> PathBuf {
+    run_dir.join("grads").join(format!("step-{step:08}.safetensors"))
 }
 
 /// What a finished run reports.
@@ -276,14 +287,27 @@ impl RankCtx<'_> {
                 bail!("injected fault at step {step}");
             }
             let t0 = Instant::now();
+            let mut one_step = || -> Result<StepOut> {
+                let acc = runner.accumulate(&mut model, &mut opt, g, &loader, position);
+                if self.opts.dump_grads == Some(step + 1) {
+                    let grads = grid_ckpt::gather_grads(&model, &opt, g, c.dp)?;
+                    if let Some(grads) = grads {
+                        let path = grads_path(self.run_dir, step + 1);
+                        fs::create_dir_all(path.parent().expect("a file in a directory"))?;
+                        checkpoint::write_safetensors(&path, &grads, &HashMap::new())?;
+                        log(format!("gradients of step {} written to {}", step + 1, path.display()));
+                    }
+                }
+                Ok(runner.apply(&mut model, &mut opt, g, step, acc))
+            };
             let out = if world == 1 {
                 // Inside the compute pool: parallel kernels then queue their jobs locally,
                 // without the allocations of jobs pushed from outside the pool. (Ranks of a
                 // parallel run stay on their own threads: a rank blocked in a collective must
                 // never hold a pool worker.)
-                rayon::scope(|_| runner.step(&mut model, &mut opt, g, &loader, step, position))
+                rayon::scope(|_| one_step())?
             } else {
-                runner.step(&mut model, &mut opt, g, &loader, step, position)
+                one_step()?
             };
             let comm = recorder.map(|r| r.take());
             position += out.sequences;
@@ -389,6 +413,13 @@ pub struct StepOut {
     pub sequences: u64,
 }
 
+/// A step's gradients, combined over the grid but not yet applied.
+pub struct Accumulated {
+    /// This rank's share of the loss (summed over the grid by [`StepRunner::apply`]).
+    loss: LossSum,
+    pub grad_norm: f64,
+}
+
 /// One rank's step loop: its micro-batches through its pipeline stage, then the data-parallel
 /// gradient combination, the global gradient norm and the optimizer (buffers allocated once).
 pub struct StepRunner<B: Backend> {
@@ -444,6 +475,20 @@ impl<B: Backend> StepRunner<B> {
         step: u64,
         position: u64,
     ) -> StepOut {
+        let acc = self.accumulate(model, opt, g, loader, position);
+        self.apply(model, opt, g, step, acc)
+    }
+
+    /// The first half of [`StepRunner::step`]: every micro-batch's forward and backward, the
+    /// data-parallel gradient combination and the global gradient norm.
+    pub fn accumulate(
+        &mut self,
+        model: &mut Model<B>,
+        opt: &mut Optimizer<B>,
+        g: &Groups<B>,
+        loader: &Loader,
+        position: u64,
+    ) -> Accumulated {
         let t = &self.cfg.train;
         let (mb, seq, acc, dp) = (t.micro_batch, t.seq_len, t.accumulation, self.cfg.parallel.dp);
         let global_tokens = (acc * dp * mb * seq) as f64;
@@ -457,16 +502,31 @@ impl<B: Backend> StepRunner<B> {
         let loss = self.stage.run(model, g.tp, g.pp, &batches, 1.0 / global_tokens);
         drop(batches);
         opt.sync_grads(&model.be, &mut model.store, g.dp, &mut self.bucket);
-        let norm = opt.grad_norm(&model.be, &model.store, model.layout.rank, self.dp_rank, g.world, &mut self.scalar);
+        let grad_norm =
+            opt.grad_norm(&model.be, &model.store, model.layout.rank, self.dp_rank, g.world, &mut self.scalar);
+        Accumulated { loss, grad_norm }
+    }
+
+    /// The second half of [`StepRunner::step`]: clip, update, and agree on the step's loss.
+    pub fn apply(
+        &mut self,
+        model: &mut Model<B>,
+        opt: &mut Optimizer<B>,
+        g: &Groups<B>,
+        step: u64,
+        acc: Accumulated,
+    ) -> StepOut {
+        let t = &self.cfg.train;
         let lr = lr_at(t, step as usize);
-        opt.update(&model.be, &mut model.store, t, lr, clip_coef(norm, t.grad_clip), g.dp);
-        let loss = self.report(model, g, loss);
+        opt.update(&model.be, &mut model.store, t, lr, clip_coef(acc.grad_norm, t.grad_clip), g.dp);
+        let sequences = (t.accumulation * self.cfg.parallel.dp * t.micro_batch) as u64;
+        let loss = self.report(model, g, acc.loss);
         StepOut {
             loss: loss.sum / loss.tokens.max(1) as f64,
             lr,
-            grad_norm: norm,
+            grad_norm: acc.grad_norm,
             tokens: loss.tokens as u64,
-            sequences: (acc * dp * mb) as u64,
+            sequences,
         }
     }
 

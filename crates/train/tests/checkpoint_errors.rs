@@ -10,9 +10,11 @@ use std::fs;
 fn truncated_missing_and_mismatched_checkpoints_are_reported() {
     let root = tempfile::tempdir().unwrap();
     common::build_dataset(&root.path().join("data"));
-    let s =
-        train(common::config(root.path(), &["train.steps=3"]), TrainOptions { resume: None, quiet: true, fault: None })
-            .unwrap();
+    let s = train(
+        common::config(root.path(), &["train.steps=3"]),
+        TrainOptions { resume: None, quiet: true, ..Default::default() },
+    )
+    .unwrap();
     let good = s.last_checkpoint.unwrap();
 
     let copy = |name: &str| {

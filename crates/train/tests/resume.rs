@@ -11,7 +11,7 @@ use boost_train::{TrainOptions, train};
 fn resume_is_bit_exact_and_fresh_runs_do_not_overwrite() {
     let root = tempfile::tempdir().unwrap();
     common::build_dataset(&root.path().join("data"));
-    let quiet = TrainOptions { resume: None, quiet: true, fault: None };
+    let quiet = TrainOptions { resume: None, quiet: true, ..Default::default() };
 
     let full = train(common::config(root.path(), &["train.accumulation=2"]), quiet.clone()).unwrap();
     assert_eq!(full.losses.len(), 6);
@@ -23,7 +23,7 @@ fn resume_is_bit_exact_and_fresh_runs_do_not_overwrite() {
         root.path(),
         &["train.accumulation=2", &format!("run.dir={}", root.path().join("run2").display())],
     );
-    let resumed = train(cfg, TrainOptions { resume: Some(ck), quiet: true, fault: None }).unwrap();
+    let resumed = train(cfg, TrainOptions { resume: Some(ck), quiet: true, ..Default::default() }).unwrap();
     assert_eq!(resumed.first_step, 3);
     let a: Vec<u64> = full.losses[3..].iter().map(|x| x.to_bits()).collect();
     let b: Vec<u64> = resumed.losses.iter().map(|x| x.to_bits()).collect();

@@ -16,7 +16,7 @@ fn run(root: &Path, name: &str, sets: &[&str], resume: Option<&Path>) -> Summary
     all.push("model.heads=4".into());
     let refs: Vec<&str> = all.iter().map(|s| s.as_str()).collect();
     let cfg = common::config(root, &refs);
-    train(cfg, TrainOptions { resume: resume.map(|p| p.to_path_buf()), quiet: true, fault: None })
+    train(cfg, TrainOptions { resume: resume.map(|p| p.to_path_buf()), quiet: true, ..Default::default() })
         .unwrap_or_else(|e| panic!("{name}: {e:#}"))
 }
 
@@ -152,7 +152,8 @@ fn a_failing_rank_stops_the_run_and_is_named() {
     let refs: Vec<&str> = sets.iter().map(|s| s.as_str()).collect();
     let cfg = common::config(root.path(), &refs);
     let t0 = std::time::Instant::now();
-    let err = train(cfg, TrainOptions { resume: None, quiet: true, fault: Some((3, 2)) }).unwrap_err();
+    let err =
+        train(cfg, TrainOptions { resume: None, quiet: true, fault: Some((3, 2)), ..Default::default() }).unwrap_err();
     let msg = format!("{err:#}");
     assert!(msg.contains("rank 3") && msg.contains("injected fault at step 2"), "{msg}");
     assert!(t0.elapsed().as_secs() < 60, "the other ranks did not stop promptly");

@@ -73,3 +73,32 @@ pub fn losses(run: &Path) -> Vec<f64> {
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"].as_f64().unwrap())
         .collect()
 }
+
+/// The tensors `boost train --dump-grads STEP` wrote, sorted by name.
+pub fn grads(run: &Path, step: u64) -> Vec<(String, Vec<f32>)> {
+    let bytes = std::fs::read(run.join(format!("grads/step-{step:08}.safetensors"))).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut out: Vec<(String, Vec<f32>)> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, t)| {
+            assert_eq!(t.dtype(), safetensors::Dtype::F32);
+            (name, t.data().chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect())
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Same tensor names, and each tensor within `rtol` norm-wise: ‖a − b‖ ≤ rtol·‖b‖.
+pub fn assert_grads_close(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)], rtol: f64) {
+    let names = |g: &[(String, Vec<f32>)]| g.iter().map(|t| t.0.clone()).collect::<Vec<_>>();
+    assert_eq!(names(a), names(b), "the dumps hold different tensors");
+    for ((name, x), (_, y)) in a.iter().zip(b) {
+        assert_eq!(x.len(), y.len(), "{name}: sizes differ");
+        let diff: f64 = x.iter().zip(y).map(|(p, q)| (*p as f64 - *q as f64).powi(2)).sum::<f64>().sqrt();
+        let norm: f64 = y.iter().map(|q| (*q as f64).powi(2)).sum::<f64>().sqrt();
+        assert!(norm > 0.0, "{name}: the reference gradient is zero");
+        assert!(diff <= rtol * norm, "{name}: |a - b| = {diff:e} > {rtol:e} * |b| = {:e}", rtol * norm);
+    }
+}
