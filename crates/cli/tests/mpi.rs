@@ -66,3 +66,15 @@ fn a_failing_process_stops_the_others_and_is_named() {
     assert!(err.contains("rank 3") && err.contains("injected fault at step 1"), "{err}");
     assert!(t0.elapsed().as_secs() < 60, "took {:?}", t0.elapsed());
 }
+
+/// The MPI link calibration of `boost plan` times real MPI all-reduces between two processes.
+#[test]
+fn plan_measures_the_mpi_links() {
+    let Some(mut mpi) = mpirun(2) else { return };
+    let out = run(mpi.args(["plan", "--measure-mpi-links"]));
+    let link: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON line from rank 0");
+    let (alpha, beta) = (link["alpha_s"].as_f64().unwrap(), link["bandwidth"].as_f64().unwrap());
+    // A latency between 10 ns and 10 ms, a bandwidth between 1 MB/s and 1 TB/s: a real fit,
+    // not a default or a division by zero.
+    assert!((1e-8..1e-2).contains(&alpha) && (1e6..1e12).contains(&beta), "{link}");
+}

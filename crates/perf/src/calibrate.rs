@@ -8,7 +8,8 @@
 //! `gemm_efficiency = 1` (P is already an achieved rate) and `gemm_half_dim = c`.
 //!
 //! Collectives: [`calibrate_collectives`] times the in-process all-reduce of two ranks and
-//! fits α and β; MPI links are not measured (that needs `mpirun`).
+//! fits α and β; [`calibrate_mpi_collectives`] does the same between two MPI processes (run
+//! by `--calibrate-cpu` through `mpirun -np 2` when the build has MPI), for a second file.
 
 use crate::hardware::LinkSpec;
 use anyhow::{Context, Result};
@@ -172,38 +173,99 @@ pub fn measure_kernel_overhead() -> f64 {
     t.elapsed().as_secs_f64() / reps as f64
 }
 
+/// Payloads timed by the collective calibration: one element (α) and 16 MiB (β).
+const SMALL: usize = 1;
+const LARGE: usize = 1 << 22;
+
+/// Median seconds of a sum all-reduce of `SMALL` and of `LARGE` f32 elements over `grid.tp`.
+fn all_reduce_times(grid: &boost_comm::Grid, reps: usize) -> Result<(f64, f64)> {
+    use boost_tensor::{Label, ReduceOp};
+    let median = |n: usize, reps: usize| -> Result<f64> {
+        let mut buf = vec![1.0f32; n];
+        let mut t = Vec::with_capacity(reps);
+        for i in 0..reps + 3 {
+            let t0 = Instant::now();
+            grid.tp.all_reduce_slice(&mut buf, ReduceOp::Sum, Label::op("calibrate"))?;
+            if i >= 3 {
+                t.push(t0.elapsed().as_secs_f64());
+            }
+        }
+        t.sort_by(|a, b| a.total_cmp(b));
+        Ok(t[t.len() / 2])
+    };
+    Ok((median(SMALL, reps)?, median(LARGE, reps / 3)?))
+}
+
+/// The ring model for p = 2, t = 2α + bytes/β: α from the one-element call, β from the
+/// difference to the 16 MiB call.
+fn fit_link((small, large): (f64, f64)) -> LinkSpec {
+    let bandwidth = (LARGE * 4) as f64 / (large - small).max(1e-9);
+    LinkSpec { alpha_s: small / 2.0, bandwidth }
+}
+
 /// Time the in-process all-reduce of two ranks (the engine's embedded default) over a small
-/// and a large payload and fit the ring model t = 2(p−1)·α + 2(p−1)/p · bytes/β, which for
-/// p = 2 is 2α + bytes/β: α from the smallest call, β from the largest. Each size is the
-/// median of `reps` calls after a warm-up. MPI is not timed here (it needs `mpirun`).
+/// and a large payload and fit the ring model t = 2(p−1)·α + 2(p−1)/p · bytes/β (see
+/// [`fit_link`]). Each size is the median of 30 (10) calls after a warm-up.
 pub fn calibrate_collectives() -> Option<LinkSpec> {
     use boost_comm::{Dims, run_ranks};
-    use boost_tensor::{Label, ReduceOp};
-    const SMALL: usize = 1;
-    const LARGE: usize = 1 << 22;
-    let reps = 30;
-    let times = run_ranks(Dims::tp(2), |_, grid| {
-        let median = |n: usize, reps: usize| -> anyhow::Result<f64> {
-            let mut buf = vec![1.0f32; n];
-            let mut t = Vec::with_capacity(reps);
-            for i in 0..reps + 3 {
-                let t0 = std::time::Instant::now();
-                grid.tp.all_reduce_slice(&mut buf, ReduceOp::Sum, Label::op("calibrate"))?;
-                if i >= 3 {
-                    t.push(t0.elapsed().as_secs_f64());
-                }
-            }
-            t.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            Ok(t[t.len() / 2])
-        };
-        Ok((median(SMALL, reps)?, median(LARGE, reps / 3)?))
+    let times = run_ranks(Dims::tp(2), |_, grid| all_reduce_times(&grid, 30)).ok()?;
+    Some(fit_link(times[0]))
+}
+
+/// The same measurement between two MPI processes: call in a program started by
+/// `mpirun -np 2` (every process calls it; rank 0 gets the fit).
+pub fn calibrate_mpi_collectives() -> Result<Option<LinkSpec>> {
+    use boost_comm::{Dims, RunOptions, mpi};
+    mpi::run_mpi(Dims::tp(2), &RunOptions::default(), |rank, grid| {
+        anyhow::ensure!(grid.world.size() == 2, "measure the MPI links with mpirun -np 2");
+        let link = fit_link(all_reduce_times(&grid, 30)?);
+        Ok((rank == 0).then_some(link))
     })
-    .ok()?;
-    let (small, large) = times[0];
-    let alpha = small / 2.0;
-    let bytes = (LARGE * 4) as f64;
-    let bandwidth = bytes / (large - small).max(1e-9);
-    Some(LinkSpec { alpha_s: alpha, bandwidth })
+}
+
+/// Run `mpirun -np 2 <this program> plan --measure-mpi-links` and read its fit; None (with
+/// the reason on stderr when `verbose`) without the `mpi` feature, without `mpirun`, or when
+/// the launch fails.
+fn mpi_links_via_mpirun(verbose: bool) -> Option<LinkSpec> {
+    let why = |s: String| {
+        if verbose {
+            eprintln!("MPI links not measured: {s}");
+        }
+        None
+    };
+    if !boost_comm::mpi::available() {
+        return why("this build has no MPI backend (cargo feature `mpi`)".into());
+    }
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return why(format!("cannot locate this program: {e}")),
+    };
+    let out = std::process::Command::new("mpirun")
+        .args(["--oversubscribe", "-np", "2"])
+        .arg(exe)
+        .args(["plan", "--measure-mpi-links"])
+        // Waiting ranks yield their core; a root shell (containers) may launch.
+        .env("OMPI_MCA_mpi_yield_when_idle", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .output();
+    match out {
+        Err(e) => why(format!("cannot run mpirun: {e}")),
+        Ok(o) if !o.status.success() => why(format!("mpirun failed: {}", String::from_utf8_lossy(&o.stderr).trim())),
+        Ok(o) => match serde_json::from_slice::<LinkSpec>(&o.stdout) {
+            Ok(l) => Some(l),
+            Err(e) => why(format!("unexpected output of --measure-mpi-links ({e})")),
+        },
+    }
+}
+
+/// The `[intra_node]` and `[inter_node]` sections of a one-machine description.
+fn links_toml(comment: &str, l: &LinkSpec) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "# {comment}");
+    let _ = writeln!(o, "[intra_node]\nalpha_s = {:.3e}\nbandwidth = {:.4e}\n", l.alpha_s, l.bandwidth);
+    let _ = writeln!(o, "[inter_node]\nalpha_s = {:.3e}\nbandwidth = {:.4e}\n", l.alpha_s, l.bandwidth);
+    o
 }
 
 /// Run every microbenchmark and write a CPU hardware TOML to `out`; returns the text.
@@ -280,31 +342,9 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -
         writeln!(o, "bandwidth = {add_bw:.4e}              # a = b + c over 64 MiB, bytes read + written [measured]");
     let _ = writeln!(o, "efficiency = 1.0                     # the bandwidth above is already achieved");
     let _ = writeln!(o);
-    match links {
-        Some(l) => {
-            let _ =
-                writeln!(o, "# In-process all-reduce of two ranks: α from a 1-element call, β from 16 MiB [measured].");
-            let _ = writeln!(o, "[intra_node]\nalpha_s = {:.3e}\nbandwidth = {:.4e}\n", l.alpha_s, l.bandwidth);
-            let _ = writeln!(o, "[inter_node]\nalpha_s = {:.3e}\nbandwidth = {:.4e}\n", l.alpha_s, l.bandwidth);
-        }
-        None => {
-            let _ =
-                writeln!(o, "# Collectives are not calibrated yet (calibrate::calibrate_collectives): an in-process");
-            let _ = writeln!(
-                o,
-                "# all-reduce is modelled as a condvar hand-off (α) plus a copy at half the copy bandwidth."
-            );
-            let _ = writeln!(o, "[intra_node]");
-            let _ = writeln!(o, "alpha_s = 20e-6                      # [placeholder]");
-            let _ =
-                writeln!(o, "bandwidth = {:.4e}                   # copy bandwidth / 2 [placeholder]", copy_bw / 2.0);
-            let _ = writeln!(o);
-            let _ = writeln!(o, "[inter_node]");
-            let _ = writeln!(o, "alpha_s = 20e-6                      # [placeholder]");
-            let _ = writeln!(o, "bandwidth = {:.4e}                   # [placeholder]", copy_bw / 2.0);
-            let _ = writeln!(o);
-        }
-    }
+    // The links differ between the two files this writes; the rest is shared.
+    let head = o;
+    let mut o = String::new();
     let _ = writeln!(o, "[calibration]");
     let _ = writeln!(o, "threads = {threads}");
     let _ = writeln!(o, "copy_bandwidth = {copy_bw:.4e}");
@@ -325,9 +365,48 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -
         );
     }
     let _ = writeln!(o, "]");
-    crate::hardware::Hardware::from_toml_str(&o).context("the calibrated description does not parse")?;
-    std::fs::write(out, &o).with_context(|| format!("writing {}", out.display()))?;
-    Ok(o)
+    let tail = o;
+    let links = links.unwrap_or(LinkSpec { alpha_s: 20e-6, bandwidth: copy_bw / 2.0 });
+    let text = format!(
+        "{head}{}{tail}",
+        links_toml("In-process all-reduce of two ranks: α from a 1-element call, β from 16 MiB [measured].", &links)
+    );
+    write_checked(out, &text)?;
+    if let Some(mpi) = mpi_links_via_mpirun(verbose) {
+        let path = out
+            .with_file_name(format!("{}-mpi.toml", out.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default()));
+        let head = head
+            .replace("name = \"cpu\"", "name = \"cpu-mpi\"")
+            .replace("in-process ranks\"", "one MPI process per rank (mpirun)\"")
+            .replace("# Ranks are threads of one process", "# Ranks are MPI processes on this machine");
+        let mpi_text = format!(
+            "{head}{}{tail}",
+            links_toml(
+                "MPI all-reduce between two processes: α from a 1-element call, β from 16 MiB [measured].",
+                &mpi
+            )
+        );
+        write_checked(&path, &mpi_text)?;
+        if verbose {
+            eprintln!(
+                "links: in-process α {:.1} µs, β {:.2} GB/s; MPI α {:.1} µs, β {:.2} GB/s (wrote {})",
+                links.alpha_s * 1e6,
+                links.bandwidth / 1e9,
+                mpi.alpha_s * 1e6,
+                mpi.bandwidth / 1e9,
+                path.display()
+            );
+        }
+    }
+    Ok(text)
+}
+
+fn write_checked(path: &Path, text: &str) -> Result<()> {
+    crate::hardware::Hardware::from_toml_str(text).context("the calibrated description does not parse")?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
 }
 
 fn memory_total_bytes() -> Option<f64> {

@@ -110,6 +110,10 @@ pub struct PlanArgs {
     /// Measure this machine (GEMM shapes, bandwidth) and write a CPU hardware TOML to this file.
     #[arg(long, value_name = "OUT.toml")]
     pub calibrate_cpu: Option<PathBuf>,
+    /// Under `mpirun -np 2`: time the MPI all-reduce between the two processes and print the
+    /// fitted link (JSON `alpha_s`, `bandwidth`); `--calibrate-cpu` runs this itself.
+    #[arg(long, hide = true)]
+    pub measure_mpi_links: bool,
     /// Threads for `--calibrate-cpu` (0 = all cores).
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
@@ -127,6 +131,12 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         for name in crate::hardware::preset_names() {
             let hw = Hardware::preset(name)?;
             println!("{name:<10} {}", hw.description);
+        }
+        return Ok(());
+    }
+    if args.measure_mpi_links {
+        if let Some(link) = crate::calibrate::calibrate_mpi_collectives()? {
+            println!("{}", serde_json::to_string(&link)?);
         }
         return Ok(());
     }

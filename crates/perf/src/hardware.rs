@@ -82,6 +82,7 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("h100", include_str!("../presets/h100.toml")),
     ("h200", include_str!("../presets/h200.toml")),
     ("cpu", include_str!("../presets/cpu.toml")),
+    ("cpu-mpi", include_str!("../presets/cpu-mpi.toml")),
 ];
 
 pub fn preset_names() -> Vec<&'static str> {
