@@ -181,7 +181,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub all_variants: bool,
     /// With --tp: recompute policies to run for each scheme (comma-separated: none, full,
-    /// lowrank), reporting activation memory and memory saved per ms of added step time.
+    /// lowrank; `POLICY:N` applies it to the first N layers only), reporting activation
+    /// memory and memory saved per ms of added step time.
     #[arg(long, value_delimiter = ',', default_value = "none")]
     pub recompute: Vec<String>,
     /// Run a (dp, pp, tp) grid in this process instead, e.g. `--grid 2,2,2`, and split each
@@ -292,23 +293,35 @@ fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -
     use boost_config::{Arch, NormMode, Recompute, Scheme};
     use boost_train::bench_tp::{TpBench, Variant, run, saved_per_ms, table};
     let link = link_of(a)?;
-    let policies: Vec<Recompute> = a
+    let policies: Vec<(Recompute, usize)> = a
         .recompute
         .iter()
-        .map(|p| match p.as_str() {
-            "none" => Ok(Recompute::None),
-            "full" => Ok(Recompute::Full),
-            "lowrank" => Ok(Recompute::Lowrank),
-            other => anyhow::bail!("--recompute: unknown policy \"{other}\"; use none, full or lowrank"),
+        .map(|p| {
+            let (name, layers) = match p.split_once(':') {
+                Some((n, k)) => {
+                    let k = k.parse().ok().filter(|&k: &usize| k > 0).with_context(|| {
+                        format!("--recompute {p}: the layer count after ':' must be a positive integer")
+                    })?;
+                    (n, k)
+                }
+                None => (p.as_str(), 0),
+            };
+            let policy = match name {
+                "none" => Recompute::None,
+                "full" => Recompute::Full,
+                "lowrank" => Recompute::Lowrank,
+                other => anyhow::bail!("--recompute: unknown policy \"{other}\"; use none, full or lowrank[:N]"),
+            };
+            Ok((policy, layers))
         })
         .collect::<Result<_>>()?;
     let mut variants = Vec::new();
     let mut push = |model: &boost_config::ModelConfig, scheme, norm, grouping| {
-        for &recompute in &policies {
+        for &(recompute, recompute_layers) in &policies {
             if recompute == Recompute::Lowrank && model.arch == Arch::Full {
                 continue;
             }
-            variants.push(Variant { model: model.clone(), scheme, norm, grouping, recompute });
+            variants.push(Variant { model: model.clone(), scheme, norm, grouping, recompute, recompute_layers });
         }
     };
     for m in &opts.models {

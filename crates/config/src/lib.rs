@@ -94,6 +94,16 @@ impl Config {
                 ),
             ));
         }
+        let per_stage = self.model.layers / self.parallel.pp.max(1);
+        if self.train.recompute_layers > per_stage {
+            return Err(ConfigError::new(
+                "train.recompute_layers",
+                format!(
+                    "{} exceeds the {per_stage} layers of a pipeline stage (model.layers = {}, parallel.pp = {}); use 1..={per_stage}, or 0 for every layer",
+                    self.train.recompute_layers, self.model.layers, self.parallel.pp
+                ),
+            ));
+        }
         if self.train.recompute == Recompute::Lowrank && !self.model.arch.is_low_rank() {
             return Err(ConfigError::new(
                 "train.recompute",
@@ -187,6 +197,10 @@ mod tests {
         assert_eq!(e.key, "train.recompute");
         load(&["model.arch=full", "train.recompute=full"]).unwrap();
         load(&["model.arch=svd", "train.recompute=lowrank"]).unwrap();
+        load(&["train.recompute=full", "train.recompute_layers=1"]).unwrap();
+        let e =
+            load(&["model.layers=4", "parallel.pp=2", "train.accumulation=2", "train.recompute_layers=3"]).unwrap_err();
+        assert_eq!(e.key, "train.recompute_layers");
     }
 
     #[test]

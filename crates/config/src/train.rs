@@ -60,6 +60,9 @@ pub struct TrainConfig {
     /// Checkpoints kept in the run directory (the newest ones); 0 keeps all.
     pub keep_checkpoints: usize,
     pub recompute: Recompute,
+    /// `recompute` applies to the first N layers of each pipeline stage (Megatron's block
+    /// method: less memory saved for less recompute time); 0 = every layer.
+    pub recompute_layers: usize,
     /// `cpu`, `cuda` or `cuda:N`.
     pub device: String,
 }
@@ -88,6 +91,7 @@ impl Default for TrainConfig {
             checkpoint_every: 200,
             keep_checkpoints: 3,
             recompute: Recompute::None,
+            recompute_layers: 0,
             device: "cpu".into(),
         }
     }

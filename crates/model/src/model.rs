@@ -46,6 +46,9 @@ pub struct Model<B: Backend> {
     pub(crate) exit: Exit,
     /// What the forward keeps for the backward (`train.recompute`).
     pub recompute: Recompute,
+    /// The policy applies to this many layers of the stage, the first ones (0: all), as
+    /// Megatron's block method does (`train.recompute_layers`); the others keep everything.
+    pub recompute_layers: usize,
     /// Buffers per micro-batch in flight (slot 0 outside a pipeline).
     works: Vec<Option<Work<B>>>,
 }
@@ -198,6 +201,7 @@ impl<B: Backend> Model<B> {
             entry,
             exit,
             recompute: Recompute::None,
+            recompute_layers: 0,
             works: Vec::new(),
         })
     }
@@ -212,6 +216,33 @@ impl<B: Backend> Model<B> {
         }
     }
 
+    /// Recompute only the first `n` layers of this stage (0: every layer).
+    pub fn set_recompute_layers(&mut self, n: usize) {
+        if n != self.recompute_layers {
+            self.recompute_layers = n;
+            self.works.clear();
+        }
+    }
+
+    /// How many layers (the first ones of the stage) recompute their activations.
+    fn recomputed(&self) -> usize {
+        let n = self.blocks.len();
+        match (self.recompute, self.recompute_layers) {
+            (Recompute::None, _) => 0,
+            (_, 0) => n,
+            (_, k) => k.min(n),
+        }
+    }
+
+    /// The policy of layer `l` of this stage.
+    pub fn policy_of(&self, l: usize) -> Recompute {
+        if l < self.recomputed() { self.recompute } else { Recompute::None }
+    }
+
+    fn act_set(&self, l: usize) -> usize {
+        act_set(self.recomputed(), l)
+    }
+
     /// The activation memory of a (batch, seq) micro-batch under the current policy, from
     /// the buffers the engine allocates for it.
     pub fn activation_memory(&mut self, batch: usize, seq: usize) -> ActivationMemory {
@@ -224,14 +255,13 @@ impl<B: Backend> Model<B> {
         let per_layer = (0..n)
             .map(|l| {
                 w.resid[l].len()
-                    + match self.recompute {
-                        Recompute::None => w.blocks[l].len(),
+                    + match self.policy_of(l) {
+                        Recompute::None => w.blocks[self.act_set(l)].len(),
                         _ => w.kept[l].len(),
                     }
             })
             .collect();
-        let recompute_scratch =
-            if self.recompute == Recompute::None { 0 } else { w.blocks.iter().map(|b| b.len()).sum() };
+        let recompute_scratch = w.blocks[..self.recomputed().min(2)].iter().map(|b| b.len()).sum();
         let m = ActivationMemory {
             policy: self.recompute,
             tokens: batch * seq,
@@ -272,18 +302,17 @@ impl<B: Backend> Model<B> {
             targets: be.alloc_ids(t),
             rope: be.rope_table(seq, dims.head_dim, self.cfg.rope_theta),
             resid: (0..=self.blocks.len()).map(|_| be.alloc(t * dims.d_res)).collect(),
-            blocks: match self.recompute {
-                Recompute::None => self.blocks.iter().map(|b| b.alloc_acts(be, dims, batch, seq, phi)).collect(),
-                // Two sets used in turn by even and odd layers, each sized by the deepest layer of
-                // its parity (layer 0 has no LaX crossing, later ones do).
-                _ => {
-                    let n = self.blocks.len();
-                    (0..n.min(2))
-                        .map(|k| self.blocks[k + (n - 1 - k) / 2 * 2].alloc_acts(be, dims, batch, seq, phi))
-                        .collect()
-                }
+            blocks: {
+                // Recomputed layers: two sets used in turn by even and odd layers, each sized by
+                // the deepest layer of its parity (layer 0 has no LaX crossing, later ones do).
+                // Then one set per layer that keeps everything.
+                let r = self.recomputed();
+                let shared = (0..r.min(2)).map(|k| &self.blocks[k + (r - 1 - k) / 2 * 2]);
+                shared.chain(&self.blocks[r..]).map(|b| b.alloc_acts(be, dims, batch, seq, phi)).collect()
             },
-            kept: self.blocks.iter().filter_map(|b| b.alloc_kept(be, dims, t, self.recompute)).collect(),
+            kept: (0..self.recomputed())
+                .filter_map(|l| self.blocks[l].alloc_kept(be, dims, t, self.recompute))
+                .collect(),
             z_in,
             xf: head(if dims.d_res < dims.d { t * dims.d } else { 0 }),
             rm: be.alloc(if sharded { t * dims.d } else { 0 }),
@@ -349,14 +378,15 @@ impl<B: Backend> Model<B> {
         for (l, block) in self.blocks.iter().enumerate() {
             let t = w.t();
             let (lo, hi) = w.resid.split_at_mut(l + 1);
-            let (cur, prev) = act_slots(&mut w.blocks, l, self.recompute);
+            let (cur, prev) = act_slots(&mut w.blocks, self.act_set(l), l.checked_sub(1).map(|q| self.act_set(q)));
             let prev = match prev {
                 Some(p) => Some((&self.blocks[l - 1], &*p)),
                 None => w.z_in.as_ref().map(|z| (&self.blocks[0], z)),
             };
             block.forward(&cx, params, &lo[l], &mut hi[0], cur, prev, &w.rope, w.batch, w.seq, &mut w.sc);
-            if self.recompute != Recompute::None {
-                block.save_kept(&self.be, t, self.recompute, cur, &mut w.kept[l]);
+            let policy = self.policy_of(l);
+            if policy != Recompute::None {
+                block.save_kept(&self.be, t, policy, cur, &mut w.kept[l]);
             }
         }
         if self.layout.last_stage() {
@@ -444,7 +474,7 @@ impl<B: Backend> Model<B> {
     pub fn send_activation(&self, pp: &dyn Collective<B>, slot: usize, to: usize) {
         let n_layers = self.blocks.len();
         let lax = self.cfg.arch == Arch::Lax;
-        let policy = self.recompute;
+        let last_set = self.act_set(n_layers - 1);
         let w = self
             .works
             .get(slot)
@@ -453,7 +483,7 @@ impl<B: Backend> Model<B> {
         let t = w.t();
         pp.send(&w.resid[n_layers], 0, w.resid[n_layers].len(), to, Label::op("pp.act"));
         if lax {
-            let acts = &w.blocks[act_index(n_layers - 1, policy)];
+            let acts = &w.blocks[last_set];
             let last = &self.blocks[n_layers - 1];
             for (k, g) in last.groups().iter().enumerate() {
                 let (buf, base) = g.z_buf(acts.group(k), t);
@@ -507,16 +537,17 @@ impl<B: Backend> Model<B> {
             self.head_backward(tp, w);
         }
         let cx = ctx(&self.be, tp, &self.cfg, self.layout, self.dims, w.t());
+        let r = self.recomputed();
         let ParamStore { values: params, grads, .. } = &mut self.store;
         let params: &[B::Buf] = params;
         let lax = self.cfg.arch == Arch::Lax;
         let n = self.blocks.len();
         let total_layers = self.cfg.layers;
-        let policy = self.recompute;
         let be = &self.be;
         let t = w.t();
         for l in (0..n).rev() {
-            let (cur, mut prev) = act_slots(&mut w.blocks, l, policy);
+            let policy = if l < r { self.recompute } else { Recompute::None };
+            let (cur, mut prev) = act_slots(&mut w.blocks, act_set(r, l), l.checked_sub(1).map(|q| act_set(r, q)));
             let block = &self.blocks[l];
             // The first layer of a later stage crosses into the received latents.
             let boundary = if l == 0 { w.z_in.as_ref().map(|z| (&self.blocks[0], z)) } else { None };
@@ -584,22 +615,18 @@ pub fn layout_pieces(cfg: &ModelConfig, layout: Layout) -> Result<Vec<crate::par
     Ok(Model::declare(boost_tensor::cpu::Cpu::<f32>::new(), cfg, layout)?.store.pieces)
 }
 
-/// Which activation set layer `l` uses.
-fn act_index(l: usize, policy: Recompute) -> usize {
-    if policy == Recompute::None { l } else { l % 2 }
+/// Which activation set layer `l` uses when the first `r` layers recompute: those share two
+/// sets in turn (even and odd layers), the others have their own, after them.
+fn act_set(r: usize, l: usize) -> usize {
+    if l < r { l % 2 } else { r.min(2) + (l - r) }
 }
 
-/// The activation buffers of layer `l` and of the layer below: one set per layer without
-/// recompute, two sets used in turn with it.
+/// The activation sets `c` of a layer and `p` of the layer below (distinct).
 fn act_slots<B: Backend>(
     blocks: &mut [BlockActs<B>],
-    l: usize,
-    policy: Recompute,
+    c: usize,
+    p: Option<usize>,
 ) -> (&mut BlockActs<B>, Option<&mut BlockActs<B>>) {
-    let (c, p) = match policy {
-        Recompute::None => (l, l.checked_sub(1)),
-        _ => (l % 2, l.checked_sub(1).map(|q| q % 2)),
-    };
     match p {
         None => (&mut blocks[c], None),
         Some(p) if p < c => {

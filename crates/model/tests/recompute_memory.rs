@@ -1,7 +1,8 @@
 //! The engine's activation accounting equals the formulas of spec §5, per layer and token:
 //! low-rank recompute keeps 7r + 2d/p + 2 elements under BTP (the four latents before φ, the
 //! two residual shards that feed a norm, the two norm statistics), full recompute keeps the
-//! layer input d/p (plus, for LaX, the 7r latents the next layer's crossing reads).
+//! layer input d/p (plus, for LaX, the 7r latents the next layer's crossing reads); with
+//! `train.recompute_layers = N` the first N layers keep that and the others everything.
 
 use boost_config::{Config, Recompute};
 use boost_model::{Layout, Model};
@@ -19,6 +20,7 @@ fn per_token(sets: &[&str], tp: usize, policy: Recompute) -> (Vec<usize>, usize)
     let layout = Layout::from_config(&cfg.model, &cfg.parallel, 0);
     let mut m = Model::declare(Cpu::<f32>::new(), &cfg.model, layout).unwrap();
     m.set_recompute(policy);
+    m.set_recompute_layers(cfg.train.recompute_layers);
     let (b, s) = (2, 12);
     let mem = m.activation_memory(b, s);
     assert_eq!(mem.elem_bytes, 4);
@@ -26,7 +28,8 @@ fn per_token(sets: &[&str], tp: usize, policy: Recompute) -> (Vec<usize>, usize)
     for e in &mem.per_layer {
         assert_eq!(e % (b * s), 0, "per-layer activations are a whole number of elements per token");
     }
-    (mem.per_layer.iter().map(|e| e / (b * s)).collect(), mem.recompute_scratch)
+    assert_eq!(mem.recompute_scratch % (b * s), 0);
+    (mem.per_layer.iter().map(|e| e / (b * s)).collect(), mem.recompute_scratch / (b * s))
 }
 
 #[test]
@@ -77,6 +80,28 @@ fn no_recompute_keeps_more_than_either_policy() {
                 low[l],
                 full[l]
             );
+        }
+    }
+}
+
+#[test]
+fn recompute_of_the_first_layers_keeps_everything_above_them() {
+    let (d, r) = (64, 16);
+    for tp in [1, 2] {
+        let (none, _) = per_token(&["model.arch=cola"], tp, Recompute::None);
+        for first in [1, 2] {
+            let n = format!("train.recompute_layers={first}");
+            let (low, scratch) = per_token(&["model.arch=cola", &n], tp, Recompute::Lowrank);
+            let (full, _) = per_token(&["model.arch=cola", &n], tp, Recompute::Full);
+            for l in 0..3 {
+                let (want_low, want_full) =
+                    if l < first { (7 * r + 2 * d / tp + 2, d / tp) } else { (none[l], none[l]) };
+                assert_eq!((low[l], full[l]), (want_low, want_full), "tp={tp} first={first} layer {l}");
+            }
+            // The recomputed layers run in one set of buffers each, at most two in turn: the
+            // activations of none minus the layer input each.
+            let want: usize = (0..first.min(2)).map(|l| none[l] - d / tp).sum();
+            assert_eq!(scratch, want, "tp={tp} first={first}");
         }
     }
 }

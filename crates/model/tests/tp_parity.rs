@@ -32,11 +32,15 @@ fn batch(v: usize) -> (Vec<u32>, Vec<u32>) {
     (ids[..B * S].to_vec(), ids[1..].to_vec())
 }
 
-fn run(cfg: &ModelConfig, layout: Layout, policy: Recompute) -> Vec<RankOut> {
+/// What the forward keeps: a policy, applied to the first N layers (0: all).
+type Plan = (Recompute, usize);
+
+fn run(cfg: &ModelConfig, layout: Layout, (policy, first): Plan) -> Vec<RankOut> {
     let (ids, targets) = batch(cfg.vocab);
     let outs = run_ranks(Dims::tp(layout.tp), |rank, grid| {
         let mut m = Model::new(Cpu::<f64>::new(), cfg, Layout { rank, ..layout }, SEED)?;
         m.set_recompute(policy);
+        m.set_recompute_layers(first);
         Ok(step_and_read(&mut m, &grid.tp, rank, &ids, &targets))
     });
     outs.unwrap_or_else(|e| panic!("{layout:?}: {e:#}"))
@@ -69,10 +73,10 @@ fn gather(outs: &[RankOut], i: usize, values: bool) -> Vec<f64> {
 }
 
 fn check(cfg: &ModelConfig, layout: Layout, reference: &[RankOut]) {
-    check_policy(cfg, layout, Recompute::None, reference)
+    check_policy(cfg, layout, (Recompute::None, 0), reference)
 }
 
-fn check_policy(cfg: &ModelConfig, layout: Layout, policy: Recompute, reference: &[RankOut]) {
+fn check_policy(cfg: &ModelConfig, layout: Layout, policy: Plan, reference: &[RankOut]) {
     let what = format!(
         "{} {:?} tp={} norm={:?} grouping={} recompute={policy:?}",
         cfg.arch.name(),
@@ -252,9 +256,39 @@ fn recompute_policies_match_no_recompute() {
                         check_policy(
                             &cfg,
                             Layout { scheme, tp, rank: 0, norm, grouping: tp != 2, stage: 0, stages: 1 },
-                            policy,
+                            (policy, 0),
                             &r,
                         );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Recompute of the first N layers only (the others keep everything): the boundary between a
+/// recomputed layer and one that is not — a LaX crossing across it included — gives the loss
+/// and gradients of `none`.
+#[test]
+fn recompute_of_the_first_layers_matches_no_recompute() {
+    let archs: &[(&[&str], &[Scheme])] = &[
+        (&["model.arch=full", "model.layers=3"], &[Scheme::Megatron]),
+        (&["model.arch=cola", "model.layers=3"], &[Scheme::Vanilla, Scheme::Btp]),
+        (&["model.arch=lax", "model.layers=4"], &[Scheme::Btp]),
+    ];
+    for (sets, schemes) in archs {
+        let cfg = model(sets);
+        let r = reference(&cfg);
+        for &scheme in *schemes {
+            for tp in [1, 2] {
+                for policy in [Recompute::Full, Recompute::Lowrank] {
+                    if policy == Recompute::Lowrank && !cfg.arch.is_low_rank() {
+                        continue;
+                    }
+                    for first in 1..cfg.layers {
+                        let layout =
+                            Layout { scheme, tp, rank: 0, norm: NormMode::Online, grouping: true, stage: 0, stages: 1 };
+                        check_policy(&cfg, layout, (policy, first), &r);
                     }
                 }
             }

@@ -708,7 +708,7 @@ pub fn layer_ops(s: &Setup, layer: usize) -> LayerOps {
     let forward = std::mem::take(&mut c.ops);
     c.backward();
     let backward = std::mem::take(&mut c.ops);
-    match s.recompute {
+    match s.policy_of(layer) {
         Recompute::None => {}
         Recompute::Full => c.forward(Phase::Recompute),
         Recompute::Lowrank => c.recompute_lowrank(),
@@ -726,13 +726,13 @@ pub fn layer_ops(s: &Setup, layer: usize) -> LayerOps {
 /// the SwiGLU gate, up and product; fp32 per-token statistics. Temporary buffers of the backward
 /// pass are not counted here (see [`layer_transient`]).
 pub fn layer_saved(s: &Setup, layer: usize) -> Vec<Saved> {
-    Ctx::new(s, layer).saved(s.recompute)
+    Ctx::new(s, layer).saved(s.policy_of(layer))
 }
 
 /// The extra activation bytes per token alive while one recomputed layer runs its backward:
 /// the layer's tensors that the policy dropped and recompute rebuilt (0 without recompute).
 pub fn layer_transient(s: &Setup, layer: usize) -> f64 {
-    if s.recompute == Recompute::None {
+    if s.policy_of(layer) == Recompute::None {
         return 0.0;
     }
     let c = Ctx::new(s, layer);

@@ -105,6 +105,8 @@ pub struct Setup {
     pub norm: NormKind,
     pub grouping: bool,
     pub recompute: Recompute,
+    /// `recompute` applies to the first N layers of each stage (0: all).
+    pub recompute_layers: usize,
     pub tp: usize,
     pub pp: usize,
     pub dp: usize,
@@ -134,6 +136,7 @@ impl Setup {
             norm: norm.unwrap_or(cfg.parallel.norm.into()),
             grouping: cfg.parallel.grouping,
             recompute: cfg.train.recompute,
+            recompute_layers: cfg.train.recompute_layers,
             tp: cfg.parallel.tp,
             pp: cfg.parallel.pp,
             dp: cfg.parallel.dp,
@@ -161,6 +164,7 @@ impl Setup {
             norm: NormKind::Online,
             grouping: true,
             recompute: Recompute::None,
+            recompute_layers: 0,
             tp: 1,
             pp: 1,
             dp: 1,
@@ -218,6 +222,11 @@ impl Setup {
     }
     pub fn layers_per_stage(&self) -> usize {
         self.model.layers / self.pp
+    }
+    /// The recompute policy of decoder layer `layer` (global index).
+    pub fn policy_of(&self, layer: usize) -> Recompute {
+        let first = layer % self.layers_per_stage();
+        if self.recompute_layers == 0 || first < self.recompute_layers { self.recompute } else { Recompute::None }
     }
     /// Sequences per optimizer step over all data-parallel ranks.
     pub fn global_batch(&self) -> usize {

@@ -244,6 +244,22 @@ fn activation_memory_per_recompute_policy() {
 }
 
 #[test]
+fn recompute_of_the_first_layers_of_each_stage() {
+    let mut s = setup("7b", Arch::Cola, Scheme::Btp, 4);
+    let elems = |s: &Setup, l: usize| layer_saved(s, l).iter().map(|x| x.elements_per_token).sum::<f64>();
+    let none: Vec<f64> = (0..s.model.layers).map(|l| elems(&s, l)).collect();
+    s.pp = 2;
+    s.recompute = Recompute::Lowrank;
+    s.recompute_layers = 3;
+    let half = s.model.layers / 2;
+    for (l, &kept_without) in none.iter().enumerate() {
+        let recomputed = l % half < 3;
+        assert_eq!(elems(&s, l) < kept_without, recomputed, "layer {l}");
+        assert_eq!(layer_ops(&s, l).recompute.is_empty(), !recomputed, "layer {l}");
+    }
+}
+
+#[test]
 fn low_rank_recompute_communicates_only_under_vanilla() {
     let mut s = setup("7b", Arch::Cola, Scheme::Btp, 4);
     s.recompute = Recompute::Lowrank;

@@ -65,6 +65,7 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
         let layout = Layout::staged(&cfg.model, p, c.tp, c.pp, p.pp);
         let mut model = Model::new(Cpu::<f32>::new(), &cfg.model, layout, 1)?;
         model.set_recompute(t.recompute);
+        model.set_recompute_layers(t.recompute_layers);
         let mut opt = Optimizer::new(&model.be, &model.store, p.zero == 1, p.dp, c.dp);
         let loader = Loader::new(shard.clone(), t.seq_len, 1)?;
         let mut runner = StepRunner::new(cfg, &model, c.dp);

@@ -63,6 +63,8 @@ pub struct Variant {
     pub norm: NormMode,
     pub grouping: bool,
     pub recompute: Recompute,
+    /// The policy applies to the first N layers (0: all).
+    pub recompute_layers: usize,
 }
 
 pub struct TpBench {
@@ -88,6 +90,7 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
             let layout = Layout::from_config(cfg, &par, rank);
             let mut model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, layout, 1)?;
             model.set_recompute(v.recompute);
+            model.set_recompute_layers(v.recompute_layers);
             let mem = model.activation_memory(opts.micro_batch, opts.seq);
             let mut opt = AdamW::new(&model.be, &model.store);
             let tc = TrainConfig::default();
@@ -144,7 +147,10 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
             scheme: format!("{scheme:?}").to_lowercase(),
             norm: format!("{norm:?}").to_lowercase(),
             grouping: *grouping,
-            recompute: format!("{:?}", v.recompute).to_lowercase(),
+            recompute: match v.recompute_layers {
+                0 => format!("{:?}", v.recompute).to_lowercase(),
+                n => format!("{:?}:{n}", v.recompute).to_lowercase(),
+            },
             tp: tb.tp,
             step_time_s: sorted[sorted.len() / 2],
             compute_s: compute,

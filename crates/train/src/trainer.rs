@@ -217,6 +217,7 @@ impl RankCtx<'_> {
         let layout = Layout::staged(&cfg.model, &cfg.parallel, c.tp, c.pp, cfg.parallel.pp);
         let mut model = Model::new(be, &cfg.model, layout, t.seed)?;
         model.set_recompute(t.recompute);
+        model.set_recompute_layers(t.recompute_layers);
         let mut opt = Optimizer::new(&model.be, &model.store, cfg.parallel.zero == 1, cfg.parallel.dp, c.dp);
         let (mut step, mut position, mut tokens) = (0u64, 0u64, 0u64);
         if let Some(ck) = self.resume {

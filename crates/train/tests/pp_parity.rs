@@ -52,6 +52,7 @@ fn run(cfg: &Config, kind: PipeSchedule, policy: Recompute) -> Vec<Out> {
         let layout = Layout::staged(&cfg.model, &cfg.parallel, c.tp, c.pp, pp);
         let mut m = Model::new(Cpu::<f64>::new(), &cfg.model, layout, SEED)?;
         m.set_recompute(policy);
+        m.set_recompute_layers(cfg.train.recompute_layers);
         // Replica r trains on micro-batches r·acc .. (r+1)·acc.
         let acc = M / dp;
         let bs: Vec<Batch> = data[c.dp * acc..(c.dp + 1) * acc]
@@ -172,6 +173,14 @@ fn pipelines_reproduce_the_single_stage_gradients() {
     check(&["model.arch=lax", "parallel.pp=4", "parallel.tp=2"], PipeSchedule::OneFOneB, Recompute::Lowrank);
     check(&["model.arch=cola", "parallel.pp=2", "parallel.tp=2"], PipeSchedule::OneFOneB, Recompute::Lowrank);
     check(&["model.arch=lax", "parallel.pp=2", "model.lax.gate=kron"], PipeSchedule::Afab, Recompute::Full);
+    // Only the first layer of each stage recomputes (a LaX crossing from the previous stage
+    // into a recomputed layer, and from a recomputed layer into one that is not).
+    check(&["model.arch=lax", "parallel.pp=2", "train.recompute_layers=1"], PipeSchedule::OneFOneB, Recompute::Lowrank);
+    check(
+        &["model.arch=cola", "parallel.pp=2", "parallel.tp=2", "train.recompute_layers=1"],
+        PipeSchedule::Afab,
+        Recompute::Full,
+    );
     let _ = (Scheme::Btp, NormMode::Online);
 }
 

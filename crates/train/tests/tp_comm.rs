@@ -43,6 +43,7 @@ fn record_with(cfg: &Config, policy: Recompute) -> Snapshot {
         let layout = Layout::from_config(&cfg.model, &cfg.parallel, rank);
         let mut m = Model::new(Cpu::<f32>::new(), &cfg.model, layout, 1)?;
         m.set_recompute(policy);
+        m.set_recompute_layers(cfg.train.recompute_layers);
         let b = Batch { ids: &ids[..B * S], targets: &ids[1..], batch: B, seq: S };
         m.forward_backward(&grid.tp, &b, 1.0 / T as f64);
         grad_norm(&m.be, &m.store, rank, &grid.tp);
@@ -181,6 +182,8 @@ fn recorded_collectives_equal_the_cost_model() {
         &["model.arch=cola", "model.kv_heads=2"],
         &["model.arch=cola", "train.recompute=lowrank"],
         &["model.arch=cola", "parallel.scheme=vanilla", "train.recompute=lowrank"],
+        &["model.arch=cola", "parallel.scheme=vanilla", "train.recompute=lowrank", "train.recompute_layers=1"],
+        &["model.arch=cola", "train.recompute=full", "train.recompute_layers=1"],
         &["model.arch=cola", "train.recompute=full"],
         &["model.arch=full", "train.recompute=full"],
     ];
@@ -245,5 +248,16 @@ fn recompute_collectives() {
         let extra_elems = low.totals.elements - none.totals.elements;
         assert_eq!(low.calls() - none.calls(), 2 * 5, "vanilla tp={tp}: q, k, v, gate, up all-reduces per layer");
         assert_eq!(extra_elems, 2 * (3 * D + 2 * DFF) * T, "vanilla tp={tp}: their elements");
+        // Recompute of the first layer only: one layer's worth.
+        let cfg = config(&["model.arch=cola", "parallel.scheme=vanilla", "train.recompute_layers=1"], tp);
+        let low = record_with(&cfg, Recompute::Lowrank);
+        assert_eq!(low.calls() - none.calls(), 5, "vanilla tp={tp}, first layer: 5 all-reduces");
+        let cfg = config(&["model.arch=cola", "train.recompute_layers=1"], tp);
+        let (none, full) = (record_with(&cfg, Recompute::None), record_with(&cfg, Recompute::Full));
+        assert_eq!(
+            full.calls(),
+            none.calls() + per_layer(&none, 0).0.0,
+            "btp tp={tp}, first layer: one forward repeated"
+        );
     }
 }
