@@ -88,9 +88,25 @@ pub fn matmul_params<B: Backend>(m: &Model<B>) -> usize {
         .sum()
 }
 
-/// Peak resident memory of this process (VmHWM), MiB.
+/// Peak resident memory of this process (VmHWM), MiB: since the start, or since the last
+/// [`reset_peak_rss`].
 pub fn peak_rss_mib() -> f64 {
     status_mib("VmHWM:")
+}
+
+/// Start a new peak-memory measurement: hand freed heap pages back to the OS (glibc's
+/// `malloc_trim`, so that memory an earlier measurement freed is not counted again), then
+/// restart the kernel's peak counter (`/proc/self/clear_refs`, 5). Returns the resident
+/// memory the measurement starts from (MiB), or None where the counter cannot be restarted
+/// (then [`peak_rss_mib`] is the peak since the process started).
+pub fn reset_peak_rss() -> Option<f64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap memory to the OS; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+    std::fs::write("/proc/self/clear_refs", "5").ok()?;
+    Some(rss_mib())
 }
 
 /// Resident memory of this process now (VmRSS), MiB.
@@ -139,6 +155,7 @@ fn measure(
     cfg: &ModelConfig,
     rounds: usize,
 ) -> Result<(Vec<f64>, boost_tensor::profile::KernelTimes, usize, usize)> {
+    reset_peak_rss();
     let mut model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, Layout::single(cfg), 1)?;
     let mut opt = AdamW::new(&model.be, &model.store);
     let t = opts.micro_batch * opts.seq;

@@ -40,9 +40,11 @@ pub struct SchemeResult {
     /// Activation bytes kept from forward to backward (all layers) and the recompute scratch.
     pub activation_bytes: usize,
     pub recompute_scratch_bytes: usize,
-    /// Resident memory the variant added to the process while it ran (MiB, all its ranks:
-    /// parameters, gradients, optimizer state and activations).
-    pub resident_mib: f64,
+    /// Peak resident memory of the process while the variant ran (MiB, all its ranks:
+    /// parameters, gradients, optimizer state, activations, and the process's own baseline).
+    pub peak_rss_mib: f64,
+    /// Resident memory when the variant started (the baseline of `peak_rss_mib`).
+    pub start_rss_mib: f64,
 }
 
 /// A link that makes this CPU's communication-to-compute ratio that of `hw` (an A100 by
@@ -85,7 +87,7 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
             ropts = ropts.grid(GridOptions::default().record(true).links(Links { tp: Some(l), ..Default::default() }));
         }
         let ids: Vec<u32> = (0..t + 1).map(|i| ((i as u64 * 2654435761) % cfg.vocab as u64) as u32).collect();
-        let rss0 = crate::bench::rss_mib();
+        let start = crate::bench::reset_peak_rss();
         let res = run_ranks_with(Dims::tp(tb.tp), &ropts, |rank, grid| {
             let layout = Layout::from_config(cfg, &par, rank);
             let mut model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, layout, 1)?;
@@ -121,13 +123,10 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
                 }
             }
             let r = opts.rounds as f64;
-            // Every rank's buffers are still alive here.
-            grid.world.barrier_checked(boost_tensor::Label::op("bench.rss"))?;
-            let rss = crate::bench::rss_mib();
-            grid.world.barrier_checked(boost_tensor::Label::op("bench.rss"))?;
-            Ok((times, compute / r, comm / r, emul / r, snap.unwrap(), mem, rss))
+            Ok((times, compute / r, comm / r, emul / r, snap.unwrap(), mem))
         })?;
-        let (times, compute, comm, emul, snap, mem, rss1) = res.into_iter().next().unwrap();
+        let peak = crate::bench::peak_rss_mib();
+        let (times, compute, comm, emul, snap, mem) = res.into_iter().next().unwrap();
         let mut sorted = times.clone();
         sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
         let (mut fc, mut bc, mut fe, mut be) = (0, 0, 0, 0);
@@ -164,7 +163,8 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
             layer_bwd_elems_per_token: be as f64 / t as f64,
             activation_bytes: mem.layers_bytes(),
             recompute_scratch_bytes: mem.recompute_scratch * mem.elem_bytes,
-            resident_mib: rss1 - rss0,
+            peak_rss_mib: peak,
+            start_rss_mib: start.unwrap_or(f64::NAN),
         };
         log(format!(
             "{} {} ({}, grouping {}) tp={}: {:.3} s/step, compute {:.3} s, comm {:.3} s (emulated {:.3} s), layer fwd {} calls / {:.0} el/token, bwd {} / {:.0}",
@@ -190,11 +190,11 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
 /// Markdown table of a TP bench.
 pub fn table(rows: &[SchemeResult]) -> String {
     let mut s = String::from(
-        "| arch | scheme | norm | grouped | recompute | tp | step (median) | compute | comm (emulated) | calls/step | MB/step | layer fwd calls / el·token⁻¹ | layer bwd calls / el·token⁻¹ | activations MiB | resident MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| arch | scheme | norm | grouped | recompute | tp | step (median) | compute | comm (emulated) | calls/step | MB/step | layer fwd calls / el·token⁻¹ | layer bwd calls / el·token⁻¹ | activations MiB | peak RSS MiB (from) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {:.3} s | {:.3} s | {:.3} s ({:.3} s) | {} | {:.1} | {} / {:.0} | {} / {:.0} | {:.1} | {:.0} |\n",
+            "| {} | {} | {} | {} | {} | {} | {:.3} s | {:.3} s | {:.3} s ({:.3} s) | {} | {:.1} | {} / {:.0} | {} / {:.0} | {:.1} | {:.0} ({:.0}) |\n",
             r.arch,
             r.scheme,
             if r.scheme == "btp" { r.norm.as_str() } else { "—" },
@@ -212,7 +212,8 @@ pub fn table(rows: &[SchemeResult]) -> String {
             r.layer_bwd_calls,
             r.layer_bwd_elems_per_token,
             r.activation_bytes as f64 / 1048576.0,
-            r.resident_mib
+            r.peak_rss_mib,
+            r.start_rss_mib
         );
     }
     s
