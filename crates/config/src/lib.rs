@@ -43,6 +43,17 @@ impl Default for Config {
     }
 }
 
+/// `train.accumulation` left unset with a pipeline means `parallel.pp`: the fewest
+/// micro-batches that fill it (set explicitly, it must be at least that).
+fn default_accumulation(table: &mut Table) {
+    let pp = table.get("parallel").and_then(|p| p.get("pp")).and_then(|v| v.as_integer());
+    let Some(pp) = pp.filter(|&pp| pp > 1) else { return };
+    let train = table.entry("train".to_string()).or_insert_with(|| toml::Value::Table(Table::new()));
+    if let toml::Value::Table(train) = train {
+        train.entry("accumulation".to_string()).or_insert(toml::Value::Integer(pp));
+    }
+}
+
 impl Config {
     /// Read an optional TOML file, apply `--set` overrides in order, resolve the model preset,
     /// type-check and validate.
@@ -75,6 +86,7 @@ impl Config {
             return Err(ConfigError::new("model", "must be a table ([model])"));
         };
         model::apply_preset(model)?;
+        default_accumulation(&mut table);
         let cfg: Config = deserialize_with_path(table)?;
         cfg.validate()?;
         Ok(cfg)
@@ -197,6 +209,10 @@ mod tests {
         assert_eq!(e.key, "train.recompute");
         load(&["model.arch=full", "train.recompute=full"]).unwrap();
         load(&["model.arch=svd", "train.recompute=lowrank"]).unwrap();
+        // A pipeline without train.accumulation gets the fewest micro-batches that fill it.
+        assert_eq!(load(&["model.layers=4", "parallel.pp=2"]).unwrap().train.accumulation, 2);
+        assert_eq!(load(&["model.layers=4", "parallel.pp=2", "train.accumulation=3"]).unwrap().train.accumulation, 3);
+        assert_eq!(load(&[]).unwrap().train.accumulation, 1);
         load(&["train.recompute=full", "train.recompute_layers=1"]).unwrap();
         let e =
             load(&["model.layers=4", "parallel.pp=2", "train.accumulation=2", "train.recompute_layers=3"]).unwrap_err();
