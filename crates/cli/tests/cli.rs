@@ -59,6 +59,7 @@ fn bad_input_names_the_problem() {
         (&["train", "--set", "data.corpus=none", "--set", "data.dir=/nonexistent/x"], "data.dir"),
         (&["eval", "--checkpoint", "/nonexistent/ck"], "/nonexistent/ck"),
         (&["train", "--config", "/nonexistent/c.toml"], "/nonexistent/c.toml"),
+        (&["train", "--set", "train.steps=3", "--dump-grads", "5"], "--dump-grads 5"),
     ];
     for (args, want) in cases {
         let out = boost().args(*args).current_dir(root.path()).output().unwrap();
