@@ -116,37 +116,39 @@ fn run_options(cfg: &Config) -> RunOptions {
 /// Train the configured model in this process: one thread per rank of the (dp, pp, tp)
 /// grid, collectives through shared memory.
 pub fn train(cfg: Config, opts: TrainOptions) -> Result<Summary> {
-    let device = boost_config::parse_device(&cfg.train.device)?;
-    if let boost_config::Device::Cuda(n) = device {
-        // Probe before anything else: without a driver this is an error, never a panic.
-        let info =
-            boost_cuda::probe_device(n).map_err(|e| anyhow::anyhow!("train.device = {}: {e}", cfg.train.device))?;
-        if cfg.parallel.world_size() > 1 {
-            bail!(
-                "train.device = {}: parallel runs on GPUs are not wired into the trainer yet (boost-cuda's NCCL groups exist, untested without GPUs); use tp = pp = dp = 1",
-                cfg.train.device
-            );
-        }
-        let _ = info;
-    }
+    let gpu = gpu_device(&cfg, 0)?;
     let p = prepare(cfg, &opts, true)?;
     let par = &p.cfg.parallel;
     let dims = Dims::new(par.dp, par.pp, par.tp);
     let ctx = RankCtx { cfg: &p.cfg, opts: &opts, data: &p.data, resume: p.resume.as_ref(), run_dir: &p.run_dir };
-    #[cfg(feature = "cuda")]
-    if let boost_config::Device::Cuda(n) = device {
-        let be = boost_cuda::Cuda::new(n, boost_cuda::Precision::Bf16)
-            .map_err(|e| anyhow::anyhow!("train.device = cuda:{n}: {e}"))?;
-        if !opts.quiet {
-            eprintln!("device: {} ({})", be.info(), be.kernel_source());
-        }
-        let solo = boost_tensor::Solo;
-        let g = Groups::<boost_cuda::Cuda> { tp: &solo, pp: &solo, dp: &solo, world: &solo };
-        let c = Coord { dp: 0, pp: 0, tp: 0 };
-        return ctx.run_with(0, c, 1, be, &g, None)?.context("rank 0 reports the run");
-    }
-    let mut out = run_ranks_with(dims, &run_options(&p.cfg), |rank, grid| ctx.run(rank, grid))?;
+    let mut out = run_ranks_with(dims, &run_options(&p.cfg), |rank, grid| ctx.run_on(rank, grid, gpu))?;
     Ok(out.swap_remove(0).expect("rank 0 reports the run"))
+}
+
+/// The GPU a rank trains on (None: the CPU). `train.device = cuda:N` means device N + `local`
+/// (the rank's index on its machine under mpirun; in-process ranks share device N). The device
+/// is probed first: without a driver or without the `cuda` feature this is an error naming
+/// the key, never a panic. A build with only the `emulate` feature runs `cuda` on the CPU
+/// emulator of the kernels (tests).
+fn gpu_device(cfg: &Config, local: usize) -> Result<Option<usize>> {
+    let boost_config::Device::Cuda(n) = boost_config::parse_device(&cfg.train.device)? else {
+        return Ok(None);
+    };
+    let n = n + local;
+    if cfg!(all(feature = "emulate", not(feature = "cuda"))) {
+        return Ok(Some(n));
+    }
+    boost_cuda::probe_device(n)
+        .map_err(|e| anyhow::anyhow!("train.device = {} (device {n}): {e}", cfg.train.device))?;
+    Ok(Some(n))
+}
+
+/// This process's index among the MPI ranks on its machine (0 outside MPI).
+fn local_rank() -> usize {
+    ["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Train with one rank per process when launched by `mpirun` (this process's rank; rank 0
@@ -158,6 +160,7 @@ pub fn train_launched(cfg: Config, opts: TrainOptions) -> Result<Option<Summary>
     let par = cfg.parallel.clone();
     let dims = Dims::new(par.dp, par.pp, par.tp);
     let ropts = run_options(&cfg);
+    let gpu = gpu_device(&cfg, local_rank())?;
     boost_comm::mpi::run_mpi(dims, &ropts, |rank, grid| {
         if dims.world() != grid.world.size() {
             bail!(
@@ -175,7 +178,7 @@ pub fn train_launched(cfg: Config, opts: TrainOptions) -> Result<Option<Summary>
             None => prepare(cfg.clone(), &opts, false)?,
         };
         let ctx = RankCtx { cfg: &p.cfg, opts: &opts, data: &p.data, resume: p.resume.as_ref(), run_dir: &p.run_dir };
-        ctx.run(rank, grid)
+        ctx.run_on(rank, grid, gpu)
     })
 }
 
@@ -189,11 +192,49 @@ struct RankCtx<'a> {
 }
 
 impl RankCtx<'_> {
-    /// One rank's training loop. Every rank computes; rank 0 also logs, writes metrics and
-    /// checkpoints.
-    fn run(&self, rank: usize, grid: Grid) -> Result<Option<Summary>> {
-        let g = Groups::<Cpu<f32>> { tp: &grid.tp, pp: &grid.pp, dp: &grid.dp, world: &grid.world };
-        self.run_with(rank, grid.coord, grid.dims.world(), Cpu::<f32>::new(), &g, grid.recorder().map(|r| &**r))
+    /// One rank's training loop, on the CPU or on GPU `gpu`. Every rank computes; rank 0 also
+    /// logs, writes metrics and checkpoints.
+    fn run_on(&self, rank: usize, grid: Grid, gpu: Option<usize>) -> Result<Option<Summary>> {
+        match gpu {
+            None => {
+                let g = Groups::<Cpu<f32>> { tp: &grid.tp, pp: &grid.pp, dp: &grid.dp, world: &grid.world };
+                self.run_with(rank, grid.coord, grid.dims.world(), Cpu::<f32>::new(), &g, grid.recorder().map(|r| &**r))
+            }
+            Some(n) => self.run_gpu(rank, grid, n),
+        }
+    }
+
+    /// The rank loop on GPU `n`, bf16 with fp32 master weights. Collectives of a parallel
+    /// run go through host memory over the grid's communicators (`HostStaged`: in-process
+    /// ranks may share the GPU; MPI ranks take one each); they are not recorded.
+    #[cfg(any(feature = "cuda", feature = "emulate"))]
+    fn run_gpu(&self, rank: usize, grid: Grid, n: usize) -> Result<Option<Summary>> {
+        use boost_cuda::{Cuda, HostStaged, Precision};
+        #[cfg(feature = "cuda")]
+        let be = Cuda::new(n, Precision::Bf16).map_err(|e| anyhow::anyhow!("train.device = cuda:{n}: {e}"))?;
+        #[cfg(not(feature = "cuda"))]
+        let be = {
+            let _ = n;
+            Cuda::emulated(Precision::Bf16)
+        };
+        if rank == 0 && !self.opts.quiet {
+            eprintln!("device: {} ({})", be.info(), be.kernel_source());
+        }
+        let world = grid.dims.world();
+        if world == 1 {
+            let solo = boost_tensor::Solo;
+            let g = Groups::<Cuda> { tp: &solo, pp: &solo, dp: &solo, world: &solo };
+            return self.run_with(rank, grid.coord, 1, be, &g, None);
+        }
+        let staged = |group: &boost_comm::Group| HostStaged::new(group.comm().clone(), &be);
+        let (tp, pp, dp, all) = (staged(&grid.tp), staged(&grid.pp), staged(&grid.dp), staged(&grid.world));
+        let g = Groups::<Cuda> { tp: &tp, pp: &pp, dp: &dp, world: &all };
+        self.run_with(rank, grid.coord, world, be.clone(), &g, None)
+    }
+
+    #[cfg(not(any(feature = "cuda", feature = "emulate")))]
+    fn run_gpu(&self, _: usize, _: Grid, n: usize) -> Result<Option<Summary>> {
+        bail!("train.device = cuda:{n}: this build has no CUDA backend (build with --features cuda)")
     }
 
     /// The rank loop on any backend: `g` are its groups, `recorder` (if any) the one they
