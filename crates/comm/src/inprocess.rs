@@ -39,7 +39,7 @@
 use crate::call::CallDesc;
 use crate::communicator::Communicator;
 use crate::error::{CommError, CommResult, Failure, list};
-use crate::payload::{CommElem, Kind, Payload, PayloadRef};
+use crate::payload::{CommElem, Kind, Payload, PayloadRef, dispatch};
 use boost_tensor::{Label, ReduceOp};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -715,16 +715,6 @@ fn grow_scratch<T>(st: &mut GroupState, n: usize) {
     st.scratch_ptr = st.scratch.as_mut_ptr() as usize;
 }
 
-macro_rules! dispatch {
-    ($buf:expr, |$b:ident| $e:expr) => {
-        match $buf {
-            Payload::F32($b) => $e,
-            Payload::F64($b) => $e,
-            Payload::U32($b) => $e,
-        }
-    };
-}
-
 impl Communicator for InProcessComm {
     fn rank(&self) -> usize {
         self.rank
@@ -733,26 +723,22 @@ impl Communicator for InProcessComm {
         self.g.size()
     }
     fn all_reduce(&self, buf: Payload<'_>, op: ReduceOp, label: Label) -> CommResult<()> {
-        dispatch!(buf, |b| self.all_reduce_t(b, op, label))
+        dispatch!(Payload, buf, |b| self.all_reduce_t(b, op, label))
     }
     fn all_gather(&self, buf: Payload<'_>, label: Label) -> CommResult<()> {
-        dispatch!(buf, |b| self.all_gather_t(b, label))
+        dispatch!(Payload, buf, |b| self.all_gather_t(b, label))
     }
     fn reduce_scatter(&self, buf: Payload<'_>, label: Label) -> CommResult<()> {
-        dispatch!(buf, |b| self.reduce_scatter_t(b, label))
+        dispatch!(Payload, buf, |b| self.reduce_scatter_t(b, label))
     }
     fn broadcast(&self, buf: Payload<'_>, root: usize, label: Label) -> CommResult<()> {
-        dispatch!(buf, |b| self.broadcast_t(b, root, label))
+        dispatch!(Payload, buf, |b| self.broadcast_t(b, root, label))
     }
     fn send(&self, buf: PayloadRef<'_>, to: usize, tag: u32, label: Label) -> CommResult<()> {
-        match buf {
-            PayloadRef::F32(b) => self.send_t(b, to, tag, label),
-            PayloadRef::F64(b) => self.send_t(b, to, tag, label),
-            PayloadRef::U32(b) => self.send_t(b, to, tag, label),
-        }
+        dispatch!(PayloadRef, buf, |b| self.send_t(b, to, tag, label))
     }
     fn recv(&self, buf: Payload<'_>, from: usize, tag: u32, label: Label) -> CommResult<()> {
-        dispatch!(buf, |b| self.recv_t(b, from, tag, label))
+        dispatch!(Payload, buf, |b| self.recv_t(b, from, tag, label))
     }
     fn barrier(&self, label: Label) -> CommResult<()> {
         let desc = CallDesc::new(Kind::Barrier, label);

@@ -66,6 +66,20 @@ impl Payload<'_> {
     }
 }
 
+/// `$e` with `$b` bound to the typed slice inside a [`Payload`] or [`PayloadRef`]
+/// (`dispatch!(Payload, buf, |b| …)`): a backend writes each collective once, generic over the
+/// element type, and its `Communicator` methods dispatch here.
+macro_rules! dispatch {
+    ($kind:ident, $buf:expr, |$b:ident| $e:expr) => {
+        match $buf {
+            $crate::payload::$kind::F32($b) => $e,
+            $crate::payload::$kind::F64($b) => $e,
+            $crate::payload::$kind::U32($b) => $e,
+        }
+    };
+}
+pub(crate) use dispatch;
+
 /// A buffer a send only reads.
 #[derive(Debug, Clone, Copy)]
 pub enum PayloadRef<'a> {

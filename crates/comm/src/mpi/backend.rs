@@ -24,7 +24,7 @@ use crate::call::{CallDesc, write_call};
 use crate::communicator::Communicator;
 use crate::error::{CommError, CommResult, Failure, list};
 use crate::grid::{Dims, Grid, GridOptions};
-use crate::payload::{CommElem, DType, Kind, Payload, PayloadRef};
+use crate::payload::{CommElem, DType, Kind, Payload, PayloadRef, dispatch};
 use crate::runner::{RunOptions, panic_message};
 use ::mpi::ffi;
 use boost_tensor::{Label, ReduceOp};
@@ -543,16 +543,6 @@ impl Drop for MpiComm {
     }
 }
 
-macro_rules! dispatch {
-    ($buf:expr, |$b:ident| $e:expr) => {
-        match $buf {
-            Payload::F32($b) => $e,
-            Payload::F64($b) => $e,
-            Payload::U32($b) => $e,
-        }
-    };
-}
-
 impl MpiComm {
     /// World rank of this handle.
     pub fn global_rank(&self) -> usize {
@@ -645,6 +635,31 @@ impl MpiComm {
 
     /// Number this collective and, in check mode, exchange descriptors with every other rank
     /// of the group and compare them (rank 0's against each other rank's, as in-process).
+    /// The opening of a collective over `len` elements split into one chunk per rank
+    /// (reduce-scatter, all-gather): the split is checked; with one rank there is nothing to
+    /// do (None); otherwise the ranks' arrival is checked and the chunk length and its MPI
+    /// count come back.
+    fn open_chunked(
+        &self,
+        desc: &CallDesc,
+        len: usize,
+        c: &mut Vec<u64>,
+        start: Instant,
+    ) -> CommResult<Option<(usize, c_int)>> {
+        let p = self.size;
+        if !len.is_multiple_of(p) {
+            return Err(self.invalid(desc, format!("{len} elements do not split into {p} chunks")));
+        }
+        if p == 1 {
+            return Ok(None);
+        }
+        let n = len / p;
+        let count = self.count(desc, n)?;
+        self.count(desc, len)?;
+        self.arrive(desc, c, start)?;
+        Ok(Some((n, count)))
+    }
+
     fn arrive(&self, desc: &CallDesc, c: &mut Vec<u64>, start: Instant) -> CommResult<()> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         if !self.opts.check {
@@ -844,16 +859,7 @@ impl MpiComm {
         self.call(desc, |s| {
             let start = Instant::now();
             let (p, me, len) = (self.size, self.rank, buf.len());
-            if !len.is_multiple_of(p) {
-                return Err(self.invalid(&desc, format!("{len} elements do not split into {p} chunks")));
-            }
-            if p == 1 {
-                return Ok(());
-            }
-            let n = len / p;
-            let count = self.count(&desc, n)?;
-            self.count(&desc, len)?;
-            self.arrive(&desc, &mut s.c, start)?;
+            let Some((n, count)) = self.open_chunked(&desc, len, &mut s.c, start)? else { return Ok(()) };
             let dt = datatype(T::DTYPE);
             let Scratch { a, b, .. } = s;
             let a = view::<T>(a, len);
@@ -906,17 +912,8 @@ impl MpiComm {
         let desc = CallDesc::new(Kind::AllGather, label).data(T::DTYPE, buf.len());
         self.call(desc, |s| {
             let start = Instant::now();
-            let (p, me, len) = (self.size, self.rank, buf.len());
-            if !len.is_multiple_of(p) {
-                return Err(self.invalid(&desc, format!("{len} elements do not split into {p} chunks")));
-            }
-            if p == 1 {
-                return Ok(());
-            }
-            let n = len / p;
-            let count = self.count(&desc, n)?;
-            self.count(&desc, len)?;
-            self.arrive(&desc, &mut s.c, start)?;
+            let (me, len) = (self.rank, buf.len());
+            let Some((n, count)) = self.open_chunked(&desc, len, &mut s.c, start)? else { return Ok(()) };
             let dt = datatype(T::DTYPE);
             let Scratch { a, b, .. } = s;
             let a = view::<T>(a, n);
@@ -1121,26 +1118,22 @@ impl Communicator for MpiComm {
         self.size
     }
     fn all_reduce(&self, buf: Payload<'_>, op: ReduceOp, label: Label) -> CommResult<()> {
-        dispatch!(buf, |b| self.all_reduce_t(b, op, label))
+        dispatch!(Payload, buf, |b| self.all_reduce_t(b, op, label))
     }
     fn all_gather(&self, buf: Payload<'_>, label: Label) -> CommResult<()> {
-        dispatch!(buf, |b| self.all_gather_t(b, label))
+        dispatch!(Payload, buf, |b| self.all_gather_t(b, label))
     }
     fn reduce_scatter(&self, buf: Payload<'_>, label: Label) -> CommResult<()> {
-        dispatch!(buf, |b| self.reduce_scatter_t(b, label))
+        dispatch!(Payload, buf, |b| self.reduce_scatter_t(b, label))
     }
     fn broadcast(&self, buf: Payload<'_>, root: usize, label: Label) -> CommResult<()> {
-        dispatch!(buf, |b| self.broadcast_t(b, root, label))
+        dispatch!(Payload, buf, |b| self.broadcast_t(b, root, label))
     }
     fn send(&self, buf: PayloadRef<'_>, to: usize, tag: u32, label: Label) -> CommResult<()> {
-        match buf {
-            PayloadRef::F32(b) => self.send_t(b, to, tag, label),
-            PayloadRef::F64(b) => self.send_t(b, to, tag, label),
-            PayloadRef::U32(b) => self.send_t(b, to, tag, label),
-        }
+        dispatch!(PayloadRef, buf, |b| self.send_t(b, to, tag, label))
     }
     fn recv(&self, buf: Payload<'_>, from: usize, tag: u32, label: Label) -> CommResult<()> {
-        dispatch!(buf, |b| self.recv_t(b, from, tag, label))
+        dispatch!(Payload, buf, |b| self.recv_t(b, from, tag, label))
     }
     fn barrier(&self, label: Label) -> CommResult<()> {
         let desc = CallDesc::new(Kind::Barrier, label);
