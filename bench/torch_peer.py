@@ -253,8 +253,9 @@ def optimizer_impl(params):
         return "unknown"
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description="PyTorch eager CPU training-step benchmark")
+def add_model_args(ap):
+    """The model and step-shape flags of both peers (this one and torch_peer_cuda.py); make_config
+    reads them."""
     ap.add_argument("--arch", choices=["full", "svd", "cola", "lax"], required=True)
     ap.add_argument("--d", type=int, required=True)
     ap.add_argument("--d-ff", type=int, required=True)
@@ -271,6 +272,16 @@ def main(argv=None):
     ap.add_argument("--lax-kron-a", type=int, default=0)
     ap.add_argument("--seq", type=int, required=True)
     ap.add_argument("--micro-batch", type=int, required=True)
+
+
+def check_model_args(ap, args):
+    if args.arch != "full" and args.rank <= 0:
+        ap.error("--rank is required for low-rank archs")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="PyTorch eager CPU training-step benchmark")
+    add_model_args(ap)
     ap.add_argument("--threads", type=int, required=True)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
@@ -278,8 +289,7 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     args = ap.parse_args(argv)
-    if args.arch != "full" and args.rank <= 0:
-        ap.error("--rank is required for low-rank archs")
+    check_model_args(ap, args)
 
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)

@@ -27,37 +27,21 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_peer import BoostLM, make_config  # noqa: E402
+from torch_peer import BoostLM, add_model_args, check_model_args, make_config  # noqa: E402
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description="PyTorch eager GPU training-step benchmark")
     ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
     ap.add_argument("--dtype", choices=["bf16", "fp32"], default="bf16")
-    ap.add_argument("--arch", choices=["full", "svd", "cola", "lax"], required=True)
-    ap.add_argument("--d", type=int, required=True)
-    ap.add_argument("--d-ff", type=int, required=True)
-    ap.add_argument("--layers", type=int, required=True)
-    ap.add_argument("--heads", type=int, required=True)
-    ap.add_argument("--kv-heads", type=int, default=0, help="0: same as --heads")
-    ap.add_argument("--rank", type=int, default=0)
-    ap.add_argument("--vocab", type=int, required=True)
-    ap.add_argument("--only-lr-act", type=int, choices=[0, 1], default=0)
-    ap.add_argument("--tie-embeddings", type=int, choices=[0, 1], default=0)
-    ap.add_argument("--rope-theta", type=float, default=10000.0)
-    ap.add_argument("--lax-flavour", choices=["svd", "cola"], default="cola")
-    ap.add_argument("--lax-gate", choices=["dense", "kron"], default="dense")
-    ap.add_argument("--lax-kron-a", type=int, default=0)
-    ap.add_argument("--seq", type=int, required=True)
-    ap.add_argument("--micro-batch", type=int, required=True)
+    add_model_args(ap)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     args = ap.parse_args(argv)
-    if args.arch != "full" and args.rank <= 0:
-        ap.error("--rank is required for low-rank archs")
+    check_model_args(ap, args)
 
     dev = torch.device(args.device)
     gpu = dev.type == "cuda"
