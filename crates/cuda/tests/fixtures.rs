@@ -13,14 +13,11 @@
 #![cfg(any(feature = "cuda", feature = "emulate"))]
 
 mod common;
-#[path = "../../model/tests/common/mod.rs"]
-mod fixtures;
 
-use boost_config::{NormMode, Scheme};
 use boost_cuda::{Cuda, Precision};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::{Backend, Solo};
-use fixtures::{CASES, Fixture, load};
+use common::fixtures::{CASES, Fixture, layouts, load};
 
 fn run(be: Cuda, fx: &Fixture, layout: Layout) -> (Model<Cuda>, Vec<f64>, f64) {
     let mut m = Model::declare(be, &fx.cfg, layout).unwrap();
@@ -68,22 +65,6 @@ fn check(be: &Cuda, fx: &Fixture, layout: Layout, tol: &Tol) {
         all_r.extend(r.iter().copied());
     }
     common::assert_close(&format!("{what} all gradients"), &all_g, &all_r, tol.all);
-}
-
-fn layouts(fx: &Fixture) -> Vec<Layout> {
-    let base = Layout::single(&fx.cfg);
-    if !fx.cfg.arch.is_low_rank() {
-        return vec![base];
-    }
-    let mut out = Vec::new();
-    for scheme in [Scheme::Btp, Scheme::Vanilla] {
-        for norm in [NormMode::Online, NormMode::Sync] {
-            for grouping in [true, false] {
-                out.push(Layout { scheme, norm, grouping, ..base });
-            }
-        }
-    }
-    out
 }
 
 #[test]

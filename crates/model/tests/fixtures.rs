@@ -7,7 +7,6 @@
 
 mod common;
 
-use boost_config::{NormMode, Scheme};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Scalar, Solo};
@@ -43,23 +42,6 @@ fn check<T: Scalar>(fx: &Fixture, layout: Layout, tol: f64) {
     }
     let expected = fx.tensors.keys().filter(|k| k.starts_with("param.")).count();
     assert_eq!(seen, expected, "{what}: every fixture parameter is a model parameter");
-}
-
-/// Every single-rank layout variant: the norm path and grouping must not change the math.
-fn layouts(fx: &Fixture) -> Vec<Layout> {
-    let base = Layout::single(&fx.cfg);
-    if !fx.cfg.arch.is_low_rank() {
-        return vec![base];
-    }
-    let mut out = Vec::new();
-    for scheme in [Scheme::Btp, Scheme::Vanilla] {
-        for norm in [NormMode::Online, NormMode::Sync] {
-            for grouping in [true, false] {
-                out.push(Layout { scheme, norm, grouping, ..base });
-            }
-        }
-    }
-    out
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! Shared test support: PyTorch fixtures and tolerance checks.
 #![allow(dead_code)]
 
-use boost_config::{Arch, LaxFlavour, LaxGate, ModelConfig};
+use boost_config::{Arch, LaxFlavour, LaxGate, ModelConfig, NormMode, Scheme};
+use boost_model::Layout;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -72,6 +73,23 @@ pub fn load(name: &str) -> Fixture {
         seq: meta["seq"].parse().unwrap(),
         tensors,
     }
+}
+
+/// Every single-rank layout variant: the norm path and grouping must not change the math.
+pub fn layouts(fx: &Fixture) -> Vec<Layout> {
+    let base = Layout::single(&fx.cfg);
+    if !fx.cfg.arch.is_low_rank() {
+        return vec![base];
+    }
+    let mut out = Vec::new();
+    for scheme in [Scheme::Btp, Scheme::Vanilla] {
+        for norm in [NormMode::Online, NormMode::Sync] {
+            for grouping in [true, false] {
+                out.push(Layout { scheme, norm, grouping, ..base });
+            }
+        }
+    }
+    out
 }
 
 pub const CASES: &[&str] =
