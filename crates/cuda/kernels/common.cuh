@@ -69,27 +69,17 @@ __device__ __forceinline__ unsigned id_at(const Tv& v, long long i) { return ((c
 __device__ __forceinline__ long long gtid() { return (long long)blockIdx.x * blockDim.x + threadIdx.x; }
 __device__ __forceinline__ long long gthreads() { return (long long)gridDim.x * blockDim.x; }
 
-// Sum over the NT threads of a block, in a fixed tree order; every thread gets the result.
-__device__ __forceinline__ float block_sum(float x, float* sh) {
+// Sum over the NT threads of a block (float or double), in a fixed tree order; every thread
+// gets the result.
+template <typename T>
+__device__ __forceinline__ T block_sum(T x, T* sh) {
     sh[threadIdx.x] = x;
     __syncthreads();
     for (int s = NT / 2; s > 0; s >>= 1) {
         if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
         __syncthreads();
     }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
-__device__ __forceinline__ double block_sum_d(double x, double* sh) {
-    sh[threadIdx.x] = x;
-    __syncthreads();
-    for (int s = NT / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    double r = sh[0];
+    T r = sh[0];
     __syncthreads();
     return r;
 }

@@ -13,7 +13,7 @@ KERNEL(k_full_sum) {
         double x = (double)ld(p.v[0], i, j);
         acc += p.n[2] ? x * x : x;
     }
-    double s = block_sum_d(acc, sh);
+    double s = block_sum(acc, sh);
     if (threadIdx.x == 0) ((double*)p.v[1].p)[blockIdx.x] = s;
 }
 
