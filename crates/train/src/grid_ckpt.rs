@@ -3,80 +3,31 @@
 //! moments gathered over dp first — and loaded back into any layout.
 
 use crate::checkpoint::{Checkpoint, Named, Tensors, gather_sets};
-use crate::dp::{Groups, Optimizer};
+use crate::dp::{Groups, Optimizer, Zero1};
 use anyhow::Result;
 use boost_model::{Layout, Model, layout_pieces};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut};
 
-/// Full-size AdamW moments of this rank's buffers (ZeRO-1 shards gathered over dp).
-fn full_moments<B: Backend>(
+/// Full-size buffers from this replica's ZeRO-1 chunk of every parameter buffer, gathered
+/// over dp: chunk i is the `owned(i)` elements of `src(i).0` from offset `src(i).1`.
+fn gather_chunks<'a, B: Backend>(
     model: &Model<B>,
-    opt: &Optimizer<B>,
+    z: &'a Zero1<B>,
     dp: &dyn Collective<B>,
-) -> (Vec<B::Buf>, Vec<B::Buf>) {
+    label: Label,
+    src: impl Fn(usize) -> (&'a B::Buf, usize),
+) -> Vec<B::Buf> {
     let be = &model.be;
-    match opt {
-        Optimizer::Replicated(a) => {
-            let copy = |bufs: &[B::Buf]| -> Vec<B::Buf> {
-                bufs.iter()
-                    .zip(&model.store.bufs)
-                    .map(|(b, info)| {
-                        let mut c = be.alloc(info.len);
-                        be.copy(MatMut::new(&mut c, 1, info.len), Mat::new(b, 1, info.len));
-                        c
-                    })
-                    .collect()
-            };
-            (copy(&a.m), copy(&a.v))
-        }
-        Optimizer::Zero1(z) => {
-            let gather = |shards: &[B::Buf]| -> Vec<B::Buf> {
-                shards
-                    .iter()
-                    .zip(&model.store.bufs)
-                    .enumerate()
-                    .map(|(i, (s, info))| {
-                        let c = z.chunk[i];
-                        let mut all = be.alloc(c * z.dp);
-                        be.copy(MatMut::at(&mut all, z.rank * c, 1, c, c), Mat::new(s, 1, c));
-                        dp.all_gather(&mut all, 0, c, Label::op("checkpoint.gather"));
-                        let mut full = be.alloc(info.len);
-                        be.copy(MatMut::new(&mut full, 1, info.len), Mat::new(&all, 1, info.len));
-                        full
-                    })
-                    .collect()
-            };
-            (gather(&z.m), gather(&z.v))
-        }
-    }
-}
-
-/// Full-size summed gradients of this rank's buffers after `sync_grads` (ZeRO-1 shards
-/// gathered over dp).
-fn full_grads<B: Backend>(model: &Model<B>, opt: &Optimizer<B>, dp: &dyn Collective<B>) -> Vec<B::Buf> {
-    let be = &model.be;
-    model
-        .store
-        .bufs
-        .iter()
-        .enumerate()
-        .map(|(i, info)| {
-            let n = info.len;
+    (0..model.store.bufs.len())
+        .map(|i| {
+            let (n, c) = (model.store.bufs[i].len, z.chunk[i]);
+            let k = z.owned(i, n).len();
+            let (buf, off) = src(i);
+            let mut all = be.alloc(c * z.dp);
+            be.copy(MatMut::at(&mut all, z.rank * c, 1, k, k), Mat::at(buf, off, 1, k, k));
+            dp.all_gather(&mut all, 0, c, label);
             let mut full = be.alloc(n);
-            match opt {
-                Optimizer::Replicated(_) => {
-                    be.copy(MatMut::new(&mut full, 1, n), Mat::new(&model.store.grads[i], 1, n))
-                }
-                Optimizer::Zero1(z) => {
-                    let c = z.chunk[i];
-                    let own = z.owned(i, n);
-                    let mut all = be.alloc(c * z.dp);
-                    let k = own.len();
-                    be.copy(MatMut::at(&mut all, z.rank * c, 1, k, k), Mat::at(z.shard_grads(i), own.start, 1, k, k));
-                    dp.all_gather(&mut all, 0, c, Label::op("grads.gather"));
-                    be.copy(MatMut::new(&mut full, 1, n), Mat::new(&all, 1, n));
-                }
-            }
+            be.copy(MatMut::new(&mut full, 1, n), Mat::new(&all, 1, n));
             full
         })
         .collect()
@@ -89,8 +40,20 @@ pub fn gather_run<B: Backend>(
     g: &Groups<B>,
     dp_rank: usize,
 ) -> Result<Option<Tensors>> {
-    let (m, v) = full_moments(model, opt, g.dp);
-    let sets = [("", &model.store.values[..]), ("m.", &m[..]), ("v.", &v[..])];
+    // Replicated moments are already full-size; ZeRO-1 ones are gathered over dp first.
+    let gathered;
+    let (m, v): (&[B::Buf], &[B::Buf]) = match opt {
+        Optimizer::Replicated(a) => (&a.m, &a.v),
+        Optimizer::Zero1(z) => {
+            let label = Label::op("checkpoint.gather");
+            gathered = (
+                gather_chunks(model, z, g.dp, label, |i| (&z.m[i], 0)),
+                gather_chunks(model, z, g.dp, label, |i| (&z.v[i], 0)),
+            );
+            (&gathered.0, &gathered.1)
+        }
+    };
+    let sets = [("", &model.store.values[..]), ("m.", m), ("v.", v)];
     Ok(collect_stages(model, g, dp_rank, sets)?.map(|[weights, mut moments, v]| {
         moments.extend(v);
         Tensors { weights, moments }
@@ -105,8 +68,18 @@ pub fn gather_grads<B: Backend>(
     g: &Groups<B>,
     dp_rank: usize,
 ) -> Result<Option<Vec<Named>>> {
-    let grads = full_grads(model, opt, g.dp);
-    Ok(collect_stages(model, g, dp_rank, [("", &grads[..])])?.map(|[grads]| grads))
+    // After `sync_grads` a replicated optimizer's gradient buffers hold the sums; under ZeRO-1
+    // each replica holds its chunk of them, gathered over dp here.
+    let gathered;
+    let grads: &[B::Buf] = match opt {
+        Optimizer::Replicated(_) => &model.store.grads,
+        Optimizer::Zero1(z) => {
+            let own = |i: usize| z.owned(i, model.store.bufs[i].len).start;
+            gathered = gather_chunks(model, z, g.dp, Label::op("grads.gather"), |i| (z.shard_grads(i), own(i)));
+            &gathered
+        }
+    };
+    Ok(collect_stages(model, g, dp_rank, [("", grads)])?.map(|[grads]| grads))
 }
 
 /// Sets of buffers aligned with the parameters, gathered over tp and then from every
