@@ -71,13 +71,6 @@ pub fn train(a: &TrainArgs) -> Result<()> {
             (Config::from_table(table)?, Some(dir))
         }
     };
-    if let Some(step) = a.dump_grads.filter(|&s| s > cfg.train.steps as u64) {
-        anyhow::bail!(
-            "--dump-grads {step}: the run ends at step {} (train.steps); choose a step in 1..={}",
-            cfg.train.steps,
-            cfg.train.steps
-        );
-    }
     set_threads(cfg.train.threads);
     let fault = match &a.inject_fault {
         None => None,

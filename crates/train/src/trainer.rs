@@ -116,6 +116,7 @@ fn run_options(cfg: &Config) -> RunOptions {
 /// Train the configured model in this process: one thread per rank of the (dp, pp, tp)
 /// grid, collectives through shared memory.
 pub fn train(cfg: Config, opts: TrainOptions) -> Result<Summary> {
+    check_options(&cfg, &opts)?;
     let gpu = gpu_device(&cfg, 0)?;
     let p = prepare(cfg, &opts, true)?;
     let par = &p.cfg.parallel;
@@ -123,6 +124,18 @@ pub fn train(cfg: Config, opts: TrainOptions) -> Result<Summary> {
     let ctx = RankCtx { cfg: &p.cfg, opts: &opts, data: &p.data, resume: p.resume.as_ref(), run_dir: &p.run_dir };
     let mut out = run_ranks_with(dims, &run_options(&p.cfg), |rank, grid| ctx.run_on(rank, grid, gpu))?;
     Ok(out.swap_remove(0).expect("rank 0 reports the run"))
+}
+
+/// Options that contradict the config are refused before any work.
+fn check_options(cfg: &Config, opts: &TrainOptions) -> Result<()> {
+    if let Some(step) = opts.dump_grads.filter(|&s| s == 0 || s > cfg.train.steps as u64) {
+        bail!(
+            "--dump-grads {step}: the run ends at step {} (train.steps); choose a step in 1..={}",
+            cfg.train.steps,
+            cfg.train.steps
+        );
+    }
+    Ok(())
 }
 
 /// The GPU a rank trains on (None: the CPU). `train.device = cuda:N` means device N + `local`
@@ -157,6 +170,7 @@ pub fn train_launched(cfg: Config, opts: TrainOptions) -> Result<Option<Summary>
     if !boost_comm::mpi::launched() {
         return train(cfg, opts).map(Some);
     }
+    check_options(&cfg, &opts)?;
     let par = cfg.parallel.clone();
     let dims = Dims::new(par.dp, par.pp, par.tp);
     let ropts = run_options(&cfg);
