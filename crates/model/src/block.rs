@@ -128,18 +128,15 @@ impl Block {
         let pg = |f: fn(&Block) -> &Group, g: fn(&BlockActs<B>) -> &GroupActs<B>| prev.map(|(b, a)| (f(b), g(a)));
 
         self.qkv.forward(cx, params, x, &mut acts.qkv, pg(|b| &b.qkv, |a| &a.qkv), &mut acts.qkv_out, sc);
-        let (qw, kw) = (dims.q_loc(), dims.kv_w_loc());
-        be.rope(MatMut::at(&mut acts.qkv_out, 0, t, qw, qw), rope, seq, dims.head_dim, false);
-        be.rope(MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw), rope, seq, dims.head_dim, false);
-        let sh = self.attn_shape(dims, batch, seq);
-        be.attention_fwd(MatMut::new(&mut acts.attn, t, qw), &mut acts.probs, &acts.qkv_out, sh);
+        self.rope_attention(cx, acts, rope, batch, seq);
+        let qw = dims.q_loc();
         self.o.forward(cx, params, Mat::new(&acts.attn, t, qw), &mut acts.o, pg(|b| &b.o, |a| &a.o), &mut acts.mid, sc);
         be.axpy(MatMut::new(&mut acts.mid, t, dres), x, 1.0);
 
         let mid = Mat::new(&acts.mid, t, dres);
         self.gu.forward(cx, params, mid, &mut acts.gu, pg(|b| &b.gu, |a| &a.gu), &mut acts.gu_out, sc);
+        self.swiglu(cx, &mut acts.m, &acts.gu_out);
         let f = dims.d_ff_loc;
-        be.swiglu(MatMut::new(&mut acts.m, t, f), Mat::new(&acts.gu_out, 2 * t, f), self.outer_silu);
         self.down.forward(cx, params, Mat::new(&acts.m, t, f), &mut acts.down, pg(|b| &b.down, |a| &a.down), x_out, sc);
         be.axpy(MatMut::new(x_out, t, dres), mid, 1.0);
     }
@@ -456,16 +453,33 @@ impl Block {
         seq: usize,
         sc: &mut Scratch<B>,
     ) {
-        let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         self.recompute_latents(cx, params, acts, prev, sc, true);
         self.qkv.forward_up(cx, params, &acts.qkv, &mut acts.qkv_out);
+        self.rope_attention(cx, acts, rope, batch, seq);
+        self.gu.forward_up(cx, params, &acts.gu, &mut acts.gu_out);
+        self.swiglu(cx, &mut acts.m, &acts.gu_out);
+    }
+
+    /// RoPE on q and k, then causal attention into `acts.attn` (forward and low-rank recompute).
+    fn rope_attention<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        acts: &mut BlockActs<B>,
+        rope: &B::Buf,
+        batch: usize,
+        seq: usize,
+    ) {
+        let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         let (qw, kw) = (dims.q_loc(), dims.kv_w_loc());
         be.rope(MatMut::at(&mut acts.qkv_out, 0, t, qw, qw), rope, seq, dims.head_dim, false);
         be.rope(MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw), rope, seq, dims.head_dim, false);
         let sh = self.attn_shape(dims, batch, seq);
         be.attention_fwd(MatMut::new(&mut acts.attn, t, qw), &mut acts.probs, &acts.qkv_out, sh);
-        self.gu.forward_up(cx, params, &acts.gu, &mut acts.gu_out);
-        let f = dims.d_ff_loc;
-        be.swiglu(MatMut::new(&mut acts.m, t, f), Mat::new(&acts.gu_out, 2 * t, f), self.outer_silu);
+    }
+
+    /// The SwiGLU product `m` of the gate and up outputs (forward and low-rank recompute).
+    fn swiglu<B: Backend>(&self, cx: &Ctx<B>, m: &mut B::Buf, gu_out: &B::Buf) {
+        let (t, f) = (cx.t, cx.dims.d_ff_loc);
+        cx.be.swiglu(MatMut::new(m, t, f), Mat::new(gu_out, 2 * t, f), self.outer_silu);
     }
 }
