@@ -303,30 +303,34 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -
     let links = calibrate_collectives();
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let mem = memory_total_bytes().unwrap_or(24.0 * (1u64 << 30) as f64);
+    // The two files differ in their name, in how ranks talk and in their links.
+    let intro = |name: &str, ranks: &str, kind: &str| -> String {
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "# This machine, measured by `boost plan --calibrate-cpu` ({cores} cores, {threads} threads, f32, best of {rounds} rounds)."
+        );
+        let _ = writeln!(o, "# Ranks are {ranks} sharing the cores: each gets 1/world of compute and bandwidth.");
+        let _ = writeln!(
+            o,
+            "# GEMM: the `gemm` crate (f32, Parallelism::Rayon({threads})) over {} shapes, fitted to",
+            samples.len()
+        );
+        let _ = writeln!(o, "#   P · Π x/(x+c); rms log error {rms:.3}. Measured samples are in [calibration].");
+        let _ = writeln!(o, "name = \"{name}\"");
+        let _ = writeln!(o, "description = \"this machine: {cores} cores, f32 via the gemm crate, {kind}\"");
+        let _ = writeln!(o, "dtype = \"f32\"");
+        let _ = writeln!(o, "devices_per_node = 1024              # in-process ranks: one \"node\"");
+        let _ = writeln!(o, "memory_bytes = {mem:.0}              # /proc/meminfo MemTotal [measured]");
+        let _ = writeln!(
+            o,
+            "usable_memory_fraction = 0.8         # leave room for the OS and other processes [assumption]"
+        );
+        let _ = writeln!(o, "ranks_share_device = true");
+        let _ = writeln!(o);
+        o
+    };
     let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "# This machine, measured by `boost plan --calibrate-cpu` ({cores} cores, {threads} threads, f32, best of {rounds} rounds)."
-    );
-    let _ = writeln!(
-        o,
-        "# Ranks are threads of one process sharing the cores: each gets 1/world of compute and bandwidth."
-    );
-    let _ = writeln!(
-        o,
-        "# GEMM: the `gemm` crate (f32, Parallelism::Rayon({threads})) over {} shapes, fitted to",
-        samples.len()
-    );
-    let _ = writeln!(o, "#   P · Π x/(x+c); rms log error {rms:.3}. Measured samples are in [calibration].");
-    let _ = writeln!(o, "name = \"cpu\"");
-    let _ = writeln!(o, "description = \"this machine: {cores} cores, f32 via the gemm crate, in-process ranks\"");
-    let _ = writeln!(o, "dtype = \"f32\"");
-    let _ = writeln!(o, "devices_per_node = 1024              # in-process ranks: one \"node\"");
-    let _ = writeln!(o, "memory_bytes = {mem:.0}              # /proc/meminfo MemTotal [measured]");
-    let _ =
-        writeln!(o, "usable_memory_fraction = 0.8         # leave room for the OS and other processes [assumption]");
-    let _ = writeln!(o, "ranks_share_device = true");
-    let _ = writeln!(o);
     let _ = writeln!(o, "[compute]");
     let _ = writeln!(o, "peak_flops = {peak:.4e}             # fitted P [measured]");
     let _ = writeln!(o, "gemm_efficiency = 1.0                # P is already an achieved rate");
@@ -342,8 +346,7 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -
         writeln!(o, "bandwidth = {add_bw:.4e}              # a = b + c over 64 MiB, bytes read + written [measured]");
     let _ = writeln!(o, "efficiency = 1.0                     # the bandwidth above is already achieved");
     let _ = writeln!(o);
-    // The links differ between the two files this writes; the rest is shared.
-    let head = o;
+    let body = o;
     let mut o = String::new();
     let _ = writeln!(o, "[calibration]");
     let _ = writeln!(o, "threads = {threads}");
@@ -366,21 +369,25 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -
     }
     let _ = writeln!(o, "]");
     let tail = o;
-    let links = links.unwrap_or(LinkSpec { alpha_s: 20e-6, bandwidth: copy_bw / 2.0 });
+    let (comment, link) = match links {
+        Some(l) => ("In-process all-reduce of two ranks: α from a 1-element call, β from 16 MiB [measured].", l),
+        None => (
+            "The in-process all-reduce could not be timed: a condvar hand-off and a copy at half the copy bandwidth [placeholder].",
+            LinkSpec { alpha_s: 20e-6, bandwidth: copy_bw / 2.0 },
+        ),
+    };
     let text = format!(
-        "{head}{}{tail}",
-        links_toml("In-process all-reduce of two ranks: α from a 1-element call, β from 16 MiB [measured].", &links)
+        "{}{body}{}{tail}",
+        intro("cpu", "threads of one process", "in-process ranks"),
+        links_toml(comment, &link)
     );
     write_checked(out, &text)?;
     if let Some(mpi) = mpi_links_via_mpirun(verbose) {
         let path = out
             .with_file_name(format!("{}-mpi.toml", out.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default()));
-        let head = head
-            .replace("name = \"cpu\"", "name = \"cpu-mpi\"")
-            .replace("in-process ranks\"", "one MPI process per rank (mpirun)\"")
-            .replace("# Ranks are threads of one process", "# Ranks are MPI processes on this machine");
         let mpi_text = format!(
-            "{head}{}{tail}",
+            "{}{body}{}{tail}",
+            intro("cpu-mpi", "MPI processes on this machine", "one MPI process per rank (mpirun)"),
             links_toml(
                 "MPI all-reduce between two processes: α from a 1-element call, β from 16 MiB [measured].",
                 &mpi
@@ -389,9 +396,7 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -
         write_checked(&path, &mpi_text)?;
         if verbose {
             eprintln!(
-                "links: in-process α {:.1} µs, β {:.2} GB/s; MPI α {:.1} µs, β {:.2} GB/s (wrote {})",
-                links.alpha_s * 1e6,
-                links.bandwidth / 1e9,
+                "links: MPI α {:.1} µs, β {:.2} GB/s (wrote {})",
                 mpi.alpha_s * 1e6,
                 mpi.bandwidth / 1e9,
                 path.display()
