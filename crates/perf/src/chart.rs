@@ -5,6 +5,19 @@ use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use std::path::Path;
+use std::sync::Once;
+
+/// The one font family charts use, embedded (DejaVu Sans) so text needs no system fonts.
+const FONT: &str = "sans-serif";
+
+fn register_fonts() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The embedded TTF parses (it ships with the `dejavu` crate); a failure here is a bug.
+        plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular())
+            .unwrap_or_else(|_| panic!("embedded DejaVu Sans did not parse"));
+    });
+}
 
 const SEGMENTS: [(&str, RGBColor); 8] = [
     ("GEMM", RGBColor(31, 119, 180)),
@@ -24,6 +37,7 @@ fn values(b: &Breakdown) -> [f64; 8] {
 /// Draw one horizontal stacked bar per `(label, breakdown, scale)` to a PNG; each segment is
 /// multiplied by `scale` (1 for seconds, 1/t_ref for time relative to a reference).
 pub fn draw_breakdown(path: &Path, title: &str, x_label: &str, bars: &[(String, Breakdown, f64)]) -> Result<()> {
+    register_fonts();
     let err = |e: &dyn std::fmt::Display| anyhow!("drawing {}: {e}", path.display());
     let n = bars.len().max(1);
     let height = (140 + 34 * n as u32).max(360);
@@ -32,7 +46,7 @@ pub fn draw_breakdown(path: &Path, title: &str, x_label: &str, bars: &[(String, 
     let xmax = bars.iter().map(|(_, b, k)| values(b).iter().sum::<f64>() * k).fold(0.0, f64::max) * 1.35;
     let label_width = 330;
     let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 20))
+        .caption(title, (FONT, 20))
         .margin(12)
         .x_label_area_size(44)
         .y_label_area_size(label_width)
@@ -43,7 +57,7 @@ pub fn draw_breakdown(path: &Path, title: &str, x_label: &str, bars: &[(String, 
         .disable_y_mesh()
         .y_labels(0)
         .x_desc(x_label)
-        .label_style(("sans-serif", 14))
+        .label_style((FONT, 14))
         .draw()
         .map_err(|e| err(&e))?;
     // Bar i is drawn at y = n − 1 − i so that the first bar is on top.
@@ -67,13 +81,13 @@ pub fn draw_breakdown(path: &Path, title: &str, x_label: &str, bars: &[(String, 
             .label(*name)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
     }
-    let style = TextStyle::from(("sans-serif", 14).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
+    let style = TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Right, VPos::Center));
     for (i, (label, b, k)) in bars.iter().enumerate() {
         let (px, py) = chart.backend_coord(&(0.0, y_of(i)));
         root.draw(&Text::new(label.clone(), (px - 8, py), style.clone())).map_err(|e| err(&e))?;
         let total: f64 = values(b).iter().sum::<f64>() * k;
         let (ex, ey) = chart.backend_coord(&(total, y_of(i)));
-        let tstyle = TextStyle::from(("sans-serif", 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
+        let tstyle = TextStyle::from((FONT, 13).into_font()).pos(Pos::new(HPos::Left, VPos::Center));
         root.draw(&Text::new(format!("{total:.3}"), (ex + 6, ey), tstyle)).map_err(|e| err(&e))?;
     }
     chart
@@ -81,7 +95,7 @@ pub fn draw_breakdown(path: &Path, title: &str, x_label: &str, bars: &[(String, 
         .position(SeriesLabelPosition::LowerRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .label_font(("sans-serif", 13))
+        .label_font((FONT, 13))
         .draw()
         .map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
