@@ -5,15 +5,21 @@ mod commands;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "boost", version, about = "Train low-rank (bottleneck) LLMs with 3D parallelism (BOOST)")]
+#[command(
+    name = "boost",
+    version,
+    about = "Train low-rank (bottleneck) LLMs with 3D parallelism (BOOST)",
+    after_help = "Start with `boost train` (the demo: a small CoLA model on Shakespeare).",
+    arg_required_else_help = true
+)]
 struct Cli {
     #[command(subcommand)]
-    command: Option<Command>,
+    command: Command,
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Train a model (with no arguments: the demo CoLA model on Shakespeare).
+    /// Train a model (with no options: the demo CoLA model on Shakespeare).
     Train(commands::TrainArgs),
     /// Score a checkpoint on a dataset's validation split or on a text file.
     Eval(commands::EvalArgs),
@@ -29,7 +35,7 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    let result = match cli.command.unwrap_or(Command::Train(commands::TrainArgs::default())) {
+    let result = match cli.command {
         Command::Train(a) => commands::train(&a),
         Command::Eval(a) => commands::eval(&a),
         Command::Export(a) => commands::export(&a),
