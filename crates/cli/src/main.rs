@@ -1,6 +1,7 @@
 //! `boost`: one binary, one subcommand per job.
 
 mod commands;
+mod plot;
 
 use clap::{Parser, Subcommand};
 
@@ -31,6 +32,8 @@ enum Command {
     Plan(Box<boost_perf::cli::PlanArgs>),
     /// Measure training-step throughput against a GEMM peak and the PyTorch peer.
     Bench(commands::BenchArgs),
+    /// Plot runs' loss, learning rate, throughput and time split, overlaid (PNG or SVG).
+    Plot(plot::PlotArgs),
 }
 
 fn main() {
@@ -42,6 +45,7 @@ fn main() {
         Command::Data(a) => boost_data::cli::run(&a),
         Command::Plan(a) => boost_perf::cli::run(&a),
         Command::Bench(a) => commands::bench(&a),
+        Command::Plot(a) => plot::run(&a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -101,9 +101,13 @@ pub struct PlanArgs {
     /// Largest micro-batch `--search` tries.
     #[arg(long, default_value_t = 16)]
     pub max_micro_batch: usize,
-    /// Draw the breakdown per scheme (full-rank megatron, vanilla, btp) as a PNG; with `--paper`, every paper run.
-    #[arg(long, value_name = "FILE.png")]
+    /// Draw the breakdown per scheme (full-rank megatron, vanilla, btp) as a PNG or SVG (by the
+    /// extension); with `--paper`, every paper run. An existing file is kept unless --force.
+    #[arg(long, value_name = "FILE.png|FILE.svg")]
     pub chart: Option<PathBuf>,
+    /// Replace the --chart file if it exists.
+    #[arg(long, requires = "chart")]
+    pub force: bool,
     /// Print the BOOST paper's set-up (spec §7) through the model: times, speedups, 7B per-layer volumes.
     #[arg(long)]
     pub paper: bool,
@@ -175,7 +179,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
             })
             .collect::<Vec<_>>();
         let title = format!("{} on {}: predicted iteration time", s.model.preset, hw.name);
-        crate::chart::draw_breakdown(path, &title, "seconds per iteration", &bars)?;
+        crate::chart::draw_breakdown(path, args.force, &title, "seconds per iteration", &bars)?;
         if !args.json {
             println!("chart: {}", path.display());
         }
@@ -527,7 +531,7 @@ fn run_search(args: &PlanArgs, s: &Setup, hw: &Hardware) -> Result<()> {
         let bars: Vec<(String, Breakdown, f64)> =
             shown.iter().map(|c| (c.layout.clone(), c.prediction.breakdown.clone(), 1.0)).collect();
         let title = format!("{} on {} × {}: ranked layouts", s.model.preset, devices, hw.name);
-        crate::chart::draw_breakdown(path, &title, "seconds per iteration", &bars)?;
+        crate::chart::draw_breakdown(path, args.force, &title, "seconds per iteration", &bars)?;
         println!("chart: {}", path.display());
     }
     Ok(())
@@ -554,7 +558,7 @@ fn run_paper(args: &PlanArgs, hw: &Hardware) -> Result<()> {
             }
         }
         let title = format!("BOOST paper set-up on {}: iteration time relative to full-rank", hw.name);
-        crate::chart::draw_breakdown(path, &title, "time / full-rank time", &bars)?;
+        crate::chart::draw_breakdown(path, args.force, &title, "time / full-rank time", &bars)?;
         if !args.json {
             println!("chart: {}", path.display());
         }

@@ -157,7 +157,7 @@ fn chart_renders_a_png() {
     let dir = std::env::temp_dir().join(format!("boost-perf-chart-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("c.png");
-    boost_perf::chart::draw_breakdown(&path, "test", "s", &[("a".into(), p.breakdown.clone(), 1.0)]).unwrap();
+    boost_perf::chart::draw_breakdown(&path, false, "test", "s", &[("a".into(), p.breakdown.clone(), 1.0)]).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(&bytes[1..4], b"PNG");
     std::fs::remove_dir_all(&dir).unwrap();

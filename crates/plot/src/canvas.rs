@@ -1,0 +1,103 @@
+//! Where a figure goes: PNG or SVG chosen by the extension, the embedded font registered once,
+//! and the file written beside its destination and renamed into place, so an existing file is
+//! never half-replaced (and never replaced at all without `force`).
+
+use anyhow::{Context, Result, anyhow, bail};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::PathBuf;
+use std::sync::Once;
+
+/// The one font family figures use: DejaVu Sans, embedded, so text needs no system fonts.
+pub const FONT: &str = "sans-serif";
+
+fn register_font() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The TTF ships inside the `dejavu` crate; failing to parse it is a build defect.
+        plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular())
+            .unwrap_or_else(|_| panic!("the embedded DejaVu Sans font did not parse"));
+    });
+}
+
+/// A figure's destination file.
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub path: PathBuf,
+    /// Replace an existing file (atomically) instead of refusing.
+    pub force: bool,
+}
+
+enum Format {
+    Png,
+    Svg,
+}
+
+impl Output {
+    pub fn new(path: impl Into<PathBuf>, force: bool) -> Self {
+        Self { path: path.into(), force }
+    }
+
+    fn format(&self) -> Result<Format> {
+        match self.path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
+            Some("png") => Ok(Format::Png),
+            Some("svg") => Ok(Format::Svg),
+            _ => bail!("{}: a figure is written as .png or .svg; name the file with one of them", self.path.display()),
+        }
+    }
+
+    /// Draw `figure` and put it at the destination.
+    pub fn write(&self, figure: &impl Figure) -> Result<()> {
+        let format = self.format()?;
+        if self.path.is_dir() {
+            bail!("{} is a directory; name a .png or .svg file", self.path.display());
+        }
+        if self.path.exists() && !self.force {
+            bail!("{} already exists; choose another file or pass --force to replace it", self.path.display());
+        }
+        register_font();
+        let dir = match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        if !dir.is_dir() {
+            bail!("{}: the directory {} does not exist", self.path.display(), dir.display());
+        }
+        let suffix = match format {
+            Format::Png => ".png",
+            Format::Svg => ".svg",
+        };
+        let tmp = tempfile::Builder::new()
+            .prefix(".boost-figure-")
+            .suffix(suffix)
+            .tempfile_in(&dir)
+            .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+        let size = figure.size();
+        let drawn = match format {
+            Format::Png => render(BitMapBackend::new(tmp.path(), size).into_drawing_area(), figure),
+            Format::Svg => render(SVGBackend::new(tmp.path(), size).into_drawing_area(), figure),
+        };
+        drawn.with_context(|| format!("drawing {}", self.path.display()))?;
+        tmp.persist(&self.path).map_err(|e| anyhow!("cannot write {}: {}", self.path.display(), e.error))?;
+        Ok(())
+    }
+}
+
+/// Something drawn onto a whole canvas, whatever its backend.
+pub trait Figure {
+    /// Width and height in pixels.
+    fn size(&self) -> (u32, u32);
+    fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>) -> Result<()>;
+}
+
+fn render<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, figure: &impl Figure) -> Result<()> {
+    area.fill(&WHITE).map_err(plot_err)?;
+    figure.draw(&area)?;
+    area.present().map_err(plot_err)?;
+    Ok(())
+}
+
+/// A plotters error as an `anyhow` error.
+pub fn plot_err<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> anyhow::Error {
+    anyhow!("{e}")
+}

@@ -1,0 +1,15 @@
+//! Figures drawn with plotters: the curves of training runs read from their `metrics.jsonl`
+//! ([`runs`]) and stacked horizontal time breakdowns ([`bars`]). Text uses an embedded font
+//! and the output is PNG or SVG by the file's extension ([`canvas`]), so nothing here needs
+//! a system library.
+
+pub mod bars;
+pub mod canvas;
+pub mod metrics;
+pub mod runs;
+
+pub use bars::{Bar, Segment};
+pub use canvas::Output;
+pub use metrics::{Point, Run};
+pub use plotters::style::RGBColor;
+pub use runs::RunsFigure;
