@@ -42,16 +42,25 @@
 //! the number of sequences consumed; see the [`loader`] module.
 
 mod atomic;
+mod build;
 pub mod cli;
 pub mod dataset;
 pub mod input;
 pub mod loader;
+pub mod output;
+mod prepare;
+mod progress;
+pub mod sample;
 pub mod shakespeare;
 pub mod shard;
 pub mod tokenizer;
 
-pub use dataset::{BuildOptions, Dataset, Meta, TokenizerChoice, build, prepare, split_documents, unigram_entropy};
+pub use dataset::{
+    BuildLimits, BuildOptions, DEFAULT_BPE_SAMPLE_BYTES, Dataset, Meta, TokenizerChoice, build, build_into, build_with,
+    prepare, split_documents, unigram_entropy,
+};
 pub use input::{Document, read_inputs};
 pub use loader::{Loader, epoch_permutation};
+pub use output::OutputGuard;
 pub use shard::{Shard, write_shard};
 pub use tokenizer::{EOS, Tokenizer};
