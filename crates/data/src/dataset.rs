@@ -178,6 +178,15 @@ impl Dataset {
             std::fs::read_to_string(&meta_path).with_context(|| format!("cannot read {}", meta_path.display()))?;
         let meta: Meta =
             serde_json::from_str(&text).with_context(|| format!("{} is not a valid meta.json", meta_path.display()))?;
+        if meta.format_version != crate::shard::VERSION {
+            bail!(
+                "{} has format_version {}, but this build reads shard format version {}; rebuild the \
+                 dataset with `boost data`",
+                meta_path.display(),
+                meta.format_version,
+                crate::shard::VERSION
+            );
+        }
         let train = Shard::open(dir.join(TRAIN_BIN))?;
         let val = Shard::open(dir.join(VAL_BIN))?;
         let tokenizer = Tokenizer::from_file(dir.join(TOKENIZER_JSON))?;
