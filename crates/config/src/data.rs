@@ -37,12 +37,18 @@ impl Default for DataConfig {
 impl DataConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !(self.val_fraction > 0.0 && self.val_fraction < 1.0) {
-            return Err(ConfigError::new("data.val_fraction", "must lie strictly between 0 and 1, e.g. 0.05"));
+            return Err(ConfigError::new(
+                "data.val_fraction",
+                format!("is {}; it must lie strictly between 0 and 1, e.g. 0.05", self.val_fraction),
+            ));
         }
         if self.tokenizer == "bpe" && self.vocab_size < 260 {
             return Err(ConfigError::new(
                 "data.vocab_size",
-                "a byte-level BPE needs at least 260 entries (256 bytes and a few merges)",
+                format!(
+                    "is {}; a byte-level BPE needs at least 260 entries (256 bytes and a few merges), e.g. 4096",
+                    self.vocab_size
+                ),
             ));
         }
         if !matches!(self.corpus.as_str(), "shakespeare" | "none") {

@@ -63,8 +63,7 @@ impl Config {
             Some(p) => {
                 let text = std::fs::read_to_string(p)
                     .map_err(|e| ConfigError::new("", format!("cannot read config file {}: {e}", p.display())))?;
-                text.parse::<Table>()
-                    .map_err(|e| ConfigError::new("", format!("{} is not valid TOML: {}", p.display(), e.message())))?
+                parse_toml(&text, &p.display().to_string())?
             }
         };
         for s in sets {
@@ -75,9 +74,7 @@ impl Config {
 
     /// Parse a TOML string (as `load` would a file).
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
-        let table =
-            text.parse::<Table>().map_err(|e| ConfigError::new("", format!("not valid TOML: {}", e.message())))?;
-        Self::from_table(table)
+        Self::from_table(parse_toml(text, "the config")?)
     }
 
     pub fn from_table(mut table: Table) -> Result<Self, ConfigError> {
@@ -129,6 +126,35 @@ impl Config {
     pub fn to_toml(&self) -> String {
         toml::to_string_pretty(self).expect("config serialises")
     }
+}
+
+/// Parses TOML text; a syntax error names `origin`, the line and column (1-based) and the
+/// offending line.
+fn parse_toml(text: &str, origin: &str) -> Result<Table, ConfigError> {
+    text.parse::<Table>().map_err(|e| {
+        let message = e.message().trim();
+        let Some(span) = e.span() else {
+            return ConfigError::new("", format!("{origin} is not valid TOML: {message}"));
+        };
+        let (line, col, src) = line_col(text, span.start);
+        ConfigError::new(
+            "",
+            format!("{origin}:{line}:{col}: not valid TOML: {message}\n  {line} | {src}\n  fix the TOML syntax there"),
+        )
+    })
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`, and that line.
+fn line_col(text: &str, offset: usize) -> (usize, usize, &str) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let end = text[offset..].find('\n').map_or(text.len(), |i| offset + i);
+    let line = text[..start].matches('\n').count() + 1;
+    let col = text[start..offset].chars().count() + 1;
+    (line, col, text[start..end].trim_end_matches('\r'))
 }
 
 /// Deserialize a TOML table, reporting errors with the dotted path of the offending key.

@@ -178,6 +178,11 @@ pub fn preset_names() -> Vec<&'static str> {
 }
 
 /// Fill the `[model]` table with the preset's values for every key the user did not set.
+/// The largest `model.d`, `d_ff`, `heads` and `rank` accepted.
+pub const MAX_WIDTH: usize = 1 << 20;
+/// The largest `model.layers` accepted.
+pub const MAX_LAYERS: usize = 1 << 16;
+
 pub(crate) fn apply_preset(model: &mut Table) -> Result<(), ConfigError> {
     let name = match model.get("preset") {
         None => "demo".to_string(),
@@ -273,15 +278,40 @@ impl ModelConfig {
 
     /// Checks that do not depend on the data or the layout.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        // Shapes beyond these are typos, and would make the checks below loop for ages.
+        for (key, v, max) in [
+            ("d", self.d, MAX_WIDTH),
+            ("d_ff", self.d_ff, MAX_WIDTH),
+            ("layers", self.layers, MAX_LAYERS),
+            ("heads", self.heads, MAX_WIDTH),
+            ("rank", self.rank, MAX_WIDTH),
+        ] {
+            if v > max {
+                return Err(ConfigError::new(
+                    format!("model.{key}"),
+                    format!("{v} is larger than any model this trains (at most {max}); check the value"),
+                ));
+            }
+        }
         let pos = |key: &str, v: usize| {
-            if v == 0 { Err(ConfigError::new(format!("model.{key}"), "must be at least 1")) } else { Ok(()) }
+            if v == 0 { Err(ConfigError::new(format!("model.{key}"), "is 0; it must be at least 1")) } else { Ok(()) }
         };
         pos("d", self.d)?;
         pos("d_ff", self.d_ff)?;
         pos("layers", self.layers)?;
         pos("heads", self.heads)?;
         if self.arch.is_low_rank() {
-            pos("rank", self.rank)?;
+            let max = self.d.min(self.d_ff);
+            if self.rank == 0 || self.rank > max {
+                return Err(ConfigError::new(
+                    "model.rank",
+                    format!(
+                        "{} is outside 1..={max}: a bottleneck is narrower than the layers it factors \
+                         (model.d = {}, model.d_ff = {}); choose rank in 1..={max}",
+                        self.rank, self.d, self.d_ff
+                    ),
+                ));
+            }
         }
         if !self.d.is_multiple_of(self.heads) {
             let valid: Vec<usize> = crate::divisors(self.d);
@@ -317,7 +347,7 @@ impl ModelConfig {
         }
         if self.arch == Arch::Lax && self.lax.gate == LaxGate::Kron {
             let (a, b) = self.kron_factors();
-            if a * b != self.rank || a == 0 {
+            if a.checked_mul(b) != Some(self.rank) || a == 0 {
                 return Err(ConfigError::new(
                     "model.lax.kron_a",
                     format!(
@@ -329,12 +359,16 @@ impl ModelConfig {
                 ));
             }
         }
-        if self.norm_eps.is_nan() || self.norm_eps <= 0.0 {
-            return Err(ConfigError::new("model.norm_eps", "must be positive, e.g. 1e-6"));
-        }
-        if self.rope_theta.is_nan() || self.rope_theta <= 0.0 {
-            return Err(ConfigError::new("model.rope_theta", "must be positive, e.g. 10000"));
-        }
+        let positive = |key: &str, v: f64, example: &str| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(ConfigError::new(key, format!("is {v}; it must be a positive number, e.g. {example}")))
+            }
+        };
+        positive("model.norm_eps", self.norm_eps, "1e-6")?;
+        positive("model.rope_theta", self.rope_theta, "10000")?;
+        positive("model.lax.ln_eps", self.lax.ln_eps, "1e-6")?;
         Ok(())
     }
 }

@@ -87,17 +87,22 @@ impl ParallelConfig {
     pub fn validate(&self, model: &ModelConfig) -> Result<(), ConfigError> {
         for (key, v) in [("tp", self.tp), ("pp", self.pp), ("dp", self.dp)] {
             if v == 0 {
-                return Err(ConfigError::new(format!("parallel.{key}"), "must be at least 1"));
+                return Err(ConfigError::new(format!("parallel.{key}"), "is 0; it must be at least 1"));
             }
         }
-        if self.link_gbps < 0.0 || self.link_alpha_us < 0.0 {
-            return Err(ConfigError::new(
-                "parallel.link_gbps",
-                "link emulation parameters must be ≥ 0 (0 turns it off)",
-            ));
+        for (key, v, example) in [("link_alpha_us", self.link_alpha_us, "5"), ("link_gbps", self.link_gbps, "25")] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(ConfigError::new(
+                    format!("parallel.{key}"),
+                    format!("is {v}; link emulation needs a number ≥ 0, e.g. {example} (0 turns it off)"),
+                ));
+            }
         }
         if self.zero > 1 {
-            return Err(ConfigError::new("parallel.zero", "only ZeRO stages 0 and 1 exist here"));
+            return Err(ConfigError::new(
+                "parallel.zero",
+                format!("is {}; only ZeRO stages 0 and 1 exist here", self.zero),
+            ));
         }
         let scheme = self.resolved_scheme(model);
         match scheme {

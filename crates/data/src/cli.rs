@@ -1,8 +1,10 @@
 //! `boost data`: build a dataset directory from text / JSONL / Parquet files or the built-in
 //! corpus.
 
-use crate::dataset::{BuildOptions, Meta, TokenizerChoice, build};
+use crate::build::{BuildLimits, DEFAULT_BPE_SAMPLE_BYTES, build_into};
+use crate::dataset::{BuildOptions, Meta, TokenizerChoice};
 use crate::input::read_inputs;
+use crate::output::OutputGuard;
 use crate::shakespeare;
 use anyhow::{Result, bail};
 use std::path::PathBuf;
@@ -28,7 +30,10 @@ pub struct DataArgs {
     #[arg(long = "input", value_name = "FILE")]
     pub inputs: Vec<PathBuf>,
 
-    /// Output directory. It is written atomically: files appear only once the build succeeded.
+    /// Output directory: it must not exist or be empty (an existing dataset is never replaced).
+    /// It is written atomically: built in a temporary directory beside it and renamed into place
+    /// once complete; it is locked while building (a second `boost data` on it fails naming the
+    /// PID).
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
 
@@ -52,6 +57,11 @@ pub struct DataArgs {
     /// Field of each JSONL object, or Parquet column, that holds the document text.
     #[arg(long, value_name = "NAME", default_value = "text")]
     pub text_field: String,
+
+    /// The BPE is trained on a deterministic sample of at most this many bytes of the training
+    /// documents (whole documents in a seeded order); 0 = all. Tokenization covers everything.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BPE_SAMPLE_BYTES)]
+    pub bpe_sample_bytes: usize,
 }
 
 /// Runs `boost data`: reads the inputs, builds the dataset and prints a summary.
@@ -60,6 +70,9 @@ pub fn run(args: &DataArgs) -> Result<()> {
     if args.tokenizer == "bpe" && args.vocab_size < 260 {
         bail!("--vocab-size {} is too small: a byte-level BPE needs at least 260 entries", args.vocab_size);
     }
+    let carry: &[&str] = if args.corpus.is_some() { &[shakespeare::TARBALL] } else { &[] };
+    // Refuse an occupied --out before reading or downloading anything.
+    let guard = OutputGuard::acquire(&args.out, carry)?;
     let (docs, sources, corpus) = match (&args.corpus, args.inputs.is_empty()) {
         (Some(c), _) if c == "shakespeare" => {
             let (docs, stats, method) = shakespeare::load(&args.out)?;
@@ -94,7 +107,8 @@ pub fn run(args: &DataArgs) -> Result<()> {
         sources,
         corpus,
     };
-    let meta = build(&docs, &opts, &args.out)?;
+    let limits = BuildLimits { bpe_sample_bytes: args.bpe_sample_bytes };
+    let meta = build_into(&docs, &opts, &limits, &guard)?;
     print_summary(&meta, &args.out, t0.elapsed().as_secs_f64());
     Ok(())
 }

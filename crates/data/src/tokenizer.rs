@@ -3,10 +3,11 @@
 use anyhow::{Context, Result, anyhow, bail};
 use rayon::prelude::*;
 use std::path::Path;
-use tokenizers::models::TrainerWrapper;
 use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::{AddedToken, PreTokenizerWrapper};
+use tokenizers::{
+    AddedToken, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer, PreTokenizerWrapper, Trainer,
+};
 
 /// The end-of-text token: a trained BPE reserves it as a special token (id 0), and every
 /// document in a shard is followed by it.
@@ -17,6 +18,22 @@ const EOS_CANDIDATES: &[&str] = &[EOS, "<|end_of_text|>", "</s>", "<eos>", "<|eo
 
 /// Documents longer than this many bytes are encoded in pieces (see [`Tokenizer::encode_doc`]).
 const PIECE_BYTES: usize = 1 << 16;
+
+/// The longest pre-token, in bytes, that BPE training counts whole; longer ones are cut.
+pub const MAX_WORD_BYTES: usize = 64;
+
+/// The pre-tokens of `seq` under `byte_level`, each cut into pieces of at most
+/// [`MAX_WORD_BYTES`] bytes (byte-level pre-tokens have one character per byte).
+fn training_words(byte_level: &ByteLevel, seq: &str) -> tokenizers::Result<Vec<String>> {
+    let mut pre = PreTokenizedString::from(seq);
+    byte_level.pre_tokenize(&mut pre)?;
+    let mut words = Vec::new();
+    for (word, _, _) in pre.get_splits(OffsetReferential::Original, OffsetType::Byte) {
+        let chars: Vec<char> = word.chars().collect();
+        words.extend(chars.chunks(MAX_WORD_BYTES).map(|c| c.iter().collect::<String>()));
+    }
+    Ok(words)
+}
 
 /// A tokenizer with a known end-of-text id.
 #[derive(Clone)]
@@ -75,7 +92,11 @@ impl Tokenizer {
     /// crosses a document boundary, as if the documents were joined with [`EOS`] between them.
     ///
     /// Pre-tokenization and decoding are byte-level with the GPT-2 split pattern and no added
-    /// prefix space; the result is deterministic for given documents.
+    /// prefix space; the result is deterministic for given documents. For training only, a
+    /// pre-token longer than [`MAX_WORD_BYTES`] is counted as pieces of at most that many bytes:
+    /// merges are learned within the pieces, which keeps training fast on text without
+    /// whitespace (one long "word" otherwise costs time in its length for every merge). Encoding
+    /// is not affected.
     pub fn train_bpe<S: AsRef<str> + Sync>(docs: &[S], vocab_size: usize) -> Result<Tokenizer> {
         if vocab_size < 258 {
             bail!(
@@ -83,21 +104,23 @@ impl Tokenizer {
             );
         }
         let byte_level = ByteLevel::new(false, true, true);
-        let mut inner = tokenizers::Tokenizer::new(BPE::default());
-        inner.with_pre_tokenizer(Some(byte_level));
-        inner.with_decoder(Some(byte_level));
-        inner.with_post_processor(Some(byte_level));
-        let mut trainer: TrainerWrapper = BpeTrainerBuilder::new()
+        let mut trainer = BpeTrainerBuilder::new()
             .show_progress(false)
             .vocab_size(vocab_size)
             .initial_alphabet(ByteLevel::alphabet().into_iter().collect())
             .special_tokens(vec![AddedToken::from(EOS, true)])
-            .build()
-            .into();
-        inner
-            .train(&mut trainer, docs.iter().map(|d| d.as_ref()))
+            .build();
+        trainer
+            .feed(docs.iter().map(|d| d.as_ref()), |seq| training_words(&byte_level, seq))
             .map_err(tk_err)
             .context("training the byte-level BPE failed")?;
+        let mut model = BPE::default();
+        let special = trainer.train(&mut model).map_err(tk_err).context("training the byte-level BPE failed")?;
+        let mut inner = tokenizers::Tokenizer::new(model);
+        inner.with_pre_tokenizer(Some(byte_level));
+        inner.with_decoder(Some(byte_level));
+        inner.with_post_processor(Some(byte_level));
+        inner.add_special_tokens(special).map_err(tk_err)?;
         Self::wrap(inner, "the trained BPE")
     }
 

