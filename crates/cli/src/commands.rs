@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result};
 use boost_config::Config;
-use boost_train::checkpoint::Checkpoint;
+use boost_train::checkpoint::{self, Checkpoint};
 use boost_train::{TrainOptions, eval, export as hf};
 use clap::Args;
 use std::path::PathBuf;
@@ -57,14 +57,19 @@ pub fn train(a: &TrainArgs) -> Result<()> {
     let (cfg, resume) = match &a.resume {
         None => (a.cfg.load()?, None),
         Some(path) => {
-            let base = a.cfg.load()?;
             let dir = if path.is_empty() {
+                let base = a.cfg.load()?;
                 boost_train::trainer::latest_checkpoint(std::path::Path::new(&base.run.dir))?
             } else {
-                PathBuf::from(path)
+                checkpoint::resolve(std::path::Path::new(path))?
             };
             let ck = Checkpoint::open(&dir)?;
+            // The checkpoint's config, then the --config file's keys, then --set: a change
+            // to the model is refused when the run starts, naming the key.
             let mut table: toml_table::Table = ck.meta.config.parse().context("the checkpoint's config")?;
+            if let Some(file) = &a.cfg.config {
+                Config::overlay_file(&mut table, file)?;
+            }
             for s in &a.cfg.sets {
                 boost_config::apply_set(&mut table, s)?;
             }
@@ -79,10 +84,24 @@ pub fn train(a: &TrainArgs) -> Result<()> {
             Some((r.parse()?, st.parse()?))
         }
     };
-    boost_train::trainer::train_launched(
+    boost_train::signals::install()?;
+    let summary = boost_train::trainer::train_launched(
         cfg,
         TrainOptions { resume, quiet: a.quiet, fault, dump_grads: a.dump_grads },
     )?;
+    if let Some(sig) = boost_train::signals::received() {
+        let name = if sig == 2 { "SIGINT" } else { "SIGTERM" };
+        match summary.as_ref().and_then(|s| s.last_checkpoint.as_ref().map(|c| (s, c))) {
+            Some((s, ck)) if s.interrupted.is_some() => eprintln!(
+                "stopped by {name} after step {}; checkpoint {}; continue with `boost train --resume {}`",
+                s.first_step + s.losses.len() as u64,
+                ck.display(),
+                s.run_dir.display()
+            ),
+            _ => eprintln!("stopped by {name}"),
+        }
+        std::process::exit(128 + sig);
+    }
     Ok(())
 }
 
@@ -92,7 +111,8 @@ mod toml_table {
 
 #[derive(Args, Debug, Clone)]
 pub struct EvalArgs {
-    /// Checkpoint directory (e.g. runs/demo/checkpoints/step-00000600).
+    /// Checkpoint directory (e.g. runs/demo/checkpoints/step-00000600), or a run directory
+    /// or its checkpoints/ directory (their newest checkpoint).
     #[arg(long, value_name = "DIR")]
     pub checkpoint: PathBuf,
     /// Dataset directory whose validation shard to score (default: the run's data.dir).
@@ -102,38 +122,50 @@ pub struct EvalArgs {
     #[arg(long, value_name = "FILE")]
     pub text: Option<PathBuf>,
     /// Sequences per forward pass (default: the run's train.micro_batch).
-    #[arg(long)]
-    pub micro_batch: Option<usize>,
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub micro_batch: Option<u64>,
     /// Compute threads (0: one per core).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, value_name = "N", default_value_t = 0)]
     pub threads: usize,
 }
 
 pub fn eval(a: &EvalArgs) -> Result<()> {
     set_threads(a.threads);
-    let ck = Checkpoint::open(&a.checkpoint)?;
+    let ck = Checkpoint::open(&checkpoint::resolve(&a.checkpoint)?)?;
     let report = match &a.text {
         Some(t) => eval::eval_text(&ck, t)?,
-        None => eval::eval_data(&ck, a.data.as_deref(), a.micro_batch)?,
+        None => eval::eval_data(&ck, a.data.as_deref(), a.micro_batch.map(|n| n as usize))?,
     };
     println!("{}", serde_json::to_string(&report)?);
+    if !report.loss.is_finite() {
+        anyhow::bail!(
+            "the loss of {} is {}: the checkpoint's weights are unusable; score an earlier checkpoint",
+            ck.dir.display(),
+            report.loss
+        );
+    }
     Ok(())
 }
 
 #[derive(Args, Debug, Clone)]
 pub struct ExportArgs {
-    /// Checkpoint directory to export.
+    /// Checkpoint directory to export, or a run directory or its checkpoints/ directory
+    /// (their newest checkpoint).
     #[arg(long, value_name = "DIR")]
     pub checkpoint: PathBuf,
-    /// Output folder (config.json, model.safetensors, tokenizer.json).
+    /// Output folder (config.json, model.safetensors, tokenizer.json, SHA256SUMS); it must
+    /// not exist or be empty.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
+    /// Replace a non-empty --out (atomically; never a checkpoint or run directory).
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub fn export(a: &ExportArgs) -> Result<()> {
-    let ck = Checkpoint::open(&a.checkpoint)?;
-    hf::export(&ck, &a.out)?;
-    eprintln!("exported {} to {}", a.checkpoint.display(), a.out.display());
+    let ck = Checkpoint::open(&checkpoint::resolve(&a.checkpoint)?)?;
+    hf::export(&ck, &a.out, a.force)?;
+    eprintln!("exported {} to {}", ck.dir.display(), a.out.display());
     Ok(())
 }
 

@@ -72,6 +72,25 @@ impl Config {
         Self::from_table(table)
     }
 
+    /// Lay the keys of the TOML file `path` over `table` (tables merged key by key): a
+    /// resumed run's saved config, then the user's file, then `--set`.
+    pub fn overlay_file(table: &mut Table, path: &Path) -> Result<(), ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new("", format!("cannot read config file {}: {e}", path.display())))?;
+        fn merge(into: &mut Table, from: Table) {
+            for (k, v) in from {
+                match (into.get_mut(&k), v) {
+                    (Some(toml::Value::Table(a)), toml::Value::Table(b)) => merge(a, b),
+                    (_, v) => {
+                        into.insert(k, v);
+                    }
+                }
+            }
+        }
+        merge(table, parse_toml(&text, &path.display().to_string())?);
+        Ok(())
+    }
+
     /// Parse a TOML string (as `load` would a file).
     pub fn from_toml_str(text: &str) -> Result<Self, ConfigError> {
         Self::from_table(parse_toml(text, "the config")?)

@@ -65,6 +65,11 @@ pub struct TrainConfig {
     pub recompute_layers: usize,
     /// `cpu`, `cuda` or `cuda:N`.
     pub device: String,
+    /// Skip (do not apply) a step whose gradient norm is non-finite or an outlier (z-score
+    /// above 6 against the last 64 steps), instead of stopping the run.
+    pub skip_nonfinite: bool,
+    /// On SIGINT/SIGTERM, write a checkpoint at the next step boundary before exiting.
+    pub checkpoint_on_signal: bool,
 }
 
 impl Default for TrainConfig {
@@ -90,6 +95,8 @@ impl Default for TrainConfig {
             eval_batches: 8,
             checkpoint_every: 200,
             keep_checkpoints: 3,
+            skip_nonfinite: false,
+            checkpoint_on_signal: true,
             recompute: Recompute::None,
             recompute_layers: 0,
             device: "cpu".into(),

@@ -132,7 +132,9 @@ pub fn gather_sets<B: Backend, const N: usize>(
     Ok(sets.map(|(prefix, bufs)| assemble(&all(bufs), prefix)))
 }
 
-/// Write a checkpoint under `root` (`<run>/checkpoints`), keep the newest `keep` ones.
+/// Write a checkpoint under `root` (`<run>/checkpoints`), keep the newest `keep` ones. An
+/// existing checkpoint of the same step is never replaced (refused, naming it). On any
+/// failure the partial temporary directory is removed, so a full disk is freed again.
 pub fn save(
     root: &Path,
     tensors: &Tensors,
@@ -143,11 +145,34 @@ pub fn save(
     fs::create_dir_all(root).with_context(|| format!("cannot create {}", root.display()))?;
     let name = format!("step-{:08}", meta.step);
     let final_dir = root.join(&name);
+    if final_dir.exists() {
+        bail!(
+            "{} already exists; a checkpoint is never overwritten (resume into another run directory with `--set run.dir=<new dir>`)",
+            final_dir.display()
+        );
+    }
     let tmp = root.join(format!(".tmp-{name}-{}", std::process::id()));
     if tmp.exists() {
         fs::remove_dir_all(&tmp).ok();
     }
-    fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let written = write_into(&tmp, tensors, meta, tokenizer).and_then(|()| {
+        fs::rename(&tmp, &final_dir).with_context(|| format!("cannot move the checkpoint to {}", final_dir.display()))
+    });
+    if let Err(e) = written {
+        fs::remove_dir_all(&tmp).ok();
+        return Err(e);
+    }
+    let latest_tmp = root.join(".latest.tmp");
+    write_synced(&latest_tmp, name.as_bytes())?;
+    fs::rename(&latest_tmp, root.join("latest")).with_context(|| format!("cannot update {}/latest", root.display()))?;
+    sync_dir(root);
+    prune(root, keep)?;
+    Ok(final_dir)
+}
+
+/// The files of a checkpoint, then their manifest, into the fresh directory `tmp`.
+fn write_into(tmp: &Path, tensors: &Tensors, meta: &CheckpointMeta, tokenizer: Option<&Path>) -> Result<()> {
+    fs::create_dir_all(tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     write_safetensors(&tmp.join("model.safetensors"), &tensors.weights, &meta_map(meta))?;
     write_safetensors(&tmp.join("optim.safetensors"), &tensors.moments, &HashMap::new())?;
     write_synced(&tmp.join("meta.json"), serde_json::to_string_pretty(meta)?.as_bytes())?;
@@ -155,23 +180,38 @@ pub fn save(
         let bytes = fs::read(tok).with_context(|| format!("cannot read the tokenizer {}", tok.display()))?;
         write_synced(&tmp.join("tokenizer.json"), &bytes)?;
     }
-    sync_dir(&tmp);
-    // Replace an existing checkpoint of the same step only after the new one is complete.
-    if final_dir.exists() {
-        let old = root.join(format!(".old-{name}-{}", std::process::id()));
-        fs::rename(&final_dir, &old)?;
-        fs::rename(&tmp, &final_dir)?;
-        fs::remove_dir_all(&old).ok();
-    } else {
-        fs::rename(&tmp, &final_dir)
-            .with_context(|| format!("cannot move the checkpoint to {}", final_dir.display()))?;
+    crate::manifest::write(tmp)?;
+    sync_dir(tmp);
+    Ok(())
+}
+
+/// Remove what interrupted saves leave in `root` (`.tmp-*`, `.old-*`, `.latest.tmp`): only
+/// safe while this process holds the run directory's lock. Returns (entries, bytes) freed.
+pub fn remove_stale(root: &Path) -> (usize, u64) {
+    let (mut n, mut bytes) = (0, 0);
+    let Ok(rd) = fs::read_dir(root) else {
+        return (0, 0);
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".tmp-") || name.starts_with(".old-") || name == ".latest.tmp" {
+            let p = e.path();
+            bytes += size_of(&p);
+            let gone = if p.is_dir() { fs::remove_dir_all(&p) } else { fs::remove_file(&p) };
+            if gone.is_ok() {
+                n += 1;
+            }
+        }
     }
-    let latest_tmp = root.join(".latest.tmp");
-    write_synced(&latest_tmp, name.as_bytes())?;
-    fs::rename(&latest_tmp, root.join("latest"))?;
-    sync_dir(root);
-    prune(root, keep)?;
-    Ok(final_dir)
+    (n, bytes)
+}
+
+fn size_of(p: &Path) -> u64 {
+    match fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => fs::read_dir(p).map(|rd| rd.flatten().map(|e| size_of(&e.path())).sum()).unwrap_or(0),
+        Ok(m) => m.len(),
+        Err(_) => 0,
+    }
 }
 
 fn meta_map(meta: &CheckpointMeta) -> HashMap<String, String> {
@@ -181,7 +221,7 @@ fn meta_map(meta: &CheckpointMeta) -> HashMap<String, String> {
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
     let mut f = fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     f.write_all(bytes).with_context(|| format!("cannot write {}", path.display()))?;
-    f.sync_all().ok();
+    f.sync_all().with_context(|| format!("cannot write {} (sync)", path.display()))?;
     Ok(())
 }
 
@@ -233,21 +273,63 @@ pub fn list(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
-/// The newest checkpoint of a run directory.
+/// The newest checkpoint of a run directory: the one `checkpoints/latest` names, else (with a
+/// warning when `latest` is empty or names nothing) the highest step.
 pub fn latest(run_dir: &Path) -> Result<PathBuf> {
-    let root = run_dir.join("checkpoints");
-    if let Ok(name) = fs::read_to_string(root.join("latest")) {
-        let dir = root.join(name.trim());
-        if dir.is_dir() {
+    newest_in(&run_dir.join("checkpoints"), run_dir)
+}
+
+fn newest_in(root: &Path, shown: &Path) -> Result<PathBuf> {
+    let latest = root.join("latest");
+    if let Ok(name) = fs::read_to_string(&latest) {
+        let name = name.trim();
+        let dir = root.join(name);
+        if !name.is_empty() && !name.contains('/') && dir.is_dir() {
             return Ok(dir);
         }
+        if name.is_empty() {
+            eprintln!("warning: {} is empty; taking the highest step instead", latest.display());
+        } else {
+            eprintln!(
+                "warning: {} names {name}, which does not exist; taking the highest step instead",
+                latest.display()
+            );
+        }
     }
-    let mut all = list(&root)?;
+    let mut all = list(root)?;
     all.sort();
     match all.pop() {
         Some((_, d)) => Ok(d),
-        None => bail!("{} holds no checkpoint to resume from (looked in {})", run_dir.display(), root.display()),
+        None => bail!(
+            "{} holds no checkpoint (looked in {}); pass a checkpoint directory such as <run>/checkpoints/step-00000600, its checkpoints/ directory or its run directory",
+            shown.display(),
+            root.display()
+        ),
     }
+}
+
+/// What a user passes as a checkpoint: a checkpoint directory, a run's `checkpoints/`
+/// directory or a run directory (the last two resolve to their newest checkpoint).
+pub fn resolve(path: &Path) -> Result<PathBuf> {
+    if !path.exists() {
+        bail!(
+            "{} does not exist; pass a checkpoint directory, a run's checkpoints/ directory or a run directory",
+            path.display()
+        );
+    }
+    if path.join("meta.json").is_file() {
+        return Ok(path.to_path_buf());
+    }
+    if path.join("checkpoints").is_dir() {
+        return latest(path);
+    }
+    if path.join("latest").is_file() || !list(path)?.is_empty() {
+        return newest_in(path, path);
+    }
+    bail!(
+        "{} is not a checkpoint (no meta.json), a checkpoints/ directory or a run directory; pass e.g. runs/demo or runs/demo/checkpoints/step-00000600",
+        path.display()
+    )
 }
 
 /// An opened checkpoint directory.
@@ -258,6 +340,23 @@ pub struct Checkpoint {
     optim: Vec<u8>,
 }
 
+/// Where to turn when a checkpoint is damaged: the other checkpoints beside it.
+fn earlier_hint(dir: &Path) -> String {
+    let others: Vec<String> = dir
+        .parent()
+        .and_then(|root| list(root).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, d)| d != dir)
+        .map(|(_, d)| d.display().to_string())
+        .collect();
+    if others.is_empty() {
+        "use an earlier checkpoint".to_string()
+    } else {
+        format!("use an earlier checkpoint: {}", others.join(", "))
+    }
+}
+
 fn corrupt(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("{} is corrupt or truncated ({e}); use an earlier checkpoint", path.display())
 }
@@ -266,6 +365,15 @@ impl Checkpoint {
     pub fn open(dir: &Path) -> Result<Self> {
         if !dir.is_dir() {
             bail!("{} is not a checkpoint directory", dir.display());
+        }
+        match crate::manifest::verify(dir) {
+            Ok(crate::manifest::Verified::Ok) => {}
+            Ok(crate::manifest::Verified::Unverifiable) => eprintln!(
+                "warning: {} has no {} (written by an earlier version): its files cannot be verified",
+                dir.display(),
+                crate::manifest::FILE
+            ),
+            Err(e) => bail!("{e}; {}", earlier_hint(dir)),
         }
         let meta_path = dir.join("meta.json");
         let text = fs::read_to_string(&meta_path).with_context(|| format!("{} is missing", meta_path.display()))?;

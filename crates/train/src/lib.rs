@@ -13,6 +13,11 @@ pub mod schedule;
 pub mod trainer;
 
 pub use trainer::{Summary, TrainOptions, train};
+pub mod compat;
 pub mod eval;
 pub mod export;
 pub mod grid_ckpt;
+pub mod guard;
+pub mod manifest;
+pub mod run_dir;
+pub mod signals;

@@ -33,6 +33,10 @@ pub struct StepMetrics {
     /// (waiting included — for pp that is the pipeline bubble too), and the rest.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub time_split: Option<TimeSplit>,
+    /// Signs of a failing run (`diverging`, `grad_norm_zero`, `skipped`: the update was not
+    /// applied under `train.skip_nonfinite`); absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<&'static str>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]

@@ -2,12 +2,15 @@
 //! clipping → AdamW → metrics, validation and checkpoints.
 
 use crate::checkpoint::{self, Checkpoint, CheckpointMeta};
+use crate::compat;
 use crate::dp::{Groups, Optimizer};
 use crate::grid_ckpt;
+use crate::guard::{Guard, Verdict};
 use crate::metrics::{MetricsWriter, StepMetrics, TimeSplit};
 use crate::optim::clip_coef;
 use crate::pipeline::StageRunner;
 use crate::pipeline::schedule::table;
+use crate::run_dir::{self, RunLock};
 use crate::schedule::lr_at;
 use anyhow::{Context, Result, bail};
 use boost_comm::{Coord, Dims, Grid, GridOptions, Link, Links, Recorder, RunOptions, run_ranks_with};
@@ -54,6 +57,8 @@ pub struct Summary {
     pub unigram_entropy: f64,
     pub tokens_per_sec: f64,
     pub last_checkpoint: Option<PathBuf>,
+    /// The signal that stopped the run early (SIGINT, SIGTERM), if one did.
+    pub interrupted: Option<i32>,
 }
 
 /// Resolve `model.vocab = 0` from the data and check the model can index every token.
@@ -77,10 +82,13 @@ struct Prepared {
     data: Dataset,
     resume: Option<Checkpoint>,
     run_dir: PathBuf,
+    /// The lead's lock on the run directory, held until the run ends.
+    _lock: Option<RunLock>,
 }
 
 /// Open the checkpoint to resume, prepare the data (building it if absent), resolve the
-/// vocabulary and check the config. `lead` also checks and creates the run directory.
+/// vocabulary and check the config. `lead` also locks and checks the run directory: a new
+/// run never writes over another's results, a resume never over newer checkpoints.
 fn prepare(mut cfg: Config, opts: &TrainOptions, lead: bool) -> Result<Prepared> {
     let resume = match &opts.resume {
         Some(dir) => Some(Checkpoint::open(dir)?),
@@ -89,18 +97,39 @@ fn prepare(mut cfg: Config, opts: &TrainOptions, lead: bool) -> Result<Prepared>
     let data = boost_data::prepare(&cfg.data)?;
     resolve_vocab(&mut cfg, &data)?;
     cfg.validate()?;
-    let run_dir = PathBuf::from(&cfg.run.dir);
-    if lead {
-        if resume.is_none() && !checkpoint::list(&run_dir.join("checkpoints"))?.is_empty() {
-            bail!(
-                "run.dir = {} already holds checkpoints; continue it with `boost train --resume`, or start elsewhere with `--set run.dir=<new dir>`",
-                run_dir.display()
-            );
-        }
-        std::fs::create_dir_all(&run_dir).with_context(|| format!("cannot create run.dir {}", run_dir.display()))?;
-        std::fs::write(run_dir.join("config.toml"), cfg.to_toml())?;
+    if let Some(ck) = &resume {
+        compat::check_resume(ck, &cfg, &data)?;
     }
-    Ok(Prepared { cfg, data, resume, run_dir })
+    compat::check_data(&cfg, &data, lead && !opts.quiet)?;
+    let run_dir = PathBuf::from(&cfg.run.dir);
+    let mut lock = None;
+    if lead {
+        let say = |s: String| {
+            if !opts.quiet {
+                eprintln!("{s}");
+            }
+        };
+        lock = Some(RunLock::acquire(&run_dir)?);
+        match &resume {
+            Some(ck) => run_dir::check_resume(&run_dir, ck.meta.step)?,
+            None => run_dir::check_fresh(&run_dir)?,
+        }
+        if let Some(line) = run_dir::clean_stale(&run_dir) {
+            say(line);
+        }
+        if let Some(ck) = &resume
+            && let Some(side) = run_dir::trim_metrics(&run_dir, ck.meta.step)?
+        {
+            say(format!(
+                "metrics.jsonl: the lines after step {} (logged before the resumed run) moved to {}",
+                ck.meta.step,
+                side.display()
+            ));
+        }
+        let toml = run_dir.join("config.toml");
+        std::fs::write(&toml, cfg.to_toml()).with_context(|| format!("cannot write {}", toml.display()))?;
+    }
+    Ok(Prepared { cfg, data, resume, run_dir, _lock: lock })
 }
 
 fn run_options(cfg: &Config) -> RunOptions {
@@ -334,10 +363,13 @@ impl RankCtx<'_> {
             unigram_entropy: entropy,
             tokens_per_sec: 0.0,
             last_checkpoint: None,
+            interrupted: None,
         };
+        let mut guard = Guard::new(t.skip_nonfinite);
         let tok_path = self.data.dir.join("tokenizer.json");
         let start = Instant::now();
         let tokens_at_start = tokens;
+        let mut interrupted = None;
         while step < steps {
             if self.opts.fault == Some((rank, step)) {
                 bail!("injected fault at step {step}");
@@ -354,7 +386,15 @@ impl RankCtx<'_> {
                         log(format!("gradients of step {} written to {}", step + 1, path.display()));
                     }
                 }
-                Ok(runner.apply(&mut model, &mut opt, g, step, acc))
+                let last_good = match &summary.last_checkpoint {
+                    Some(d) => format!("the last good checkpoint is {}", d.display()),
+                    None => "no checkpoint was written in this run".to_string(),
+                };
+                let verdict = guard.check_grad(step + 1, acc.grad_norm, &last_good)?;
+                if let Verdict::Skip(why) = &verdict {
+                    bar.suspend(|| log(format!("warning: {why}")));
+                }
+                Ok(runner.apply_or_skip(&mut model, &mut opt, g, step, acc, verdict != Verdict::Apply))
             };
             let out = if world == 1 {
                 // Inside the compute pool: parallel kernels then queue their jobs locally,
@@ -384,13 +424,22 @@ impl RankCtx<'_> {
                 comm_calls: comm.as_ref().map(|c| c.calls()),
                 comm_bytes: comm.as_ref().map(|c| c.bytes()),
                 time_split: comm.as_ref().filter(|_| world > 1).map(|c| TimeSplit::of(dt, c)),
+                flags: Vec::new(),
             };
+            let (flags, warnings) = guard.flags(step, out.loss, out.grad_norm);
+            m.flags = flags;
+            if out.skipped {
+                m.flags.push("skipped");
+            }
+            for w in warnings {
+                bar.suspend(|| log(w));
+            }
             if !out.loss.is_finite() {
                 if let Some(w) = metrics.as_mut() {
                     w.write(&m)?;
                 }
                 bail!(
-                    "the loss became {} at step {step}; lower train.lr or raise train.warmup_steps (the last good checkpoint is kept)",
+                    "the loss became {} at step {step}; no checkpoint holds this update. Resume from the last good checkpoint with a lower rate: `boost train --resume --set train.lr=<lower>` (or raise train.warmup_steps)",
                     out.loss
                 );
             }
@@ -411,7 +460,29 @@ impl RankCtx<'_> {
             }
             bar.set_position(step);
             bar.set_message(format!("loss {:.4} | {:.0} tok/s", out.loss, m.tokens_per_sec));
-            if (t.checkpoint_every > 0 && step.is_multiple_of(t.checkpoint_every as u64)) || last {
+            let stop = out.stop.filter(|_| !last);
+            let due = (t.checkpoint_every > 0 && step.is_multiple_of(t.checkpoint_every as u64)) || last;
+            if due || (stop.is_some() && t.checkpoint_on_signal) {
+                // The weights this checkpoint would hold must give a finite loss: a step can
+                // leave finite but useless weights whose next loss is NaN.
+                let check = match m.val_loss {
+                    Some(v) => v,
+                    None => {
+                        let v = runner.evaluate(&mut model, g, &val_loader, 1);
+                        recorder.map(|r| r.take());
+                        v
+                    }
+                };
+                if !check.is_finite() {
+                    bail!(
+                        "after step {step} the model's validation loss is {check}: its checkpoint was not written ({}). Resume from the last good one with a lower rate: `boost train --resume --set train.lr=<lower>`",
+                        summary
+                            .last_checkpoint
+                            .as_ref()
+                            .map(|d| format!("the last good checkpoint is {}", d.display()))
+                            .unwrap_or_else(|| "no checkpoint was written in this run".into())
+                    );
+                }
                 let tensors = grid_ckpt::gather_run(&model, &opt, g, c.dp)?;
                 recorder.map(|r| r.take());
                 if let Some(tensors) = tensors {
@@ -429,8 +500,13 @@ impl RankCtx<'_> {
                         Some(checkpoint::save(&root, &tensors, &meta, Some(&tok_path), t.keep_checkpoints)?);
                 }
             }
+            if let Some(sig) = stop {
+                interrupted = Some(sig);
+                break;
+            }
         }
         bar.finish_and_clear();
+        summary.interrupted = interrupted;
         let secs = start.elapsed().as_secs_f64();
         summary.tokens_per_sec = (tokens - tokens_at_start) as f64 / secs.max(1e-9);
         if let (Some(first), Some(last)) = (summary.losses.first(), summary.losses.last()) {
@@ -467,6 +543,10 @@ pub struct StepOut {
     pub grad_norm: f64,
     pub tokens: u64,
     pub sequences: u64,
+    /// The update was not applied (`train.skip_nonfinite`).
+    pub skipped: bool,
+    /// A rank of the grid received this signal: every rank stops after this step.
+    pub stop: Option<i32>,
 }
 
 /// A step's gradients, combined over the grid but not yet applied.
@@ -500,23 +580,30 @@ impl<B: Backend> StepRunner<B> {
             stage: StageRunner::new(table(cfg.parallel.schedule, l.stage, l.stages, t.accumulation)),
             bucket: None,
             scalar: model.be.alloc(1),
-            report: model.be.alloc(2),
+            report: model.be.alloc(3),
             cfg: cfg.clone(),
             dp_rank,
         }
     }
 
-    /// Sum `[loss, tokens]` of the last stage's tp rank 0 over the whole grid.
-    fn report(&mut self, model: &Model<B>, g: &Groups<B>, loss: LossSum) -> LossSum {
+    /// Sum `[loss, tokens]` of the last stage's tp rank 0 over the whole grid; the same
+    /// collective counts the ranks that received a stop signal, so every rank agrees on
+    /// whether to stop after this step.
+    fn report(&mut self, model: &Model<B>, g: &Groups<B>, loss: LossSum) -> (LossSum, Option<i32>) {
+        let signal = crate::signals::received().unwrap_or(0);
         if g.world.size() == 1 {
-            return loss;
+            return (loss, (signal != 0).then_some(signal));
         }
         let mine = model.layout.last_stage() && model.layout.rank == 0;
         let v = if mine { [loss.sum, loss.tokens as f64] } else { [0.0, 0.0] };
         model.be.write_mat(MatMut::new(&mut self.report, 1, 2), &v);
-        g.world.all_reduce(&mut self.report, 0, 2, ReduceOp::Sum, Label::op("loss.report"));
-        let r: Vec<f64> = model.be.read_mat(Mat::new(&self.report, 1, 2));
-        LossSum { sum: r[0], tokens: r[1].round() as usize }
+        model.be.write_mat(MatMut::at(&mut self.report, 2, 1, 1, 1), &[(signal != 0) as u8 as f64]);
+        g.world.all_reduce(&mut self.report, 0, 3, ReduceOp::Sum, Label::op("loss.report"));
+        let r: Vec<f64> = model.be.read_mat(Mat::new(&self.report, 1, 3));
+        // Ranks asked to stop; which signal only sets the exit code (mpirun forwards the same
+        // signal to every process), so a rank that saw none reports SIGTERM's.
+        let stop = (r[2] > 0.0).then(|| crate::signals::received().unwrap_or(signal_hook::consts::SIGTERM));
+        (LossSum { sum: r[0], tokens: r[1].round() as usize }, stop)
     }
 
     /// One optimizer step from stream position `position` (sequences consumed so far): this
@@ -572,17 +659,35 @@ impl<B: Backend> StepRunner<B> {
         step: u64,
         acc: Accumulated,
     ) -> StepOut {
+        self.apply_or_skip(model, opt, g, step, acc, false)
+    }
+
+    /// [`StepRunner::apply`], leaving the weights and moments untouched when `skip` (every
+    /// rank decides alike: the gradient norm is the grid's).
+    pub fn apply_or_skip(
+        &mut self,
+        model: &mut Model<B>,
+        opt: &mut Optimizer<B>,
+        g: &Groups<B>,
+        step: u64,
+        acc: Accumulated,
+        skip: bool,
+    ) -> StepOut {
         let t = &self.cfg.train;
         let lr = lr_at(t, step as usize);
-        opt.update(&model.be, &mut model.store, t, lr, clip_coef(acc.grad_norm, t.grad_clip), g.dp);
+        if !skip {
+            opt.update(&model.be, &mut model.store, t, lr, clip_coef(acc.grad_norm, t.grad_clip), g.dp);
+        }
         let sequences = (t.accumulation * self.cfg.parallel.dp * t.micro_batch) as u64;
-        let loss = self.report(model, g, acc.loss);
+        let (loss, stop) = self.report(model, g, acc.loss);
         StepOut {
             loss: loss.sum / loss.tokens.max(1) as f64,
             lr,
             grad_norm: acc.grad_norm,
             tokens: loss.tokens as u64,
             sequences,
+            skipped: skip,
+            stop,
         }
     }
 
@@ -610,7 +715,7 @@ impl<B: Backend> StepRunner<B> {
         if self.dp_rank != 0 {
             total = LossSum::default();
         }
-        let total = self.report(model, g, total);
+        let (total, _) = self.report(model, g, total);
         total.sum / total.tokens.max(1) as f64
     }
 }

@@ -64,7 +64,7 @@ fn case(root: &Path, sets: &[&str], torch: bool) {
     let tensors = checkpoint::gather(&m, &opt, &boost_tensor::Solo).unwrap();
     let ck_dir = checkpoint::save(&dir.join("ckpt"), &tensors, &meta, None, 0).unwrap();
     let out = dir.join("export");
-    export(&Checkpoint::open(&ck_dir).unwrap(), &out).unwrap();
+    export(&Checkpoint::open(&ck_dir).unwrap(), &out, false).unwrap();
 
     // The folder: config.json names the architecture and activation; canonical tensors.
     let hf: serde_json::Value =

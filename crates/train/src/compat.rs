@@ -1,0 +1,96 @@
+//! What a run checks before its first step: that a resumed checkpoint fits the model and
+//! tokenizer of the config (a changed `model.*` key would silently drop or reinterpret
+//! tensors), and that the data can fill a global batch.
+
+use crate::checkpoint::Checkpoint;
+use anyhow::{Context, Result, bail};
+use boost_config::Config;
+use boost_data::Dataset;
+use serde_json::Value;
+
+/// Refuse a resume whose model or tokenizer differs from the checkpoint's.
+pub fn check_resume(ck: &Checkpoint, cfg: &Config, data: &Dataset) -> Result<()> {
+    let saved = Config::from_toml_str(&ck.meta.config)
+        .with_context(|| format!("the config saved in {}/meta.json", ck.dir.display()))?;
+    let (a, b) = (serde_json::to_value(&saved.model)?, serde_json::to_value(&cfg.model)?);
+    if let Some((key, was, now)) = first_difference("model", &a, &b) {
+        bail!(
+            "`{key}` is {was} in the checkpoint {} but {now} in this run; a resumed model keeps its shape: drop the change (or start a new run with `--set run.dir=<new dir>`)",
+            ck.dir.display()
+        );
+    }
+    let ours = data.dir.join("tokenizer.json");
+    if let Some(theirs) = ck.tokenizer_path()
+        && ours.is_file()
+    {
+        let same = std::fs::read(&theirs).with_context(|| format!("cannot read {}", theirs.display()))?
+            == std::fs::read(&ours).with_context(|| format!("cannot read {}", ours.display()))?;
+        if !same {
+            bail!(
+                "the tokenizer of data.dir = {} ({}) differs from the checkpoint's ({}): the model's token ids would mean other text; resume on data built with the checkpoint's tokenizer (`boost data --tokenizer {}`)",
+                data.dir.display(),
+                ours.display(),
+                theirs.display(),
+                theirs.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The first key (dotted path) whose value differs, with both values.
+fn first_difference(path: &str, a: &Value, b: &Value) -> Option<(String, String, String)> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter().find_map(|k| {
+                let null = Value::Null;
+                first_difference(&format!("{path}.{k}"), x.get(k).unwrap_or(&null), y.get(k).unwrap_or(&null))
+            })
+        }
+        _ if a != b => Some((path.to_string(), a.to_string(), b.to_string())),
+        _ => None,
+    }
+}
+
+/// The training split must fill one global batch; evaluation asking for more validation
+/// windows than there are, or more threads than cores, is warned about.
+pub fn check_data(cfg: &Config, data: &Dataset, warn: bool) -> Result<()> {
+    let t = &cfg.train;
+    let global = (t.accumulation * cfg.parallel.dp * t.micro_batch) as u64;
+    let train = data.train_loader(t.seq_len, cfg.data.seed)?.windows();
+    if train < global {
+        bail!(
+            "data.dir = {} holds {train} training sequences of train.seq_len = {} tokens, fewer than one global batch of {global} (train.accumulation {} × parallel.dp {} × train.micro_batch {}); lower train.micro_batch or train.seq_len, or use more data",
+            data.dir.display(),
+            t.seq_len,
+            t.accumulation,
+            cfg.parallel.dp,
+            t.micro_batch
+        );
+    }
+    if !warn {
+        return Ok(());
+    }
+    let val = data.val_loader(t.seq_len)?.windows();
+    let asked = (t.eval_batches * t.micro_batch) as u64;
+    if asked > val {
+        eprintln!(
+            "warning: train.eval_batches = {} × train.micro_batch = {} asks for {asked} validation sequences, but {} holds {val}; each evaluation repeats some (lower train.eval_batches to {})",
+            t.eval_batches,
+            t.micro_batch,
+            data.dir.display(),
+            (val / t.micro_batch.max(1) as u64).max(1)
+        );
+    }
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    if t.threads > cores {
+        eprintln!(
+            "warning: train.threads = {} is more than this machine's {cores} cores; threads will compete (0 uses every core)",
+            t.threads
+        );
+    }
+    Ok(())
+}

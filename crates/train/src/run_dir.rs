@@ -1,0 +1,156 @@
+//! What a run owns in its directory, and how it is kept safe: an exclusive lock for the life
+//! of the run, the refusals that keep one run from writing over another's results, the
+//! removal of what crashed saves left behind, and `metrics.jsonl` trimmed to the step a
+//! resumed run continues from (the lines after it kept in a side file).
+
+use crate::checkpoint;
+use anyhow::{Context, Result, bail};
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+
+/// The lock file inside a run directory; it holds the PID of the run that owns it.
+pub const LOCK: &str = ".lock";
+
+/// An exclusive lock on a run directory, released when dropped (or when the process dies).
+#[derive(Debug)]
+pub struct RunLock {
+    _file: File,
+}
+
+impl RunLock {
+    /// Lock `run_dir` (created if needed) or fail naming the PID of the run that holds it.
+    pub fn acquire(run_dir: &Path) -> Result<Self> {
+        fs::create_dir_all(run_dir).with_context(|| format!("cannot create run.dir {}", run_dir.display()))?;
+        let path = run_dir.join(LOCK);
+        // Not truncated before the lock is ours: the file names the current owner.
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                let mut pid = String::new();
+                file.read_to_string(&mut pid).ok();
+                bail!(
+                    "run.dir = {} is in use by another `boost train` (pid {}); wait for it to finish, or choose another directory with `--set run.dir=<dir>`",
+                    run_dir.display(),
+                    pid.trim()
+                );
+            }
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("cannot lock {}", path.display()));
+            }
+        }
+        file.set_len(0).and_then(|()| file.rewind()).with_context(|| format!("cannot write {}", path.display()))?;
+        write!(file, "{}", std::process::id()).with_context(|| format!("cannot write {}", path.display()))?;
+        file.sync_all().ok();
+        Ok(Self { _file: file })
+    }
+}
+
+/// A new run (no `--resume`) never writes into a directory that holds another run's
+/// checkpoints or metrics.
+pub fn check_fresh(run_dir: &Path) -> Result<()> {
+    if !checkpoint::list(&run_dir.join("checkpoints"))?.is_empty() {
+        bail!(
+            "run.dir = {} already holds checkpoints; continue it with `boost train --resume`, or start elsewhere with `--set run.dir=<new dir>`",
+            run_dir.display()
+        );
+    }
+    let metrics = run_dir.join("metrics.jsonl");
+    if fs::metadata(&metrics).map(|m| m.len() > 0).unwrap_or(false) {
+        bail!(
+            "{} holds the metrics of an earlier run (which left no checkpoint to resume); start elsewhere with `--set run.dir=<new dir>`, or delete that directory first",
+            metrics.display()
+        );
+    }
+    Ok(())
+}
+
+/// Resuming at `step` must not write over checkpoints newer than it in `run_dir`: the run
+/// would replace them step by step. Branch into another run directory instead.
+pub fn check_resume(run_dir: &Path, step: u64) -> Result<()> {
+    let mut newer: Vec<(u64, PathBuf)> =
+        checkpoint::list(&run_dir.join("checkpoints"))?.into_iter().filter(|(s, _)| *s > step).collect();
+    if newer.is_empty() {
+        return Ok(());
+    }
+    newer.sort();
+    let names: Vec<String> = newer.iter().map(|(_, d)| d.display().to_string()).collect();
+    bail!(
+        "resuming at step {step} would overwrite newer checkpoints of run.dir = {}: {}; to branch from step {step}, resume into another run directory (`--set run.dir=<new dir>`; the checkpoint is read where it is), or resume from the newest",
+        run_dir.display(),
+        names.join(", ")
+    )
+}
+
+/// Remove what interrupted checkpoint saves left in `run_dir/checkpoints` (call with the
+/// lock held). Returns a line to log, if anything was removed.
+pub fn clean_stale(run_dir: &Path) -> Option<String> {
+    let root = run_dir.join("checkpoints");
+    let (n, bytes) = checkpoint::remove_stale(&root);
+    (n > 0).then(|| {
+        format!(
+            "removed {n} unfinished checkpoint temporaries from {} ({:.1} MB freed)",
+            root.display(),
+            bytes as f64 / 1e6
+        )
+    })
+}
+
+/// Keep the lines of `run_dir/metrics.jsonl` up to `step`; move the others (steps a resumed
+/// run will log again, or a line cut short by a kill) into a side file that never replaces
+/// another. Returns the side file, if one was written.
+pub fn trim_metrics(run_dir: &Path, step: u64) -> Result<Option<PathBuf>> {
+    let path = run_dir.join("metrics.jsonl");
+    let Ok(text) = fs::read_to_string(&path) else {
+        return Ok(None);
+    };
+    let (mut keep, mut moved) = (String::new(), String::new());
+    for line in text.split_inclusive('\n') {
+        let s = serde_json::from_str::<serde_json::Value>(line.trim())
+            .ok()
+            .and_then(|v| v.get("step").and_then(|s| s.as_u64()))
+            .filter(|_| line.ends_with('\n'));
+        match s {
+            Some(s) if s <= step => keep.push_str(line),
+            _ if line.trim().is_empty() => {}
+            _ => {
+                moved.push_str(line);
+                if !line.ends_with('\n') {
+                    moved.push('\n');
+                }
+            }
+        }
+    }
+    if moved.is_empty() {
+        return Ok(None);
+    }
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let side = (0..)
+        .map(|k| {
+            run_dir.join(format!(
+                "metrics.after-step-{step}.{stamp}{}.jsonl",
+                if k == 0 { String::new() } else { format!("-{k}") }
+            ))
+        })
+        .find(|p| !p.exists())
+        .expect("an unused name");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&side)
+        .with_context(|| format!("cannot create {}", side.display()))?;
+    f.write_all(moved.as_bytes())
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("cannot write {}", side.display()))?;
+    let tmp = run_dir.join(".metrics.jsonl.tmp");
+    fs::write(&tmp, keep.as_bytes()).with_context(|| format!("cannot write {}", tmp.display()))?;
+    fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))?;
+    Ok(Some(side))
+}

@@ -1,0 +1,47 @@
+//! SIGINT and SIGTERM end a run cleanly: the first asks every rank to stop at the next step
+//! boundary (the ranks agree through the end-of-step loss report, so all stop at the same
+//! step), a final checkpoint is written (`train.checkpoint_on_signal`), and the process
+//! exits 128 + the signal's number. A second signal exits at once.
+
+use anyhow::{Context, Result};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+/// The first signal received (0: none). Process-wide: every in-process rank reads it.
+static RECEIVED: AtomicI32 = AtomicI32::new(0);
+
+/// Install the handlers (the `boost` binary does; library users and tests need not).
+pub fn install() -> Result<()> {
+    let seen = Arc::new(AtomicBool::new(false));
+    // Registered before the flag is set, so they see it as it was before this signal: the
+    // second signal of either kind exits at once.
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register_conditional_shutdown(sig, 128 + sig, seen.clone())
+            .context("installing the signal handlers")?;
+    }
+    for sig in [SIGINT, SIGTERM] {
+        signal_hook::flag::register(sig, seen.clone()).context("installing the signal handlers")?;
+        // SAFETY: the handler only stores into an atomic, which is async-signal-safe.
+        unsafe {
+            signal_hook::low_level::register(sig, move || {
+                let _ = RECEIVED.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
+            })
+        }
+        .context("installing the signal handlers")?;
+    }
+    Ok(())
+}
+
+/// The signal that asked this process to stop, if any.
+pub fn received() -> Option<i32> {
+    match RECEIVED.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// Ask the run to stop as if `signal` had arrived (failure tests).
+pub fn request(signal: i32) {
+    let _ = RECEIVED.compare_exchange(0, signal, Ordering::SeqCst, Ordering::SeqCst);
+}
