@@ -317,7 +317,7 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
             path.display()
         );
     }
-    if path.join("meta.json").is_file() {
+    if path.join("meta.json").is_file() && path.join("model.safetensors").is_file() {
         return Ok(path.to_path_buf());
     }
     if path.join("checkpoints").is_dir() {

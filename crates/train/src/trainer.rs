@@ -434,7 +434,8 @@ impl RankCtx<'_> {
             for w in warnings {
                 bar.suspend(|| log(w));
             }
-            if !out.loss.is_finite() {
+            // A skipped step left the weights as they were: its batch's loss may be NaN.
+            if !out.loss.is_finite() && !out.skipped {
                 if let Some(w) = metrics.as_mut() {
                     w.write(&m)?;
                 }
@@ -480,7 +481,9 @@ impl RankCtx<'_> {
                             .last_checkpoint
                             .as_ref()
                             .map(|d| format!("the last good checkpoint is {}", d.display()))
-                            .unwrap_or_else(|| "no checkpoint was written in this run".into())
+                            .unwrap_or_else(
+                                || "no checkpoint was written in this run: lower train.lr and start again".into()
+                            )
                     );
                 }
                 let tensors = grid_ckpt::gather_run(&model, &opt, g, c.dp)?;

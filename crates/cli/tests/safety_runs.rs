@@ -1,0 +1,324 @@
+//! Fault injection through the binary: nothing a user has is lost or silently changed. Each
+//! case hashes the user's files before and after, and checks that the message names the
+//! thing (path, key, PID, step).
+
+mod common;
+
+use common::*;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+/// SHA-256 of every file under `dir`, by relative path.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().is_some_and(|n| n != ".lock") {
+                // (.lock holds the PID of the last run that opened the directory.)
+                let h = Sha256::digest(fs::read(&p).unwrap());
+                out.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    h.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+                );
+            }
+        }
+    }
+    out
+}
+
+fn fails(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(1), "expected a refusal; stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn train(data: &Path, run: &Path, extra: &[&str]) -> std::process::Command {
+    let mut c = boost();
+    c.arg("train").args(tiny(data, run, extra)).arg("--quiet");
+    c
+}
+
+fn steps(run: &Path) -> Vec<u64> {
+    fs::read_to_string(run.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap())
+        .collect()
+}
+
+#[test]
+fn resuming_an_older_checkpoint_never_overwrites_newer_ones() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    run(&mut train(&data, &run_dir, &["train.steps=6", "train.keep_checkpoints=0"]));
+    let before = snapshot(&run_dir);
+    let old = run_dir.join("checkpoints/step-00000002");
+    let e = fails(&train(&data, &run_dir, &["train.steps=6"]).arg("--resume").arg(&old).output().unwrap());
+    assert!(e.contains("step-00000004") && e.contains("step-00000006") && e.contains("run.dir"), "{e}");
+    assert_eq!(snapshot(&run_dir), before, "nothing in the run directory changed");
+    // Branching into another run directory works, and reads the checkpoint where it is.
+    let branch = root.path().join("branch");
+    run(&mut train(&data, &branch, &["train.steps=6"]).arg("--resume").arg(&old));
+    assert_eq!(steps(&branch), [3, 4, 5, 6]);
+    assert_eq!(snapshot(&run_dir), before);
+}
+
+#[test]
+fn a_run_directory_is_locked_and_never_truncated() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    // Another run holds the directory.
+    let lock = boost_train::run_dir::RunLock::acquire(&run_dir).unwrap();
+    let e = fails(&train(&data, &run_dir, &[]).output().unwrap());
+    assert!(e.contains("in use") && e.contains(&std::process::id().to_string()), "names the holder's PID: {e}");
+    drop(lock);
+
+    // A run killed before its first checkpoint left metrics: a new run does not truncate them.
+    fs::write(run_dir.join("metrics.jsonl"), "{\"step\":1,\"loss\":5.0,\"tokens\":64}\n").unwrap();
+    let before = snapshot(&run_dir);
+    let e = fails(&train(&data, &run_dir, &[]).output().unwrap());
+    assert!(e.contains("metrics.jsonl") && e.contains("run.dir"), "{e}");
+    assert_eq!(snapshot(&run_dir), before);
+}
+
+#[test]
+fn metrics_hold_one_line_per_step_after_a_resume_and_stale_temporaries_go() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    run(&mut train(&data, &run_dir, &["train.keep_checkpoints=0"]));
+    // As if killed while saving step 4: its checkpoint never completed, metrics went on.
+    let ck = run_dir.join("checkpoints");
+    fs::rename(ck.join("step-00000004"), ck.join(".tmp-step-00000004-999")).unwrap();
+    fs::write(ck.join("latest"), "step-00000002").unwrap();
+    fs::write(ck.join(".latest.tmp"), "step-0000").unwrap();
+    let out = run(train(&data, &run_dir, &["train.steps=6"]).arg("--resume").env_remove("X"));
+    let _ = out;
+    assert_eq!(steps(&run_dir), [1, 2, 3, 4, 5, 6], "one line per step");
+    let side: Vec<String> = fs::read_dir(&run_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("metrics.after-step-2"))
+        .collect();
+    assert_eq!(side.len(), 1, "the replaced lines are kept: {side:?}");
+    assert_eq!(fs::read_to_string(run_dir.join(&side[0])).unwrap().lines().count(), 2, "steps 3 and 4");
+    let leftovers: Vec<_> =
+        fs::read_dir(&ck).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with('.')).collect();
+    assert!(leftovers.is_empty(), "stale temporaries removed: {leftovers:?}");
+}
+
+#[test]
+fn damaged_checkpoints_are_named_and_never_used() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    run(&mut train(&data, &run_dir, &[]));
+    let ck = run_dir.join("checkpoints/step-00000004");
+    assert!(ck.join("SHA256SUMS").is_file());
+    for file in ["model.safetensors", "optim.safetensors", "meta.json"] {
+        let dir = root.path().join(format!("flipped-{file}"));
+        fs::create_dir_all(dir.join("checkpoints")).unwrap();
+        let copy = dir.join("checkpoints/step-00000004");
+        fs::create_dir_all(&copy).unwrap();
+        for f in fs::read_dir(&ck).unwrap().flatten() {
+            fs::copy(f.path(), copy.join(f.file_name())).unwrap();
+        }
+        let p = copy.join(file);
+        let mut bytes = fs::read(&p).unwrap();
+        let at = bytes.len() - 3;
+        bytes[at] ^= 0x10;
+        fs::write(&p, &bytes).unwrap();
+        let e = fails(&boost().args(["eval", "--checkpoint"]).arg(&copy).output().unwrap());
+        assert!(e.contains(file) && e.contains("corrupt"), "{e}");
+        let out = root.path().join(format!("export-{file}"));
+        let e = fails(&boost().args(["export", "--checkpoint"]).arg(&copy).arg("--out").arg(&out).output().unwrap());
+        assert!(e.contains(file), "{e}");
+        assert!(!out.exists(), "no export from a damaged checkpoint");
+        let e = fails(&train(&data, &dir, &["train.steps=6"]).arg("--resume").arg(&copy).output().unwrap());
+        assert!(e.contains(file), "{e}");
+    }
+}
+
+#[test]
+fn exports_never_clobber() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    run(&mut train(&data, &run_dir, &[]));
+    let ck = run_dir.join("checkpoints/step-00000004");
+    let other = run_dir.join("checkpoints/step-00000002");
+    let before = snapshot(&run_dir);
+    let export = |out: &Path, force: bool| {
+        let mut c = boost();
+        c.args(["export", "--checkpoint"]).arg(&ck).arg("--out").arg(out);
+        if force {
+            c.arg("--force");
+        }
+        c.output().unwrap()
+    };
+    for (out, what) in [(&ck, "checkpoint being exported"), (&other, "meta.json"), (&run_dir, "run")] {
+        let e = fails(&export(out, true));
+        assert!(e.contains(what), "{e}");
+    }
+    assert_eq!(snapshot(&run_dir), before, "the checkpoints and the run are unchanged");
+
+    let mine = root.path().join("mine");
+    fs::create_dir_all(&mine).unwrap();
+    fs::write(mine.join("notes.txt"), "keep me").unwrap();
+    let e = fails(&export(&mine, false));
+    assert!(e.contains("not empty") && e.contains("--force"), "{e}");
+    assert_eq!(fs::read_to_string(mine.join("notes.txt")).unwrap(), "keep me");
+    run(&mut boost().args(["export", "--checkpoint"]).arg(&run_dir).arg("--out").arg(&mine).arg("--force"));
+    assert!(!mine.join("notes.txt").exists() && mine.join("model.safetensors").is_file());
+    let sums = fs::read_to_string(mine.join("SHA256SUMS")).unwrap();
+    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+        assert!(sums.contains(&format!("  {f}\n")), "{f} is in the manifest");
+    }
+    // The export of a run directory is its newest checkpoint.
+    assert_eq!(fs::read(mine.join("model.safetensors")).unwrap(), fs::read(ck.join("model.safetensors")).unwrap());
+}
+
+#[test]
+fn a_resume_that_changes_the_model_or_tokenizer_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    run(&mut train(&data, &run_dir, &[]));
+    let before = snapshot(&run_dir);
+    for (set, key) in [
+        ("model.layers=3", "model.layers"),
+        ("model.arch=svd", "model.arch"),
+        ("model.tie_embeddings=true", "model.tie_embeddings"),
+    ] {
+        let e = fails(&train(&data, &run_dir, &["train.steps=6", set]).arg("--resume").output().unwrap());
+        assert!(e.contains(key) && e.contains("checkpoint"), "{set}: {e}");
+    }
+    // --config is applied over the checkpoint's config, so its model change is refused too.
+    let file = root.path().join("more.toml");
+    fs::write(&file, "[model]\nkv_heads = 2\n[train]\nsteps = 6\n").unwrap();
+    let e = fails(&train(&data, &run_dir, &[]).arg("--resume").arg("--config").arg(&file).output().unwrap());
+    assert!(e.contains("model.kv_heads"), "{e}");
+
+    // Another tokenizer: a BPE trained on other text.
+    let other = root.path().join("other-data");
+    let words = ["zebra", "quartz", "jumps", "vex", "glyph", "fjord", "nymph", "blitz"];
+    let mut cmd = boost();
+    cmd.arg("data");
+    for d in 0..4 {
+        let text = root.path().join(format!("other{d}.txt"));
+        let body: String = (0..1500).map(|i| format!("{} ", words[(i * 7 + i / 3 + d) % words.len()])).collect();
+        fs::write(&text, body).unwrap();
+        cmd.arg("--input").arg(&text);
+    }
+    run(cmd.arg("--out").arg(&other).args(["--vocab-size", "300", "--val-fraction", "0.25"]));
+    let e = fails(
+        &train(&data, &run_dir, &["train.steps=6"])
+            .args(["--resume", "--set"])
+            .arg(format!("data.dir={}", other.display()))
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("tokenizer") && e.contains("other-data"), "{e}");
+    assert_eq!(snapshot(&run_dir), before);
+    // Unchanged, it resumes.
+    run(&mut train(&data, &run_dir, &["train.steps=6"]).arg("--resume"));
+}
+
+#[test]
+fn a_nan_never_reaches_a_checkpoint() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    let out =
+        train(&data, &run_dir, &["train.lr=1e6", "train.warmup_steps=0", "train.steps=8", "train.checkpoint_every=1"])
+            .output()
+            .unwrap();
+    let e = fails(&out);
+    assert!(e.contains("step") && (e.contains("NaN") || e.contains("inf")), "{e}");
+    // Whatever `latest` names holds weights that score finite.
+    if run_dir.join("checkpoints/latest").exists() {
+        run(&mut boost().args(["eval", "--checkpoint"]).arg(&run_dir));
+    }
+    assert!(!run_dir.join("checkpoints/latest").exists(), "the first update already ruined the weights");
+    // With train.skip_nonfinite the steps with NaN gradients are skipped and flagged; here the
+    // weights stay ruined, so the final checkpoint is still refused.
+    let skip = root.path().join("skip");
+    let out =
+        train(&data, &skip, &["train.lr=1e6", "train.warmup_steps=0", "train.steps=6", "train.skip_nonfinite=true"])
+            .output()
+            .unwrap();
+    let e = fails(&out);
+    assert!(e.contains("not written"), "{e}");
+    let text = fs::read_to_string(skip.join("metrics.jsonl")).unwrap();
+    // Step 2 is skipped; its checkpoint (checkpoint_every = 2) is then refused.
+    assert!(text.lines().nth(1).is_some_and(|l| l.contains("\"skipped\"")), "step 2 skipped:\n{text}");
+    assert!(!skip.join("checkpoints/latest").exists());
+}
+
+#[test]
+fn sigterm_stops_with_a_checkpoint_that_resumes() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    let child = train(&data, &run_dir, &["train.steps=100000", "train.checkpoint_every=0", "train.eval_every=0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let metrics = run_dir.join("metrics.jsonl");
+    let t0 = std::time::Instant::now();
+    while fs::read_to_string(&metrics).map(|t| t.lines().count()).unwrap_or(0) < 3 {
+        assert!(t0.elapsed().as_secs() < 60, "the run started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(143), "{err}");
+    assert!(err.contains("SIGTERM") && err.contains("--resume"), "{err}");
+    let n = steps(&run_dir).len() as u64;
+    let ck = run_dir.join(format!("checkpoints/step-{n:08}"));
+    assert!(ck.is_dir(), "a checkpoint of the last step {n}: {err}");
+    let names: Vec<String> = fs::read_dir(run_dir.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into())
+        .collect();
+    assert!(!names.iter().any(|n| n.starts_with(".tmp")), "{names:?}");
+    let target = format!("train.steps={}", n + 2);
+    run(&mut train(&data, &run_dir, &[&target]).arg("--resume"));
+    assert_eq!(steps(&run_dir), (1..=n + 2).collect::<Vec<_>>());
+}
+
+#[test]
+fn bad_input_is_refused_without_a_panic() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    run(&mut train(&data, &run_dir, &[]));
+    // --micro-batch 0 used to panic in the kernels.
+    let out = boost().args(["eval", "--micro-batch", "0", "--checkpoint"]).arg(&run_dir).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--micro-batch"));
+    // A run directory or its checkpoints/ resolves to the newest checkpoint; an empty
+    // `latest` is reported and the highest step taken.
+    fs::write(run_dir.join("checkpoints/latest"), "").unwrap();
+    let out = run(boost().args(["eval", "--checkpoint"]).arg(run_dir.join("checkpoints")));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("latest is empty"));
+    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rep["step"], 4);
+    let e = fails(&boost().args(["eval", "--checkpoint"]).arg(&data).output().unwrap());
+    assert!(e.contains("not a checkpoint"), "{e}");
+    // A dataset smaller than one global batch is reported with the numbers.
+    let e = fails(&train(&data, &root.path().join("big"), &["train.micro_batch=4096"]).output().unwrap());
+    assert!(e.contains("global batch") && e.contains("train.micro_batch"), "{e}");
+}
