@@ -252,8 +252,13 @@ fn prune(root: &Path, keep: usize) -> Result<()> {
     let mut steps = list(root)?;
     steps.sort();
     while steps.len() > keep {
-        let (_, dir) = steps.remove(0);
-        fs::remove_dir_all(&dir).ok();
+        let (step, dir) = steps.remove(0);
+        // Renamed out of the step namespace first, so a kill mid-delete leaves a temporary
+        // (removed at the next start), never a half-deleted step directory.
+        let doomed = root.join(format!(".old-step-{step:08}-{}", std::process::id()));
+        if fs::rename(&dir, &doomed).is_ok() {
+            fs::remove_dir_all(&doomed).ok();
+        }
     }
     Ok(())
 }
@@ -273,39 +278,38 @@ pub fn list(root: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(out)
 }
 
-/// The newest checkpoint of a run directory: the one `checkpoints/latest` names, else (with a
-/// warning when `latest` is empty or names nothing) the highest step.
+/// The newest checkpoint of a run directory: the highest step. A step directory exists only
+/// once complete (it is renamed into place), so it wins over a `latest` file that a crash
+/// left behind, which is reported when it is empty, dangling or older.
 pub fn latest(run_dir: &Path) -> Result<PathBuf> {
     newest_in(&run_dir.join("checkpoints"), run_dir)
 }
 
 fn newest_in(root: &Path, shown: &Path) -> Result<PathBuf> {
-    let latest = root.join("latest");
-    if let Ok(name) = fs::read_to_string(&latest) {
-        let name = name.trim();
-        let dir = root.join(name);
-        if !name.is_empty() && !name.contains('/') && dir.is_dir() {
-            return Ok(dir);
-        }
-        if name.is_empty() {
-            eprintln!("warning: {} is empty; taking the highest step instead", latest.display());
-        } else {
-            eprintln!(
-                "warning: {} names {name}, which does not exist; taking the highest step instead",
-                latest.display()
-            );
-        }
-    }
     let mut all = list(root)?;
     all.sort();
-    match all.pop() {
-        Some((_, d)) => Ok(d),
-        None => bail!(
+    let Some((_, newest)) = all.pop() else {
+        bail!(
             "{} holds no checkpoint (looked in {}); pass a checkpoint directory such as <run>/checkpoints/step-00000600, its checkpoints/ directory or its run directory",
             shown.display(),
             root.display()
-        ),
+        );
+    };
+    let latest = root.join("latest");
+    if let Ok(name) = fs::read_to_string(&latest) {
+        let name = name.trim();
+        let named = newest.file_name().is_some_and(|n| n == name);
+        if name.is_empty() {
+            eprintln!("warning: {} is empty; taking the highest step, {}", latest.display(), newest.display());
+        } else if !named {
+            eprintln!(
+                "warning: {} names {name}, but the newest complete checkpoint is {} (a run stopped between the two); taking it",
+                latest.display(),
+                newest.display()
+            );
+        }
     }
+    Ok(newest)
 }
 
 /// What a user passes as a checkpoint: a checkpoint directory, a run's `checkpoints/`
