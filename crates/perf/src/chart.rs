@@ -36,6 +36,6 @@ pub fn draw_breakdown(
         .iter()
         .map(|(label, b, k)| Bar { label: label.clone(), values: values(b).iter().map(|v| v * k).collect() })
         .collect();
-    let fig = StackedBars { title, x_label, segments: &segments, bars: &bars };
+    let fig = StackedBars { title, x_label, segments: &segments, bars: &bars, headroom: 1.35 };
     Output::new(path, force).write(&fig)
 }

@@ -27,6 +27,8 @@ pub struct StackedBars<'a> {
     pub x_label: &'a str,
     pub segments: &'a [Segment],
     pub bars: &'a [Bar],
+    /// The x axis runs to this multiple of the longest bar (room for totals and the legend).
+    pub headroom: f64,
 }
 
 impl StackedBars<'_> {
@@ -39,7 +41,7 @@ impl StackedBars<'_> {
     ) -> Result<()> {
         let n = self.bars.len().max(1);
         let total = |b: &Bar| b.values.iter().sum::<f64>();
-        let xmax = self.bars.iter().map(total).fold(0.0, f64::max) * 1.35;
+        let xmax = self.bars.iter().map(total).fold(0.0, f64::max) * self.headroom;
         let mut chart = ChartBuilder::on(area)
             .caption(self.title, (FONT, 20))
             .margin(12)

@@ -78,6 +78,13 @@ impl Output {
             Format::Svg => render(SVGBackend::new(tmp.path(), size).into_drawing_area(), figure),
         };
         drawn.with_context(|| format!("drawing {}", self.path.display()))?;
+        // A temporary file is private (0600); the figure is an ordinary file for its readers.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o644))
+                .with_context(|| format!("cannot write {}", self.path.display()))?;
+        }
         tmp.persist(&self.path).map_err(|e| anyhow!("cannot write {}: {}", self.path.display(), e.error))?;
         Ok(())
     }

@@ -123,7 +123,11 @@ impl RunsFigure<'_> {
             .iter()
             .map(|r| Bar { label: r.name.clone(), values: r.mean_split().map(Vec::from).unwrap_or_default() })
             .collect();
-        StackedBars { title: "mean step time split", x_label: "seconds per step", segments: &segments, bars: &bars }
-            .draw_into(area, 160, SeriesLabelPosition::UpperRight)
+        let title = "mean step time split";
+        StackedBars { title, x_label: "seconds per step", segments: &segments, bars: &bars, headroom: 1.9 }.draw_into(
+            area,
+            160,
+            SeriesLabelPosition::UpperRight,
+        )
     }
 }
