@@ -228,6 +228,9 @@ fn a_resume_that_changes_the_model_or_tokenizer_is_refused() {
             .unwrap(),
     );
     assert!(e.contains("tokenizer") && e.contains("other-data"), "{e}");
+    // Scoring it with `eval --data` is refused alike.
+    let e = fails(&boost().args(["eval", "--checkpoint"]).arg(&run_dir).arg("--data").arg(&other).output().unwrap());
+    assert!(e.contains("tokenizer") && e.contains("other-data"), "{e}");
     assert_eq!(snapshot(&run_dir), before);
     // Unchanged, it resumes.
     run(train(&data, &run_dir, &["train.steps=6"]).arg("--resume"));
@@ -321,4 +324,63 @@ fn bad_input_is_refused_without_a_panic() {
     // A dataset smaller than one global batch is reported with the numbers.
     let e = fails(&train(&data, &root.path().join("big"), &["train.micro_batch=4096"]).output().unwrap());
     assert!(e.contains("global batch") && e.contains("train.micro_batch"), "{e}");
+}
+
+#[test]
+fn divergence_is_warned_about_and_flagged() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    let out = boost()
+        .arg("train")
+        .args(tiny(
+            &data,
+            &run_dir,
+            &["train.lr=30", "train.warmup_steps=0", "train.steps=12", "train.checkpoint_every=0"],
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let text = fs::read_to_string(run_dir.join("metrics.jsonl")).unwrap();
+    let flagged = text.lines().filter(|l| l.contains("\"diverging\"")).count();
+    assert!(flagged > 0, "some step is flagged diverging:\n{text}\n{err}");
+    assert_eq!(err.matches("is diverging").count(), 1, "warned once: {err}");
+}
+
+#[test]
+fn warnings_for_settings_that_waste_work() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    let threads = format!("train.threads={}", std::thread::available_parallelism().unwrap().get() + 1);
+    let out =
+        boost().arg("train").args(tiny(&data, &run_dir, &["train.eval_batches=1000", &threads])).output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("train.eval_batches") && err.contains("train.threads"), "{err}");
+}
+
+#[test]
+fn a_full_disk_during_a_checkpoint_names_the_path_and_frees_the_space() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("small");
+    fs::create_dir_all(&run_dir).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=160k", "tmpfs"])
+        .arg(&run_dir)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a small tmpfs here (needs root)");
+        return;
+    }
+    let out = boost().arg("train").args(tiny(&data, &run_dir, &["train.steps=2"])).arg("--quiet").output().unwrap();
+    let left: Vec<String> = fs::read_dir(run_dir.join("checkpoints"))
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    std::process::Command::new("umount").arg(&run_dir).status().unwrap();
+    let e = fails(&out);
+    assert!(e.contains(&run_dir.display().to_string()) && e.contains("cannot write"), "names the path: {e}");
+    assert!(left.iter().all(|n| !n.starts_with(".tmp")), "the partial checkpoint was removed: {left:?}");
 }

@@ -32,6 +32,25 @@ fn report(l: LossSum, source: String, step: u64) -> EvalReport {
     EvalReport { loss, ppl: loss.exp(), tokens: l.tokens, source, step }
 }
 
+/// Scoring tokens of another tokenizer would give a number that means nothing: refuse it.
+fn same_tokenizer(ckpt: &Checkpoint, data_dir: &Path) -> Result<()> {
+    let ours = data_dir.join("tokenizer.json");
+    if let Some(theirs) = ckpt.tokenizer_path()
+        && ours.is_file()
+        && std::fs::read(&theirs).with_context(|| format!("cannot read {}", theirs.display()))?
+            != std::fs::read(&ours).with_context(|| format!("cannot read {}", ours.display()))?
+    {
+        bail!(
+            "the tokenizer of --data {} ({}) differs from the checkpoint's ({}); score data built with the checkpoint's tokenizer (`boost data --tokenizer {}`), or use --text FILE",
+            data_dir.display(),
+            ours.display(),
+            theirs.display(),
+            theirs.display()
+        );
+    }
+    Ok(())
+}
+
 /// Mean loss over the whole validation shard of a dataset directory (`None`: the run's own).
 pub fn eval_data(ckpt: &Checkpoint, data_dir: Option<&Path>, micro_batch: Option<usize>) -> Result<EvalReport> {
     let mut cfg = Config::from_toml_str(&ckpt.meta.config)?;
@@ -40,6 +59,9 @@ pub fn eval_data(ckpt: &Checkpoint, data_dir: Option<&Path>, micro_batch: Option
         cfg.data.corpus = "none".into();
     }
     let data = boost_data::prepare(&cfg.data)?;
+    if data_dir.is_some() {
+        same_tokenizer(ckpt, &data.dir)?;
+    }
     resolve_vocab(&mut cfg, &data)?;
     let mut model = model_of(ckpt, &cfg)?;
     let seq = cfg.train.seq_len;
