@@ -269,13 +269,22 @@ fn a_nan_never_reaches_a_checkpoint() {
 
 #[test]
 fn sigterm_stops_with_a_checkpoint_that_resumes() {
+    sigterm_case(&[]);
+}
+
+/// In-process tp2·pp2: four ranks must agree on the step they stop after.
+#[test]
+fn sigterm_stops_every_rank_of_a_grid_at_the_same_step() {
+    sigterm_case(&["parallel.tp=2", "parallel.pp=2"]);
+}
+
+fn sigterm_case(layout: &[&str]) {
     let root = tempfile::tempdir().unwrap();
     let data = dataset(root.path());
     let run_dir = root.path().join("run");
-    let child = train(&data, &run_dir, &["train.steps=100000", "train.checkpoint_every=0", "train.eval_every=0"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut sets = vec!["train.steps=100000", "train.checkpoint_every=0", "train.eval_every=0"];
+    sets.extend_from_slice(layout);
+    let child = train(&data, &run_dir, &sets).stderr(std::process::Stdio::piped()).spawn().unwrap();
     let metrics = run_dir.join("metrics.jsonl");
     let t0 = std::time::Instant::now();
     while fs::read_to_string(&metrics).map(|t| t.lines().count()).unwrap_or(0) < 3 {
@@ -298,7 +307,9 @@ fn sigterm_stops_with_a_checkpoint_that_resumes() {
         .collect();
     assert!(!names.iter().any(|n| n.starts_with(".tmp")), "{names:?}");
     let target = format!("train.steps={}", n + 2);
-    run(train(&data, &run_dir, &[&target]).arg("--resume"));
+    let mut sets = vec![target.as_str()];
+    sets.extend_from_slice(layout);
+    run(train(&data, &run_dir, &sets).arg("--resume"));
     assert_eq!(steps(&run_dir), (1..=n + 2).collect::<Vec<_>>());
 }
 
