@@ -13,7 +13,7 @@ pub use data::{DataConfig, RunConfig};
 pub use error::{ConfigError, choices, divisors};
 pub use model::{Arch, LaxConfig, LaxFlavour, LaxGate, ModelConfig, PRESETS, Phi, Preset, preset, preset_names};
 pub use overrides::apply_set;
-pub use parallel::{NormMode, ParallelConfig, PipeSchedule, Scheme};
+pub use parallel::{NormMode, ParallelConfig, PipeSchedule, Scheme, SchemeChoice};
 pub use train::{Device, Recompute, Schedule, TrainConfig, parse_device};
 
 use serde::{Deserialize, Serialize};

@@ -3,17 +3,48 @@
 use crate::{ConfigError, ModelConfig, choices, divisors};
 use serde::{Deserialize, Serialize};
 
+/// The `parallel.scheme` key: a scheme, or `auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Scheme {
+pub enum SchemeChoice {
     /// `megatron` for full-rank models, `btp` for low-rank ones.
     Auto,
+    Megatron,
+    Vanilla,
+    Btp,
+}
+
+/// A tensor-parallel scheme, resolved for the architecture (see
+/// [`ParallelConfig::resolved_scheme`]); the engine never sees `auto`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scheme {
     /// Full-rank Megatron TP: column QKV/gate/up, row o/down, replicated residual.
     Megatron,
     /// Each low-rank factor pair as column-A / row-B; attention and MLP replicated.
     Vanilla,
     /// Bottleneck-aware TP: row-parallel A, column-parallel B, hidden-sharded residual.
     Btp,
+}
+
+impl Scheme {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheme::Megatron => "megatron",
+            Scheme::Vanilla => "vanilla",
+            Scheme::Btp => "btp",
+        }
+    }
+}
+
+impl From<Scheme> for SchemeChoice {
+    fn from(s: Scheme) -> Self {
+        match s {
+            Scheme::Megatron => SchemeChoice::Megatron,
+            Scheme::Vanilla => SchemeChoice::Vanilla,
+            Scheme::Btp => SchemeChoice::Btp,
+        }
+    }
 }
 
 /// How a hidden-sharded residual is normalised (BTP only).
@@ -40,7 +71,7 @@ pub struct ParallelConfig {
     pub tp: usize,
     pub pp: usize,
     pub dp: usize,
-    pub scheme: Scheme,
+    pub scheme: SchemeChoice,
     pub norm: NormMode,
     /// Group [A_q;A_k;A_v] and [A_gate;A_up] into one GEMM and one collective each.
     pub grouping: bool,
@@ -59,7 +90,7 @@ impl Default for ParallelConfig {
             tp: 1,
             pp: 1,
             dp: 1,
-            scheme: Scheme::Auto,
+            scheme: SchemeChoice::Auto,
             norm: NormMode::Online,
             grouping: true,
             schedule: PipeSchedule::OneFOneB,
@@ -74,9 +105,10 @@ impl ParallelConfig {
     /// The scheme after resolving `auto` for the architecture.
     pub fn resolved_scheme(&self, model: &ModelConfig) -> Scheme {
         match self.scheme {
-            Scheme::Auto if model.arch.is_low_rank() => Scheme::Btp,
-            Scheme::Auto => Scheme::Megatron,
-            s => s,
+            SchemeChoice::Auto if model.arch.is_low_rank() => Scheme::Btp,
+            SchemeChoice::Auto | SchemeChoice::Megatron => Scheme::Megatron,
+            SchemeChoice::Vanilla => Scheme::Vanilla,
+            SchemeChoice::Btp => Scheme::Btp,
         }
     }
 

@@ -1,10 +1,9 @@
 //! One decoder layer: attention half and MLP half around the residual stream, each a
 //! projection group feeding a local op (RoPE + attention; the SwiGLU product).
 
-use crate::group::{Ctx, Group, GroupActs, GroupKind, Latent, Scratch};
-use crate::layout::{Dims, Layout};
-use crate::params::ParamStore;
-use boost_config::{Arch, ModelConfig, Phi, Recompute};
+use crate::group::{Ctx, Declare, Group, GroupActs, GroupKind, Latent, Scratch};
+use crate::layout::Dims;
+use boost_config::{Arch, Phi, Recompute};
 use boost_tensor::{AttnShape, Backend, DeviceBuf, Mat, MatMut};
 
 pub struct Block {
@@ -48,15 +47,9 @@ pub struct BlockGrads<B: Backend> {
 }
 
 impl Block {
-    pub fn build<B: Backend>(
-        layer: usize,
-        m: &ModelConfig,
-        lay: &Layout,
-        dims: &Dims,
-        store: &mut ParamStore<B>,
-        be: &B,
-    ) -> Self {
-        let mut g = |k| Group::build(k, layer, m, lay, dims, store, be);
+    pub fn build<B: Backend>(layer: usize, cx: &mut Declare<B>) -> Self {
+        let m = cx.m;
+        let mut g = |k| Group::build(k, layer, cx);
         Self {
             layer,
             qkv: g(GroupKind::Qkv),

@@ -1,50 +1,10 @@
 //! Entering and leaving the decoder stack (spec §2.3–2.4): the embedding lookup, the gather
 //! of a hidden-sharded residual, the final norm, the vocabulary-parallel LM head and its
-//! cross-entropy — forward and backward.
+//! cross-entropy — forward and backward. The plan's [`Entry`] and [`Exit`] choose the path.
 
-use crate::layout::Layout;
 use crate::model::{Model, Work};
-use boost_config::{ModelConfig, Scheme};
+use crate::plan::{Entry, Exit};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
-
-/// How token ids become the first residual.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Entry {
-    /// A hidden-sharded table: each rank looks up its own d/p columns, no communication
-    /// (BTP with untied embeddings; any untied model on one rank).
-    HiddenShard,
-    /// A vocabulary-parallel table; the partial lookups are all-reduced (Megatron, vanilla;
-    /// tied embeddings on one rank).
-    VocabAllReduce,
-    /// A vocabulary-parallel table; the partial lookups are reduce-scattered to hidden
-    /// shards (BTP with tied embeddings), and the backward all-gathers.
-    VocabReduceScatter,
-}
-
-impl Entry {
-    pub fn of(cfg: &ModelConfig, l: &Layout) -> Self {
-        match (cfg.tie_embeddings, l.scheme) {
-            (false, Scheme::Btp) => Entry::HiddenShard,
-            (false, _) if l.tp == 1 => Entry::HiddenShard,
-            (true, Scheme::Btp) if l.tp > 1 => Entry::VocabReduceScatter,
-            _ => Entry::VocabAllReduce,
-        }
-    }
-}
-
-/// How the stack's output becomes the whole final residual.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exit {
-    Whole,
-    /// All-gather the hidden shards (BTP with tp > 1).
-    Gather,
-}
-
-impl Exit {
-    pub fn of(l: &Layout) -> Self {
-        if l.btp() && l.tp > 1 { Exit::Gather } else { Exit::Whole }
-    }
-}
 
 fn reduce<B: Backend>(tp: &dyn Collective<B>, buf: &mut B::Buf, n: usize, op: ReduceOp, label: &'static str) {
     if tp.size() > 1 {
@@ -55,12 +15,12 @@ fn reduce<B: Backend>(tp: &dyn Collective<B>, buf: &mut B::Buf, n: usize, op: Re
 impl<B: Backend> Model<B> {
     /// First vocabulary row held here.
     fn vocab_first(&self) -> usize {
-        self.layout.rank * self.dims.vocab_loc
+        self.layout.tp_rank * self.dims.vocab_loc
     }
     /// Vocabulary rows held here that are real (not padding).
     fn vocab_valid(&self) -> usize {
         let v = self.dims.vocab;
-        ((self.layout.rank + 1) * self.dims.vocab_loc).min(v) - self.vocab_first().min(v)
+        ((self.layout.tp_rank + 1) * self.dims.vocab_loc).min(v) - self.vocab_first().min(v)
     }
     /// The hidden shards of a t × d matrix side by side, shard c at c·t·d/p: the layout
     /// all-gather and reduce-scatter work on.
@@ -82,7 +42,7 @@ impl<B: Backend> Model<B> {
     pub(crate) fn embed_forward(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
         let (t, be, dims) = (w.t(), &self.be, &self.dims);
         let table = self.embed.expect("the first stage holds the embedding").of(&self.store.values);
-        match self.entry {
+        match self.plan.entry {
             Entry::HiddenShard => be.embed(MatMut::new(&mut w.resid[0], t, dims.d_res), table, &w.ids, 0),
             Entry::VocabAllReduce => {
                 be.embed(MatMut::new(&mut w.resid[0], t, dims.d), table, &w.ids, self.vocab_first());
@@ -95,7 +55,7 @@ impl<B: Backend> Model<B> {
                 tp.reduce_scatter(&mut w.rm, 0, n, Label::op("embed"));
                 be.copy(
                     MatMut::new(&mut w.resid[0], t, dims.d_res),
-                    Mat::at(&w.rm, self.layout.rank * n, t, dims.d_res, dims.d_res),
+                    Mat::at(&w.rm, self.layout.tp_rank * n, t, dims.d_res, dims.d_res),
                 );
             }
         }
@@ -104,7 +64,7 @@ impl<B: Backend> Model<B> {
     pub(crate) fn embed_backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
         let (t, dims) = (w.t(), self.dims);
         let first = self.vocab_first();
-        match self.entry {
+        match self.plan.entry {
             Entry::HiddenShard => self.be.embed_bwd(
                 self.embed.expect("the first stage holds the embedding").of_mut(&mut self.store.grads),
                 Mat::new(&w.dx, t, dims.d_res),
@@ -119,7 +79,7 @@ impl<B: Backend> Model<B> {
             ),
             Entry::VocabReduceScatter => {
                 let n = t * dims.d_res;
-                let r = self.layout.rank;
+                let r = self.layout.tp_rank;
                 self.be.copy(MatMut::at(&mut w.rm, r * n, t, dims.d_res, dims.d_res), Mat::new(&w.dx, t, dims.d_res));
                 tp.all_gather(&mut w.rm, 0, n, Label::op("embed.bwd"));
                 self.gather_rank_major(&mut w.dhf, &w.rm, t);
@@ -138,17 +98,20 @@ impl<B: Backend> Model<B> {
         let (t, be, dims) = (w.t(), &self.be, &self.dims);
         let params = &self.store.values;
         let last = self.blocks.len();
-        if self.exit == Exit::Gather {
+        if self.plan.exit == Exit::Gather {
             let n = t * dims.d_res;
             be.copy(
-                MatMut::at(&mut w.rm, self.layout.rank * n, t, dims.d_res, dims.d_res),
+                MatMut::at(&mut w.rm, self.layout.tp_rank * n, t, dims.d_res, dims.d_res),
                 Mat::new(&w.resid[last], t, dims.d_res),
             );
             tp.all_gather(&mut w.rm, 0, n, Label::op("head.gather"));
             self.gather_rank_major(&mut w.xf, &w.rm, t);
         }
-        let xf =
-            if self.exit == Exit::Gather { Mat::new(&w.xf, t, dims.d) } else { Mat::new(&w.resid[last], t, dims.d) };
+        let xf = if self.plan.exit == Exit::Gather {
+            Mat::new(&w.xf, t, dims.d)
+        } else {
+            Mat::new(&w.resid[last], t, dims.d)
+        };
         be.row_sumsq(MatMut::new(&mut w.frstd, t, 1), xf);
         be.rstd_from_sumsq(MatMut::new(&mut w.frstd, t, 1), dims.d, self.cfg.norm_eps);
         let final_norm = self.final_norm.expect("the last stage holds the final norm");
@@ -232,12 +195,15 @@ impl<B: Backend> Model<B> {
         );
         reduce(tp, &mut w.dhf, t * dims.d, ReduceOp::Sum, "head.f.bwd");
         let last = self.blocks.len();
-        let xf =
-            if self.exit == Exit::Gather { Mat::new(&w.xf, t, dims.d) } else { Mat::new(&w.resid[last], t, dims.d) };
+        let xf = if self.plan.exit == Exit::Gather {
+            Mat::new(&w.xf, t, dims.d)
+        } else {
+            Mat::new(&w.resid[last], t, dims.d)
+        };
         let final_norm = self.final_norm.expect("the last stage holds the final norm");
         let g = final_norm.of(values);
         be.rmsnorm_bwd_dot(MatMut::new(&mut w.dot, t, 1), Mat::new(&w.dhf, t, dims.d), xf, g);
-        let dst = if self.exit == Exit::Gather { &mut w.rm } else { &mut w.dx };
+        let dst = if self.plan.exit == Exit::Gather { &mut w.rm } else { &mut w.dx };
         be.rmsnorm_bwd(
             MatMut::new(dst, t, dims.d),
             final_norm.of_mut(grads),
@@ -249,9 +215,9 @@ impl<B: Backend> Model<B> {
             dims.d,
             false,
         );
-        if self.exit == Exit::Gather {
+        if self.plan.exit == Exit::Gather {
             // The head's f made dhf whole on every rank, so each keeps its own columns.
-            let c = self.layout.rank * dims.d_res;
+            let c = self.layout.tp_rank * dims.d_res;
             be.copy(MatMut::new(&mut w.dx, t, dims.d_res), Mat::at(&w.rm, c, t, dims.d_res, dims.d));
         }
     }

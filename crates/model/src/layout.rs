@@ -1,19 +1,9 @@
 //! How one rank holds the model: the tensor-parallel scheme, its degree and rank, and the
-//! local sizes that follow. The model math reads only these sizes and the placement
-//! decisions below; it has no other knowledge of the layout.
+//! local sizes that follow from the scheme's plan ([`crate::plan`]). The model math reads
+//! only these sizes and the plan; it has no other knowledge of the layout.
 
+use crate::plan::{Plan, local};
 use boost_config::{Arch, ModelConfig, NormMode, ParallelConfig, Scheme};
-
-/// Where the residual stream's RMSNorm gets its statistic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NormPlacement {
-    /// The residual is whole on every rank: an ordinary RMSNorm.
-    Replicated,
-    /// Hidden-sharded residual: all-reduce the statistic (and its gradient) separately.
-    ShardedSync,
-    /// Hidden-sharded residual: the statistic rides in the next A's all-reduce.
-    ShardedOnline,
-}
 
 /// One rank's view of the layout: its tensor-parallel scheme, degree and rank, and the
 /// pipeline stage it runs.
@@ -22,7 +12,7 @@ pub struct Layout {
     pub scheme: Scheme,
     pub tp: usize,
     /// Rank within the tensor-parallel group.
-    pub rank: usize,
+    pub tp_rank: usize,
     pub norm: NormMode,
     pub grouping: bool,
     /// Pipeline stage of this rank, of `stages`.
@@ -34,7 +24,7 @@ impl Layout {
     /// The unsharded model.
     pub fn single(model: &ModelConfig) -> Self {
         let scheme = if model.arch.is_low_rank() { Scheme::Btp } else { Scheme::Megatron };
-        Self { scheme, tp: 1, rank: 0, norm: NormMode::Online, grouping: true, stage: 0, stages: 1 }
+        Self { scheme, tp: 1, tp_rank: 0, norm: NormMode::Online, grouping: true, stage: 0, stages: 1 }
     }
 
     /// Tensor parallelism only (the whole stack on every rank).
@@ -43,11 +33,11 @@ impl Layout {
     }
 
     /// Tensor-parallel rank `rank` of pipeline stage `stage` of `stages`.
-    pub fn staged(model: &ModelConfig, par: &ParallelConfig, rank: usize, stage: usize, stages: usize) -> Self {
+    pub fn staged(model: &ModelConfig, par: &ParallelConfig, tp_rank: usize, stage: usize, stages: usize) -> Self {
         Self {
             scheme: par.resolved_scheme(model),
             tp: par.tp,
-            rank,
+            tp_rank,
             norm: par.norm,
             grouping: par.grouping,
             stage,
@@ -67,19 +57,9 @@ impl Layout {
         self.stage * per..(self.stage + 1) * per
     }
 
-    pub fn btp(&self) -> bool {
-        self.scheme == Scheme::Btp
-    }
-    pub fn vanilla(&self) -> bool {
-        self.scheme == Scheme::Vanilla
-    }
-
-    pub fn norm_placement(&self) -> NormPlacement {
-        match (self.scheme, self.norm) {
-            (Scheme::Btp, NormMode::Online) => NormPlacement::ShardedOnline,
-            (Scheme::Btp, NormMode::Sync) => NormPlacement::ShardedSync,
-            _ => NormPlacement::Replicated,
-        }
+    /// The scheme's plan for this model at this degree (an error names what cannot run).
+    pub fn plan(&self, model: &ModelConfig) -> Result<Plan, String> {
+        Plan::new(self.scheme, model.arch, self.norm, model.tie_embeddings, self.tp)
     }
 }
 
@@ -92,7 +72,8 @@ pub struct Dims {
     pub heads: usize,
     pub kv_heads: usize,
     pub head_dim: usize,
-    pub rank: usize,
+    /// The bottleneck width r (`model.rank`).
+    pub r: usize,
     pub vocab: usize,
     /// Vocabulary padded to a multiple of tp.
     pub vocab_padded: usize,
@@ -108,9 +89,9 @@ pub struct Dims {
 }
 
 impl Dims {
-    pub fn new(m: &ModelConfig, l: &Layout) -> Self {
-        let p = l.tp;
-        let shard_heads = matches!(l.scheme, Scheme::Btp | Scheme::Megatron);
+    pub fn new(m: &ModelConfig, plan: &Plan) -> Self {
+        let p = plan.tp;
+        let interior = plan.sharded_interior();
         let vocab_padded = m.vocab.div_ceil(p) * p;
         Self {
             arch: m.arch,
@@ -119,14 +100,14 @@ impl Dims {
             heads: m.heads,
             kv_heads: m.kv_heads(),
             head_dim: m.head_dim(),
-            rank: m.rank,
+            r: m.rank,
             vocab: m.vocab,
             vocab_padded,
-            d_res: if l.btp() { m.d / p } else { m.d },
-            heads_loc: if shard_heads { m.heads / p } else { m.heads },
-            kv_loc: if shard_heads { m.kv_heads() / p } else { m.kv_heads() },
-            d_ff_loc: if shard_heads { m.d_ff / p } else { m.d_ff },
-            r_loc: if l.vanilla() { m.rank / p } else { m.rank },
+            d_res: local(m.d, plan.sharded_residual(), p),
+            heads_loc: local(m.heads, interior, p),
+            kv_loc: local(m.kv_heads(), interior, p),
+            d_ff_loc: local(m.d_ff, interior, p),
+            r_loc: local(m.rank, plan.sharded_latent(), p),
             vocab_loc: vocab_padded / p,
         }
     }

@@ -9,7 +9,9 @@ pub mod labels;
 pub mod layout;
 pub mod params;
 
-pub use layout::{Dims, Layout, NormPlacement};
+pub use boost_plan as plan;
+pub use boost_plan::{NormPlacement, Plan};
+pub use layout::{Dims, Layout};
 pub mod block;
 pub mod model;
 

@@ -2,13 +2,14 @@
 //! buffers of one micro-batch shape allocated once and reused every step.
 
 use crate::block::{Block, BlockActs, BlockGrads, Kept};
+use crate::group::Declare;
 use crate::group::{Ctx, Scratch};
 use crate::init;
-use crate::io::{Entry, Exit};
 use crate::layout::{Dims, Layout};
 use crate::params::{BufBuilder, Init, ParamStore, Slot, Split, bind};
+use crate::plan::{Entry, Plan};
 use anyhow::{Result, bail};
-use boost_config::{Arch, LaxGate, ModelConfig, Recompute, Scheme};
+use boost_config::{Arch, LaxGate, ModelConfig, Recompute};
 use boost_tensor::{Backend, Collective, DeviceBuf, Label, Mat};
 
 /// One micro-batch: `batch` sequences of `seq` tokens, row-major.
@@ -30,6 +31,8 @@ pub struct LossSum {
 pub struct Model<B: Backend> {
     pub cfg: ModelConfig,
     pub layout: Layout,
+    /// The scheme's plan for this model and degree.
+    pub plan: Plan,
     pub dims: Dims,
     pub be: B,
     pub store: ParamStore<B>,
@@ -42,8 +45,6 @@ pub struct Model<B: Backend> {
     /// last stage only.
     pub final_norm: Option<Slot>,
     pub head: Option<Slot>,
-    pub(crate) entry: Entry,
-    pub(crate) exit: Exit,
     /// What the forward keeps for the backward (`train.recompute`).
     pub recompute: Recompute,
     /// The policy applies to this many layers of the stage, the first ones (0: all), as
@@ -128,19 +129,12 @@ impl<B: Backend> Model<B> {
             bail!("model.vocab is 0 (\"take it from the tokenizer\") and was not resolved before building the model");
         }
         let p = layout.tp;
-        if p > 1 && cfg.arch == Arch::Lax && layout.scheme == Scheme::Vanilla {
-            bail!(
-                "LaX under vanilla TP needs the whole latent on every rank (the gate and LN act over all of r); \
-                 use parallel.scheme = \"btp\" for LaX"
-            );
-        }
+        let plan = layout.plan(cfg).map_err(anyhow::Error::msg)?;
         if cfg.arch == Arch::Lax && cfg.lax.gate == LaxGate::Kron {
             let (a, b) = cfg.kron_factors();
             assert_eq!(a * b, cfg.rank);
         }
-        let dims = Dims::new(cfg, &layout);
-        let entry = Entry::of(cfg, &layout);
-        let exit = Exit::of(&layout);
+        let dims = Dims::new(cfg, &plan);
         let mut store = ParamStore::new();
         let (d, v) = (cfg.d, cfg.vocab);
 
@@ -148,8 +142,8 @@ impl<B: Backend> Model<B> {
         let vocab_rows = |store: &mut ParamStore<B>, name: &str| {
             let mut bb = BufBuilder::new(name);
             let vl = dims.vocab_loc;
-            let lo = (layout.rank * vl).min(v);
-            let hi = ((layout.rank + 1) * vl).min(v);
+            let lo = (layout.tp_rank * vl).min(v);
+            let hi = ((layout.tp_rank + 1) * vl).min(v);
             let slot = bb.at(name.to_string(), vec![v, d], lo..hi, 0..d, 0, d, Init::Normal(cfg.init_std));
             bb.reserve(vl * d);
             let id = bb.finish(store, &be, true, false);
@@ -157,11 +151,11 @@ impl<B: Backend> Model<B> {
         };
         let (first, last) = (layout.first_stage(), layout.last_stage());
         let embed = (first || (last && cfg.tie_embeddings)).then(|| {
-            let slot = if entry == Entry::HiddenShard {
+            let slot = if plan.entry == Entry::HiddenShard {
                 let name = "model.embed_tokens.weight".to_string();
                 let mut bb = BufBuilder::new(name.clone());
                 let split = if p > 1 { Split::Cols } else { Split::Whole };
-                let slot = bb.block(name, vec![v, d], split, p, layout.rank, Init::Normal(cfg.init_std));
+                let slot = bb.block(name, vec![v, d], split, p, layout.tp_rank, Init::Normal(cfg.init_std));
                 bind(slot, bb.finish(&mut store, &be, true, false))
             } else {
                 vocab_rows(&mut store, "model.embed_tokens.weight")
@@ -173,8 +167,8 @@ impl<B: Backend> Model<B> {
             }
             slot
         });
-        let blocks: Vec<Block> =
-            layout.layer_range(cfg.layers).map(|l| Block::build(l, cfg, &layout, &dims, &mut store, &be)).collect();
+        let mut cx = Declare { m: cfg, plan: &plan, layout: &layout, dims: &dims, store: &mut store, be: &be };
+        let blocks: Vec<Block> = layout.layer_range(cfg.layers).map(|l| Block::build(l, &mut cx)).collect();
         let final_norm = last.then(|| {
             let name = "model.norm.weight".to_string();
             let mut bb = BufBuilder::new(name.clone());
@@ -191,6 +185,7 @@ impl<B: Backend> Model<B> {
         Ok(Self {
             cfg: cfg.clone(),
             layout,
+            plan,
             dims,
             be,
             store,
@@ -198,8 +193,6 @@ impl<B: Backend> Model<B> {
             blocks,
             final_norm,
             head,
-            entry,
-            exit,
             recompute: Recompute::None,
             recompute_layers: 0,
             works: Vec::new(),
@@ -274,7 +267,7 @@ impl<B: Backend> Model<B> {
     }
 
     pub(crate) fn ctx<'a>(&'a self, tp: &'a dyn Collective<B>, t: usize) -> Ctx<'a, B> {
-        ctx(&self.be, tp, &self.cfg, self.layout, self.dims, t)
+        ctx(&self.be, tp, &self.cfg, self.plan, self.dims, t)
     }
 
     fn alloc_work(&self, batch: usize, seq: usize) -> Work<B> {
@@ -317,7 +310,7 @@ impl<B: Backend> Model<B> {
             xf: head(if dims.d_res < dims.d { t * dims.d } else { 0 }),
             rm: be.alloc(if sharded { t * dims.d } else { 0 }),
             frstd: head(t),
-            hf: be.alloc(if last || self.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
+            hf: be.alloc(if last || self.plan.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
             logits: head(t * dims.vocab_loc),
             losses: head(t),
             lmax: head(t),
@@ -332,7 +325,7 @@ impl<B: Backend> Model<B> {
             },
             bg: self.blocks[0].alloc_grads(be, dims, batch, seq),
             dx: be.alloc(t * dims.d_res),
-            dhf: be.alloc(if last || self.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
+            dhf: be.alloc(if last || self.plan.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
             dot: head(t),
         }
     }
@@ -536,7 +529,7 @@ impl<B: Backend> Model<B> {
         if self.layout.last_stage() {
             self.head_backward(tp, w);
         }
-        let cx = ctx(&self.be, tp, &self.cfg, self.layout, self.dims, w.t());
+        let cx = ctx(&self.be, tp, &self.cfg, self.plan, self.dims, w.t());
         let r = self.recomputed();
         let ParamStore { values: params, grads, .. } = &mut self.store;
         let params: &[B::Buf] = params;
@@ -602,14 +595,14 @@ pub(crate) fn ctx<'a, B: Backend>(
     be: &'a B,
     tp: &'a dyn Collective<B>,
     cfg: &ModelConfig,
-    layout: Layout,
+    plan: Plan,
     dims: Dims,
     t: usize,
 ) -> Ctx<'a, B> {
-    Ctx { be, tp, layout, dims, phi: cfg.phi(), norm_eps: cfg.norm_eps, lax_eps: cfg.lax.ln_eps, t }
+    Ctx { be, tp, plan, dims, phi: cfg.phi(), norm_eps: cfg.norm_eps, lax_eps: cfg.lax.ln_eps, t }
 }
 
-/// The canonical pieces rank `layout.rank` holds, without keeping any buffers.
+/// The canonical pieces rank `layout.tp_rank` holds, without keeping any buffers.
 pub fn layout_pieces(cfg: &ModelConfig, layout: Layout) -> Result<Vec<crate::params::Piece>> {
     // Zero-filled buffers are mapped lazily by the allocator, so declaring is cheap.
     Ok(Model::declare(boost_tensor::cpu::Cpu::<f32>::new(), cfg, layout)?.store.pieces)

@@ -38,7 +38,7 @@ type Plan = (Recompute, usize);
 fn run(cfg: &ModelConfig, layout: Layout, (policy, first): Plan) -> Vec<RankOut> {
     let (ids, targets) = batch(cfg.vocab);
     let outs = run_ranks(Dims::tp(layout.tp), |rank, grid| {
-        let mut m = Model::new(Cpu::<f64>::new(), cfg, Layout { rank, ..layout }, SEED)?;
+        let mut m = Model::new(Cpu::<f64>::new(), cfg, Layout { tp_rank: rank, ..layout }, SEED)?;
         m.set_recompute(policy);
         m.set_recompute_layers(first);
         Ok(step_and_read(&mut m, &grid.tp, rank, &ids, &targets))
@@ -178,7 +178,7 @@ fn sweep(cfg: &ModelConfig, schemes: &[Scheme]) {
         for &norm in norms {
             for grouping in [true, false] {
                 for tp in [1, 2, 4] {
-                    check(cfg, Layout { scheme, tp, rank: 0, norm, grouping, stage: 0, stages: 1 }, &r);
+                    check(cfg, Layout { scheme, tp, tp_rank: 0, norm, grouping, stage: 0, stages: 1 }, &r);
                 }
             }
         }
@@ -212,7 +212,7 @@ fn cola_tied_and_gqa() {
         for tp in [1, 2] {
             check(
                 &cfg,
-                Layout { scheme, tp, rank: 0, norm: NormMode::Online, grouping: true, stage: 0, stages: 1 },
+                Layout { scheme, tp, tp_rank: 0, norm: NormMode::Online, grouping: true, stage: 0, stages: 1 },
                 &r,
             );
         }
@@ -255,7 +255,7 @@ fn recompute_policies_match_no_recompute() {
                         }
                         check_policy(
                             &cfg,
-                            Layout { scheme, tp, rank: 0, norm, grouping: tp != 2, stage: 0, stages: 1 },
+                            Layout { scheme, tp, tp_rank: 0, norm, grouping: tp != 2, stage: 0, stages: 1 },
                             (policy, 0),
                             &r,
                         );
@@ -286,8 +286,15 @@ fn recompute_of_the_first_layers_matches_no_recompute() {
                         continue;
                     }
                     for first in 1..cfg.layers {
-                        let layout =
-                            Layout { scheme, tp, rank: 0, norm: NormMode::Online, grouping: true, stage: 0, stages: 1 };
+                        let layout = Layout {
+                            scheme,
+                            tp,
+                            tp_rank: 0,
+                            norm: NormMode::Online,
+                            grouping: true,
+                            stage: 0,
+                            stages: 1,
+                        };
                         check_policy(&cfg, layout, (policy, first), &r);
                     }
                 }

@@ -21,7 +21,8 @@
 
 use crate::ops::{Attention, CollKind, Collective, Elementwise, Gemm, GemmRole, Group, Op, Phase};
 use crate::setup::{NormKind, Setup};
-use boost_config::{Arch, LaxGate, Phi, Recompute, Scheme};
+use boost_config::{Arch, LaxGate, Phi, Recompute};
+use boost_plan::{GroupPlan, Placement, Plan, Shard, local};
 use serde::Serialize;
 
 /// The ops of one layer, per micro-batch, on one TP rank.
@@ -71,8 +72,6 @@ struct ProjGroup {
     projs: Vec<Proj>,
     /// The group reads a norm's output (the online statistic rides in its all-reduce).
     after_norm: bool,
-    /// Megatron: column-parallel (f in front) or row-parallel (g behind).
-    column: bool,
 }
 
 impl ProjGroup {
@@ -95,6 +94,8 @@ impl ProjGroup {
 
 struct Ctx<'a> {
     s: &'a Setup,
+    /// The engine's sharding plan: widths and collectives come from it.
+    plan: Plan,
     layer: usize,
     t: u64,
     p: u64,
@@ -117,6 +118,7 @@ impl<'a> Ctx<'a> {
         let m = &s.model;
         Ctx {
             s,
+            plan: s.checked_plan(),
             layer,
             t: s.tokens(),
             p: s.tp as u64,
@@ -134,9 +136,6 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    fn scheme(&self) -> Scheme {
-        self.s.scheme
-    }
     fn lax(&self) -> bool {
         self.s.model.arch == Arch::Lax
     }
@@ -146,17 +145,26 @@ impl<'a> Ctx<'a> {
     fn silu(&self) -> bool {
         self.s.model.phi() == Phi::Silu
     }
+    /// `n`, or `n/p` when the plan splits it.
+    fn local(&self, n: u64, split: bool) -> u64 {
+        local(n as usize, split, self.p as usize) as u64
+    }
     /// Width of the residual stream on this rank.
     fn w_res(&self) -> u64 {
-        if self.scheme() == Scheme::Btp { self.d / self.p } else { self.d }
+        self.local(self.d, self.plan.sharded_residual())
     }
     /// Attention heads (and kv heads) on this rank.
     fn heads_local(&self) -> (u64, u64) {
-        if self.scheme() == Scheme::Vanilla { (self.h, self.h_kv) } else { (self.h / self.p, self.h_kv / self.p) }
+        let split = self.plan.sharded_interior();
+        (self.local(self.h, split), self.local(self.h_kv, split))
     }
     /// Width of the SwiGLU product on this rank.
     fn w_ff(&self) -> u64 {
-        if self.scheme() == Scheme::Vanilla { self.d_ff } else { self.d_ff / self.p }
+        self.local(self.d_ff, self.plan.sharded_interior())
+    }
+    /// Width of the low-rank latent on this rank.
+    fn w_lat(&self) -> u64 {
+        self.local(self.r, self.plan.sharded_latent())
     }
     fn tp_comm(&self) -> bool {
         self.p > 1
@@ -167,7 +175,7 @@ impl<'a> Ctx<'a> {
     }
     /// The residual is sharded, so norms need the global statistic (BTP with tp > 1).
     fn sharded_norm(&self) -> bool {
-        self.scheme() == Scheme::Btp && self.p > 1
+        self.plan.sharded_residual() && self.p > 1
     }
 
     fn groups(&self) -> [ProjGroup; 4] {
@@ -182,28 +190,24 @@ impl<'a> Ctx<'a> {
                     Proj { name: "v", d_in: d, d_out: d_kv },
                 ],
                 after_norm: true,
-                column: true,
             },
             ProjGroup {
                 block: "attn",
                 name: "o",
                 projs: vec![Proj { name: "o", d_in: d, d_out: d }],
                 after_norm: false,
-                column: false,
             },
             ProjGroup {
                 block: "mlp",
                 name: "gate_up",
                 projs: vec![Proj { name: "gate", d_in: d, d_out: d_ff }, Proj { name: "up", d_in: d, d_out: d_ff }],
                 after_norm: true,
-                column: true,
             },
             ProjGroup {
                 block: "mlp",
                 name: "down",
                 projs: vec![Proj { name: "down", d_in: d_ff, d_out: d }],
                 after_norm: false,
-                column: false,
             },
         ]
     }
@@ -336,31 +340,27 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// Megatron: a dense group, column- or row-parallel.
-    fn dense(&mut self, g: &ProjGroup) {
-        let p = self.p;
+    /// A dense group (Megatron): column-parallel (f in front) or row-parallel (g behind).
+    fn dense(&mut self, g: &ProjGroup, gp: &GroupPlan) {
         let fwd = self.phase != Phase::Backward;
-        if g.column {
-            // f in front: identity forward, all-reduce of the input gradient backward.
-            if self.s.grouping {
-                self.linear(g.label(), g.d_in(), g.d_out_sum() / p, 1, false);
-            } else {
-                for pr in &g.projs {
-                    self.linear(g.proj_label(pr), pr.d_in, pr.d_out / p, 1, false);
-                }
-                if !fwd {
-                    self.ew(g.label(), (g.n() - 1) * 2 * g.d_in(), (g.n() - 1) * g.d_in(), 0);
-                }
+        let w = gp.first;
+        let (in_split, out_split) = (w.shard == Shard::Input, w.shard == Shard::Output);
+        if self.s.grouping || g.n() == 1 {
+            let d_out = self.local(g.d_out_sum(), out_split);
+            self.linear(g.label(), self.local(g.d_in(), in_split), d_out, 1, false);
+        } else {
+            for pr in &g.projs {
+                self.linear(g.proj_label(pr), self.local(pr.d_in, in_split), self.local(pr.d_out, out_split), 1, false);
             }
             if !fwd {
-                self.coll(format!("{}.f", g.label()), CollKind::AllReduce, g.d_in(), 0);
+                self.ew(g.label(), (g.n() - 1) * 2 * g.d_in(), (g.n() - 1) * g.d_in(), 0);
             }
-        } else {
-            let pr = g.projs[0];
-            self.linear(g.label(), pr.d_in / p, pr.d_out, 1, false);
-            if fwd {
-                self.coll(format!("{}.B", g.label()), CollKind::AllReduce, pr.d_out, 0);
-            }
+        }
+        if fwd && w.sum_output {
+            self.coll(format!("{}.B", g.label()), CollKind::AllReduce, g.d_out_sum(), 0);
+        }
+        if !fwd && w.sum_input_grad {
+            self.coll(format!("{}.f", g.label()), CollKind::AllReduce, g.d_in(), 0);
         }
     }
 
@@ -418,161 +418,101 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// A low-rank group under vanilla TP: A column-parallel (r/p), B row-parallel.
-    fn vanilla_group(&mut self, g: &ProjGroup, parts: Parts) {
-        let (p, r) = (self.p, self.r);
-        let rl = r / p;
+    /// A low-rank group: A, the latent's kernels, B, and the collectives the plan puts
+    /// between them (BTP: g after a row-parallel A, f in front of a column-parallel B;
+    /// vanilla: g after each row-parallel B, f in front of a column-parallel A).
+    fn low_rank_group(&mut self, g: &ProjGroup, gp: &GroupPlan, parts: Parts) {
+        let (a, b) = (gp.first, gp.second.expect("a low-rank group has B"));
         let n = g.n();
         let grouped = self.s.grouping && n > 1;
-        let lax = self.lax();
-        let latent_label = |pr: Option<&Proj>| match pr {
-            Some(pr) => format!("{}.{}.{}", g.block, pr.name, if lax { "cross" } else { "phi" }),
-            None => format!("{}.{}.{}", g.block, g.name, if lax { "cross" } else { "phi" }),
+        let a_in = |c: &Self, d_in: u64| c.local(d_in, a.shard == Shard::Input);
+        let lat = self.w_lat();
+        let b_out = |c: &Self, d_out: u64| c.local(d_out, b.shard == Shard::Output);
+        // The latent is whole on every rank: its kernels repeat on each.
+        let redundant = gp.latent() == Some(Placement::Replicated);
+        let stat = u64::from(g.after_norm && self.s.norm == NormKind::Online && self.sharded_norm());
+        let latent_label = format!("{}.{}", g.label(), if self.lax() { "cross" } else { "phi" });
+        // B's GEMMs batch over projections of one shape unless each output is summed alone.
+        let batched_b = grouped && !b.sum_output && g.projs.iter().all(|pr| pr.d_out == g.projs[0].d_out);
+        let b_gemms = |c: &mut Self| {
+            if batched_b {
+                c.linear(format!("{}.B", g.label()), lat, b_out(c, g.projs[0].d_out), n, false);
+            } else {
+                for pr in &g.projs {
+                    let label = format!("{}.B", g.proj_label(pr));
+                    c.linear(label.clone(), lat, b_out(c, pr.d_out), 1, false);
+                    if c.phase != Phase::Backward && b.sum_output {
+                        c.coll(label, CollKind::AllReduce, pr.d_out, 0);
+                    }
+                }
+            }
         };
         if self.phase != Phase::Backward {
             if parts.a {
                 if grouped {
-                    self.linear(format!("{}.A", g.label()), g.d_in(), n * rl, 1, false);
-                } else {
-                    for pr in &g.projs {
-                        self.linear(format!("{}.A", g.proj_label(pr)), pr.d_in, rl, 1, false);
-                    }
-                }
-                if lax {
-                    if grouped {
-                        self.coll(latent_label(None), CollKind::AllGather, n * r, 0);
-                    } else {
-                        for pr in &g.projs {
-                            self.coll(latent_label(Some(pr)), CollKind::AllGather, r, 0);
-                        }
-                    }
-                }
-            }
-            if parts.latent {
-                if lax {
-                    self.latent_fwd(latent_label(None), n, r, true);
-                } else {
-                    self.latent_fwd(latent_label(None), n, rl, false);
-                }
-            }
-            if parts.b {
-                for pr in &g.projs {
-                    let label = format!("{}.B", g.proj_label(pr));
-                    self.linear(label.clone(), rl, pr.d_out, 1, false);
-                    self.coll(label, CollKind::AllReduce, pr.d_out, 0);
-                }
-            }
-        } else {
-            for pr in &g.projs {
-                self.linear(format!("{}.B", g.proj_label(pr)), rl, pr.d_out, 1, false);
-            }
-            if lax {
-                if grouped {
-                    self.coll(latent_label(None), CollKind::AllGather, n * r, 0);
-                } else {
-                    for pr in &g.projs {
-                        self.coll(latent_label(Some(pr)), CollKind::AllGather, r, 0);
-                    }
-                }
-                self.latent_bwd(latent_label(None), n, r, true);
-            } else {
-                self.latent_bwd(latent_label(None), n, rl, false);
-            }
-            if grouped {
-                self.linear(format!("{}.A", g.label()), g.d_in(), n * rl, 1, false);
-            } else {
-                for pr in &g.projs {
-                    self.linear(format!("{}.A", g.proj_label(pr)), pr.d_in, rl, 1, false);
-                }
-                if n > 1 {
-                    self.ew(format!("{}.A", g.label()), (n - 1) * 2 * g.d_in(), (n - 1) * g.d_in(), 0);
-                }
-            }
-            self.coll(format!("{}.f", g.label()), CollKind::AllReduce, g.d_in(), 0);
-        }
-    }
-
-    /// A low-rank group under BTP: A row-parallel (input d_in/p, output partial T×r),
-    /// B column-parallel (output d_out/p).
-    fn btp_group(&mut self, g: &ProjGroup, parts: Parts) {
-        let (p, r) = (self.p, self.r);
-        let n = g.n();
-        let grouped = self.s.grouping && n > 1;
-        let stat = u64::from(g.after_norm && self.s.norm == NormKind::Online && self.sharded_norm());
-        let latent_label = format!("{}.{}", g.label(), if self.lax() { "cross" } else { "phi" });
-        let same_shape = g.projs.iter().all(|pr| pr.d_out == g.projs[0].d_out);
-        if self.phase != Phase::Backward {
-            if parts.a {
-                if grouped {
                     let label = format!("{}.A", g.label());
-                    self.linear(label.clone(), g.d_in() / p, n * r, 1, false);
-                    self.coll(label, CollKind::AllReduce, n * r, stat);
+                    self.linear(label.clone(), a_in(self, g.d_in()), n * lat, 1, false);
+                    if a.sum_output {
+                        self.coll(label, CollKind::AllReduce, n * lat, stat);
+                    }
                 } else {
                     for (i, pr) in g.projs.iter().enumerate() {
                         let label = format!("{}.A", g.proj_label(pr));
-                        self.linear(label.clone(), pr.d_in / p, r, 1, false);
-                        self.coll(label, CollKind::AllReduce, r, if i == 0 { stat } else { 0 });
+                        self.linear(label.clone(), a_in(self, pr.d_in), lat, 1, false);
+                        if a.sum_output {
+                            self.coll(label, CollKind::AllReduce, lat, if i == 0 { stat } else { 0 });
+                        }
                     }
                 }
                 if stat == 1 && !self.latent_kernel() {
                     // Y = H / sqrt(S/d + ε) on the replicated latent (fused into φ or the
                     // crossing when the latent has a kernel of its own).
-                    self.ew(format!("{}.norm", g.block), n * r, n * r, 1);
+                    self.ew(format!("{}.norm", g.block), n * lat, n * lat, 1);
                 }
             }
             if parts.latent {
-                self.latent_fwd(latent_label, n, r, true);
+                self.latent_fwd(latent_label, n, lat, redundant);
             }
             if parts.b {
-                if grouped && same_shape {
-                    self.linear(format!("{}.B", g.label()), r, g.projs[0].d_out / p, n, false);
+                b_gemms(self);
+            }
+        } else {
+            b_gemms(self);
+            if b.sum_input_grad {
+                if grouped {
+                    self.coll(format!("{}.B", g.label()), CollKind::AllReduce, n * lat, 0);
                 } else {
                     for pr in &g.projs {
-                        self.linear(format!("{}.B", g.proj_label(pr)), r, pr.d_out / p, 1, false);
+                        self.coll(format!("{}.B", g.proj_label(pr)), CollKind::AllReduce, lat, 0);
                     }
                 }
             }
-        } else {
-            if grouped && same_shape {
-                self.linear(format!("{}.B", g.label()), r, g.projs[0].d_out / p, n, false);
-            } else {
-                for pr in &g.projs {
-                    self.linear(format!("{}.B", g.proj_label(pr)), r, pr.d_out / p, 1, false);
-                }
-            }
-            if grouped {
-                self.coll(format!("{}.B", g.label()), CollKind::AllReduce, n * r, 0);
-            } else {
-                for pr in &g.projs {
-                    self.coll(format!("{}.B", g.proj_label(pr)), CollKind::AllReduce, r, 0);
-                }
-            }
-            self.latent_bwd(latent_label, n, r, true);
+            self.latent_bwd(latent_label, n, lat, redundant);
             if stat == 1 && !self.latent_kernel() {
                 // dH = dY/ρ and dS = −Σ(dY ⊙ Y)/(2dρ²) over the replicated latent (fused into
                 // φ's or the crossing's backward when there is one).
-                self.ew(format!("{}.norm", g.block), 2 * n * r, n * r, 1);
+                self.ew(format!("{}.norm", g.block), 2 * n * lat, n * lat, 1);
             }
             if grouped {
-                self.linear(format!("{}.A", g.label()), g.d_in() / p, n * r, 1, false);
+                self.linear(format!("{}.A", g.label()), a_in(self, g.d_in()), n * lat, 1, false);
             } else {
                 for pr in &g.projs {
-                    self.linear(format!("{}.A", g.proj_label(pr)), pr.d_in / p, r, 1, false);
+                    self.linear(format!("{}.A", g.proj_label(pr)), a_in(self, pr.d_in), lat, 1, false);
                 }
                 if n > 1 {
-                    let w = g.d_in() / p;
+                    let w = a_in(self, g.d_in());
                     self.ew(format!("{}.A", g.label()), (n - 1) * 2 * w, (n - 1) * w, 0);
                 }
+            }
+            if a.sum_input_grad {
+                self.coll(format!("{}.f", g.label()), CollKind::AllReduce, g.d_in(), 0);
             }
         }
     }
 
     fn group(&mut self, g: &ProjGroup, parts: Parts) {
-        match self.scheme() {
-            Scheme::Megatron | Scheme::Auto => self.dense(g),
-            Scheme::Vanilla => self.vanilla_group(g, parts),
-            Scheme::Btp => self.btp_group(g, parts),
-        }
+        let gp = self.plan.group(g.after_norm);
+        if gp.second.is_some() { self.low_rank_group(g, &gp, parts) } else { self.dense(g, &gp) }
     }
 
     fn forward(&mut self, phase: Phase) {
@@ -634,14 +574,9 @@ impl<'a> Ctx<'a> {
                 out.push(Saved { label: label.to_string(), elements_per_token: e, bytes_per_element: b });
             }
         };
-        let (p, r) = (self.p as f64, self.r as f64);
         let w_res = self.w_res() as f64;
-        let scheme = self.scheme();
-        // The latent width a rank holds: BTP and LaX-under-vanilla keep it whole.
-        let lat = match scheme {
-            Scheme::Vanilla if !self.lax() => r / p,
-            _ => r,
-        };
+        // The latent width a rank holds (r/p under vanilla, r under BTP).
+        let lat = self.w_lat() as f64;
         match policy {
             Recompute::Full => push("layer input (residual)", w_res, a),
             Recompute::Lowrank => {

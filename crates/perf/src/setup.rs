@@ -2,6 +2,7 @@
 
 use anyhow::{Result, bail};
 use boost_config::{Arch, Config, ModelConfig, NormMode, PipeSchedule, Recompute, Scheme};
+use boost_plan::Plan;
 use serde::{Deserialize, Serialize};
 
 /// How a BTP layer normalises its hidden-sharded residual (spec §3). `Local` is the reference
@@ -100,7 +101,6 @@ impl AttnConvention {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Setup {
     pub model: ModelConfig,
-    /// Resolved (never `Auto`).
     pub scheme: Scheme,
     pub norm: NormKind,
     pub grouping: bool,
@@ -182,14 +182,11 @@ impl Setup {
     pub fn validate(&self) -> Result<()> {
         let m = &self.model;
         m.validate()?;
-        if self.scheme == Scheme::Auto {
-            bail!("the scheme must be resolved (megatron, vanilla or btp)");
-        }
         let mut par = boost_config::ParallelConfig {
             tp: self.tp,
             pp: self.pp,
             dp: self.dp,
-            scheme: self.scheme,
+            scheme: self.scheme.into(),
             schedule: self.schedule,
             zero: self.zero,
             grouping: self.grouping,
@@ -199,6 +196,8 @@ impl Setup {
             par.norm = n;
         }
         par.validate(m)?;
+        // The engine's own plan: the planner refuses exactly what the engine refuses.
+        self.plan()?;
         if self.recompute == Recompute::Lowrank && !m.arch.is_low_rank() {
             bail!(
                 "train.recompute = lowrank cuts segments at low-rank latents, but model.arch = full; use none or full"
@@ -211,6 +210,18 @@ impl Setup {
             bail!("model.vocab must be set for the planner (e.g. --set model.vocab=32000)");
         }
         Ok(())
+    }
+
+    /// The scheme's sharding plan, as the engine resolves it. A `local` norm (which the engine
+    /// does not train) plans as `sync`; its statistic collective is left out where it is costed.
+    pub fn plan(&self) -> Result<Plan> {
+        let norm = self.norm.try_into_mode().unwrap_or(NormMode::Sync);
+        Plan::new(self.scheme, self.model.arch, norm, self.model.tie_embeddings, self.tp).map_err(anyhow::Error::msg)
+    }
+
+    /// The plan of a set-up that passed [`Setup::validate`].
+    pub(crate) fn checked_plan(&self) -> Plan {
+        self.plan().expect("a validated set-up has a plan")
     }
 
     /// Tokens in one micro-batch (T = b·s).
@@ -270,12 +281,7 @@ impl NormKind {
 }
 
 pub fn scheme_name(s: Scheme) -> &'static str {
-    match s {
-        Scheme::Auto => "auto",
-        Scheme::Megatron => "megatron",
-        Scheme::Vanilla => "vanilla",
-        Scheme::Btp => "btp",
-    }
+    s.name()
 }
 
 pub fn recompute_name(r: Recompute) -> &'static str {

@@ -4,7 +4,8 @@
 use crate::layer::{LayerOps, layer_ops, layer_saved, layer_transient};
 use crate::ops::{CollKind, Collective, Elementwise, Gemm, GemmRole, Group, Op, Phase};
 use crate::setup::{Dtype, Setup};
-use boost_config::{Arch, LaxGate, ModelConfig, PipeSchedule, Scheme};
+use boost_config::{Arch, LaxGate, ModelConfig, PipeSchedule};
+use boost_plan::{Entry, Exit};
 use serde::Serialize;
 
 /// Parameters of decoder layer `layer`, whole (unsharded).
@@ -81,10 +82,8 @@ pub fn layer_params_rank(s: &Setup, layer: usize) -> u64 {
     let norms = 2 * d;
     let lax = lax_extra_params(m, layer) * 7;
     let sharded = layer_params(m, layer) - norms - lax;
-    match s.scheme {
-        Scheme::Btp => sharded / p + norms / p + lax,
-        _ => sharded / p + norms + lax,
-    }
+    let norms = if s.checked_plan().sharded_residual() { norms / p } else { norms };
+    sharded / p + norms + lax
 }
 
 /// Parameters held by one rank of pipeline stage `stage`.
@@ -125,14 +124,13 @@ fn entry_ops(s: &Setup) -> Vec<Op> {
             dtype_bytes: a,
         })
     };
-    let tied = s.model.tie_embeddings;
-    match s.scheme {
-        Scheme::Btp if !tied => {
+    match s.checked_plan().entry {
+        Entry::HiddenShard => {
             // Hidden-sharded table: each rank looks up its own d/p columns.
             ops.push(ew(Phase::Forward, 2 * d / p * a));
             ops.push(ew(Phase::Backward, 2 * d / p * 4));
         }
-        Scheme::Btp => {
+        Entry::VocabReduceScatter => {
             // Vocab-parallel lookup, then reduce-scatter to the hidden shard.
             ops.push(ew(Phase::Forward, 2 * d * a));
             if p > 1 {
@@ -141,7 +139,7 @@ fn entry_ops(s: &Setup) -> Vec<Op> {
             }
             ops.push(ew(Phase::Backward, 2 * d * 4));
         }
-        _ => {
+        Entry::VocabAllReduce => {
             // Vocab-parallel lookup, all-reduce to the replicated residual.
             ops.push(ew(Phase::Forward, 2 * d * a));
             if p > 1 {
@@ -178,7 +176,7 @@ fn exit_ops(s: &Setup) -> Vec<Op> {
     };
     let tp = p > 1;
     // Forward.
-    if s.scheme == Scheme::Btp && tp {
+    if s.checked_plan().exit == Exit::Gather {
         ops.push(coll("head.gather", Phase::Forward, CollKind::AllGather, d, false));
     }
     ops.push(ew("final_norm", Phase::Forward, 3 * d * a + 4));
@@ -208,7 +206,7 @@ fn p2p_ops(s: &Setup, stage: usize) -> Vec<Op> {
     if s.pp == 1 {
         return Vec::new();
     }
-    let w = if s.scheme == Scheme::Btp { s.model.d / s.tp } else { s.model.d } as u64;
+    let w = boost_plan::local(s.model.d, s.checked_plan().sharded_residual(), s.tp) as u64;
     let mk = |label: &str, phase| {
         Op::Collective(Collective {
             label: label.into(),

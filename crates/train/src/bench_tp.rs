@@ -80,7 +80,13 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
     let t = opts.micro_batch * opts.seq;
     for v in &tb.variants {
         let (cfg, scheme, norm, grouping) = (&v.model, &v.scheme, &v.norm, &v.grouping);
-        let par = ParallelConfig { tp: tb.tp, scheme: *scheme, norm: *norm, grouping: *grouping, ..Default::default() };
+        let par = ParallelConfig {
+            tp: tb.tp,
+            scheme: (*scheme).into(),
+            norm: *norm,
+            grouping: *grouping,
+            ..Default::default()
+        };
         par.validate(cfg)?;
         let mut ropts = RunOptions::default().record(true);
         if let Some(l) = tb.link {

@@ -83,10 +83,10 @@ pub fn gather_sets<B: Backend, const N: usize>(
     let be = &model.be;
     let pieces_of: Vec<Vec<Piece>> = (0..p)
         .map(|r| {
-            if r == model.layout.rank {
+            if r == model.layout.tp_rank {
                 Ok(model.store.pieces.clone())
             } else {
-                boost_model::layout_pieces(&model.cfg, Layout { rank: r, ..model.layout })
+                boost_model::layout_pieces(&model.cfg, Layout { tp_rank: r, ..model.layout })
             }
         })
         .collect::<Result<_>>()?;
@@ -100,7 +100,7 @@ pub fn gather_sets<B: Backend, const N: usize>(
                     return vec![be.read_mat::<f32>(Mat::new(buf, 1, n))];
                 }
                 let mut tmp = be.alloc(p * n);
-                be.copy(MatMut::at(&mut tmp, model.layout.rank * n, 1, n, n), Mat::new(buf, 1, n));
+                be.copy(MatMut::at(&mut tmp, model.layout.tp_rank * n, 1, n, n), Mat::new(buf, 1, n));
                 tp.all_gather(&mut tmp, 0, n, Label::op("checkpoint.gather"));
                 (0..p).map(|r| be.read_mat::<f32>(Mat::at(&tmp, r * n, 1, n, n))).collect()
             })

@@ -93,7 +93,7 @@ fn collect_stages<B: Backend, const N: usize>(
     let prefixes = sets.map(|(prefix, _)| prefix);
     let mine = gather_sets(model, sets, g.tp)?;
     let l = model.layout;
-    if dp_rank != 0 || l.rank != 0 {
+    if dp_rank != 0 || l.tp_rank != 0 {
         return Ok(None);
     }
     if l.stages == 1 {
@@ -111,7 +111,7 @@ fn collect_stages<B: Backend, const N: usize>(
     }
     let mut all = mine;
     for s in 1..l.stages {
-        let pieces = layout_pieces(&model.cfg, Layout { rank: 0, stage: s, ..l })?;
+        let pieces = layout_pieces(&model.cfg, Layout { tp_rank: 0, stage: s, ..l })?;
         for (set, prefix) in all.iter_mut().zip(prefixes) {
             for p in &pieces {
                 let n: usize = p.shape.iter().product();

@@ -597,7 +597,7 @@ impl<B: Backend> StepRunner<B> {
         if g.world.size() == 1 {
             return (loss, (signal != 0).then_some(signal));
         }
-        let mine = model.layout.last_stage() && model.layout.rank == 0;
+        let mine = model.layout.last_stage() && model.layout.tp_rank == 0;
         let v = if mine { [loss.sum, loss.tokens as f64] } else { [0.0, 0.0] };
         model.be.write_mat(MatMut::new(&mut self.report, 1, 2), &v);
         model.be.write_mat(MatMut::at(&mut self.report, 2, 1, 1, 1), &[(signal != 0) as u8 as f64]);
@@ -649,7 +649,7 @@ impl<B: Backend> StepRunner<B> {
         drop(batches);
         opt.sync_grads(&model.be, &mut model.store, g.dp, &mut self.bucket);
         let grad_norm =
-            opt.grad_norm(&model.be, &model.store, model.layout.rank, self.dp_rank, g.world, &mut self.scalar);
+            opt.grad_norm(&model.be, &model.store, model.layout.tp_rank, self.dp_rank, g.world, &mut self.scalar);
         Accumulated { loss, grad_norm }
     }
 

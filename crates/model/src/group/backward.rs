@@ -23,7 +23,7 @@ impl Group {
         sc: &mut Scratch<B>,
     ) {
         let (be, t, din) = (cx.be, cx.t, self.d_in_loc);
-        let placement = cx.layout.norm_placement();
+        let placement = cx.plan.norm;
         let online = self.norm.is_some() && placement == NormPlacement::ShardedOnline;
         let Scratch { h, dh, dlat, dlat2, row, kron } = sc;
         // Gradient w.r.t. the GEMM input lands in `dh` when a norm follows, else in `dx`.
@@ -39,11 +39,7 @@ impl Group {
             }
         }
         // `f`: the input gradient of a column-parallel first op is partial over tp ranks.
-        let needs_f = match cx.layout.scheme {
-            Scheme::Vanilla => true,
-            Scheme::Megatron => has_norm,
-            _ => false,
-        };
+        let needs_f = self.plan.first.sum_input_grad;
 
         match &self.w {
             Weights::Full { w } => {
@@ -64,8 +60,8 @@ impl Group {
                     be.gemm(bj.of_mut(grads), self.z_mat(acts, t, j).t(), dy, 1.0, true);
                     be.gemm(geo.comp_mut(dlat, t, j), dy, bj.of(params).t(), 1.0, false);
                 }
-                // BTP: f in front of the column-parallel B: all-reduce the latent gradient.
-                if cx.layout.btp() {
+                // f in front of a column-parallel B (BTP): all-reduce the latent gradient.
+                if self.plan.second.is_some_and(|b| b.sum_input_grad) {
                     if self.grouped {
                         cx.f_backward(dlat, t, geo.len(), labels::b_bwd(self.kind, None), self.layer);
                     } else {

@@ -46,7 +46,7 @@ impl Group {
     ) {
         let (be, t, din) = (cx.be, cx.t, self.d_in_loc);
         assert_eq!((x.rows, x.cols), (t, din), "group input shape");
-        let online = self.norm.is_some() && cx.layout.norm_placement() == NormPlacement::ShardedOnline;
+        let online = self.norm.is_some() && cx.plan.norm == NormPlacement::ShardedOnline;
         let lat = &mut acts.lat;
 
         // The GEMM input: x, its RMSNorm, or x ⊙ γ (online: the norm is finished after the
@@ -57,7 +57,7 @@ impl Group {
             if online {
                 be.mul_cols(MatMut::new(&mut sc.h, t, din), x, g);
             } else {
-                if cx.layout.norm_placement() == NormPlacement::ShardedSync {
+                if cx.plan.norm == NormPlacement::ShardedSync {
                     cx.stat_sum(lat, 0, t, labels::stat(self.kind, false), self.layer);
                 }
                 be.rstd_from_sumsq(MatMut::at(lat, 0, t, 1, 1), self.d_in, cx.norm_eps);
@@ -71,8 +71,8 @@ impl Group {
                 for (j, wj) in w.iter().enumerate() {
                     be.gemm(self.out_mut(out, t, j), input, wj.of(params).t(), 1.0, false);
                 }
-                // Megatron row-parallel (o, down): g = all-reduce of the partial output.
-                if self.norm.is_none() && cx.layout.scheme == Scheme::Megatron {
+                // Row-parallel (Megatron o, down): g = all-reduce of the partial output.
+                if self.plan.first.sum_output {
                     cx.g(out, 0, t * self.outs[0], labels::out_fwd(self.kind, 0), self.layer);
                 }
                 return;
@@ -94,9 +94,9 @@ impl Group {
                 );
             }
         }
-        // BTP: g = all-reduce of the partial latent (with the norm statistic riding in front
-        // of it when online).
-        if cx.layout.btp() {
+        // Row-parallel A (BTP): g = all-reduce of the partial latent (with the norm statistic
+        // riding in front of it when online).
+        if self.plan.first.sum_output {
             if self.grouped {
                 let (off, n) = if online { (0, t + geo.len()) } else { (t, geo.len()) };
                 cx.g(lat, off, n, labels::a_fwd(self.kind, None), self.layer);
@@ -137,7 +137,7 @@ impl Group {
         let GroupActs { lat, z, lax: lax_acts } = acts;
         let phi_in: (&B::Buf, usize) = match (lax, lax_acts.as_mut()) {
             (Some(lx), Some(la)) => {
-                let online = self.norm.is_some() && cx.layout.norm_placement() == NormPlacement::ShardedOnline;
+                let online = self.norm.is_some() && cx.plan.norm == NormPlacement::ShardedOnline;
                 let rebuild_p = online && mode == (Latent::FromA { rebuild_p: true });
                 let zp = |j: usize| {
                     let (pg, pa) = prev.expect("a LaX crossing layer reads the previous layer's latent");
@@ -193,14 +193,15 @@ impl Group {
         }
     }
 
-    /// Up-projections `y_j = z_j · B_j` into `out`; vanilla all-reduces each partial output.
+    /// Up-projections `y_j = z_j · B_j` into `out`; a row-parallel B (vanilla) all-reduces
+    /// each partial output.
     pub fn forward_up<B: Backend>(&self, cx: &Ctx<B>, params: &[B::Buf], acts: &GroupActs<B>, out: &mut B::Buf) {
         let Weights::LowRank { b, .. } = &self.w else { return };
         let t = cx.t;
+        let sum = self.plan.last().sum_output;
         for (j, bj) in b.iter().enumerate() {
             cx.be.gemm(self.out_mut(out, t, j), self.z_mat(acts, t, j), bj.of(params), 1.0, false);
-            // Vanilla: B is row-parallel, g = all-reduce of each partial output.
-            if cx.layout.vanilla() {
+            if sum {
                 cx.g(out, self.out_off(t, j), t * self.outs[j], labels::out_fwd(self.kind, j), self.layer);
             }
         }

@@ -1,7 +1,8 @@
 //! A projection group: the linears that share one input (q, k, v; o; gate, up; down), with
 //! the RMSNorm that feeds them. This is where the architectures (full-rank, SVD, CoLA, LaX)
-//! and the tensor-parallel schemes meet: the math is written once below, and the scheme
-//! only decides the local widths and which collective runs at the few marked points.
+//! and the tensor-parallel schemes meet: the math is written once below, and the scheme's
+//! [`GroupPlan`] only decides the local widths and which collective runs at the few marked
+//! points.
 //!
 //! Buffers, per micro-batch of `t` tokens:
 //! - the output is component-major: component j is a `t × outs[j]` block after the others;
@@ -10,9 +11,10 @@
 //!   `t × c·r` matrix (one GEMM, one collective); ungrouped, c blocks of `t × r`.
 
 use crate::labels;
-use crate::layout::{Dims, Layout, NormPlacement};
+use crate::layout::{Dims, Layout};
 use crate::params::{BufBuilder, Init, ParamStore, Slot, Split, bind, shard};
-use boost_config::{Arch, LaxGate, ModelConfig, Phi, Scheme};
+use crate::plan::{GroupPlan, NormPlacement, Plan, Shard};
+use boost_config::{Arch, LaxGate, ModelConfig, Phi};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -39,6 +41,10 @@ impl GroupKind {
             _ => "mlp",
         }
     }
+    /// The group reads the residual stream (through a norm) rather than writing it.
+    pub fn reads_residual(self) -> bool {
+        matches!(self, GroupKind::Qkv | GroupKind::GateUp)
+    }
     /// The RMSNorm in front of the group, if any.
     pub fn norm_name(self) -> Option<&'static str> {
         match self {
@@ -53,7 +59,7 @@ impl GroupKind {
 pub struct Ctx<'a, B: Backend> {
     pub be: &'a B,
     pub tp: &'a dyn Collective<B>,
-    pub layout: Layout,
+    pub plan: Plan,
     pub dims: Dims,
     pub phi: Phi,
     pub norm_eps: f64,
@@ -82,10 +88,20 @@ impl<B: Backend> Ctx<'_, B> {
         self.sum(buf, off, n, op, layer)
     }
     fn sum(&self, buf: &mut B::Buf, off: usize, n: usize, op: &'static str, layer: usize) {
-        if self.layout.tp > 1 {
+        if self.plan.tp > 1 {
             self.tp.all_reduce(buf, off, n, ReduceOp::Sum, Label::layer(op, layer));
         }
     }
+}
+
+/// What declaring a rank's parameters reads, and the store it fills.
+pub struct Declare<'a, B: Backend> {
+    pub m: &'a ModelConfig,
+    pub plan: &'a Plan,
+    pub layout: &'a Layout,
+    pub dims: &'a Dims,
+    pub store: &'a mut ParamStore<B>,
+    pub be: &'a B,
 }
 
 #[derive(Debug, Clone)]
@@ -137,6 +153,8 @@ pub struct Group {
     pub grouped: bool,
     pub norm: Option<Slot>,
     pub w: Weights,
+    /// The scheme's placements and collectives for this group.
+    pub plan: GroupPlan,
 }
 
 /// What a group's forward keeps for its backward.
@@ -177,49 +195,42 @@ fn global_widths(kind: GroupKind, m: &ModelConfig) -> (usize, Vec<usize>) {
 }
 
 impl Group {
-    /// Declare the group's parameters in `store` for this rank's layout.
-    pub fn build<B: Backend>(
-        kind: GroupKind,
-        layer: usize,
-        m: &ModelConfig,
-        lay: &Layout,
-        dims: &Dims,
-        store: &mut ParamStore<B>,
-        be: &B,
-    ) -> Self {
-        let (p, rank) = (lay.tp, lay.rank);
+    /// Declare the group's parameters in the store for this rank's share of the plan.
+    pub fn build<B: Backend>(kind: GroupKind, layer: usize, cx: &mut Declare<B>) -> Self {
+        let Declare { m, plan, layout, dims, store, be } = cx;
+        let (m, plan, dims, be) = (*m, *plan, *dims, *be);
+        let (p, rank) = (plan.tp, layout.tp_rank);
+        let gp = plan.group(kind.reads_residual());
         let (d_in, outs_g) = global_widths(kind, m);
         let c = outs_g.len();
         let prefix = format!("model.layers.{layer}.{}", kind.module());
-        let row_parallel_in = matches!(kind, GroupKind::O | GroupKind::Down);
-        // Input and output splits of this scheme.
-        let (in_split, out_split) = match lay.scheme {
-            _ if p == 1 => (false, false),
-            Scheme::Btp => (true, true),
-            Scheme::Vanilla => (false, false),
-            Scheme::Megatron | Scheme::Auto => (row_parallel_in, !row_parallel_in),
-        };
+        let in_split = p > 1 && gp.first.shard == Shard::Input;
+        let out_split = p > 1 && gp.last().shard == Shard::Output;
         let d_in_loc = if in_split { d_in / p } else { d_in };
         let outs: Vec<usize> = outs_g.iter().map(|o| if out_split { o / p } else { *o }).collect();
+        // A matrix stored with its input axis along rows (`[d_in, d_out]`) or columns.
+        let split = |shard: Shard, input_rows: bool| match shard {
+            _ if p == 1 => Split::Whole,
+            Shard::Whole => Split::Whole,
+            Shard::Input if input_rows => Split::Rows,
+            Shard::Output if !input_rows => Split::Rows,
+            _ => Split::Cols,
+        };
 
         let norm = kind.norm_name().map(|n| {
             let name = format!("model.layers.{layer}.{n}.weight");
             let mut bb = BufBuilder::new(name.clone());
-            let split = if lay.btp() { Split::Cols } else { Split::Whole };
+            let sharded = plan.sharded_residual();
+            let split = if sharded { Split::Cols } else { Split::Whole };
             let slot = bb.block(name, vec![m.d], split, p, rank, Init::Const(1.0));
-            let id = bb.finish(store, be, false, !lay.btp() && p > 1);
+            let id = bb.finish(store, be, false, !sharded && p > 1);
             bind(slot, id)
         });
 
         let w = if m.arch == Arch::Full {
             let mut bb = BufBuilder::new(format!("{prefix}.{}", kind_tag(kind)));
-            let split = if p == 1 {
-                Split::Whole
-            } else if row_parallel_in {
-                Split::Cols
-            } else {
-                Split::Rows
-            };
+            // Stored `[d_out, d_in]`, as Hugging Face stores a Linear.
+            let split = split(gp.first.shard, false);
             let slots: Vec<Slot> = kind
                 .comps()
                 .iter()
@@ -246,10 +257,11 @@ impl Group {
             let mut b_slots = Vec::new();
             for (j, (name, o)) in kind.comps().iter().zip(&outs_g).enumerate() {
                 let std = (r as f64 * (d_in + o) as f64).powf(-0.25);
-                let (rows, cols) = match lay.scheme {
-                    Scheme::Btp if p > 1 => (shard(d_in, p, rank), 0..r),
-                    Scheme::Vanilla if p > 1 => (0..d_in, shard(r, p, rank)),
-                    _ => (0..d_in, 0..r),
+                let (rows, cols) = match gp.first.shard {
+                    _ if p == 1 => (0..d_in, 0..r),
+                    Shard::Input => (shard(d_in, p, rank), 0..r),
+                    Shard::Output => (0..d_in, shard(r, p, rank)),
+                    Shard::Whole => (0..d_in, 0..r),
                 };
                 let s = ab.at(
                     format!("{prefix}.{name}.cola_a"),
@@ -263,11 +275,7 @@ impl Group {
                 if j == 0 {
                     a_slot = Some(Slot { cols: c * r_loc, ..s });
                 }
-                let split = match lay.scheme {
-                    Scheme::Btp if p > 1 => Split::Cols,
-                    Scheme::Vanilla if p > 1 => Split::Rows,
-                    _ => Split::Whole,
-                };
+                let split = split(gp.second.expect("a low-rank group has B").shard, true);
                 b_slots.push(bbld.block(
                     format!("{prefix}.{name}.cola_b"),
                     vec![r, *o],
@@ -339,7 +347,7 @@ impl Group {
                 lax,
             }
         };
-        Self { kind, layer, c, d_in, d_in_loc, outs, r_loc: dims.r_loc, grouped: lay.grouping, norm, w }
+        Self { kind, layer, c, d_in, d_in_loc, outs, r_loc: dims.r_loc, grouped: layout.grouping, norm, w, plan: gp }
     }
 }
 
