@@ -32,7 +32,7 @@
 //! arguments) poisons the universe from the rank that saw it; [`InProcess::poison`] does
 //! so for errors and panics outside communication (the runner calls it). Poisoning wakes every
 //! waiter of every group, and every waiting or later call returns
-//! [`CommError::PeerFailed`] naming the failed rank. A rank that returns normally is marked
+//! [`crate::CommError::PeerFailed`] naming the failed rank. A rank that returns normally is marked
 //! exited ([`InProcess::mark_exited`]); a call waiting for it fails at once. Every wait also
 //! has a deadline ([`InProcessOptions::deadline`]).
 
@@ -48,8 +48,7 @@ use crate::call::Activity;
 use crate::communicator::Communicator;
 use crate::error::Failure;
 use rendezvous::GroupShared;
-use std::sync::atomic::AtomicBool;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use universe::Universe;
