@@ -34,18 +34,66 @@ impl CallDesc {
         self.peer = Some(peer);
         self
     }
+    pub(crate) fn signature(&self) -> Signature {
+        Signature {
+            kind: self.kind,
+            op: self.op,
+            dtype: self.dtype,
+            n: self.n as u64,
+            peer: self.peer.map(|p| p as u64),
+        }
+    }
     pub(crate) fn matches(&self, o: &CallDesc, check_labels: bool) -> bool {
+        self.signature().matches(&o.signature(), || !check_labels || self.label == o.label)
+    }
+}
+
+/// What ranks' calls must share besides their label, whichever backend carries them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Signature {
+    pub(crate) kind: Kind,
+    pub(crate) op: Option<ReduceOp>,
+    pub(crate) dtype: Option<DType>,
+    pub(crate) n: u64,
+    pub(crate) peer: Option<u64>,
+}
+
+impl Signature {
+    /// Whether two ranks made the same call: the same kind and, except for a split (whose
+    /// colour and key differ by design), the same op, dtype, size, peer and `same_label()`.
+    pub(crate) fn matches(&self, o: &Signature, same_label: impl FnOnce() -> bool) -> bool {
         if self.kind != o.kind {
             return false;
         }
         if self.kind == Kind::Split {
             return true;
         }
-        self.op == o.op
-            && self.dtype == o.dtype
-            && self.n == o.n
-            && self.peer == o.peer
-            && (!check_labels || self.label == o.label)
+        self == o && same_label()
+    }
+}
+
+/// What one rank is doing, for failure messages.
+#[derive(Default)]
+pub(crate) struct Activity {
+    current: Option<CallDesc>,
+    last: Option<CallDesc>,
+}
+
+impl Activity {
+    pub(crate) fn begin(&mut self, desc: CallDesc) {
+        self.current = Some(desc);
+    }
+    pub(crate) fn end(&mut self, desc: CallDesc) {
+        self.current = None;
+        self.last = Some(desc);
+    }
+    /// `in <call>` while in a call, else `after <last call>`.
+    pub(crate) fn describe(&self) -> Option<String> {
+        match (&self.current, &self.last) {
+            (Some(c), _) => Some(format!("in {c}")),
+            (None, Some(l)) => Some(format!("after {l}")),
+            (None, None) => None,
+        }
     }
 }
 

@@ -28,8 +28,10 @@ pub mod grid;
 pub mod group;
 pub mod inprocess;
 pub mod link;
+mod lock;
 pub mod mpi;
 pub mod payload;
+mod pool;
 pub mod recorder;
 pub mod runner;
 

@@ -56,11 +56,32 @@
 
 use std::time::Duration;
 
+// The backend, one job a module: how buffers and descriptors reach MPI (raw, wire), the
+// process's state and waits (process, wait), the communicator and its calls (comm, arrival,
+// collectives, p2p), and the entry points (lifecycle).
 #[cfg(feature = "mpi")]
-mod backend;
+mod arrival;
+#[cfg(feature = "mpi")]
+mod collectives;
+#[cfg(feature = "mpi")]
+mod comm;
+#[cfg(feature = "mpi")]
+mod lifecycle;
+#[cfg(feature = "mpi")]
+mod p2p;
+#[cfg(feature = "mpi")]
+mod process;
+#[cfg(feature = "mpi")]
+mod raw;
+#[cfg(feature = "mpi")]
+mod wait;
+#[cfg(feature = "mpi")]
+mod wire;
 
 #[cfg(feature = "mpi")]
-pub use backend::{MpiComm, abort, finalize, mpi_world, mpi_world_with, run_mpi, run_mpi_with};
+pub use comm::MpiComm;
+#[cfg(feature = "mpi")]
+pub use lifecycle::{abort, finalize, mpi_world, mpi_world_with, run_mpi, run_mpi_with};
 
 /// Settings of MPI communicators ([`MpiOptions::from_env`] reads them from the environment).
 #[derive(Debug, Clone, Copy, PartialEq)]

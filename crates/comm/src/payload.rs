@@ -80,6 +80,63 @@ macro_rules! dispatch {
 }
 pub(crate) use dispatch;
 
+/// The six buffer-carrying methods of a [`crate::Communicator`] impl, each dispatching its
+/// payload to the backend's generic method of the same name with a `_t` suffix
+/// (`all_reduce_t<T: CommElem>(&self, &mut [T], op, label)`, …).
+macro_rules! typed_calls {
+    () => {
+        fn all_reduce(
+            &self,
+            buf: $crate::payload::Payload<'_>,
+            op: ::boost_tensor::ReduceOp,
+            label: ::boost_tensor::Label,
+        ) -> $crate::error::CommResult<()> {
+            $crate::payload::dispatch!(Payload, buf, |b| self.all_reduce_t(b, op, label))
+        }
+        fn all_gather(
+            &self,
+            buf: $crate::payload::Payload<'_>,
+            label: ::boost_tensor::Label,
+        ) -> $crate::error::CommResult<()> {
+            $crate::payload::dispatch!(Payload, buf, |b| self.all_gather_t(b, label))
+        }
+        fn reduce_scatter(
+            &self,
+            buf: $crate::payload::Payload<'_>,
+            label: ::boost_tensor::Label,
+        ) -> $crate::error::CommResult<()> {
+            $crate::payload::dispatch!(Payload, buf, |b| self.reduce_scatter_t(b, label))
+        }
+        fn broadcast(
+            &self,
+            buf: $crate::payload::Payload<'_>,
+            root: usize,
+            label: ::boost_tensor::Label,
+        ) -> $crate::error::CommResult<()> {
+            $crate::payload::dispatch!(Payload, buf, |b| self.broadcast_t(b, root, label))
+        }
+        fn send(
+            &self,
+            buf: $crate::payload::PayloadRef<'_>,
+            to: usize,
+            tag: u32,
+            label: ::boost_tensor::Label,
+        ) -> $crate::error::CommResult<()> {
+            $crate::payload::dispatch!(PayloadRef, buf, |b| self.send_t(b, to, tag, label))
+        }
+        fn recv(
+            &self,
+            buf: $crate::payload::Payload<'_>,
+            from: usize,
+            tag: u32,
+            label: ::boost_tensor::Label,
+        ) -> $crate::error::CommResult<()> {
+            $crate::payload::dispatch!(Payload, buf, |b| self.recv_t(b, from, tag, label))
+        }
+    };
+}
+pub(crate) use typed_calls;
+
 /// A buffer a send only reads.
 #[derive(Debug, Clone, Copy)]
 pub enum PayloadRef<'a> {
@@ -134,6 +191,15 @@ pub trait CommElem: Copy + Send + Sync + Default + PartialEq + std::fmt::Debug +
             ReduceOp::Sum => Self::add(a, b),
             ReduceOp::Max => Self::max(a, b),
         }
+    }
+}
+
+/// `out[i] = out[i] ∘ src[i]` over the common length, with the match outside the loop so that
+/// each arm compiles to one tight loop.
+pub(crate) fn combine_into<T: CommElem>(out: &mut [T], src: &[T], op: ReduceOp) {
+    match op {
+        ReduceOp::Sum => out.iter_mut().zip(src).for_each(|(o, &x)| *o = T::add(*o, x)),
+        ReduceOp::Max => out.iter_mut().zip(src).for_each(|(o, &x)| *o = T::max(*o, x)),
     }
 }
 

@@ -4,6 +4,7 @@
 //! Recording takes one uncontended mutex and a hash lookup; once every key has been seen
 //! (after the first step) and with the log off or within its capacity, it allocates nothing.
 
+use crate::lock::lock;
 use crate::payload::{DType, Kind};
 use boost_tensor::Label;
 use serde::{Serialize, Serializer};
@@ -47,11 +48,7 @@ pub struct Totals {
 
 impl Totals {
     fn add(&mut self, e: &Event) {
-        self.calls += 1;
-        self.elements += e.elements;
-        self.bytes += e.bytes;
-        self.time += e.time;
-        self.emulated += e.emulated;
+        self.merge(&Totals { calls: 1, elements: e.elements, bytes: e.bytes, time: e.time, emulated: e.emulated });
     }
     fn merge(&mut self, o: &Totals) {
         self.calls += o.calls;
@@ -138,6 +135,25 @@ struct State {
     dropped: u64,
 }
 
+impl State {
+    fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            totals: self.totals,
+            by_key: self.aggs.iter().filter(|a| a.totals.calls > 0).copied().collect(),
+            events: self.events.clone(),
+            dropped_events: self.dropped,
+        }
+    }
+
+    /// Zero every counter and clear the log (keeping their storage).
+    fn reset(&mut self) {
+        self.aggs.iter_mut().for_each(|a| a.totals = Totals::default());
+        self.totals = Totals::default();
+        self.events.clear();
+        self.dropped = 0;
+    }
+}
+
 /// A thread-safe collective recorder; share one per rank across that rank's groups.
 pub struct Recorder {
     state: Mutex<State>,
@@ -176,7 +192,7 @@ impl Recorder {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.state)
     }
 
     pub fn record(&self, e: Event) {
@@ -205,37 +221,19 @@ impl Recorder {
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        let st = self.lock();
-        Snapshot {
-            totals: st.totals,
-            by_key: st.aggs.iter().filter(|a| a.totals.calls > 0).copied().collect(),
-            events: st.events.clone(),
-            dropped_events: st.dropped,
-        }
+        self.lock().snapshot()
     }
 
     /// Zero every counter and clear the log (keeping their storage).
     pub fn reset(&self) {
-        let mut st = self.lock();
-        st.aggs.iter_mut().for_each(|a| a.totals = Totals::default());
-        st.totals = Totals::default();
-        st.events.clear();
-        st.dropped = 0;
+        self.lock().reset();
     }
 
     /// Snapshot and reset in one step (e.g. once per optimizer step).
     pub fn take(&self) -> Snapshot {
         let mut st = self.lock();
-        let snap = Snapshot {
-            totals: st.totals,
-            by_key: st.aggs.iter().filter(|a| a.totals.calls > 0).copied().collect(),
-            events: st.events.clone(),
-            dropped_events: st.dropped,
-        };
-        st.aggs.iter_mut().for_each(|a| a.totals = Totals::default());
-        st.totals = Totals::default();
-        st.events.clear();
-        st.dropped = 0;
+        let snap = st.snapshot();
+        st.reset();
         snap
     }
 }
