@@ -1,0 +1,141 @@
+//! One decoder layer: attention half and MLP half around the residual stream, each a
+//! projection group feeding a local op (RoPE + attention; the SwiGLU product).
+
+use crate::group::{Ctx, Declare, Group, GroupActs, GroupKind, Latent, Scratch};
+use crate::layout::Dims;
+use boost_config::{Arch, Phi, Recompute};
+use boost_tensor::{AttnShape, Backend, DeviceBuf, Mat, MatMut};
+
+pub struct Block {
+    pub layer: usize,
+    pub qkv: Group,
+    pub o: Group,
+    pub gu: Group,
+    pub down: Group,
+    pub outer_silu: bool,
+    /// LaX: the next layer's crossing reads this layer's latents.
+    pub lax_arch: bool,
+}
+
+/// What a layer's forward keeps. The layer's input residual is kept by the model.
+pub struct BlockActs<B: Backend> {
+    pub qkv: GroupActs<B>,
+    /// q | k | v blocks, after RoPE.
+    pub qkv_out: B::Buf,
+    pub probs: B::Buf,
+    pub attn: B::Buf,
+    pub o: GroupActs<B>,
+    /// The residual after the attention half.
+    pub mid: B::Buf,
+    pub gu: GroupActs<B>,
+    /// g stacked over u.
+    pub gu_out: B::Buf,
+    pub m: B::Buf,
+    pub down: GroupActs<B>,
+}
+
+/// Per-micro-batch scratch for the backward of a layer.
+pub struct BlockGrads<B: Backend> {
+    pub dqkv: B::Buf,
+    pub dattn: B::Buf,
+    pub dgu: B::Buf,
+    pub dm: B::Buf,
+    pub attn_scratch: B::Buf,
+    /// LaX: gradients w.r.t. a layer's z, passed down to the layer below (two per group
+    /// kind, used alternately).
+    pub carries: Vec<[B::Buf; 2]>,
+}
+
+impl Block {
+    pub fn build<B: Backend>(layer: usize, cx: &mut Declare<B>) -> Self {
+        let m = cx.m;
+        let mut g = |k| Group::build(k, layer, cx);
+        Self {
+            layer,
+            qkv: g(GroupKind::Qkv),
+            o: g(GroupKind::O),
+            gu: g(GroupKind::GateUp),
+            down: g(GroupKind::Down),
+            outer_silu: m.outer_silu(),
+            lax_arch: m.arch == Arch::Lax,
+        }
+    }
+
+    pub fn groups(&self) -> [&Group; 4] {
+        [&self.qkv, &self.o, &self.gu, &self.down]
+    }
+
+    pub fn attn_shape(&self, dims: &Dims, batch: usize, seq: usize) -> AttnShape {
+        AttnShape { batch, seq, heads: dims.heads_loc, kv_heads: dims.kv_loc, head_dim: dims.head_dim }
+    }
+
+    pub fn alloc_acts<B: Backend>(&self, be: &B, dims: &Dims, batch: usize, seq: usize, phi: Phi) -> BlockActs<B> {
+        let t = batch * seq;
+        let sh = self.attn_shape(dims, batch, seq);
+        BlockActs {
+            qkv: self.qkv.alloc_acts(be, t, phi),
+            qkv_out: be.alloc(self.qkv.out_len(t)),
+            probs: be.alloc(sh.probs_len()),
+            attn: be.alloc(t * dims.q_loc()),
+            o: self.o.alloc_acts(be, t, phi),
+            mid: be.alloc(t * dims.d_res),
+            gu: self.gu.alloc_acts(be, t, phi),
+            gu_out: be.alloc(self.gu.out_len(t)),
+            m: be.alloc(t * dims.d_ff_loc),
+            down: self.down.alloc_acts(be, t, phi),
+        }
+    }
+
+    pub fn alloc_grads<B: Backend>(&self, be: &B, dims: &Dims, batch: usize, seq: usize) -> BlockGrads<B> {
+        let t = batch * seq;
+        let sh = self.attn_shape(dims, batch, seq);
+        let carries = self.groups().iter().map(|g| [be.alloc(g.geom(t).len()), be.alloc(g.geom(t).len())]).collect();
+        BlockGrads {
+            dqkv: be.alloc(self.qkv.out_len(t)),
+            dattn: be.alloc(t * dims.q_loc()),
+            dgu: be.alloc(self.gu.out_len(t)),
+            dm: be.alloc(t * dims.d_ff_loc),
+            attn_scratch: be.alloc(sh.probs_len()),
+            carries,
+        }
+    }
+}
+
+impl<B: Backend> BlockActs<B> {
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        use boost_tensor::DeviceBuf;
+        self.qkv.len()
+            + self.o.len()
+            + self.gu.len()
+            + self.down.len()
+            + self.qkv_out.len()
+            + self.probs.len()
+            + self.attn.len()
+            + self.mid.len()
+            + self.gu_out.len()
+            + self.m.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn group(&self, k: usize) -> &GroupActs<B> {
+        [&self.qkv, &self.o, &self.gu, &self.down][k]
+    }
+    pub fn groups_mut(&mut self) -> [&mut GroupActs<B>; 4] {
+        [&mut self.qkv, &mut self.o, &mut self.gu, &mut self.down]
+    }
+    pub fn group_mut(&mut self, k: usize) -> &mut GroupActs<B> {
+        match k {
+            0 => &mut self.qkv,
+            1 => &mut self.o,
+            2 => &mut self.gu,
+            _ => &mut self.down,
+        }
+    }
+}
+
+mod passes;
+mod recompute;
+
+pub use recompute::Kept;

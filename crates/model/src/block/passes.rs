@@ -1,0 +1,167 @@
+//! A layer's forward and backward: the attention half and the MLP half around the residual.
+
+use super::*;
+
+impl Block {
+    /// `x_out = layer(x_in)`. `prev` is the layer below (LaX crossing).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        params: &[B::Buf],
+        x_in: &B::Buf,
+        x_out: &mut B::Buf,
+        acts: &mut BlockActs<B>,
+        prev: Option<(&Block, &BlockActs<B>)>,
+        rope: &B::Buf,
+        batch: usize,
+        seq: usize,
+        sc: &mut Scratch<B>,
+    ) {
+        let (be, t, dims) = (cx.be, cx.t, &cx.dims);
+        let dres = dims.d_res;
+        let x = Mat::new(x_in, t, dres);
+        let pg = |f: fn(&Block) -> &Group, g: fn(&BlockActs<B>) -> &GroupActs<B>| prev.map(|(b, a)| (f(b), g(a)));
+
+        self.qkv.forward(cx, params, x, &mut acts.qkv, pg(|b| &b.qkv, |a| &a.qkv), &mut acts.qkv_out, sc);
+        self.rope_attention(cx, acts, rope, batch, seq);
+        let qw = dims.q_loc();
+        self.o.forward(cx, params, Mat::new(&acts.attn, t, qw), &mut acts.o, pg(|b| &b.o, |a| &a.o), &mut acts.mid, sc);
+        be.axpy(MatMut::new(&mut acts.mid, t, dres), x, 1.0);
+
+        let mid = Mat::new(&acts.mid, t, dres);
+        self.gu.forward(cx, params, mid, &mut acts.gu, pg(|b| &b.gu, |a| &a.gu), &mut acts.gu_out, sc);
+        self.swiglu(cx, &mut acts.m, &acts.gu_out);
+        let f = dims.d_ff_loc;
+        self.down.forward(cx, params, Mat::new(&acts.m, t, f), &mut acts.down, pg(|b| &b.down, |a| &a.down), x_out, sc);
+        be.axpy(MatMut::new(x_out, t, dres), mid, 1.0);
+    }
+
+    /// Backward of the layer: `dx` holds dL/dx_out on entry and dL/dx_in on return.
+    /// `above_lax` says the layer above crossed into this one's latents (LaX).
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        params: &[B::Buf],
+        grads: &mut [B::Buf],
+        x_in: &B::Buf,
+        acts: &BlockActs<B>,
+        prev: Option<(&Block, &BlockActs<B>)>,
+        above_lax: bool,
+        dx: &mut B::Buf,
+        rope: &B::Buf,
+        batch: usize,
+        seq: usize,
+        bg: &mut BlockGrads<B>,
+        sc: &mut Scratch<B>,
+    ) {
+        let (be, t, dims) = (cx.be, cx.t, &cx.dims);
+        let (dres, f, qw, kw) = (dims.d_res, dims.d_ff_loc, dims.q_loc(), dims.kv_w_loc());
+        let pg = |f: fn(&Block) -> &Group, g: fn(&BlockActs<B>) -> &GroupActs<B>| prev.map(|(b, a)| (f(b), g(a)));
+        let BlockGrads { dqkv, dattn, dgu, dm, attn_scratch, carries } = bg;
+        // LaX carries: this layer reads the slot the layer above wrote, (layer+1) mod 2, and
+        // writes slot layer mod 2 for the layer below.
+        let rd = (self.layer + 1) % 2;
+
+        // MLP half.
+        let (ci, co) = carry_io(&mut carries[3], rd, above_lax, self.down.has_lax());
+        self.down.backward(
+            cx,
+            params,
+            grads,
+            Mat::new(&acts.m, t, f),
+            &acts.down,
+            pg(|b| &b.down, |a| &a.down),
+            dx,
+            dm,
+            ci,
+            co,
+            sc,
+        );
+        be.swiglu_bwd(
+            MatMut::new(dgu, 2 * t, f),
+            Mat::new(dm, t, f),
+            Mat::new(&acts.gu_out, 2 * t, f),
+            self.outer_silu,
+        );
+        let (ci, co) = carry_io(&mut carries[2], rd, above_lax, self.gu.has_lax());
+        self.gu.backward(
+            cx,
+            params,
+            grads,
+            Mat::new(&acts.mid, t, dres),
+            &acts.gu,
+            pg(|b| &b.gu, |a| &a.gu),
+            dgu,
+            dx,
+            ci,
+            co,
+            sc,
+        );
+
+        // Attention half.
+        let (ci, co) = carry_io(&mut carries[1], rd, above_lax, self.o.has_lax());
+        self.o.backward(
+            cx,
+            params,
+            grads,
+            Mat::new(&acts.attn, t, qw),
+            &acts.o,
+            pg(|b| &b.o, |a| &a.o),
+            dx,
+            dattn,
+            ci,
+            co,
+            sc,
+        );
+        let sh = self.attn_shape(dims, batch, seq);
+        be.attention_bwd(dqkv, Mat::new(dattn, t, qw), &acts.probs, attn_scratch, &acts.qkv_out, sh);
+        be.rope(MatMut::at(dqkv, 0, t, qw, qw), rope, seq, dims.head_dim, true);
+        be.rope(MatMut::at(dqkv, t * qw, t, kw, kw), rope, seq, dims.head_dim, true);
+        let (ci, co) = carry_io(&mut carries[0], rd, above_lax, self.qkv.has_lax());
+        self.qkv.backward(
+            cx,
+            params,
+            grads,
+            Mat::new(x_in, t, dres),
+            &acts.qkv,
+            pg(|b| &b.qkv, |a| &a.qkv),
+            dqkv,
+            dx,
+            ci,
+            co,
+            sc,
+        );
+    }
+
+    /// RoPE on q and k, then causal attention into `acts.attn` (forward and low-rank recompute).
+    pub(super) fn rope_attention<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        acts: &mut BlockActs<B>,
+        rope: &B::Buf,
+        batch: usize,
+        seq: usize,
+    ) {
+        let (be, t, dims) = (cx.be, cx.t, &cx.dims);
+        let (qw, kw) = (dims.q_loc(), dims.kv_w_loc());
+        be.rope(MatMut::at(&mut acts.qkv_out, 0, t, qw, qw), rope, seq, dims.head_dim, false);
+        be.rope(MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw), rope, seq, dims.head_dim, false);
+        let sh = self.attn_shape(dims, batch, seq);
+        be.attention_fwd(MatMut::new(&mut acts.attn, t, qw), &mut acts.probs, &acts.qkv_out, sh);
+    }
+
+    /// The SwiGLU product `m` of the gate and up outputs (forward and low-rank recompute).
+    pub(super) fn swiglu<B: Backend>(&self, cx: &Ctx<B>, m: &mut B::Buf, gu_out: &B::Buf) {
+        let (t, f) = (cx.t, cx.dims.d_ff_loc);
+        cx.be.swiglu(MatMut::new(m, t, f), Mat::new(gu_out, 2 * t, f), self.outer_silu);
+    }
+}
+
+/// The (read, write) carry buffers of one group kind.
+pub(super) fn carry_io<Buf>(c: &mut [Buf; 2], rd: usize, above: bool, has: bool) -> (Option<&Buf>, Option<&mut Buf>) {
+    let [a, b] = c;
+    let (cin, cout) = if rd == 0 { (&*a, b) } else { (&*b, a) };
+    (above.then_some(cin), has.then_some(cout))
+}

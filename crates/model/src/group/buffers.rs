@@ -1,0 +1,168 @@
+//! Where a group's values live: the latent's geometry, the component-major output and the
+//! saved activations.
+
+use super::*;
+
+/// Where component j of a latent sits, relative to the latent's start.
+#[derive(Debug, Clone, Copy)]
+pub struct LatGeom {
+    pub t: usize,
+    pub c: usize,
+    pub r: usize,
+    pub grouped: bool,
+}
+
+impl LatGeom {
+    /// (offset, row stride) of component j.
+    pub fn comp(&self, j: usize) -> (usize, usize) {
+        if self.grouped { (j * self.r, self.c * self.r) } else { (j * self.t * self.r, self.r) }
+    }
+    /// The whole latent as one matrix (rows, cols); it is contiguous either way.
+    pub fn whole(&self) -> (usize, usize) {
+        if self.grouped { (self.t, self.c * self.r) } else { (self.c * self.t, self.r) }
+    }
+    pub fn len(&self) -> usize {
+        self.t * self.c * self.r
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn comp_mat<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a Buf, base: usize, j: usize) -> Mat<'a, Buf> {
+        let (off, ld) = self.comp(j);
+        Mat::at(buf, base + off, self.t, self.r, ld)
+    }
+    pub fn comp_mut<'a, Buf: boost_tensor::DeviceBuf>(
+        &self,
+        buf: &'a mut Buf,
+        base: usize,
+        j: usize,
+    ) -> MatMut<'a, Buf> {
+        let (off, ld) = self.comp(j);
+        MatMut::at(buf, base + off, self.t, self.r, ld)
+    }
+    pub fn whole_mat<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a Buf, base: usize) -> Mat<'a, Buf> {
+        let (r, c) = self.whole();
+        Mat::at(buf, base, r, c, c)
+    }
+    pub fn whole_mut<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a mut Buf, base: usize) -> MatMut<'a, Buf> {
+        let (r, c) = self.whole();
+        MatMut::at(buf, base, r, c, c)
+    }
+}
+
+impl Group {
+    /// Where this group's z lives (buffer, start of the latent): the φ output, the LN output
+    /// (LaX, identity φ), or the latent itself.
+    pub fn z_buf<'a, B: Backend>(&self, acts: &'a GroupActs<B>, t: usize) -> (&'a B::Buf, usize) {
+        match (&acts.z, acts.lax.as_ref().filter(|_| self.has_lax())) {
+            (Some(z), _) => (z, 0),
+            (None, Some(l)) => (&l.u, 0),
+            (None, None) => (&acts.lat, t),
+        }
+    }
+    /// Mutable [`Group::z_buf`].
+    pub fn z_buf_mut<'a, B: Backend>(&self, acts: &'a mut GroupActs<B>, t: usize) -> (&'a mut B::Buf, usize) {
+        let lax = self.has_lax();
+        match (&mut acts.z, acts.lax.as_mut().filter(|_| lax)) {
+            (Some(z), _) => (z, 0),
+            (None, Some(l)) => (&mut l.u, 0),
+            (None, None) => (&mut acts.lat, t),
+        }
+    }
+
+    pub fn is_low_rank(&self) -> bool {
+        matches!(self.w, Weights::LowRank { .. })
+    }
+    pub fn has_lax(&self) -> bool {
+        matches!(self.w, Weights::LowRank { lax: Some(_), .. })
+    }
+    pub fn geom(&self, t: usize) -> LatGeom {
+        LatGeom { t, c: self.c, r: if self.is_low_rank() { self.r_loc } else { 0 }, grouped: self.grouped }
+    }
+    /// Elements of the component-major output.
+    pub fn out_len(&self, t: usize) -> usize {
+        t * self.outs.iter().sum::<usize>()
+    }
+    pub(super) fn out_off(&self, t: usize, j: usize) -> usize {
+        t * self.outs[..j].iter().sum::<usize>()
+    }
+    pub fn out_mat<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a Buf, t: usize, j: usize) -> Mat<'a, Buf> {
+        Mat::at(buf, self.out_off(t, j), t, self.outs[j], self.outs[j])
+    }
+    pub fn out_mut<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a mut Buf, t: usize, j: usize) -> MatMut<'a, Buf> {
+        MatMut::at(buf, self.out_off(t, j), t, self.outs[j], self.outs[j])
+    }
+
+    /// Buffers for this group's saved activations at `t` tokens.
+    pub fn alloc_acts<B: Backend>(&self, be: &B, t: usize, phi: Phi) -> GroupActs<B> {
+        let g = self.geom(t);
+        let silu = self.is_low_rank() && phi == Phi::Silu;
+        GroupActs {
+            lat: be.alloc(t + g.len()),
+            z: silu.then(|| be.alloc(g.len())),
+            lax: self.has_lax().then(|| LaxActs {
+                a: be.alloc(g.len()),
+                mean: be.alloc(t * self.c),
+                rstd: be.alloc(t * self.c),
+                u: be.alloc(g.len()),
+            }),
+        }
+    }
+
+    /// φ's input (buffer, start of the latent): the LN output for a crossing layer, the
+    /// latent otherwise.
+    pub fn pre_phi<'a, B: Backend>(&self, acts: &'a GroupActs<B>, t: usize) -> (&'a B::Buf, usize) {
+        match (&acts.lax, self.has_lax()) {
+            (Some(l), true) => (&l.u, 0),
+            _ => (&acts.lat, t),
+        }
+    }
+
+    /// z = φ(…), the up-projections' input (component j).
+    pub fn z_mat<'a, B: Backend>(&self, acts: &'a GroupActs<B>, t: usize, j: usize) -> Mat<'a, B::Buf> {
+        self.z_of(&acts.lat, acts.z.as_ref(), acts.lax.as_ref(), t, j)
+    }
+
+    /// `z_mat` from the parts of a `GroupActs`.
+    pub fn z_of<'a, B: Backend>(
+        &self,
+        lat: &'a B::Buf,
+        z: Option<&'a B::Buf>,
+        lax: Option<&'a LaxActs<B>>,
+        t: usize,
+        j: usize,
+    ) -> Mat<'a, B::Buf> {
+        let g = self.geom(t);
+        // Buffers may be shared with a crossing layer: what this group uses follows the group.
+        match (z, lax.filter(|_| self.has_lax())) {
+            (Some(z), _) => g.comp_mat(z, 0, j),
+            (None, Some(l)) => g.comp_mat(&l.u, 0, j),
+            (None, None) => g.comp_mat(lat, t, j),
+        }
+    }
+
+    /// The norm statistic slot (rstd after the forward).
+    pub fn stat<'a, Buf: boost_tensor::DeviceBuf>(&self, lat: &'a Buf, t: usize) -> Mat<'a, Buf> {
+        Mat::at(lat, 0, t, 1, 1)
+    }
+}
+
+impl<B: Backend> GroupActs<B> {
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        use boost_tensor::DeviceBuf;
+        self.lat.len()
+            + self.z.as_ref().map_or(0, |z| z.len())
+            + self.lax.as_ref().map_or(0, |l| l.a.len() + l.mean.len() + l.rstd.len() + l.u.len())
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// A boundary's z buffer (see `Block::alloc_boundary`) and its length.
+    pub fn boundary_z(&mut self) -> (&mut B::Buf, usize) {
+        use boost_tensor::DeviceBuf;
+        let z = self.z.as_mut().expect("a boundary holds z");
+        let n = z.len();
+        (z, n)
+    }
+}

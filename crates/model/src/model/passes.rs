@@ -1,0 +1,167 @@
+//! The forward and backward passes of one stage over its layers, with recompute in the
+//! backward (spec §5).
+
+use super::recompute::{act_set, act_slots};
+use super::*;
+
+impl<B: Backend> Model<B> {
+    /// This stage's forward: embedding (first stage) or the received input, the layers,
+    /// then (last stage) exit, final norm and logits.
+    pub(super) fn forward_layers(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+        if self.layout.first_stage() {
+            self.embed_forward(tp, w);
+        }
+        let cx = self.ctx(tp, w.t());
+        let params = &self.store.values;
+        for (l, block) in self.blocks.iter().enumerate() {
+            let t = w.t();
+            let (lo, hi) = w.resid.split_at_mut(l + 1);
+            let (cur, prev) = act_slots(&mut w.blocks, self.act_set(l), l.checked_sub(1).map(|q| self.act_set(q)));
+            let prev = match prev {
+                Some(p) => Some((&self.blocks[l - 1], &*p)),
+                None => w.z_in.as_ref().map(|z| (&self.blocks[0], z)),
+            };
+            block.forward(&cx, params, &lo[l], &mut hi[0], cur, prev, &w.rope, w.batch, w.seq, &mut w.sc);
+            let policy = self.policy_of(l);
+            if policy != Recompute::None {
+                block.save_kept(&self.be, t, policy, cur, &mut w.kept[l]);
+            }
+        }
+        if self.layout.last_stage() {
+            self.head_forward(tp, w);
+        }
+    }
+
+    /// Forward of micro-batch slot `slot` on this stage. On the last stage the loss is
+    /// returned, and with `grad_scale` the logits' gradient is prepared for the backward.
+    /// A later stage's input must have been received first ([`Model::recv_activation`]).
+    pub fn forward_stage(
+        &mut self,
+        tp: &dyn Collective<B>,
+        slot: usize,
+        b: &Batch,
+        grad_scale: Option<f64>,
+    ) -> Option<LossSum> {
+        let mut w = if self.layout.first_stage() {
+            self.take_work(slot, b)
+        } else {
+            let mut w = self.works.get_mut(slot).and_then(|w| w.take()).expect("the stage input was received");
+            if !b.targets.is_empty() {
+                self.be.write_ids(&mut w.targets, b.targets);
+            }
+            w
+        };
+        self.forward_layers(tp, &mut w);
+        let loss = self.layout.last_stage().then(|| self.loss(tp, &mut w, grad_scale, b.targets));
+        self.put_work(slot, w);
+        loss
+    }
+
+    /// Backward of micro-batch slot `slot` on this stage: from the logits' gradient on the
+    /// last stage, from the received output gradient otherwise ([`Model::recv_grad`]).
+    pub fn backward_stage(&mut self, tp: &dyn Collective<B>, slot: usize) {
+        let mut w = self.works.get_mut(slot).and_then(|w| w.take()).expect("backward of a slot without forward");
+        self.backward(tp, &mut w);
+        self.put_work(slot, w);
+    }
+
+    /// Forward and backward of one micro-batch on a single-stage model; gradients accumulate
+    /// into the store's grads scaled by `grad_scale` (1 / tokens of the whole optimizer step).
+    pub fn forward_backward(&mut self, tp: &dyn Collective<B>, b: &Batch, grad_scale: f64) -> LossSum {
+        assert_eq!(
+            self.layout.stages, 1,
+            "forward_backward runs a whole model; stages use forward_stage/backward_stage"
+        );
+        let loss = self.forward_stage(tp, 0, b, Some(grad_scale)).expect("one stage computes the loss");
+        self.backward_stage(tp, 0);
+        loss
+    }
+
+    /// Loss of one micro-batch, no gradients (single-stage model).
+    pub fn evaluate(&mut self, tp: &dyn Collective<B>, b: &Batch) -> LossSum {
+        assert_eq!(self.layout.stages, 1, "evaluate runs a whole model");
+        self.forward_stage(tp, 0, b, None).expect("one stage computes the loss")
+    }
+
+    /// Logits of one micro-batch (this rank's vocabulary columns, padding included), row-major.
+    pub fn logits(&mut self, tp: &dyn Collective<B>, ids: &[u32], batch: usize, seq: usize) -> Vec<f64> {
+        assert_eq!(self.layout.stages, 1, "logits of a whole model");
+        let mut w = self.take_work(0, &Batch { ids, targets: &[], batch, seq });
+        self.forward_layers(tp, &mut w);
+        let out = self.be.read_mat(Mat::new(&w.logits, batch * seq, self.dims.vocab_loc));
+        self.put_work(0, w);
+        out
+    }
+
+    /// dL/d(embedding output) of the last backward (t × d_res, this rank's hidden shard
+    /// under BTP), for tests.
+    pub fn embed_out_grad(&self) -> Vec<f64> {
+        let w = self.works.first().and_then(|w| w.as_ref()).expect("run a backward first");
+        self.be.read_mat(Mat::new(&w.dx, w.t(), self.dims.d_res))
+    }
+
+    pub(super) fn backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+        if self.layout.last_stage() {
+            self.head_backward(tp, w);
+        }
+        let cx = ctx(&self.be, tp, &self.cfg, self.plan, self.dims, w.t());
+        let r = self.recomputed();
+        let ParamStore { values: params, grads, .. } = &mut self.store;
+        let params: &[B::Buf] = params;
+        let lax = self.cfg.arch == Arch::Lax;
+        let n = self.blocks.len();
+        let total_layers = self.cfg.layers;
+        let be = &self.be;
+        let t = w.t();
+        for l in (0..n).rev() {
+            let policy = if l < r { self.recompute } else { Recompute::None };
+            let (cur, mut prev) = act_slots(&mut w.blocks, act_set(r, l), l.checked_sub(1).map(|q| act_set(r, q)));
+            let block = &self.blocks[l];
+            // The first layer of a later stage crosses into the received latents.
+            let boundary = if l == 0 { w.z_in.as_ref().map(|z| (&self.blocks[0], z)) } else { None };
+            // Bring back what the forward dropped (spec §5).
+            match policy {
+                Recompute::None => {}
+                Recompute::Lowrank => {
+                    if let (true, Some(p)) = (lax, prev.as_deref_mut()) {
+                        // The crossing reads the layer below's z: rebuild it from its kept a.
+                        let below = &self.blocks[l - 1];
+                        below.restore_kept(be, t, policy, &w.kept[l - 1], p);
+                        below.recompute_latents(&cx, params, p, None, &mut w.sc, false);
+                    }
+                    block.restore_kept(be, t, policy, &w.kept[l], cur);
+                    let pv = prev.as_deref().map(|p| (&self.blocks[l - 1], p)).or(boundary);
+                    block.recompute_lowrank(&cx, params, cur, pv, &w.rope, w.batch, w.seq, &mut w.sc);
+                }
+                Recompute::Full => {
+                    if let (true, Some(p)) = (lax, prev.as_deref_mut()) {
+                        self.blocks[l - 1].restore_kept(be, t, policy, &w.kept[l - 1], p);
+                    }
+                    let pv = prev.as_deref().map(|p| (&self.blocks[l - 1], p)).or(boundary);
+                    // The layer's output is not needed again: its buffer takes the rerun's.
+                    let (lo, hi) = w.resid.split_at_mut(l + 1);
+                    block.forward(&cx, params, &lo[l], &mut hi[0], cur, pv, &w.rope, w.batch, w.seq, &mut w.sc);
+                }
+            }
+            let prev = prev.map(|p| (&self.blocks[l - 1], &*p)).or(boundary);
+            block.backward(
+                &cx,
+                params,
+                grads,
+                &w.resid[l],
+                cur,
+                prev,
+                lax && block.layer + 1 < total_layers,
+                &mut w.dx,
+                &w.rope,
+                w.batch,
+                w.seq,
+                &mut w.bg,
+                &mut w.sc,
+            );
+        }
+        if self.layout.first_stage() {
+            self.embed_backward(tp, w);
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The buffers of one micro-batch shape: allocated on first use, kept per pipeline slot and
+//! reused every step; and the activation memory they amount to.
+
+use super::*;
+use crate::plan::Entry;
+use boost_config::LaxGate;
+
+/// Activation memory of one micro-batch shape under the model's recompute policy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActivationMemory {
+    pub policy: Recompute,
+    pub tokens: usize,
+    pub elem_bytes: usize,
+    /// Elements each layer keeps from its forward until its backward (its input residual
+    /// included).
+    pub per_layer: Vec<usize>,
+    /// Elements of the buffers a recompute runs in (two layers' worth, reused by every layer).
+    pub recompute_scratch: usize,
+}
+
+impl ActivationMemory {
+    pub fn layers_bytes(&self) -> usize {
+        self.per_layer.iter().sum::<usize>() * self.elem_bytes
+    }
+    pub fn total_bytes(&self) -> usize {
+        self.layers_bytes() + self.recompute_scratch * self.elem_bytes
+    }
+}
+
+/// Buffers for one (batch, seq) shape.
+pub(crate) struct Work<B: Backend> {
+    pub batch: usize,
+    pub seq: usize,
+    pub ids: B::Ids,
+    pub targets: B::Ids,
+    pub rope: B::Buf,
+    /// resid[l] is layer l's input; resid[L] the stack's output (t × d_res each).
+    pub resid: Vec<B::Buf>,
+    /// Per layer (no recompute), or two reused in turn (recompute).
+    pub blocks: Vec<BlockActs<B>>,
+    /// What each layer keeps when its activations are recomputed.
+    pub kept: Vec<Kept<B>>,
+    /// LaX on a later pipeline stage: the previous stage's last-layer latents (z only).
+    pub z_in: Option<BlockActs<B>>,
+    /// The whole final residual (t × d), gathered from the shards under BTP.
+    pub xf: B::Buf,
+    /// Rank-major scratch (t × d) for gathers and scatters of hidden shards.
+    pub rm: B::Buf,
+    pub frstd: B::Buf,
+    pub hf: B::Buf,
+    pub logits: B::Buf,
+    pub losses: B::Buf,
+    pub lmax: B::Buf,
+    pub lstats: B::Buf,
+    pub sc: Scratch<B>,
+    pub bg: BlockGrads<B>,
+    pub dx: B::Buf,
+    pub dhf: B::Buf,
+    pub dot: B::Buf,
+}
+
+impl<B: Backend> Work<B> {
+    pub fn t(&self) -> usize {
+        self.batch * self.seq
+    }
+}
+
+impl<B: Backend> Model<B> {
+    /// The activation memory of a (batch, seq) micro-batch under the current policy, from
+    /// the buffers the engine allocates for it.
+    pub fn activation_memory(&mut self, batch: usize, seq: usize) -> ActivationMemory {
+        let w = match self.works.get_mut(0).and_then(|w| w.take()) {
+            Some(w) if w.batch == batch && w.seq == seq => w,
+            _ => self.alloc_work(batch, seq),
+        };
+        use boost_tensor::DeviceBuf;
+        let n = self.blocks.len();
+        let per_layer = (0..n)
+            .map(|l| {
+                w.resid[l].len()
+                    + match self.policy_of(l) {
+                        Recompute::None => w.blocks[self.act_set(l)].len(),
+                        _ => w.kept[l].len(),
+                    }
+            })
+            .collect();
+        let recompute_scratch = w.blocks[..self.recomputed().min(2)].iter().map(|b| b.len()).sum();
+        let m = ActivationMemory {
+            policy: self.recompute,
+            tokens: batch * seq,
+            elem_bytes: self.be.elem_bytes(),
+            per_layer,
+            recompute_scratch,
+        };
+        self.put_work(0, w);
+        m
+    }
+
+    pub(super) fn alloc_work(&self, batch: usize, seq: usize) -> Work<B> {
+        let be = &self.be;
+        let (t, dims) = (batch * seq, &self.dims);
+        let groups = self.blocks.iter().flat_map(|b| b.groups());
+        let max_in = groups.clone().map(|g| g.d_in_loc).max().unwrap_or(0);
+        let max_lat = groups.clone().map(|g| g.geom(t).len()).max().unwrap_or(0);
+        let kron = if self.cfg.arch == Arch::Lax && self.cfg.lax.gate == LaxGate::Kron {
+            let (a, b) = self.cfg.kron_factors();
+            3 * max_lat + 64 * (a * a + b * b)
+        } else {
+            0
+        };
+        let phi = self.cfg.phi();
+        let sharded = self.layout.tp > 1;
+        let last = self.layout.last_stage();
+        let head = |n: usize| be.alloc(if last { n } else { 0 });
+        let z_in =
+            (!self.layout.first_stage() && self.cfg.arch == Arch::Lax).then(|| self.blocks[0].alloc_boundary(be, t));
+        Work {
+            batch,
+            seq,
+            ids: be.alloc_ids(t),
+            targets: be.alloc_ids(t),
+            rope: be.rope_table(seq, dims.head_dim, self.cfg.rope_theta),
+            resid: (0..=self.blocks.len()).map(|_| be.alloc(t * dims.d_res)).collect(),
+            blocks: {
+                // Recomputed layers: two sets used in turn by even and odd layers, each sized by
+                // the deepest layer of its parity (layer 0 has no LaX crossing, later ones do).
+                // Then one set per layer that keeps everything.
+                let r = self.recomputed();
+                let shared = (0..r.min(2)).map(|k| &self.blocks[k + (r - 1 - k) / 2 * 2]);
+                shared.chain(&self.blocks[r..]).map(|b| b.alloc_acts(be, dims, batch, seq, phi)).collect()
+            },
+            kept: (0..self.recomputed())
+                .filter_map(|l| self.blocks[l].alloc_kept(be, dims, t, self.recompute))
+                .collect(),
+            z_in,
+            xf: head(if dims.d_res < dims.d { t * dims.d } else { 0 }),
+            rm: be.alloc(if sharded { t * dims.d } else { 0 }),
+            frstd: head(t),
+            hf: be.alloc(if last || self.plan.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
+            logits: head(t * dims.vocab_loc),
+            losses: head(t),
+            lmax: head(t),
+            lstats: head(2 * t),
+            sc: Scratch {
+                h: be.alloc(t * max_in),
+                dh: be.alloc(t * max_in),
+                dlat: be.alloc(t + max_lat),
+                dlat2: be.alloc(t + max_lat),
+                row: be.alloc(t),
+                kron: be.alloc(kron),
+            },
+            bg: self.blocks[0].alloc_grads(be, dims, batch, seq),
+            dx: be.alloc(t * dims.d_res),
+            dhf: be.alloc(if last || self.plan.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
+            dot: head(t),
+        }
+    }
+
+    /// The buffers of micro-batch slot `slot` for batch `b` (allocated on first use), with
+    /// its ids and targets written.
+    pub(super) fn take_work(&mut self, slot: usize, b: &Batch) -> Work<B> {
+        assert_eq!(b.ids.len(), b.batch * b.seq, "batch: {} ids for {}×{}", b.ids.len(), b.batch, b.seq);
+        let mut w = match self.works.get_mut(slot).and_then(|w| w.take()) {
+            Some(w) if w.batch == b.batch && w.seq == b.seq => w,
+            _ => self.alloc_work(b.batch, b.seq),
+        };
+        self.be.write_ids(&mut w.ids, b.ids);
+        if !b.targets.is_empty() {
+            assert_eq!(b.targets.len(), b.ids.len());
+            self.be.write_ids(&mut w.targets, b.targets);
+        }
+        w
+    }
+
+    pub(super) fn put_work(&mut self, slot: usize, w: Work<B>) {
+        if self.works.len() <= slot {
+            self.works.resize_with(slot + 1, || None);
+        }
+        self.works[slot] = Some(w);
+    }
+
+    pub(super) fn slot_work(&mut self, slot: usize) -> &mut Work<B> {
+        self.works
+            .get_mut(slot)
+            .and_then(|w| w.as_mut())
+            .unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"))
+    }
+}
