@@ -2,7 +2,7 @@
 //! of a hidden-sharded residual, the final norm, the vocabulary-parallel LM head and its
 //! cross-entropy — forward and backward. The plan's [`Entry`] and [`Exit`] choose the path.
 
-use crate::model::{Model, Work};
+use crate::model::{FirstStage, LastStage, Model, Work};
 use crate::plan::{Entry, Exit};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
 
@@ -39,9 +39,9 @@ impl<B: Backend> Model<B> {
         }
     }
 
-    pub(crate) fn embed_forward(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+    pub(crate) fn embed_forward(&self, first: FirstStage, tp: &dyn Collective<B>, w: &mut Work<B>) {
         let (t, be, dims) = (w.t(), &self.be, &self.dims);
-        let table = self.embed.expect("the first stage holds the embedding").of(&self.store.values);
+        let table = first.embed.of(&self.store.values);
         match self.plan.entry {
             Entry::HiddenShard => be.embed(MatMut::new(&mut w.resid[0], t, dims.d_res), table, &w.ids, 0),
             Entry::VocabAllReduce => {
@@ -61,22 +61,16 @@ impl<B: Backend> Model<B> {
         }
     }
 
-    pub(crate) fn embed_backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+    pub(crate) fn embed_backward(&mut self, stage: FirstStage, tp: &dyn Collective<B>, w: &mut Work<B>) {
         let (t, dims) = (w.t(), self.dims);
         let first = self.vocab_first();
         match self.plan.entry {
-            Entry::HiddenShard => self.be.embed_bwd(
-                self.embed.expect("the first stage holds the embedding").of_mut(&mut self.store.grads),
-                Mat::new(&w.dx, t, dims.d_res),
-                &w.ids,
-                0,
-            ),
-            Entry::VocabAllReduce => self.be.embed_bwd(
-                self.embed.expect("the first stage holds the embedding").of_mut(&mut self.store.grads),
-                Mat::new(&w.dx, t, dims.d),
-                &w.ids,
-                first,
-            ),
+            Entry::HiddenShard => {
+                self.be.embed_bwd(stage.embed.of_mut(&mut self.store.grads), Mat::new(&w.dx, t, dims.d_res), &w.ids, 0)
+            }
+            Entry::VocabAllReduce => {
+                self.be.embed_bwd(stage.embed.of_mut(&mut self.store.grads), Mat::new(&w.dx, t, dims.d), &w.ids, first)
+            }
             Entry::VocabReduceScatter => {
                 let n = t * dims.d_res;
                 let r = self.layout.tp_rank;
@@ -84,7 +78,7 @@ impl<B: Backend> Model<B> {
                 tp.all_gather(&mut w.rm, 0, n, Label::op("embed.bwd"));
                 self.gather_rank_major(&mut w.dhf, &w.rm, t);
                 self.be.embed_bwd(
-                    self.embed.expect("the first stage holds the embedding").of_mut(&mut self.store.grads),
+                    stage.embed.of_mut(&mut self.store.grads),
                     Mat::new(&w.dhf, t, dims.d),
                     &w.ids,
                     first,
@@ -94,7 +88,7 @@ impl<B: Backend> Model<B> {
     }
 
     /// Exit, final norm and this rank's logits.
-    pub(crate) fn head_forward(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+    pub(crate) fn head_forward(&self, stage: LastStage, tp: &dyn Collective<B>, w: &mut Work<B>) {
         let (t, be, dims) = (w.t(), &self.be, &self.dims);
         let params = &self.store.values;
         let last = self.blocks.len();
@@ -114,10 +108,10 @@ impl<B: Backend> Model<B> {
         };
         be.row_sumsq(MatMut::new(&mut w.frstd, t, 1), xf);
         be.rstd_from_sumsq(MatMut::new(&mut w.frstd, t, 1), dims.d, self.cfg.norm_eps);
-        let final_norm = self.final_norm.expect("the last stage holds the final norm");
+        let final_norm = stage.final_norm;
         be.rmsnorm_apply(MatMut::new(&mut w.hf, t, dims.d), xf, final_norm.of(params), Mat::new(&w.frstd, t, 1));
         let valid = self.vocab_valid();
-        let hs = self.head.expect("the last stage holds the head");
+        let hs = stage.head;
         let head = Mat::at(&params[hs.buf], hs.off, valid, dims.d, dims.d);
         be.gemm(
             MatMut::at(&mut w.logits, 0, t, valid, dims.vocab_loc),
@@ -172,13 +166,13 @@ impl<B: Backend> Model<B> {
     }
 
     /// LM head, its `f`, the final norm and the exit, backward: leaves dL/d(stack output) in `dx`.
-    pub(crate) fn head_backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+    pub(crate) fn head_backward(&mut self, stage: LastStage, tp: &dyn Collective<B>, w: &mut Work<B>) {
         let (t, dims) = (w.t(), self.dims);
         let (valid, vl) = (self.vocab_valid(), dims.vocab_loc);
         let be = &self.be;
         let crate::params::ParamStore { values, grads, .. } = &mut self.store;
         let dl = Mat::at(&w.logits, 0, t, valid, vl);
-        let h = self.head.expect("the last stage holds the head");
+        let h = stage.head;
         be.gemm(
             MatMut::at(&mut grads[h.buf], h.off, valid, dims.d, dims.d),
             dl.t(),
@@ -200,7 +194,7 @@ impl<B: Backend> Model<B> {
         } else {
             Mat::new(&w.resid[last], t, dims.d)
         };
-        let final_norm = self.final_norm.expect("the last stage holds the final norm");
+        let final_norm = stage.final_norm;
         let g = final_norm.of(values);
         be.rmsnorm_bwd_dot(MatMut::new(&mut w.dot, t, 1), Mat::new(&w.dhf, t, dims.d), xf, g);
         let dst = if self.plan.exit == Exit::Gather { &mut w.rm } else { &mut w.dx };

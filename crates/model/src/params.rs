@@ -88,16 +88,24 @@ pub struct ParamStore<B: Backend> {
     pub grads: Vec<B::Buf>,
     pub bufs: Vec<BufInfo>,
     pub pieces: Vec<Piece>,
+    /// Record the declaration only: buffers are empty (for reading another rank's share).
+    shapes_only: bool,
 }
 
 impl<B: Backend> ParamStore<B> {
     pub fn new() -> Self {
-        Self { values: Vec::new(), grads: Vec::new(), bufs: Vec::new(), pieces: Vec::new() }
+        Self { values: Vec::new(), grads: Vec::new(), bufs: Vec::new(), pieces: Vec::new(), shapes_only: false }
+    }
+
+    /// A store that records tensors, slots and buffer sizes but allocates nothing.
+    pub fn shapes_only() -> Self {
+        Self { shapes_only: true, ..Self::new() }
     }
 
     pub fn add_buf(&mut self, backend: &B, name: &str, len: usize, decay: bool, replicated: bool) -> usize {
-        self.values.push(backend.alloc_param(len));
-        self.grads.push(backend.alloc(len));
+        let n = if self.shapes_only { 0 } else { len };
+        self.values.push(backend.alloc_param(n));
+        self.grads.push(backend.alloc(n));
         self.bufs.push(BufInfo { name: name.to_string(), len, decay, replicated, pipeline_copy: false });
         self.bufs.len() - 1
     }

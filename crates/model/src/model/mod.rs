@@ -28,6 +28,23 @@ pub struct LossSum {
     pub tokens: usize,
 }
 
+/// What the first pipeline stage holds beyond its layers.
+#[derive(Debug, Clone, Copy)]
+pub struct FirstStage {
+    /// The embedding table: hidden-sharded columns or vocabulary-parallel rows, as the plan's
+    /// entry says.
+    pub embed: Slot,
+}
+
+/// What the last pipeline stage holds beyond its layers.
+#[derive(Debug, Clone, Copy)]
+pub struct LastStage {
+    pub final_norm: Slot,
+    /// Vocabulary-parallel rows; the embedding table when tied (on a later stage, a copy
+    /// whose gradient is synced with the first stage's).
+    pub head: Slot,
+}
+
 pub struct Model<B: Backend> {
     pub cfg: ModelConfig,
     pub layout: Layout,
@@ -36,15 +53,12 @@ pub struct Model<B: Backend> {
     pub dims: Dims,
     pub be: B,
     pub store: ParamStore<B>,
-    /// The embedding table: hidden-sharded (BTP, untied) or vocabulary-parallel rows. Held
-    /// by the first pipeline stage (and, with tied embeddings, by the last as its head).
-    pub embed: Option<Slot>,
+    /// The first pipeline stage's embedding.
+    pub first: Option<FirstStage>,
     /// This stage's layers (their `layer` fields are global indices).
     pub blocks: Vec<Block>,
-    /// Final norm and LM head (vocabulary-parallel rows; the embedding table when tied):
-    /// last stage only.
-    pub final_norm: Option<Slot>,
-    pub head: Option<Slot>,
+    /// The last pipeline stage's final norm and LM head.
+    pub last: Option<LastStage>,
     /// What the forward keeps for the backward (`train.recompute`).
     pub recompute: Recompute,
     /// The policy applies to this many layers of the stage, the first ones (0: all), as
@@ -64,64 +78,9 @@ impl<B: Backend> Model<B> {
 
     /// Declare the parameters without filling them (they read zero).
     pub fn declare(be: B, cfg: &ModelConfig, layout: Layout) -> Result<Self> {
-        cfg.validate()?;
-        if cfg.vocab == 0 {
-            bail!("model.vocab is 0 (\"take it from the tokenizer\") and was not resolved before building the model");
-        }
-        let p = layout.tp;
-        let plan = layout.plan(cfg).map_err(anyhow::Error::msg)?;
-        if cfg.arch == Arch::Lax && cfg.lax.gate == LaxGate::Kron {
-            let (a, b) = cfg.kron_factors();
-            assert_eq!(a * b, cfg.rank);
-        }
-        let dims = Dims::new(cfg, &plan);
-        let mut store = ParamStore::new();
-        let (d, v) = (cfg.d, cfg.vocab);
-
-        // Vocabulary-parallel rows [rank·V_loc, (rank+1)·V_loc) ∩ [0, V), padded to V_loc.
-        let vocab_rows = |store: &mut ParamStore<B>, name: &str| {
-            let mut bb = BufBuilder::new(name);
-            let vl = dims.vocab_loc;
-            let lo = (layout.tp_rank * vl).min(v);
-            let hi = ((layout.tp_rank + 1) * vl).min(v);
-            let slot = bb.at(name.to_string(), vec![v, d], lo..hi, 0..d, 0, d, Init::Normal(cfg.init_std));
-            bb.reserve(vl * d);
-            let id = bb.finish(store, &be, true, false);
-            Slot { rows: vl, ..bind(slot, id) }
-        };
-        let (first, last) = (layout.first_stage(), layout.last_stage());
-        let embed = (first || (last && cfg.tie_embeddings)).then(|| {
-            let slot = if plan.entry == Entry::HiddenShard {
-                let name = "model.embed_tokens.weight".to_string();
-                let mut bb = BufBuilder::new(name.clone());
-                let split = if p > 1 { Split::Cols } else { Split::Whole };
-                let slot = bb.block(name, vec![v, d], split, p, layout.tp_rank, Init::Normal(cfg.init_std));
-                bind(slot, bb.finish(&mut store, &be, true, false))
-            } else {
-                vocab_rows(&mut store, "model.embed_tokens.weight")
-            };
-            if !first {
-                // The last stage's copy of a tied table: synced with the first stage's and
-                // counted there.
-                store.bufs[slot.buf].pipeline_copy = true;
-            }
-            slot
-        });
-        let mut cx = Declare { m: cfg, plan: &plan, layout: &layout, dims: &dims, store: &mut store, be: &be };
-        let blocks: Vec<Block> = layout.layer_range(cfg.layers).map(|l| Block::build(l, &mut cx)).collect();
-        let final_norm = last.then(|| {
-            let name = "model.norm.weight".to_string();
-            let mut bb = BufBuilder::new(name.clone());
-            let slot = bb.block(name, vec![d], Split::Whole, 1, 0, Init::Const(1.0));
-            bind(slot, bb.finish(&mut store, &be, false, p > 1))
-        });
-        let head = last.then(|| {
-            if cfg.tie_embeddings {
-                embed.expect("the last stage holds the tied table")
-            } else {
-                vocab_rows(&mut store, "lm_head.weight")
-            }
-        });
+        let (plan, dims) = resolve(cfg, &layout)?;
+        let StageParams { store, first, blocks, last } =
+            StageParams::declare(&be, cfg, &layout, &plan, &dims, ParamStore::new());
         Ok(Self {
             cfg: cfg.clone(),
             layout,
@@ -129,14 +88,21 @@ impl<B: Backend> Model<B> {
             dims,
             be,
             store,
-            embed,
+            first,
             blocks,
-            final_norm,
-            head,
+            last,
             recompute: Recompute::None,
             recompute_layers: 0,
             works: Vec::new(),
         })
+    }
+
+    /// The tied embedding table, on the stage that holds it (first or last).
+    pub fn tied_table(&self) -> Option<Slot> {
+        if !self.cfg.tie_embeddings {
+            return None;
+        }
+        self.first.map(|f| f.embed).or(self.last.map(|l| l.head))
     }
 
     pub(crate) fn ctx<'a>(&'a self, tp: &'a dyn Collective<B>, t: usize) -> Ctx<'a, B> {
@@ -155,16 +121,13 @@ pub(crate) fn ctx<'a, B: Backend>(
     Ctx { be, tp, plan, dims, phi: cfg.phi(), norm_eps: cfg.norm_eps, lax_eps: cfg.lax.ln_eps, t }
 }
 
-/// The canonical pieces rank `layout.tp_rank` holds, without keeping any buffers.
-pub fn layout_pieces(cfg: &ModelConfig, layout: Layout) -> Result<Vec<crate::params::Piece>> {
-    // Zero-filled buffers are mapped lazily by the allocator, so declaring is cheap.
-    Ok(Model::declare(boost_tensor::cpu::Cpu::<f32>::new(), cfg, layout)?.store.pieces)
-}
-
+mod parameters;
 mod passes;
 mod recompute;
 mod stage_io;
 mod work;
 
+use parameters::resolve;
+pub use parameters::{StageParams, layout_pieces};
 pub use work::ActivationMemory;
 pub(crate) use work::Work;

@@ -8,8 +8,8 @@ impl<B: Backend> Model<B> {
     /// This stage's forward: embedding (first stage) or the received input, the layers,
     /// then (last stage) exit, final norm and logits.
     pub(super) fn forward_layers(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
-        if self.layout.first_stage() {
-            self.embed_forward(tp, w);
+        if let Some(first) = self.first {
+            self.embed_forward(first, tp, w);
         }
         let cx = self.ctx(tp, w.t());
         let params = &self.store.values;
@@ -27,8 +27,8 @@ impl<B: Backend> Model<B> {
                 block.save_kept(&self.be, t, policy, cur, &mut w.kept[l]);
             }
         }
-        if self.layout.last_stage() {
-            self.head_forward(tp, w);
+        if let Some(last) = self.last {
+            self.head_forward(last, tp, w);
         }
     }
 
@@ -101,8 +101,8 @@ impl<B: Backend> Model<B> {
     }
 
     pub(super) fn backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
-        if self.layout.last_stage() {
-            self.head_backward(tp, w);
+        if let Some(last) = self.last {
+            self.head_backward(last, tp, w);
         }
         let cx = ctx(&self.be, tp, &self.cfg, self.plan, self.dims, w.t());
         let r = self.recomputed();
@@ -160,8 +160,8 @@ impl<B: Backend> Model<B> {
                 &mut w.sc,
             );
         }
-        if self.layout.first_stage() {
-            self.embed_backward(tp, w);
+        if let Some(first) = self.first {
+            self.embed_backward(first, tp, w);
         }
     }
 }

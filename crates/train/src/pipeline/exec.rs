@@ -69,7 +69,7 @@ impl<B: Backend> StageRunner<B> {
         if stages == 1 || !model.cfg.tie_embeddings || (stage != 0 && stage + 1 != stages) {
             return;
         }
-        let slot = model.embed.expect("both ends hold the tied table");
+        let slot = model.tied_table().expect("both ends hold the tied table");
         let buf = slot.buf;
         let n = model.store.bufs[buf].len;
         let label = Label::op("embed.tied_grads");
