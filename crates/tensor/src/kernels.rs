@@ -12,7 +12,8 @@
 /// The category (`Gemm`, `Attention`, `Other`, `Untimed`) is where
 /// [`crate::profile::Profiled`] books the kernel's time; `flops` is counted per call.
 /// Types name `Mat`, `MatMut`, `AttnShape` and `AdamStep`, which must be in scope where an
-/// impl is generated.
+/// impl is generated. A new kernel is an entry here and a function of its name in each
+/// backend's `ops` module (the CPU backend's here, boost-cuda's).
 #[macro_export]
 macro_rules! kernel_table {
     ($($callback:ident)::+ { $($extra:tt)* }) => {
@@ -41,9 +42,19 @@ macro_rules! kernel_table {
             /// In place: `s ← 1/√(s/n + eps)` (turns a sum of squares over n features into rstd).
             [Other] fn rstd_from_sumsq(s: MatMut<Self::Buf>, n: usize, eps: f64);
             /// `y = x · rstd[i] · gamma[j]`.
-            [Other] fn rmsnorm_apply(y: MatMut<Self::Buf>, x: Mat<Self::Buf>, gamma: Mat<Self::Buf>, rstd: Mat<Self::Buf>);
+            [Other] fn rmsnorm_apply(
+                y: MatMut<Self::Buf>,
+                x: Mat<Self::Buf>,
+                gamma: Mat<Self::Buf>,
+                rstd: Mat<Self::Buf>,
+            );
             /// `dot[i] = Σ_j dy·gamma·x` — the per-token sum RMSNorm's backward needs over all features.
-            [Other] fn rmsnorm_bwd_dot(dot: MatMut<Self::Buf>, dy: Mat<Self::Buf>, x: Mat<Self::Buf>, gamma: Mat<Self::Buf>);
+            [Other] fn rmsnorm_bwd_dot(
+                dot: MatMut<Self::Buf>,
+                dy: Mat<Self::Buf>,
+                x: Mat<Self::Buf>,
+                gamma: Mat<Self::Buf>,
+            );
             /// `dx (+)= rstd·gamma⊙dy − x·rstd³·dot/n`; `dgamma += Σ_i dy⊙x·rstd`.
             [Other] fn rmsnorm_bwd(
                 dx: MatMut<Self::Buf>,
@@ -121,7 +132,12 @@ macro_rules! kernel_table {
             [Other] fn rope(x: MatMut<Self::Buf>, table: &Self::Buf, seq: usize, head_dim: usize, inverse: bool);
             /// Causal softmax attention; saves the probabilities. `qkv` holds three row-major
             /// blocks one after the other: q (`T × heads·d_h`), k and v (`T × kv_heads·d_h` each).
-            [Attention] fn attention_fwd(out: MatMut<Self::Buf>, probs: &mut Self::Buf, qkv: &Self::Buf, shape: AttnShape);
+            [Attention] fn attention_fwd(
+                out: MatMut<Self::Buf>,
+                probs: &mut Self::Buf,
+                qkv: &Self::Buf,
+                shape: AttnShape,
+            );
             /// Overwrites `dqkv` (laid out like `qkv`); `scratch` holds `probs_len` elements.
             [Attention] fn attention_bwd(
                 dqkv: &mut Self::Buf,
