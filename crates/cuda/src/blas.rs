@@ -11,8 +11,8 @@
 
 use crate::backend::{Cuda, Precision, WS_A, WS_B};
 use crate::buf::{CudaBuf, DType};
-use crate::device::{Compute, Gemm, Launch, P, Tv};
-use boost_tensor::{Mat, MatMut};
+use crate::device::{Compute, Gemm, P, Tv};
+use boost_tensor::Mat;
 
 /// A GEMM operand: the addresses of its element (0, 0) in fp32 and/or bf16, its stored
 /// shape and row stride, whether it is used transposed, and the element stride between the
@@ -87,18 +87,15 @@ impl Cuda {
         let n = x.extent(batch);
         let dst = self.ws(slot, n * want.size());
         let from = if want == DType::F32 { DType::Bf16 } else { DType::F32 };
-        let mut p = P::default();
-        p.v[0] = Tv { p: dst, ld: n as i64, bf: (want == DType::Bf16) as i32, pad: 0 };
-        p.v[1] = Tv { p: src, ld: n as i64, bf: (from == DType::Bf16) as i32, pad: 0 };
-        p.n[0] = 1;
-        p.n[1] = n as i64;
-        let blocks = n.div_ceil(256).clamp(1, 4096) as u32;
-        self.launch("k_copy", Launch { grid: (blocks, 1, 1), block: (256, 1, 1) }, &p);
+        let mut p = P::of(&[
+            Tv { p: dst, ld: n as i64, bf: (want == DType::Bf16) as i32, pad: 0 },
+            Tv { p: src, ld: n as i64, bf: (from == DType::Bf16) as i32, pad: 0 },
+        ]);
+        self.ew("k_copy", 1, n, &mut p);
         dst
     }
 
     /// `C_i = alpha·op(A_i)·op(B_i) + beta·C_i` for `batch` row-major matrices, `C_i` m×n.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn gemm_batched(
         &self,
         c: Out,
@@ -106,8 +103,7 @@ impl Cuda {
         b: Operand,
         (m, n, k): (usize, usize, usize),
         batch: usize,
-        alpha: f64,
-        beta: f64,
+        (alpha, beta): (f64, f64),
     ) {
         assert_eq!(a.op_shape(), (m, k), "gemm: A is {:?}, expected {m}×{k}", a.op_shape());
         assert_eq!(b.op_shape(), (k, n), "gemm: B is {:?}, expected {k}×{n}", b.op_shape());
@@ -117,17 +113,9 @@ impl Cuda {
         if k == 0 {
             if beta == 0.0 {
                 for i in 0..batch {
-                    let mut p = P::default();
-                    p.v[0] = Tv {
-                        p: c.ptr + (i * c.stride * c.dtype.size()) as u64,
-                        ld: c.ld as i64,
-                        bf: (c.dtype == DType::Bf16) as i32,
-                        pad: 0,
-                    };
-                    p.n[0] = m as i64;
-                    p.n[1] = n as i64;
-                    let blocks = (m * n).div_ceil(256).clamp(1, 4096) as u32;
-                    self.launch("k_fill", Launch { grid: (blocks, 1, 1), block: (256, 1, 1) }, &p);
+                    let ci = c.ptr + (i * c.stride * c.dtype.size()) as u64;
+                    let mut p = P::of(&[Tv { p: ci, ld: c.ld as i64, bf: (c.dtype == DType::Bf16) as i32, pad: 0 }]);
+                    self.ew("k_fill", m, n, &mut p);
                 }
             }
             return;
@@ -166,16 +154,5 @@ impl Cuda {
             beta: beta as f32,
             compute,
         });
-    }
-
-    /// The backend's `gemm` on views.
-    pub(crate) fn gemm_views(&self, c: MatMut<CudaBuf>, a: Mat<CudaBuf>, b: Mat<CudaBuf>, alpha: f64, acc: bool) {
-        let (m, k) = if a.trans { (a.cols, a.rows) } else { (a.rows, a.cols) };
-        let (k2, n) = if b.trans { (b.cols, b.rows) } else { (b.rows, b.cols) };
-        assert_eq!(k, k2, "gemm: inner dimensions {m}×{k} · {k2}×{n}");
-        assert_eq!((c.rows, c.cols), (m, n), "gemm: output {}×{} for {m}×{n}", c.rows, c.cols);
-        let out = Out::of(c.buf, c.off, c.ld, 0);
-        self.gemm_batched(out, Operand::view(&a), Operand::view(&b), (m, n, k), 1, alpha, if acc { 1.0 } else { 0.0 });
-        self.resync(c.buf, c.off, c.rows, c.cols, c.ld);
     }
 }

@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod cpu;
+mod kernels;
 pub mod profile;
 pub mod scalar;
 pub mod view;

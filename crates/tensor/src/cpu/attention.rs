@@ -44,7 +44,7 @@ fn check<T>(qkv: &[T], sh: &AttnShape) {
     assert!(qkv.len() >= sh.qkv_len(), "attention: q, k, v need {} elements, buffer has {}", sh.qkv_len(), qkv.len());
 }
 
-pub fn forward<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: &[T], sh: AttnShape) {
+pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: &[T], sh: AttnShape) {
     check(qkv, &sh);
     assert_eq!((out.rows, out.cols), (sh.tokens(), sh.q_width()));
     assert!(probs.len() >= sh.probs_len());
@@ -73,14 +73,14 @@ pub fn forward<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: &[T], sh: A
             // SAFETY: unit (b, h) owns its probs block and its output columns of rows b·S...
             unsafe {
                 let pb = p.add(i0 * l.s);
-                gemm_raw(i1 - i0, i1, l.dh, pb, l.s, q, kt, scale, false, false);
+                gemm_raw((i1 - i0, i1, l.dh), (pb, l.s), q, kt, scale, false, false);
                 for i in i0..i1 {
                     let r = std::slice::from_raw_parts_mut(p.add(i * l.s), i1);
                     softmax_causal(r, i);
                 }
                 let pr = Operand { ptr: pb as *const T, rs: l.s as isize, cs: 1 };
                 let o = o_base.get().add((row0 + i0) * o_ld + h * l.dh);
-                gemm_raw(i1 - i0, l.dh, i1, o, o_ld, pr, v, 1.0, false, false);
+                gemm_raw((i1 - i0, l.dh, i1), (o, o_ld), pr, v, 1.0, false, false);
             }
         }
     });
@@ -97,7 +97,7 @@ fn softmax_causal<T: Scalar>(r: &mut [T], i: usize) {
     dead.fill(T::zero());
 }
 
-pub fn backward<T: Scalar>(
+pub fn attention_bwd<T: Scalar>(
     dqkv: &mut [T],
     dout: Mat<Vec<T>>,
     probs: &[T],
@@ -150,7 +150,7 @@ pub fn backward<T: Scalar>(
                     };
                     let dsb = ds.add(i0 * l.s);
                     // dP = dO·Vᵀ
-                    gemm_raw(m, i1, l.dh, dsb, l.s, d_o, at_t(l.v, g * l.dh, 0), 1.0, false, false);
+                    gemm_raw((m, i1, l.dh), (dsb, l.s), d_o, at_t(l.v, g * l.dh, 0), 1.0, false, false);
                     // dS = P ⊙ (dP − Σ_j P·dP)
                     for i in i0..i1 {
                         let pr = std::slice::from_raw_parts(p.add(i * l.s), i + 1);
@@ -166,14 +166,11 @@ pub fn backward<T: Scalar>(
                     let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: l.s as isize };
                     let pm_t = Operand { ptr: p.add(i0 * l.s) as *const T, rs: 1, cs: l.s as isize };
                     // dQ = scale·dS·K
-                    let (dq, dq_ld) = dat(l.q, h * l.dh, i0);
-                    gemm_raw(m, l.dh, i1, dq, dq_ld, dsm, at(l.k, g * l.dh, 0), scale, false, false);
+                    gemm_raw((m, l.dh, i1), dat(l.q, h * l.dh, i0), dsm, at(l.k, g * l.dh, 0), scale, false, false);
                     // dK += scale·dSᵀ·Q
-                    let (dk, dk_ld) = dat(l.k, g * l.dh, 0);
-                    gemm_raw(i1, l.dh, m, dk, dk_ld, dsm_t, at(l.q, h * l.dh, i0), scale, true, false);
+                    gemm_raw((i1, l.dh, m), dat(l.k, g * l.dh, 0), dsm_t, at(l.q, h * l.dh, i0), scale, true, false);
                     // dV += Pᵀ·dO
-                    let (dv, dv_ld) = dat(l.v, g * l.dh, 0);
-                    gemm_raw(i1, l.dh, m, dv, dv_ld, pm_t, d_o, 1.0, true, false);
+                    gemm_raw((i1, l.dh, m), dat(l.v, g * l.dh, 0), pm_t, d_o, 1.0, true, false);
                 }
             }
         }

@@ -106,7 +106,6 @@ pub fn xent_partials<T: Scalar>(
     });
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn xent_finish<T: Scalar>(
     losses: MatMut<Vec<T>>,
     logits: MatMut<Vec<T>>,

@@ -26,17 +26,13 @@ impl<T> Operand<T> {
     }
 }
 
-/// `c[m×n] = alpha·a[m×k]·b[k×n] (+ c)` on raw operands.
+/// `c[m×n] = alpha·a[m×k]·b[k×n] (+ c)` on raw operands; `c` is a pointer and a row stride.
 ///
 /// # Safety
 /// Every operand must cover its shape with its strides, and `c` must not alias `a` or `b`.
-#[allow(clippy::too_many_arguments)]
 pub unsafe fn gemm_raw<T: Scalar>(
-    m: usize,
-    n: usize,
-    k: usize,
-    c: *mut T,
-    c_ld: usize,
+    (m, n, k): (usize, usize, usize),
+    (c, c_ld): (*mut T, usize),
     a: Operand<T>,
     b: Operand<T>,
     alpha: f64,
@@ -95,5 +91,5 @@ pub fn gemm<T: Scalar>(c: MatMut<Vec<T>>, a: Mat<Vec<T>>, b: Mat<Vec<T>>, alpha:
     }
     let c_ptr = c.buf[c.off..].as_mut_ptr();
     // SAFETY: views are bounds-checked on construction; `c` is a unique borrow.
-    unsafe { gemm_raw(m, n, k, c_ptr, c.ld, Operand::of(&a), Operand::of(&b), alpha, accumulate, true) }
+    unsafe { gemm_raw((m, n, k), (c_ptr, c.ld), Operand::of(&a), Operand::of(&b), alpha, accumulate, true) }
 }

@@ -22,7 +22,7 @@ fn right<T: Scalar>(z: &[T], kb: &[T], u: &mut [T], a: usize, b: usize) {
     }
 }
 
-pub fn forward<T: Scalar>(
+pub fn kron_fwd<T: Scalar>(
     y: MatMut<Vec<T>>,
     z: Mat<Vec<T>>,
     ka: Mat<Vec<T>>,
@@ -53,7 +53,7 @@ pub fn forward<T: Scalar>(
 }
 
 #[allow(clippy::too_many_arguments)]
-pub fn backward<T: Scalar>(
+pub fn kron_bwd<T: Scalar>(
     dz: MatMut<Vec<T>>,
     dka: MatMut<Vec<T>>,
     dkb: MatMut<Vec<T>>,

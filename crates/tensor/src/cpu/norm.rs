@@ -1,4 +1,6 @@
 //! RMSNorm (plain and over a hidden shard) and LayerNorm, forward and backward.
+// Each kernel takes the operands of its `Backend` method, however many.
+#![allow(clippy::too_many_arguments)]
 
 use super::par::{col_reduce, par_rows, row};
 use crate::scalar::Scalar;
@@ -40,7 +42,6 @@ pub fn rmsnorm_bwd_dot<T: Scalar>(dot: MatMut<Vec<T>>, dy: Mat<Vec<T>>, x: Mat<V
     par_rows(dot).for_each(|(i, o)| o[0] = T::dot3(row(&dy, i), row(&x, i), g));
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn rmsnorm_bwd<T: Scalar>(
     dx: MatMut<Vec<T>>,
     dgamma: MatMut<Vec<T>>,
@@ -116,7 +117,6 @@ pub fn online_norm_bwd<T: Scalar>(
     });
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn layernorm_fwd<T: Scalar>(
     y: MatMut<Vec<T>>,
     mean: MatMut<Vec<T>>,
@@ -143,7 +143,6 @@ pub fn layernorm_fwd<T: Scalar>(
     });
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn layernorm_bwd<T: Scalar>(
     dx: MatMut<Vec<T>>,
     dw: MatMut<Vec<T>>,

@@ -6,9 +6,20 @@ use rayon::prelude::*;
 
 const CHUNK: usize = 4096;
 
-pub fn adamw<T: Scalar>(p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], s: &AdamStep, decay: bool) {
-    let n = p.len();
-    assert!(g.len() == n && m.len() == n && v.len() == n);
+/// AdamW over elements `off..off + n` of p, g, m and v.
+#[allow(clippy::too_many_arguments)]
+pub fn adamw<T: Scalar>(
+    p: &mut [T],
+    g: &[T],
+    m: &mut [T],
+    v: &mut [T],
+    off: usize,
+    n: usize,
+    s: &AdamStep,
+    decay: bool,
+) {
+    let r = off..off + n;
+    let (p, g, m, v) = (&mut p[r.clone()], &g[r.clone()], &mut m[r.clone()], &mut v[r]);
     let (b1, b2) = (T::of(s.beta1), T::of(s.beta2));
     let (ob1, ob2) = (T::of(1.0 - s.beta1), T::of(1.0 - s.beta2));
     let keep = T::of(if decay { 1.0 - s.lr * s.weight_decay } else { 1.0 });

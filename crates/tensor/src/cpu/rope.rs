@@ -6,7 +6,7 @@ use crate::view::MatMut;
 use rayon::prelude::*;
 
 /// `[cos | sin]`, each `seq × head_dim/2`, computed in f64.
-pub fn table<T: Scalar>(seq: usize, head_dim: usize, theta: f64) -> Vec<T> {
+pub fn rope_table<T: Scalar>(seq: usize, head_dim: usize, theta: f64) -> Vec<T> {
     let half = head_dim / 2;
     let mut t = vec![T::zero(); 2 * seq * half];
     for p in 0..seq {

@@ -1,0 +1,89 @@
+//! Dense algebra: GEMM, fills and copies, scaled sums, row and column scaling, full sums.
+
+use crate::backend::{Cuda, WS_PART};
+use crate::blas::{Operand, Out};
+use crate::buf::CudaBuf;
+use crate::device::P;
+use crate::launch::{same_shape, tv, tvm};
+use boost_tensor::{Mat, MatMut};
+
+/// Blocks of a full reduction: fixed, so its summation order is too.
+const SUM_BLOCKS: usize = 64;
+
+pub(crate) fn gemm(be: &Cuda, c: MatMut<CudaBuf>, a: Mat<CudaBuf>, b: Mat<CudaBuf>, alpha: f64, accumulate: bool) {
+    let (m, k) = a.op_shape();
+    let (k2, n) = b.op_shape();
+    assert_eq!(k, k2, "gemm: inner dimensions {m}×{k} · {k2}×{n}");
+    assert_eq!((c.rows, c.cols), (m, n), "gemm: output {}×{} for {m}×{n}", c.rows, c.cols);
+    let out = Out::of(c.buf, c.off, c.ld, 0);
+    let beta = if accumulate { 1.0 } else { 0.0 };
+    be.gemm_batched(out, Operand::view(&a), Operand::view(&b), (m, n, k), 1, (alpha, beta));
+    be.touched(&c);
+}
+
+pub(crate) fn fill(be: &Cuda, x: MatMut<CudaBuf>, v: f64) {
+    let mut p = P::of(&[tvm(&x)]);
+    p.f[0] = v;
+    be.ew("k_fill", x.rows, x.cols, &mut p);
+    be.touched(&x);
+}
+
+pub(crate) fn copy(be: &Cuda, dst: MatMut<CudaBuf>, src: Mat<CudaBuf>) {
+    same_shape((dst.rows, dst.cols), &src, "copy");
+    let mut p = P::of(&[tvm(&dst), tv(&src)]);
+    be.ew("k_copy", dst.rows, dst.cols, &mut p);
+    be.touched(&dst);
+}
+
+pub(crate) fn axpy(be: &Cuda, dst: MatMut<CudaBuf>, src: Mat<CudaBuf>, alpha: f64) {
+    same_shape((dst.rows, dst.cols), &src, "axpy");
+    let mut p = P::of(&[tvm(&dst), tv(&src)]);
+    p.f[0] = alpha;
+    be.ew("k_axpy", dst.rows, dst.cols, &mut p);
+    be.touched(&dst);
+}
+
+pub(crate) fn scale(be: &Cuda, x: MatMut<CudaBuf>, s: f64) {
+    let mut p = P::of(&[tvm(&x)]);
+    p.f[0] = s;
+    be.ew("k_scale", x.rows, x.cols, &mut p);
+    be.touched(&x);
+}
+
+pub(crate) fn mul_rows(be: &Cuda, x: MatMut<CudaBuf>, row: Mat<CudaBuf>) {
+    assert_eq!((row.rows, row.cols), (x.rows, 1), "mul_rows: one factor per row");
+    let mut p = P::of(&[tvm(&x), tv(&row)]);
+    be.ew("k_mul_rows", x.rows, x.cols, &mut p);
+    be.touched(&x);
+}
+
+pub(crate) fn mul_cols(be: &Cuda, y: MatMut<CudaBuf>, x: Mat<CudaBuf>, col: Mat<CudaBuf>) {
+    assert_eq!(col.rows * col.cols, x.cols, "mul_cols: one factor per column");
+    same_shape((y.rows, y.cols), &x, "mul_cols");
+    let mut p = P::of(&[tvm(&y), tv(&x), tv(&col)]);
+    be.ew("k_mul_cols", y.rows, y.cols, &mut p);
+    be.touched(&y);
+}
+
+pub(crate) fn sumsq(be: &Cuda, x: Mat<CudaBuf>) -> f64 {
+    full_sum(be, x, true)
+}
+
+pub(crate) fn sum(be: &Cuda, x: Mat<CudaBuf>) -> f64 {
+    full_sum(be, x, false)
+}
+
+/// Σ of (squared) elements: fixed blocks write fp64 partials, summed here in order.
+fn full_sum(be: &Cuda, x: Mat<CudaBuf>, square: bool) -> f64 {
+    if x.rows == 0 || x.cols == 0 {
+        return 0.0;
+    }
+    let part = be.ws(WS_PART, 8 * SUM_BLOCKS);
+    let mut p = P::of(&[tv(&x)]);
+    p.v[1].p = part;
+    p.n = [x.rows as i64, x.cols as i64, square as i64, 0, 0, 0];
+    be.blocks("k_full_sum", SUM_BLOCKS, &p);
+    let mut bytes = vec![0u8; 8 * SUM_BLOCKS];
+    be.dev().download(part, &mut bytes);
+    bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).sum()
+}

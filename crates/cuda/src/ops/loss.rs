@@ -1,0 +1,100 @@
+//! Token embedding and cross-entropy, whole or over a vocabulary split across ranks.
+
+use crate::backend::Cuda;
+use crate::buf::{CudaBuf, CudaIds};
+use crate::device::P;
+use crate::launch::{tv, tvm};
+use boost_tensor::cpu::IGNORE;
+use boost_tensor::{Mat, MatMut};
+
+pub(crate) fn embed(be: &Cuda, out: MatMut<CudaBuf>, table: Mat<CudaBuf>, ids: &CudaIds, first: usize) {
+    assert_eq!(out.rows, ids.len(), "embed: one row per id");
+    assert_eq!(out.cols, table.cols, "embed: width");
+    let mut p = P::of(&[tvm(&out), tv(&table)]);
+    p.v[2].p = ids.ptr();
+    p.n[2] = first as i64;
+    p.n[3] = table.rows as i64;
+    be.ew("k_embed", out.rows, out.cols, &mut p);
+    be.touched(&out);
+}
+
+pub(crate) fn embed_bwd(be: &Cuda, dtable: MatMut<CudaBuf>, dout: Mat<CudaBuf>, ids: &CudaIds, first: usize) {
+    assert_eq!(dout.rows, ids.len(), "embed_bwd: one row per id");
+    assert_eq!(dtable.cols, dout.cols, "embed_bwd: width");
+    let mut p = P::of(&[tvm(&dtable), tv(&dout)]);
+    p.v[2].p = ids.ptr();
+    p.n = [dout.rows as i64, dout.cols as i64, first as i64, dtable.rows as i64, 0, 0];
+    // One thread per column walks the ids in order, so repeated ids add up deterministically.
+    be.blocks("k_embed_bwd", dout.cols.div_ceil(crate::launch::NT as usize), &p);
+    be.touched(&dtable);
+}
+
+pub(crate) fn cross_entropy(
+    be: &Cuda,
+    losses: MatMut<CudaBuf>,
+    logits: MatMut<CudaBuf>,
+    targets: &CudaIds,
+    grad_scale: Option<f64>,
+) {
+    assert_eq!(logits.rows, targets.len(), "cross_entropy: one target per row");
+    assert_eq!((losses.rows, losses.cols), (targets.len(), 1), "cross_entropy: one loss per row");
+    let v = logits.cols;
+    for &t in &targets.host {
+        assert!(t == IGNORE || (t as usize) < v, "target id {t} is outside the vocabulary of {v}");
+    }
+    let mut p = P::of(&[tvm(&losses), tvm(&logits)]);
+    p.v[2].p = targets.ptr();
+    p.n[2] = grad_scale.is_some() as i64;
+    p.f[0] = grad_scale.unwrap_or(0.0);
+    be.per_row("k_cross_entropy", logits.rows, v, &mut p);
+    be.touched(&losses);
+    be.touched(&logits);
+}
+
+pub(crate) fn row_max(be: &Cuda, max: MatMut<CudaBuf>, logits: Mat<CudaBuf>) {
+    assert_eq!((max.rows, max.cols), (logits.rows, 1), "row_max: one output per row");
+    let mut p = P::of(&[tvm(&max), tv(&logits)]);
+    be.per_row("k_row_max", logits.rows, logits.cols, &mut p);
+    be.touched(&max);
+}
+
+pub(crate) fn xent_partials(
+    be: &Cuda,
+    stats: MatMut<CudaBuf>,
+    logits: Mat<CudaBuf>,
+    max: Mat<CudaBuf>,
+    targets: &CudaIds,
+    first: usize,
+) {
+    assert_eq!((stats.rows, stats.cols), (logits.rows, 2), "xent_partials: stats are rows×2");
+    assert_eq!(logits.rows, targets.len(), "xent_partials: one target per row");
+    let mut p = P::of(&[tvm(&stats), tv(&logits), tv(&max)]);
+    p.v[3].p = targets.ptr();
+    p.n[2] = first as i64;
+    be.per_row("k_xent_partials", logits.rows, logits.cols, &mut p);
+    be.touched(&stats);
+}
+
+// The operands of `Backend::xent_finish`, after the backend.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn xent_finish(
+    be: &Cuda,
+    losses: MatMut<CudaBuf>,
+    logits: MatMut<CudaBuf>,
+    max: Mat<CudaBuf>,
+    stats: Mat<CudaBuf>,
+    targets: &CudaIds,
+    first: usize,
+    grad_scale: Option<f64>,
+) {
+    assert_eq!(logits.rows, targets.len(), "xent_finish: one target per row");
+    assert_eq!(losses.rows, targets.len(), "xent_finish: one loss per row");
+    let mut p = P::of(&[tvm(&losses), tvm(&logits), tv(&max), tv(&stats)]);
+    p.v[4].p = targets.ptr();
+    p.n[2] = first as i64;
+    p.n[3] = grad_scale.is_some() as i64;
+    p.f[0] = grad_scale.unwrap_or(0.0);
+    be.per_row("k_xent_finish", logits.rows, logits.cols, &mut p);
+    be.touched(&losses);
+    be.touched(&logits);
+}

@@ -1,0 +1,14 @@
+//! The kernels of the [`boost_tensor::Backend`] impl of [`crate::Cuda`], one function each
+//! under its name in the kernel table, taking the backend and then the kernel's operands.
+
+mod act;
+mod attention;
+mod dense;
+mod kron;
+mod loss;
+mod norm;
+mod optim;
+mod rope;
+
+// A kernel added to any of these files is found by the generated impl without more edits.
+pub(crate) use {act::*, attention::*, dense::*, kron::*, loss::*, norm::*, optim::*, rope::*};

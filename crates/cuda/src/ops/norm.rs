@@ -1,0 +1,150 @@
+//! RMSNorm (plain, and its pieces over a hidden-sharded input) and LayerNorm over the latent.
+// Each kernel takes the operands of its `Backend` method, however many.
+#![allow(clippy::too_many_arguments)]
+
+use crate::backend::Cuda;
+use crate::buf::CudaBuf;
+use crate::device::P;
+use crate::launch::{same_shape, tv, tvm};
+use boost_tensor::{Mat, MatMut};
+
+pub(crate) fn row_sumsq(be: &Cuda, out: MatMut<CudaBuf>, x: Mat<CudaBuf>) {
+    assert_eq!((out.rows, out.cols), (x.rows, 1), "row_sumsq: one output per row");
+    let mut p = P::of(&[tvm(&out), tv(&x)]);
+    be.per_row("k_row_sumsq", x.rows, x.cols, &mut p);
+    be.touched(&out);
+}
+
+pub(crate) fn rstd_from_sumsq(be: &Cuda, s: MatMut<CudaBuf>, n: usize, eps: f64) {
+    let mut p = P::of(&[tvm(&s)]);
+    p.n[2] = n as i64;
+    p.f[0] = eps;
+    be.ew("k_rstd_from_sumsq", s.rows, s.cols, &mut p);
+    be.touched(&s);
+}
+
+pub(crate) fn rmsnorm_apply(be: &Cuda, y: MatMut<CudaBuf>, x: Mat<CudaBuf>, gamma: Mat<CudaBuf>, rstd: Mat<CudaBuf>) {
+    same_shape((y.rows, y.cols), &x, "rmsnorm_apply");
+    assert_eq!(gamma.cols, x.cols, "rmsnorm_apply: gamma width");
+    let mut p = P::of(&[tvm(&y), tv(&x), tv(&gamma), tv(&rstd)]);
+    be.ew("k_rmsnorm_apply", y.rows, y.cols, &mut p);
+    be.touched(&y);
+}
+
+pub(crate) fn rmsnorm_bwd_dot(be: &Cuda, dot: MatMut<CudaBuf>, dy: Mat<CudaBuf>, x: Mat<CudaBuf>, gamma: Mat<CudaBuf>) {
+    assert_eq!(dot.rows, x.rows, "rmsnorm_bwd_dot: one output per row");
+    let mut p = P::of(&[tvm(&dot), tv(&dy), tv(&x), tv(&gamma)]);
+    be.per_row("k_rmsnorm_bwd_dot", x.rows, x.cols, &mut p);
+    be.touched(&dot);
+}
+
+pub(crate) fn rmsnorm_bwd(
+    be: &Cuda,
+    dx: MatMut<CudaBuf>,
+    dgamma: MatMut<CudaBuf>,
+    dy: Mat<CudaBuf>,
+    x: Mat<CudaBuf>,
+    gamma: Mat<CudaBuf>,
+    rstd: Mat<CudaBuf>,
+    dot: Mat<CudaBuf>,
+    n: usize,
+    accumulate: bool,
+) {
+    assert_eq!((dgamma.rows, dgamma.cols), (1, x.cols), "rmsnorm_bwd: dgamma is 1×{}", x.cols);
+    same_shape((dx.rows, dx.cols), &x, "rmsnorm_bwd");
+    let mut p = P::of(&[tvm(&dgamma), tv(&dy), tv(&x), tv(&rstd)]);
+    be.per_col("k_rmsnorm_dgamma", x.rows, x.cols, &mut p);
+    be.touched(&dgamma);
+    let mut p = P::of(&[tvm(&dx), tv(&dy), tv(&x), tv(&gamma), tv(&rstd), tv(&dot)]);
+    p.n[2] = n as i64;
+    p.n[3] = accumulate as i64;
+    be.ew("k_rmsnorm_bwd_dx", dx.rows, dx.cols, &mut p);
+    be.touched(&dx);
+}
+
+pub(crate) fn row_dot(
+    be: &Cuda,
+    out: MatMut<CudaBuf>,
+    a: Mat<CudaBuf>,
+    b: Mat<CudaBuf>,
+    row: Option<Mat<CudaBuf>>,
+    alpha: f64,
+    accumulate: bool,
+) {
+    assert_eq!(out.rows, a.rows, "row_dot: one output per row");
+    same_shape((a.rows, a.cols), &b, "row_dot");
+    let mut p = P::of(&[tvm(&out), tv(&a), tv(&b)]);
+    if let Some(r) = &row {
+        p.v[3] = tv(r);
+    }
+    p.n[2] = row.is_some() as i64;
+    p.n[3] = accumulate as i64;
+    p.f[0] = alpha;
+    be.per_row("k_row_dot", a.rows, a.cols, &mut p);
+    be.touched(&out);
+}
+
+pub(crate) fn online_norm_bwd(
+    be: &Cuda,
+    dx: MatMut<CudaBuf>,
+    dgamma: MatMut<CudaBuf>,
+    g: Mat<CudaBuf>,
+    x: Mat<CudaBuf>,
+    gamma: Mat<CudaBuf>,
+    ds: Mat<CudaBuf>,
+    accumulate: bool,
+) {
+    assert_eq!((dgamma.rows, dgamma.cols), (1, x.cols), "online_norm_bwd: dgamma is 1×{}", x.cols);
+    same_shape((dx.rows, dx.cols), &x, "online_norm_bwd");
+    let mut p = P::of(&[tvm(&dgamma), tv(&x), tv(&g)]);
+    be.per_col("k_online_norm_dgamma", x.rows, x.cols, &mut p);
+    be.touched(&dgamma);
+    let mut p = P::of(&[tvm(&dx), tv(&g), tv(&x), tv(&gamma), tv(&ds)]);
+    p.n[3] = accumulate as i64;
+    be.ew("k_online_norm_bwd_dx", dx.rows, dx.cols, &mut p);
+    be.touched(&dx);
+}
+
+pub(crate) fn layernorm_fwd(
+    be: &Cuda,
+    y: MatMut<CudaBuf>,
+    mean: MatMut<CudaBuf>,
+    rstd: MatMut<CudaBuf>,
+    x: Mat<CudaBuf>,
+    w: Mat<CudaBuf>,
+    b: Mat<CudaBuf>,
+    eps: f64,
+) {
+    same_shape((y.rows, y.cols), &x, "layernorm_fwd");
+    assert!(mean.rows == x.rows && rstd.rows == x.rows, "layernorm_fwd: one mean and rstd per row");
+    let mut p = P::of(&[tvm(&y), tvm(&mean), tvm(&rstd), tv(&x), tv(&w), tv(&b)]);
+    p.f[0] = eps;
+    be.per_row("k_layernorm_fwd", x.rows, x.cols, &mut p);
+    be.touched(&y);
+    be.touched(&mean);
+    be.touched(&rstd);
+}
+
+pub(crate) fn layernorm_bwd(
+    be: &Cuda,
+    dx: MatMut<CudaBuf>,
+    dw: MatMut<CudaBuf>,
+    db: MatMut<CudaBuf>,
+    dy: Mat<CudaBuf>,
+    x: Mat<CudaBuf>,
+    w: Mat<CudaBuf>,
+    mean: Mat<CudaBuf>,
+    rstd: Mat<CudaBuf>,
+) {
+    same_shape((dx.rows, dx.cols), &x, "layernorm_bwd");
+    assert!(dw.rows == 1 && db.rows == 1 && dw.cols == x.cols && db.cols == x.cols, "layernorm_bwd: dw, db");
+    let mut p = P::of(&[tvm(&dw), tv(&dy), tv(&x), tv(&mean), tv(&rstd)]);
+    be.per_col("k_layernorm_dw", x.rows, x.cols, &mut p);
+    be.touched(&dw);
+    let mut p = P::of(&[tvm(&db), tv(&dy)]);
+    be.per_col("k_bias_grad", x.rows, x.cols, &mut p);
+    be.touched(&db);
+    let mut p = P::of(&[tvm(&dx), tv(&dy), tv(&x), tv(&w), tv(&mean), tv(&rstd)]);
+    be.per_row("k_layernorm_bwd_dx", x.rows, x.cols, &mut p);
+    be.touched(&dx);
+}
