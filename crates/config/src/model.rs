@@ -4,7 +4,7 @@ use crate::{ConfigError, choices};
 use serde::{Deserialize, Serialize};
 use toml::Table;
 
-/// Which linear layers the decoder blocks use (spec §1).
+/// Which linear layers the decoder blocks use (docs/MODEL.md §1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Arch {
@@ -125,7 +125,7 @@ pub struct ModelConfig {
     pub lax: LaxConfig,
 }
 
-/// A named shape from spec §1 (and the small demo model).
+/// A named shape from docs/MODEL.md §1 (and the small demo model).
 pub struct Preset {
     pub name: &'static str,
     pub d: usize,

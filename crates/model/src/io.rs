@@ -1,4 +1,4 @@
-//! Entering and leaving the decoder stack (spec §2.3–2.4): the embedding lookup, the gather
+//! Entering and leaving the decoder stack (docs/PARALLELISM.md §2.3–2.4): the embedding lookup, the gather
 //! of a hidden-sharded residual, the final norm, the vocabulary-parallel LM head and its
 //! cross-entropy — forward and backward. The plan's [`Entry`] and [`Exit`] choose the path.
 

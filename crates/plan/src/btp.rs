@@ -1,4 +1,4 @@
-//! Bottleneck-aware tensor parallelism (BTP, spec §2.3): the collectives sit on the
+//! Bottleneck-aware tensor parallelism (BTP, docs/PARALLELISM.md §2.3): the collectives sit on the
 //! bottleneck, where the tensors are r wide instead of d.
 //!
 //! - Residual: hidden-sharded (each rank holds d/p columns). Interior: sharded heads and

@@ -1,4 +1,4 @@
-//! Megatron tensor parallelism for full-rank models (spec §2.1).
+//! Megatron tensor parallelism for full-rank models (docs/PARALLELISM.md §2.1).
 //!
 //! - Residual: replicated. Interior (attention heads, SwiGLU features): sharded.
 //! - q/k/v and gate/up: column-parallel (each rank holds d_out/p output columns). Forward: no

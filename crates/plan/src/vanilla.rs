@@ -1,5 +1,5 @@
 //! Vanilla low-rank tensor parallelism: each factor pair split Megatron-style along the
-//! bottleneck (spec §2.2), the baseline BOOST improves on.
+//! bottleneck (docs/PARALLELISM.md §2.2), the baseline BOOST improves on.
 //!
 //! - Residual and interior: replicated (attention and the MLP product run whole on every
 //!   rank).

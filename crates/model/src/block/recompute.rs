@@ -1,4 +1,4 @@
-//! Activation recompute for one layer (spec §5): what it keeps, and how the dropped
+//! Activation recompute for one layer (docs/PARALLELISM.md §5): what it keeps, and how the dropped
 //! activations come back — from the layer input (`full`) or from the kept latents
 //! (`lowrank`, no A GEMM and no collective under BTP).
 
@@ -160,7 +160,7 @@ impl Block {
         }
     }
 
-    /// Low-rank recompute (spec §5): from the kept latents, residuals and statistics rebuild
+    /// Low-rank recompute (docs/PARALLELISM.md §5): from the kept latents, residuals and statistics rebuild
     /// φ, the q/k/v and gate/up up-projections, RoPE + attention and the SwiGLU product. No
     /// A GEMM runs again, nor B_o or B_down; under BTP no collective is issued (under vanilla
     /// the up-projections' all-reduces are part of the segment).

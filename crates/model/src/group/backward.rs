@@ -131,7 +131,7 @@ impl Group {
                 };
                 if online {
                     // dS = −Σ (dY ⊙ Y)·rstd² / (2d) over every output of the statistic, then
-                    // dH = dY·rstd (spec §3; Y is the saved normalised latent).
+                    // dH = dY·rstd (docs/PARALLELISM.md §3; Y is the saved normalised latent).
                     let stat = self.stat(&acts.lat, t);
                     for j in 0..self.c {
                         let (dpj, pj) = (geo.comp_mat(dp, t, j), geo.comp_mat(&acts.lat, t, j));

@@ -148,7 +148,7 @@ impl Group {
                         be.copy(geo.comp_mut(&mut la.a, 0, j), geo.comp_mat(lat, t, j));
                         self.gate(be, params, s, zp(j), geo.comp_mut(&mut la.a, 0, j), &mut sc.kron, true);
                     } else if rebuild_p {
-                        // P = a − G(z_prev), for dS (spec §3) in the backward.
+                        // P = a − G(z_prev), for dS (docs/PARALLELISM.md §3) in the backward.
                         self.gate(be, params, s, zp(j), geo.comp_mut(&mut sc.dlat2, t, j), &mut sc.kron, false);
                         be.copy(geo.comp_mut(lat, t, j), geo.comp_mat(&la.a, 0, j));
                         be.axpy(geo.comp_mut(lat, t, j), geo.comp_mat(&sc.dlat2, t, j), -1.0);

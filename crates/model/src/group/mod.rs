@@ -68,7 +68,7 @@ pub struct Ctx<'a, B: Backend> {
     pub t: usize,
 }
 
-/// The two operators that carry all tensor-parallel communication (spec §2), and the norm
+/// The two operators that carry all tensor-parallel communication (docs/PARALLELISM.md §2), and the norm
 /// statistic's sum. Each is one all-reduce over the tp group, named by what it does to a
 /// tensor's placement.
 impl<B: Backend> Ctx<'_, B> {

@@ -1,5 +1,5 @@
 //! The forward and backward passes of one stage over its layers, with recompute in the
-//! backward (spec §5).
+//! backward (docs/PARALLELISM.md §5).
 
 use super::recompute::{act_set, act_slots};
 use super::*;
@@ -119,7 +119,7 @@ impl<B: Backend> Model<B> {
             let block = &self.blocks[l];
             // The first layer of a later stage crosses into the received latents.
             let boundary = if l == 0 { w.z_in.as_ref().map(|z| (&self.blocks[0], z)) } else { None };
-            // Bring back what the forward dropped (spec §5).
+            // Bring back what the forward dropped (docs/PARALLELISM.md §5).
             match policy {
                 Recompute::None => {}
                 Recompute::Lowrank => {
