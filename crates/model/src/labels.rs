@@ -1,8 +1,8 @@
 //! Names of the collectives a layer issues, as the communication recorder reports them.
 
-use crate::group::GroupKind;
+use crate::projection::ProjKind;
 
-fn pick(kind: GroupKind, table: [[&'static str; 4]; 4], comp: Option<usize>) -> &'static str {
+fn pick(kind: ProjKind, table: [[&'static str; 4]; 4], comp: Option<usize>) -> &'static str {
     let k = kind as usize;
     match comp {
         None => table[k][0],
@@ -11,7 +11,7 @@ fn pick(kind: GroupKind, table: [[&'static str; 4]; 4], comp: Option<usize>) -> 
 }
 
 /// Forward all-reduce of the down-projection's partial latent (BTP).
-pub fn a_fwd(kind: GroupKind, comp: Option<usize>) -> &'static str {
+pub fn a_fwd(kind: ProjKind, comp: Option<usize>) -> &'static str {
     pick(
         kind,
         [
@@ -25,7 +25,7 @@ pub fn a_fwd(kind: GroupKind, comp: Option<usize>) -> &'static str {
 }
 
 /// Backward all-reduce of the latent gradient in front of the up-projections (BTP).
-pub fn b_bwd(kind: GroupKind, comp: Option<usize>) -> &'static str {
+pub fn b_bwd(kind: ProjKind, comp: Option<usize>) -> &'static str {
     pick(
         kind,
         [
@@ -39,7 +39,7 @@ pub fn b_bwd(kind: GroupKind, comp: Option<usize>) -> &'static str {
 }
 
 /// Forward all-reduce of a row-parallel output (vanilla B, Megatron o/down).
-pub fn out_fwd(kind: GroupKind, comp: usize) -> &'static str {
+pub fn out_fwd(kind: ProjKind, comp: usize) -> &'static str {
     pick(
         kind,
         [
@@ -53,15 +53,15 @@ pub fn out_fwd(kind: GroupKind, comp: usize) -> &'static str {
 }
 
 /// Backward all-reduce of the input gradient of a column-parallel first op (the `f`).
-pub fn in_bwd(kind: GroupKind) -> &'static str {
+pub fn in_bwd(kind: ProjKind) -> &'static str {
     ["attn.qkv.f.bwd", "attn.o.f.bwd", "mlp.gate_up.f.bwd", "mlp.down.f.bwd"][kind as usize]
 }
 
 /// The norm statistic all-reduce (sync RMSNorm), forward and backward.
-pub fn stat(kind: GroupKind, backward: bool) -> &'static str {
+pub fn stat(kind: ProjKind, backward: bool) -> &'static str {
     match (kind, backward) {
-        (GroupKind::Qkv, false) => "attn.norm.stat",
-        (GroupKind::Qkv, true) => "attn.norm.stat.bwd",
+        (ProjKind::Qkv, false) => "attn.norm.stat",
+        (ProjKind::Qkv, true) => "attn.norm.stat.bwd",
         (_, false) => "mlp.norm.stat",
         (_, true) => "mlp.norm.stat.bwd",
     }

@@ -2,12 +2,12 @@
 //! of the four architectures (full-rank, SVD, CoLA, LaX) under any tensor-parallel layout;
 //! forward and backward are explicit, and every collective is a visible call.
 
-pub mod group;
 pub mod init;
 pub mod io;
 pub mod labels;
 pub mod layout;
 pub mod params;
+pub mod projection;
 
 pub use boost_plan as plan;
 pub use boost_plan::{NormPlacement, Plan};

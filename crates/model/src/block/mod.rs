@@ -1,17 +1,17 @@
 //! One decoder layer: attention half and MLP half around the residual stream, each a
 //! projection group feeding a local op (RoPE + attention; the SwiGLU product).
 
-use crate::group::{Ctx, Declare, Group, GroupActs, GroupKind, Latent, Scratch};
 use crate::layout::Dims;
+use crate::projection::{Ctx, Declare, Latent, ProjActs, ProjGroup, ProjKind, Scratch};
 use boost_config::{Arch, Phi, Recompute};
 use boost_tensor::{AttnShape, Backend, DeviceBuf, Mat, MatMut};
 
 pub struct Block {
     pub layer: usize,
-    pub qkv: Group,
-    pub o: Group,
-    pub gu: Group,
-    pub down: Group,
+    pub qkv: ProjGroup,
+    pub o: ProjGroup,
+    pub gu: ProjGroup,
+    pub down: ProjGroup,
     pub outer_silu: bool,
     /// LaX: the next layer's crossing reads this layer's latents.
     pub lax_arch: bool,
@@ -19,19 +19,19 @@ pub struct Block {
 
 /// What a layer's forward keeps. The layer's input residual is kept by the model.
 pub struct BlockActs<B: Backend> {
-    pub qkv: GroupActs<B>,
+    pub qkv: ProjActs<B>,
     /// q | k | v blocks, after RoPE.
     pub qkv_out: B::Buf,
     pub probs: B::Buf,
     pub attn: B::Buf,
-    pub o: GroupActs<B>,
+    pub o: ProjActs<B>,
     /// The residual after the attention half.
     pub mid: B::Buf,
-    pub gu: GroupActs<B>,
+    pub gu: ProjActs<B>,
     /// g stacked over u.
     pub gu_out: B::Buf,
     pub m: B::Buf,
-    pub down: GroupActs<B>,
+    pub down: ProjActs<B>,
 }
 
 /// Per-micro-batch scratch for the backward of a layer.
@@ -49,19 +49,19 @@ pub struct BlockGrads<B: Backend> {
 impl Block {
     pub fn build<B: Backend>(layer: usize, cx: &mut Declare<B>) -> Self {
         let m = cx.m;
-        let mut g = |k| Group::build(k, layer, cx);
+        let mut g = |k| ProjGroup::build(k, layer, cx);
         Self {
             layer,
-            qkv: g(GroupKind::Qkv),
-            o: g(GroupKind::O),
-            gu: g(GroupKind::GateUp),
-            down: g(GroupKind::Down),
+            qkv: g(ProjKind::Qkv),
+            o: g(ProjKind::O),
+            gu: g(ProjKind::GateUp),
+            down: g(ProjKind::Down),
             outer_silu: m.outer_silu(),
             lax_arch: m.arch == Arch::Lax,
         }
     }
 
-    pub fn groups(&self) -> [&Group; 4] {
+    pub fn groups(&self) -> [&ProjGroup; 4] {
         [&self.qkv, &self.o, &self.gu, &self.down]
     }
 
@@ -119,13 +119,13 @@ impl<B: Backend> BlockActs<B> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    pub fn group(&self, k: usize) -> &GroupActs<B> {
+    pub fn group(&self, k: usize) -> &ProjActs<B> {
         [&self.qkv, &self.o, &self.gu, &self.down][k]
     }
-    pub fn groups_mut(&mut self) -> [&mut GroupActs<B>; 4] {
+    pub fn groups_mut(&mut self) -> [&mut ProjActs<B>; 4] {
         [&mut self.qkv, &mut self.o, &mut self.gu, &mut self.down]
     }
-    pub fn group_mut(&mut self, k: usize) -> &mut GroupActs<B> {
+    pub fn group_mut(&mut self, k: usize) -> &mut ProjActs<B> {
         match k {
             0 => &mut self.qkv,
             1 => &mut self.o,

@@ -21,7 +21,7 @@ impl Block {
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         let dres = dims.d_res;
         let x = Mat::new(x_in, t, dres);
-        let pg = |f: fn(&Block) -> &Group, g: fn(&BlockActs<B>) -> &GroupActs<B>| prev.map(|(b, a)| (f(b), g(a)));
+        let pg = |f: fn(&Block) -> &ProjGroup, g: fn(&BlockActs<B>) -> &ProjActs<B>| prev.map(|(b, a)| (f(b), g(a)));
 
         self.qkv.forward(cx, params, x, &mut acts.qkv, pg(|b| &b.qkv, |a| &a.qkv), &mut acts.qkv_out, sc);
         self.rope_attention(cx, acts, rope, batch, seq);
@@ -58,7 +58,7 @@ impl Block {
     ) {
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         let (dres, f, qw, kw) = (dims.d_res, dims.d_ff_loc, dims.q_loc(), dims.kv_w_loc());
-        let pg = |f: fn(&Block) -> &Group, g: fn(&BlockActs<B>) -> &GroupActs<B>| prev.map(|(b, a)| (f(b), g(a)));
+        let pg = |f: fn(&Block) -> &ProjGroup, g: fn(&BlockActs<B>) -> &ProjActs<B>| prev.map(|(b, a)| (f(b), g(a)));
         let BlockGrads { dqkv, dattn, dgu, dm, attn_scratch, carries } = bg;
         // LaX carries: this layer reads the slot the layer above wrote, (layer+1) mod 2, and
         // writes slot layer mod 2 for the layer below.

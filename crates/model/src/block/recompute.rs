@@ -28,7 +28,7 @@ impl Block {
     /// Buffers for the latents a later pipeline stage receives from the layer before its
     /// first one (LaX): z of each group, nothing else.
     pub fn alloc_boundary<B: Backend>(&self, be: &B, t: usize) -> BlockActs<B> {
-        let z = |g: &Group| GroupActs { lat: be.alloc(0), z: Some(be.alloc(g.geom(t).len())), lax: None };
+        let z = |g: &ProjGroup| ProjActs { lat: be.alloc(0), z: Some(be.alloc(g.geom(t).len())), lax: None };
         BlockActs {
             qkv: z(&self.qkv),
             qkv_out: be.alloc(0),

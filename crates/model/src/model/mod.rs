@@ -2,12 +2,12 @@
 //! buffers of one micro-batch shape allocated once and reused every step.
 
 use crate::block::{Block, BlockActs, BlockGrads, Kept};
-use crate::group::Declare;
-use crate::group::{Ctx, Scratch};
 use crate::init;
 use crate::layout::{Dims, Layout};
 use crate::params::{BufBuilder, Init, ParamStore, Slot, Split, bind};
 use crate::plan::{Entry, Plan};
+use crate::projection::Declare;
+use crate::projection::{Ctx, Scratch};
 use anyhow::{Result, bail};
 use boost_config::{Arch, LaxGate, ModelConfig, Recompute};
 use boost_tensor::{Backend, Collective, DeviceBuf, Label, Mat};

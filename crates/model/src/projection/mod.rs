@@ -18,38 +18,38 @@ use boost_config::{Arch, LaxGate, ModelConfig, Phi};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GroupKind {
+pub enum ProjKind {
     Qkv = 0,
     O = 1,
     GateUp = 2,
     Down = 3,
 }
 
-impl GroupKind {
-    pub const ALL: [GroupKind; 4] = [GroupKind::Qkv, GroupKind::O, GroupKind::GateUp, GroupKind::Down];
+impl ProjKind {
+    pub const ALL: [ProjKind; 4] = [ProjKind::Qkv, ProjKind::O, ProjKind::GateUp, ProjKind::Down];
     pub fn comps(self) -> &'static [&'static str] {
         match self {
-            GroupKind::Qkv => &["q_proj", "k_proj", "v_proj"],
-            GroupKind::O => &["o_proj"],
-            GroupKind::GateUp => &["gate_proj", "up_proj"],
-            GroupKind::Down => &["down_proj"],
+            ProjKind::Qkv => &["q_proj", "k_proj", "v_proj"],
+            ProjKind::O => &["o_proj"],
+            ProjKind::GateUp => &["gate_proj", "up_proj"],
+            ProjKind::Down => &["down_proj"],
         }
     }
     pub fn module(self) -> &'static str {
         match self {
-            GroupKind::Qkv | GroupKind::O => "self_attn",
+            ProjKind::Qkv | ProjKind::O => "self_attn",
             _ => "mlp",
         }
     }
     /// The group reads the residual stream (through a norm) rather than writing it.
     pub fn reads_residual(self) -> bool {
-        matches!(self, GroupKind::Qkv | GroupKind::GateUp)
+        matches!(self, ProjKind::Qkv | ProjKind::GateUp)
     }
     /// The RMSNorm in front of the group, if any.
     pub fn norm_name(self) -> Option<&'static str> {
         match self {
-            GroupKind::Qkv => Some("input_layernorm"),
-            GroupKind::GateUp => Some("post_attention_layernorm"),
+            ProjKind::Qkv => Some("input_layernorm"),
+            ProjKind::GateUp => Some("post_attention_layernorm"),
             _ => None,
         }
     }
@@ -140,8 +140,8 @@ pub enum Weights {
 }
 
 #[derive(Debug, Clone)]
-pub struct Group {
-    pub kind: GroupKind,
+pub struct ProjGroup {
+    pub kind: ProjKind,
     pub layer: usize,
     pub c: usize,
     /// Global input width (the norm's feature count).
@@ -158,7 +158,7 @@ pub struct Group {
 }
 
 /// What a group's forward keeps for its backward.
-pub struct GroupActs<B: Backend> {
+pub struct ProjActs<B: Backend> {
     /// `[stat (t) | latent]`; for a full-rank group just the statistic.
     pub lat: B::Buf,
     /// φ(latent), when φ is not the identity.

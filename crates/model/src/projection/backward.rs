@@ -6,7 +6,7 @@
 use super::*;
 use crate::params::two_mut;
 
-impl Group {
+impl ProjGroup {
     #[allow(clippy::too_many_arguments)]
     pub fn backward<B: Backend>(
         &self,
@@ -14,8 +14,8 @@ impl Group {
         params: &[B::Buf],
         grads: &mut [B::Buf],
         x: Mat<B::Buf>,
-        acts: &GroupActs<B>,
-        prev: Option<(&Group, &GroupActs<B>)>,
+        acts: &ProjActs<B>,
+        prev: Option<(&ProjGroup, &ProjActs<B>)>,
         dout: &B::Buf,
         dx: &mut B::Buf,
         carry_in: Option<&B::Buf>,

@@ -4,7 +4,7 @@
 
 use super::*;
 
-/// How [`Group::forward_latent`] starts.
+/// How [`ProjGroup::forward_latent`] starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Latent {
     /// From P: the full forward.
@@ -13,7 +13,7 @@ pub enum Latent {
     FromA { rebuild_p: bool },
 }
 
-impl Group {
+impl ProjGroup {
     /// Run the group on `x` (`t × d_in_loc`), writing the component-major output to `out`.
     /// `prev` is the same group of the previous layer (LaX crossing).
     #[allow(clippy::too_many_arguments)]
@@ -22,8 +22,8 @@ impl Group {
         cx: &Ctx<B>,
         params: &[B::Buf],
         x: Mat<B::Buf>,
-        acts: &mut GroupActs<B>,
-        prev: Option<(&Group, &GroupActs<B>)>,
+        acts: &mut ProjActs<B>,
+        prev: Option<(&ProjGroup, &ProjActs<B>)>,
         out: &mut B::Buf,
         sc: &mut Scratch<B>,
     ) {
@@ -40,7 +40,7 @@ impl Group {
         cx: &Ctx<B>,
         params: &[B::Buf],
         x: Mat<B::Buf>,
-        acts: &mut GroupActs<B>,
+        acts: &mut ProjActs<B>,
         out: &mut B::Buf,
         sc: &mut Scratch<B>,
     ) {
@@ -125,8 +125,8 @@ impl Group {
         &self,
         cx: &Ctx<B>,
         params: &[B::Buf],
-        acts: &mut GroupActs<B>,
-        prev: Option<(&Group, &GroupActs<B>)>,
+        acts: &mut ProjActs<B>,
+        prev: Option<(&ProjGroup, &ProjActs<B>)>,
         sc: &mut Scratch<B>,
         mode: Latent,
     ) {
@@ -134,7 +134,7 @@ impl Group {
         let Weights::LowRank { lax, .. } = &self.w else { return };
         let (be, t) = (cx.be, cx.t);
         let geo = self.geom(t);
-        let GroupActs { lat, z, lax: lax_acts } = acts;
+        let ProjActs { lat, z, lax: lax_acts } = acts;
         let phi_in: (&B::Buf, usize) = match (lax, lax_acts.as_mut()) {
             (Some(lx), Some(la)) => {
                 let online = self.norm.is_some() && cx.plan.norm == NormPlacement::ShardedOnline;
@@ -195,7 +195,7 @@ impl Group {
 
     /// Up-projections `y_j = z_j · B_j` into `out`; a row-parallel B (vanilla) all-reduces
     /// each partial output.
-    pub fn forward_up<B: Backend>(&self, cx: &Ctx<B>, params: &[B::Buf], acts: &GroupActs<B>, out: &mut B::Buf) {
+    pub fn forward_up<B: Backend>(&self, cx: &Ctx<B>, params: &[B::Buf], acts: &ProjActs<B>, out: &mut B::Buf) {
         let Weights::LowRank { b, .. } = &self.w else { return };
         let t = cx.t;
         let sum = self.plan.last().sum_output;

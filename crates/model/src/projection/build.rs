@@ -3,19 +3,19 @@
 
 use super::*;
 
-fn global_widths(kind: GroupKind, m: &ModelConfig) -> (usize, Vec<usize>) {
+fn global_widths(kind: ProjKind, m: &ModelConfig) -> (usize, Vec<usize>) {
     let (d, dkv, dff) = (m.d, m.d_kv(), m.d_ff);
     match kind {
-        GroupKind::Qkv => (d, vec![d, dkv, dkv]),
-        GroupKind::O => (d, vec![d]),
-        GroupKind::GateUp => (d, vec![dff, dff]),
-        GroupKind::Down => (dff, vec![d]),
+        ProjKind::Qkv => (d, vec![d, dkv, dkv]),
+        ProjKind::O => (d, vec![d]),
+        ProjKind::GateUp => (d, vec![dff, dff]),
+        ProjKind::Down => (dff, vec![d]),
     }
 }
 
-impl Group {
+impl ProjGroup {
     /// Declare the group's parameters in the store for this rank's share of the plan.
-    pub fn build<B: Backend>(kind: GroupKind, layer: usize, cx: &mut Declare<B>) -> Self {
+    pub fn build<B: Backend>(kind: ProjKind, layer: usize, cx: &mut Declare<B>) -> Self {
         let Declare { m, plan, layout, dims, store, be } = cx;
         let (m, plan, dims, be) = (*m, *plan, *dims, *be);
         let (p, rank) = (plan.tp, layout.tp_rank);
@@ -170,11 +170,11 @@ impl Group {
     }
 }
 
-fn kind_tag(kind: GroupKind) -> &'static str {
+fn kind_tag(kind: ProjKind) -> &'static str {
     match kind {
-        GroupKind::Qkv => "qkv",
-        GroupKind::O => "o",
-        GroupKind::GateUp => "gate_up",
-        GroupKind::Down => "down",
+        ProjKind::Qkv => "qkv",
+        ProjKind::O => "o",
+        ProjKind::GateUp => "gate_up",
+        ProjKind::Down => "down",
     }
 }

@@ -50,18 +50,18 @@ impl LatGeom {
     }
 }
 
-impl Group {
+impl ProjGroup {
     /// Where this group's z lives (buffer, start of the latent): the φ output, the LN output
     /// (LaX, identity φ), or the latent itself.
-    pub fn z_buf<'a, B: Backend>(&self, acts: &'a GroupActs<B>, t: usize) -> (&'a B::Buf, usize) {
+    pub fn z_buf<'a, B: Backend>(&self, acts: &'a ProjActs<B>, t: usize) -> (&'a B::Buf, usize) {
         match (&acts.z, acts.lax.as_ref().filter(|_| self.has_lax())) {
             (Some(z), _) => (z, 0),
             (None, Some(l)) => (&l.u, 0),
             (None, None) => (&acts.lat, t),
         }
     }
-    /// Mutable [`Group::z_buf`].
-    pub fn z_buf_mut<'a, B: Backend>(&self, acts: &'a mut GroupActs<B>, t: usize) -> (&'a mut B::Buf, usize) {
+    /// Mutable [`ProjGroup::z_buf`].
+    pub fn z_buf_mut<'a, B: Backend>(&self, acts: &'a mut ProjActs<B>, t: usize) -> (&'a mut B::Buf, usize) {
         let lax = self.has_lax();
         match (&mut acts.z, acts.lax.as_mut().filter(|_| lax)) {
             (Some(z), _) => (z, 0),
@@ -94,10 +94,10 @@ impl Group {
     }
 
     /// Buffers for this group's saved activations at `t` tokens.
-    pub fn alloc_acts<B: Backend>(&self, be: &B, t: usize, phi: Phi) -> GroupActs<B> {
+    pub fn alloc_acts<B: Backend>(&self, be: &B, t: usize, phi: Phi) -> ProjActs<B> {
         let g = self.geom(t);
         let silu = self.is_low_rank() && phi == Phi::Silu;
-        GroupActs {
+        ProjActs {
             lat: be.alloc(t + g.len()),
             z: silu.then(|| be.alloc(g.len())),
             lax: self.has_lax().then(|| LaxActs {
@@ -111,7 +111,7 @@ impl Group {
 
     /// φ's input (buffer, start of the latent): the LN output for a crossing layer, the
     /// latent otherwise.
-    pub fn pre_phi<'a, B: Backend>(&self, acts: &'a GroupActs<B>, t: usize) -> (&'a B::Buf, usize) {
+    pub fn pre_phi<'a, B: Backend>(&self, acts: &'a ProjActs<B>, t: usize) -> (&'a B::Buf, usize) {
         match (&acts.lax, self.has_lax()) {
             (Some(l), true) => (&l.u, 0),
             _ => (&acts.lat, t),
@@ -119,11 +119,11 @@ impl Group {
     }
 
     /// z = φ(…), the up-projections' input (component j).
-    pub fn z_mat<'a, B: Backend>(&self, acts: &'a GroupActs<B>, t: usize, j: usize) -> Mat<'a, B::Buf> {
+    pub fn z_mat<'a, B: Backend>(&self, acts: &'a ProjActs<B>, t: usize, j: usize) -> Mat<'a, B::Buf> {
         self.z_of(&acts.lat, acts.z.as_ref(), acts.lax.as_ref(), t, j)
     }
 
-    /// `z_mat` from the parts of a `GroupActs`.
+    /// `z_mat` from the parts of a `ProjActs`.
     pub fn z_of<'a, B: Backend>(
         &self,
         lat: &'a B::Buf,
@@ -147,7 +147,7 @@ impl Group {
     }
 }
 
-impl<B: Backend> GroupActs<B> {
+impl<B: Backend> ProjActs<B> {
     /// Elements held.
     pub fn len(&self) -> usize {
         use boost_tensor::DeviceBuf;
