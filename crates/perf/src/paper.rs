@@ -121,11 +121,10 @@ pub fn paper_report(hw: &Hardware) -> String {
         "Recompute: full-layer for every 30B run and for 7B vanilla; none otherwise. BTP (paper's norm) = local norm for tp > 1."
     );
     let _ = writeln!(o);
-    let _ = writeln!(
-        o,
-        "| model | layout | full-rank s | vanilla s | BTP local s | BTP online s | BTP vs full | BTP vs vanilla | online vs full | online vs vanilla |"
+    table_header(
+        &mut o,
+        "model | layout | full-rank s | vanilla s | BTP local s | BTP online s | BTP vs full | BTP vs vanilla | online vs full | online vs vanilla",
     );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         let c = &r.case;
         let layout = match (c.tp, c.pp) {
@@ -162,11 +161,10 @@ pub fn paper_report(hw: &Hardware) -> String {
         "Breakdown per iteration (s): compute (GEMM / attention / elementwise) · TP comm · bubble · memory per rank"
     );
     let _ = writeln!(o);
-    let _ = writeln!(
-        o,
-        "| model | run | recompute | GEMM | attn | elementwise | TP comm | PP comm | bubble | GEMM util | MFU | memory GiB |"
+    table_header(
+        &mut o,
+        "model | run | recompute | GEMM | attn | elementwise | TP comm | PP comm | bubble | GEMM util | MFU | memory GiB",
     );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|");
     for r in &rows {
         for (v, p) in &r.variants {
             let b = &p.breakdown;
@@ -239,4 +237,10 @@ pub fn paper_report(hw: &Hardware) -> String {
         );
     }
     o
+}
+
+/// A Markdown table's header row (`columns` separated by ` | `) and its rule.
+fn table_header(o: &mut String, columns: &str) {
+    let _ = writeln!(o, "| {columns} |");
+    let _ = writeln!(o, "|{}", "---|".repeat(columns.split(" | ").count()));
 }

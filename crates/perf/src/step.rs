@@ -21,20 +21,15 @@ pub fn layer_params(m: &ModelConfig, layer: usize) -> u64 {
     factors + norms + lax_extra_params(m, layer) * 7
 }
 
-/// LaX gate and LN_r parameters of one projection (0 in block 0 and for other archs).
+/// LaX gate and LN_r parameters of one projection (0 in block 0 and for other archs): the
+/// gate's matmul weights, the dense gate's bias and LN_r's scale and shift.
 fn lax_extra_params(m: &ModelConfig, layer: usize) -> u64 {
     if m.arch != Arch::Lax || layer == 0 {
         return 0;
     }
     let r = m.rank as u64;
-    let gate = match m.lax.gate {
-        LaxGate::Dense => r * r + r,
-        LaxGate::Kron => {
-            let (a, b) = m.kron_factors();
-            (a * a + b * b) as u64
-        }
-    };
-    gate + 2 * r
+    let bias = if m.lax.gate == LaxGate::Dense { r } else { 0 };
+    lax_gate_matmul_params(m, layer) + bias + 2 * r
 }
 
 /// LaX parameters of one projection that are matmul weights (the dense gate, or the Kronecker
@@ -107,23 +102,31 @@ pub fn stage_params_rank(s: &Setup, stage: usize) -> u64 {
     n
 }
 
+/// An elementwise kernel of the stack's entry or exit moving `bytes` per token.
+fn stack_ew(s: &Setup, label: &str, phase: Phase, bytes: u64) -> Op {
+    Op::Elementwise(Elementwise { label: label.into(), phase, bytes: (bytes * s.tokens()) as f64 })
+}
+
+/// A collective of `per_token` elements per token of the micro-batch (all fp32 when `f32`).
+fn token_coll(s: &Setup, label: &str, phase: Phase, kind: CollKind, group: Group, per_token: u64, f32: bool) -> Op {
+    let elements = per_token * s.tokens();
+    Op::Collective(Collective {
+        label: label.into(),
+        phase,
+        kind,
+        group,
+        elements,
+        elements_f32: if f32 { elements } else { 0 },
+        dtype_bytes: s.dtype.bytes(),
+    })
+}
+
 /// Stack entry (embedding) on the first stage: forward and backward ops per micro-batch.
 fn entry_ops(s: &Setup) -> Vec<Op> {
-    let (t, d, p, a) = (s.tokens(), s.model.d as u64, s.tp as u64, s.dtype.bytes());
+    let (d, p, a) = (s.model.d as u64, s.tp as u64, s.dtype.bytes());
     let mut ops = Vec::new();
-    let ew =
-        |phase, bytes: u64| Op::Elementwise(Elementwise { label: "embed".into(), phase, bytes: (bytes * t) as f64 });
-    let coll = |label: &str, phase, kind, elements: u64| {
-        Op::Collective(Collective {
-            label: label.into(),
-            phase,
-            kind,
-            group: Group::Tp,
-            elements: elements * t,
-            elements_f32: 0,
-            dtype_bytes: a,
-        })
-    };
+    let ew = |phase, bytes: u64| stack_ew(s, "embed", phase, bytes);
+    let coll = |label: &str, phase, kind, elements: u64| token_coll(s, label, phase, kind, Group::Tp, elements, false);
     match s.checked_plan().entry {
         Entry::HiddenShard => {
             // Hidden-sharded table: each rank looks up its own d/p columns.
@@ -157,19 +160,9 @@ fn exit_ops(s: &Setup) -> Vec<Op> {
     let (t, d, p, a) = (s.tokens(), s.model.d as u64, s.tp as u64, s.dtype.bytes());
     let vl = s.padded_vocab() / p;
     let mut ops = Vec::new();
-    let ew = |label: &str, phase, bytes: u64| {
-        Op::Elementwise(Elementwise { label: label.into(), phase, bytes: (bytes * t) as f64 })
-    };
+    let ew = |label: &str, phase, bytes: u64| stack_ew(s, label, phase, bytes);
     let coll = |label: &str, phase, kind, elements: u64, f32: bool| {
-        Op::Collective(Collective {
-            label: label.into(),
-            phase,
-            kind,
-            group: Group::Tp,
-            elements: elements * t,
-            elements_f32: if f32 { elements * t } else { 0 },
-            dtype_bytes: a,
-        })
+        token_coll(s, label, phase, kind, Group::Tp, elements, f32)
     };
     let gemm = |phase, role, m: u64, k: u64, n: u64| {
         Op::Gemm(Gemm { label: "head".into(), phase, role, m, n, k, batch: 1, dtype_bytes: a, redundant: false })
@@ -207,17 +200,7 @@ fn p2p_ops(s: &Setup, stage: usize) -> Vec<Op> {
         return Vec::new();
     }
     let w = boost_plan::local(s.model.d, s.checked_plan().sharded_residual(), s.tp) as u64;
-    let mk = |label: &str, phase| {
-        Op::Collective(Collective {
-            label: label.into(),
-            phase,
-            kind: CollKind::SendRecv,
-            group: Group::Pp,
-            elements: w * s.tokens(),
-            elements_f32: 0,
-            dtype_bytes: s.dtype.bytes(),
-        })
-    };
+    let mk = |label: &str, phase| token_coll(s, label, phase, CollKind::SendRecv, Group::Pp, w, false);
     let mut ops = Vec::new();
     if stage > 0 {
         ops.push(mk("pp.recv_activation", Phase::Forward));

@@ -1,0 +1,124 @@
+//! The CPU hardware description written from the measurements: one file for in-process ranks
+//! and, when MPI links were measured, one for MPI processes; both are parsed before writing.
+
+use super::gemm::GemmSample;
+use crate::hardware::LinkSpec;
+use anyhow::{Context, Result};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Everything a calibration measured and fitted.
+pub(super) struct Measured {
+    pub(super) threads: usize,
+    pub(super) rounds: usize,
+    pub(super) samples: Vec<GemmSample>,
+    /// The fit: peak P, half dimension c, rms log error.
+    pub(super) peak: f64,
+    pub(super) c: f64,
+    pub(super) rms: f64,
+    pub(super) copy_bw: f64,
+    pub(super) add_bw: f64,
+    pub(super) overhead: f64,
+}
+
+impl Measured {
+    /// The description of this machine for ranks that are `ranks` (named `name`, of the
+    /// `kind` the description says), with links `link` explained by `comment`.
+    pub(super) fn text(&self, name: &str, ranks: &str, kind: &str, comment: &str, link: &LinkSpec) -> String {
+        format!("{}{}{}{}", self.intro(name, ranks, kind), self.body(), links_toml(comment, link), self.tail())
+    }
+
+    /// The top-level keys, with where they come from.
+    fn intro(&self, name: &str, ranks: &str, kind: &str) -> String {
+        let (threads, rounds, rms) = (self.threads, self.rounds, self.rms);
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let mem = memory_total_bytes().unwrap_or(24.0 * (1u64 << 30) as f64);
+        let shapes = self.samples.len();
+        format!(
+            "# This machine, measured by `boost plan --calibrate-cpu` ({cores} cores, {threads} threads, f32, best of {rounds} rounds).\n\
+             # Ranks are {ranks} sharing the cores: each gets 1/world of compute and bandwidth.\n\
+             # GEMM: the `gemm` crate (f32, Parallelism::Rayon({threads})) over {shapes} shapes, fitted to\n\
+             #   P · Π x/(x+c); rms log error {rms:.3}. Measured samples are in [calibration].\n\
+             name = \"{name}\"\n\
+             description = \"this machine: {cores} cores, f32 via the gemm crate, {kind}\"\n\
+             dtype = \"f32\"\n\
+             devices_per_node = 1024              # in-process ranks: one \"node\"\n\
+             memory_bytes = {mem:.0}              # /proc/meminfo MemTotal [measured]\n\
+             usable_memory_fraction = 0.8         # leave room for the OS and other processes [assumption]\n\
+             ranks_share_device = true\n\
+             \n"
+        )
+    }
+
+    /// `[compute]` and `[memory]`.
+    fn body(&self) -> String {
+        let (peak, c, overhead, add_bw) = (self.peak, self.c, self.overhead, self.add_bw);
+        format!(
+            "[compute]\n\
+             peak_flops = {peak:.4e}             # fitted P [measured]\n\
+             gemm_efficiency = 1.0                # P is already an achieved rate\n\
+             gemm_half_dim = {c:.1}                # fitted c [measured]\n\
+             attention_efficiency = 0.5           # not measured: the engine's attention kernel is timed by `boost bench` [assumption]\n\
+             kernel_overhead_s = {overhead:.3e}    # one small rayon-parallel kernel [measured]\n\
+             \n\
+             [memory]\n\
+             bandwidth = {add_bw:.4e}              # a = b + c over 64 MiB, bytes read + written [measured]\n\
+             efficiency = 1.0                     # the bandwidth above is already achieved\n\
+             \n"
+        )
+    }
+
+    /// `[calibration]`: the raw measurements beside the fit.
+    fn tail(&self) -> String {
+        let (threads, copy_bw, add_bw, rms, peak, c) =
+            (self.threads, self.copy_bw, self.add_bw, self.rms, self.peak, self.c);
+        let mut o = format!(
+            "[calibration]\n\
+             threads = {threads}\n\
+             copy_bandwidth = {copy_bw:.4e}\n\
+             elementwise_bandwidth = {add_bw:.4e}\n\
+             fit_rms_log_error = {rms:.4}\n\
+             # [m, n, k, measured GFLOP/s, fitted GFLOP/s]\n\
+             gemm = [\n"
+        );
+        let f = |x: usize| x as f64 / (x as f64 + c);
+        for s in &self.samples {
+            let _ = writeln!(
+                o,
+                "  [{}, {}, {}, {:.1}, {:.1}],",
+                s.m,
+                s.n,
+                s.k,
+                s.flops_per_s / 1e9,
+                peak * f(s.m) * f(s.n) * f(s.k) / 1e9
+            );
+        }
+        o.push_str("]\n");
+        o
+    }
+}
+
+/// The `[intra_node]` and `[inter_node]` sections of a one-machine description.
+fn links_toml(comment: &str, l: &LinkSpec) -> String {
+    let mut o = format!("# {comment}\n");
+    for section in ["intra_node", "inter_node"] {
+        let _ = writeln!(o, "[{section}]\nalpha_s = {:.3e}\nbandwidth = {:.4e}\n", l.alpha_s, l.bandwidth);
+    }
+    o
+}
+
+/// Write `text` to `path` (creating its folder) once it parses as a hardware description.
+pub(super) fn write_checked(path: &Path, text: &str) -> Result<()> {
+    crate::hardware::Hardware::from_toml_str(text).context("the calibrated description does not parse")?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+fn memory_total_bytes() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024.0)
+}

@@ -1,0 +1,114 @@
+//! f32 GEMM throughput of this machine over a set of shapes, and the fit of the
+//! `P · Π x/(x+c)` curve to it.
+
+use std::time::Instant;
+
+/// GEMM shapes (M, N, K) measured: large squares for the peak, one small dimension at a time
+/// for the curve, and the shapes of the cola-60m and 1b layers at a few thousand tokens.
+pub const SHAPES: &[(usize, usize, usize)] = &[
+    (1024, 1024, 1024),
+    (2048, 1024, 1024),
+    (2048, 2048, 512),
+    (2048, 1024, 16),
+    (2048, 1024, 32),
+    (2048, 1024, 64),
+    (2048, 1024, 128),
+    (2048, 1024, 256),
+    (2048, 16, 1024),
+    (2048, 32, 1024),
+    (2048, 64, 1024),
+    (2048, 128, 1024),
+    (2048, 256, 1024),
+    (32, 1024, 1024),
+    (64, 1024, 1024),
+    (128, 1024, 1024),
+    (256, 1024, 1024),
+    (2048, 384, 512),
+    (2048, 512, 128),
+    (2048, 1376, 128),
+    (2048, 128, 1376),
+    (2048, 1536, 2048),
+    (2048, 512, 2048),
+    (2048, 2048, 512),
+    (512, 128, 2048),
+];
+
+#[derive(Debug, Clone)]
+pub struct GemmSample {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub flops_per_s: f64,
+}
+
+/// Measure one f32 GEMM `(m×k)·(k×n)` (row-major), best of a few timed runs.
+pub fn measure_gemm(m: usize, n: usize, k: usize, threads: usize) -> f64 {
+    let lhs: Vec<f32> = (0..m * k).map(|i| ((i % 97) as f32 - 48.0) * 0.01).collect();
+    let rhs: Vec<f32> = (0..k * n).map(|i| ((i % 89) as f32 - 44.0) * 0.01).collect();
+    let mut dst = vec![0f32; m * n];
+    let flops = 2.0 * (m * n * k) as f64;
+    let run = |dst: &mut [f32]| {
+        // SAFETY: the three buffers are distinct, row-major, and sized m×k, k×n, m×n.
+        unsafe {
+            gemm::gemm(
+                m,
+                n,
+                k,
+                dst.as_mut_ptr(),
+                1,
+                n as isize,
+                false,
+                lhs.as_ptr(),
+                1,
+                k as isize,
+                rhs.as_ptr(),
+                1,
+                n as isize,
+                0.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                gemm::Parallelism::Rayon(threads),
+            )
+        }
+    };
+    run(&mut dst);
+    // Repeat to at least ~60 ms per timed run.
+    let t0 = Instant::now();
+    run(&mut dst);
+    let once = t0.elapsed().as_secs_f64().max(1e-7);
+    let reps = ((0.06 / once).ceil() as usize).clamp(1, 10_000);
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        for _ in 0..reps {
+            run(&mut dst);
+        }
+        best = best.min(t.elapsed().as_secs_f64() / reps as f64);
+    }
+    std::hint::black_box(&dst);
+    flops / best
+}
+
+/// Fit (P, c) of `P · Π x/(x+c)` to the samples; returns (P, c, rms log error).
+pub fn fit_curve(samples: &[GemmSample]) -> (f64, f64, f64) {
+    let f = |x: usize, c: f64| x as f64 / (x as f64 + c);
+    let eval = |c: f64| {
+        let logs: Vec<f64> =
+            samples.iter().map(|s| s.flops_per_s.ln() - (f(s.m, c) * f(s.n, c) * f(s.k, c)).ln()).collect();
+        let lp = logs.iter().sum::<f64>() / logs.len() as f64;
+        let err = logs.iter().map(|l| (l - lp).powi(2)).sum::<f64>() / logs.len() as f64;
+        (lp.exp(), err.sqrt())
+    };
+    let mut best = (0.0, f64::MAX, 0.0);
+    let mut c = 0.0;
+    while c <= 1024.0 {
+        let (p, e) = eval(c);
+        if e < best.1 {
+            best = (c, e, p);
+        }
+        c += if c < 64.0 { 0.5 } else { 4.0 };
+    }
+    (best.2, best.0, best.1)
+}

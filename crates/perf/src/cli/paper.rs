@@ -1,0 +1,37 @@
+//! `boost plan --paper`: the BOOST paper's runs (spec §7) as a table or JSON.
+
+use super::args::PlanArgs;
+use super::draw;
+use crate::hardware::Hardware;
+use crate::paper::{self, Variant};
+use anyhow::Result;
+
+/// `--paper`: the BOOST paper's set-up through the model.
+pub(super) fn run_paper(args: &PlanArgs, hw: &Hardware) -> Result<()> {
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&paper::paper_rows(hw))?);
+    } else {
+        print!("{}", paper::paper_report(hw));
+    }
+    draw::chart(
+        args,
+        || format!("BOOST paper set-up on {}: iteration time relative to full-rank", hw.name),
+        "time / full-rank time",
+        || {
+            let mut bars = Vec::new();
+            for row in paper::paper_rows(hw) {
+                let t_full = row.get(Variant::FullRank).iteration_time_s;
+                for (v, p) in &row.variants {
+                    let short = match v {
+                        Variant::FullRank => "full",
+                        Variant::Vanilla => "vanilla",
+                        Variant::Btp => "btp",
+                        Variant::BtpOnline => "btp-online",
+                    };
+                    bars.push((format!("{} {short}", row.case.name), p.breakdown.clone(), 1.0 / t_full));
+                }
+            }
+            bars
+        },
+    )
+}

@@ -1,0 +1,226 @@
+//! FLOPs, GEMM shapes, parameters, activation memory and predictions of the cost model
+//! against spec/BOOST.md (§2.4, §5, §6).
+
+mod common;
+
+use boost_config::{Arch, LaxGate, Recompute, Scheme};
+use boost_perf::*;
+use common::setup;
+
+fn gemm_flops(s: &Setup, include_recompute: bool) -> (f64, f64) {
+    let mut sum = 0.0;
+    let mut attn_full = 0.0;
+    for st in 0..s.pp {
+        for op in stage_ops(s, st).all() {
+            if op.phase() == Phase::Recompute && !include_recompute {
+                continue;
+            }
+            match op {
+                Op::Gemm(g) => sum += g.flops(),
+                Op::Attention(a) => attn_full += a.model_flops_full(),
+                _ => {}
+            }
+        }
+    }
+    (sum, attn_full)
+}
+
+#[test]
+fn flops_agree_with_six_n_plus_attention() {
+    for arch in [Arch::Full, Arch::Svd, Arch::Cola, Arch::Lax] {
+        let mut s = setup("cola-60m", arch, if arch == Arch::Full { Scheme::Megatron } else { Scheme::Btp }, 1);
+        s.model.vocab = 32000;
+        s.micro_batch = 2;
+        s.seq = 256;
+        let t = s.tokens() as f64;
+        let (gemm, attn_full) = gemm_flops(&s, false);
+        let n = matmul_params(&s.model) as f64;
+        assert!((gemm / (6.0 * n * t) - 1.0).abs() < 1e-12, "{arch:?}: {gemm} vs 6N·T = {}", 6.0 * n * t);
+        let (d, l, sq) = (s.model.d as f64, s.model.layers as f64, s.seq as f64);
+        assert!((attn_full / (12.0 * sq * d * l * t) - 1.0).abs() < 1e-12);
+        s.attention = AttnConvention::Full;
+        assert!((model_flops_per_token(&s) * t / (gemm + attn_full) - 1.0).abs() < 1e-12);
+        s.attention = AttnConvention::Causal;
+        assert!((model_flops_per_token(&s) * t / (gemm + attn_full / 2.0) - 1.0).abs() < 1e-12);
+    }
+}
+
+#[test]
+fn sharded_gemms_add_up_to_the_whole_model() {
+    // Summed over TP ranks, the GEMM FLOPs equal tp = 1, except replicated work (LaX gates).
+    for (arch, scheme) in [
+        (Arch::Full, Scheme::Megatron),
+        (Arch::Cola, Scheme::Vanilla),
+        (Arch::Cola, Scheme::Btp),
+        (Arch::Svd, Scheme::Btp),
+    ] {
+        for grouping in [true, false] {
+            let mut one = setup("cola-60m", arch, scheme, 1);
+            one.grouping = grouping;
+            let mut four = one.clone();
+            four.tp = 4;
+            let (g1, a1) = gemm_flops(&one, false);
+            let (g4, a4) = gemm_flops(&four, false);
+            let attn_ratio = if scheme == Scheme::Vanilla { 1.0 } else { 0.25 };
+            assert!((4.0 * g4 / g1 - 1.0).abs() < 1e-12, "{arch:?} {scheme:?}");
+            assert!((a4 / a1 - attn_ratio).abs() < 1e-12, "attention {scheme:?}");
+        }
+    }
+}
+
+#[test]
+fn kronecker_gate_is_cheaper_than_dense() {
+    let mut dense = setup("cola-60m", Arch::Lax, Scheme::Btp, 1);
+    dense.model.lax.gate = LaxGate::Dense;
+    let mut kron = dense.clone();
+    kron.model.lax.gate = LaxGate::Kron;
+    assert!(gemm_flops(&kron, false).0 < gemm_flops(&dense, false).0);
+}
+
+#[test]
+fn gemm_shapes_per_rank_follow_the_spec() {
+    // Vanilla A (T×d)(d×r/p), B (T×r/p)(r/p×d_out); BTP A (T×d/p)(d/p×r), B (T×r)(r×d_out/p).
+    let find = |s: &Setup, label: &str| -> Gemm {
+        layer_ops(s, 0).forward.iter().filter_map(Op::as_gemm).find(|g| g.label == label).unwrap().clone()
+    };
+    let mut v = setup("7b", Arch::Cola, Scheme::Vanilla, 4);
+    v.grouping = false;
+    let t = v.tokens();
+    let a = find(&v, "attn.o.A");
+    assert_eq!((a.m, a.k, a.n), (t, 4096, 256));
+    let b = find(&v, "attn.o.B");
+    assert_eq!((b.m, b.k, b.n), (t, 256, 4096));
+    let mut p = setup("7b", Arch::Cola, Scheme::Btp, 4);
+    p.grouping = false;
+    let a = find(&p, "attn.o.A");
+    assert_eq!((a.m, a.k, a.n), (t, 1024, 1024));
+    let b = find(&p, "mlp.gate.B");
+    assert_eq!((b.m, b.k, b.n), (t, 1024, 11008 / 4));
+    let ai = b.flops() / (2.0 * (t * 1024 + 1024 * 2752 + t * 2752) as f64);
+    assert!((b.intensity() - ai).abs() < 1e-9);
+}
+
+#[test]
+fn bubble_formula() {
+    assert_eq!(bubble_fraction(1, 8), 0.0);
+    assert!((bubble_fraction(4, 4) - 3.0 / 7.0).abs() < 1e-15);
+    assert!((bubble_fraction(2, 4) - 0.2).abs() < 1e-15);
+    let hw = Hardware::preset("a100-80gb").unwrap();
+    let mut s = setup("13b", Arch::Cola, Scheme::Btp, 4);
+    s.pp = 2;
+    s.accumulation = 4;
+    let p = predict(&s, &hw);
+    let slot = p.micro_batch.compute_s + p.micro_batch.tp_comm_s;
+    assert!((p.breakdown.bubble_s - slot).abs() < 1e-12);
+    let frac = p.breakdown.bubble_s / (p.breakdown.bubble_s + 4.0 * slot);
+    assert!((frac - bubble_fraction(2, 4)).abs() < 1e-12);
+}
+
+#[test]
+fn low_rank_layers_hold_two_and_a_half_times_fewer_parameters() {
+    for name in ["1b", "3b", "7b", "13b", "30b"] {
+        let m = boost_config::ModelConfig::preset(name).unwrap();
+        let (d, dff, r) = (m.d as f64, m.d_ff as f64, m.rank as f64);
+        let full = boost_config::ModelConfig { arch: Arch::Full, ..m.clone() };
+        let low = boost_config::ModelConfig { arch: Arch::Cola, ..m.clone() };
+        let counted = (layer_params(&full, 0) as f64 - 2.0 * d) / (layer_params(&low, 0) as f64 - 2.0 * d);
+        let formula = (4.0 * d * d + 3.0 * d * dff) / (8.0 * d * r + 3.0 * r * (d + dff));
+        assert!((counted / formula - 1.0).abs() < 1e-12, "{name}");
+        assert!((2.3..2.7).contains(&formula), "{name}: {formula}");
+    }
+}
+
+#[test]
+fn activation_memory_per_recompute_policy() {
+    let elems = |s: &Setup| layer_saved(s, 0).iter().map(|x| x.elements_per_token).sum::<f64>();
+    let mut s = setup("7b", Arch::Cola, Scheme::Btp, 4);
+    let (d, r, p) = (4096.0, 1024.0, 4.0);
+    s.recompute = Recompute::Lowrank;
+    assert_eq!(elems(&s), 7.0 * r + 2.0 * d / p + 2.0);
+    s.recompute = Recompute::Full;
+    assert_eq!(elems(&s), d / p);
+    s.recompute = Recompute::None;
+    assert!(elems(&s) > 7.0 * r + 2.0 * d / p + 2.0);
+    // Vanilla keeps far more without recompute: the residual, attention and MLP are replicated.
+    let mut v = setup("7b", Arch::Cola, Scheme::Vanilla, 4);
+    assert!(elems(&v) > 2.0 * elems(&s));
+    v.recompute = Recompute::Full;
+    assert_eq!(elems(&v), d);
+}
+
+#[test]
+fn recompute_of_the_first_layers_of_each_stage() {
+    let mut s = setup("7b", Arch::Cola, Scheme::Btp, 4);
+    let elems = |s: &Setup, l: usize| layer_saved(s, l).iter().map(|x| x.elements_per_token).sum::<f64>();
+    let none: Vec<f64> = (0..s.model.layers).map(|l| elems(&s, l)).collect();
+    s.pp = 2;
+    s.recompute = Recompute::Lowrank;
+    s.recompute_layers = 3;
+    let half = s.model.layers / 2;
+    for (l, &kept_without) in none.iter().enumerate() {
+        let recomputed = l % half < 3;
+        assert_eq!(elems(&s, l) < kept_without, recomputed, "layer {l}");
+        assert_eq!(layer_ops(&s, l).recompute.is_empty(), !recomputed, "layer {l}");
+    }
+}
+
+#[test]
+fn presets_parse_and_predict() {
+    for name in boost_perf::hardware::preset_names() {
+        let hw = Hardware::preset(name).unwrap();
+        let mut s = setup("1b", Arch::Cola, Scheme::Btp, 2);
+        s.dtype = hw.default_dtype();
+        let p = predict(&s, &hw);
+        assert!(p.iteration_time_s > 0.0 && p.iteration_time_s.is_finite(), "{name}");
+        let b = &p.breakdown;
+        let sum = b.compute_s + b.communication_s + b.bubble_s + b.optimizer_s;
+        assert!((sum / p.iteration_time_s - 1.0).abs() < 1e-12);
+    }
+}
+
+#[test]
+fn every_variant_predicts_and_recompute_trades_memory_for_time() {
+    let hw = Hardware::preset("a100-80gb").unwrap();
+    let combos = [
+        (Arch::Full, Scheme::Megatron),
+        (Arch::Svd, Scheme::Vanilla),
+        (Arch::Cola, Scheme::Vanilla),
+        (Arch::Svd, Scheme::Btp),
+        (Arch::Cola, Scheme::Btp),
+        (Arch::Lax, Scheme::Btp),
+    ];
+    for (arch, scheme) in combos {
+        for norm in NormKind::ALL {
+            for grouping in [true, false] {
+                for kv in [None, Some(8)] {
+                    let mut s = setup("cola-350m", arch, scheme, 4);
+                    s.model.kv_heads = kv;
+                    s.norm = norm;
+                    s.grouping = grouping;
+                    s.pp = 2;
+                    s.accumulation = 3;
+                    s.seq = 1024;
+                    let mut last: Option<(f64, f64)> = None;
+                    for rc in [Recompute::None, Recompute::Lowrank, Recompute::Full] {
+                        if rc == Recompute::Lowrank && arch == Arch::Full {
+                            continue;
+                        }
+                        s.recompute = rc;
+                        s.validate().unwrap();
+                        let p = predict(&s, &hw);
+                        let what = format!("{arch:?} {scheme:?} {norm:?} g={grouping} kv={kv:?} {rc:?}");
+                        assert!(p.iteration_time_s.is_finite() && p.iteration_time_s > 0.0, "{what}");
+                        assert!(p.memory.total > 0.0, "{what}");
+                        assert!(p.flops.hfu >= p.flops.mfu * 0.99, "{what}");
+                        // Each stronger policy keeps less and takes longer.
+                        if let Some((t, m)) = last {
+                            assert!(p.iteration_time_s > t, "{what}: time");
+                            assert!(p.memory.activations < m, "{what}: memory");
+                        }
+                        last = Some((p.iteration_time_s, p.memory.activations));
+                    }
+                }
+            }
+        }
+    }
+}
