@@ -3,10 +3,10 @@
 //! send/recv (which includes waiting in the bubble) and data-parallel communication.
 
 use crate::bench::BenchOptions;
-use crate::dp::{Groups, Optimizer};
+use crate::dp::Groups;
 use crate::metrics::TimeSplit;
 use crate::pipeline::schedule::simulate;
-use crate::trainer::StepRunner;
+use crate::trainer::{Learner, StepRunner};
 use anyhow::{Context, Result};
 use boost_comm::{Dims, GridOptions, Link, Links, RunOptions, run_ranks_with};
 use boost_config::Config;
@@ -66,15 +66,15 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
         let mut model = Model::new(Cpu::<f32>::new(), &cfg.model, layout, 1)?;
         model.set_recompute(t.recompute);
         model.set_recompute_layers(t.recompute_layers);
-        let mut opt = Optimizer::new(&model.be, &model.store, p.zero == 1, p.dp, c.dp);
+        let mut learner = Learner::new(model, p, c.dp);
         let loader = Loader::new(shard.clone(), t.seq_len, 1)?;
-        let mut runner = StepRunner::new(cfg, &model, c.dp);
+        let mut runner = StepRunner::new(cfg, &learner.model, c.dp);
         let rec = grid.recorder().context("recording")?;
         let (mut times, mut split) = (Vec::new(), TimeSplit::default());
         for s in 0..steps {
             rec.take();
             let t0 = Instant::now();
-            runner.step(&mut model, &mut opt, &g, &loader, s as u64, (s * per_step) as u64);
+            runner.step(&mut learner, &g, &loader, s as u64, (s * per_step) as u64);
             let dt = t0.elapsed().as_secs_f64();
             if s >= opts.warmup {
                 let sp = TimeSplit::of(dt, &rec.take());

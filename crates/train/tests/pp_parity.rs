@@ -5,6 +5,8 @@
 //! end stages; data-parallel replicas end up with identical gradients (or, under ZeRO-1, the
 //! shards of them).
 
+mod common;
+
 use boost_comm::{Dims, run_ranks};
 use boost_config::{Config, NormMode, PipeSchedule, Recompute, Scheme};
 use boost_model::params::Piece;
@@ -103,12 +105,7 @@ fn run(cfg: &Config, kind: PipeSchedule, policy: Recompute) -> Vec<Out> {
 }
 
 fn check(sets: &[&str], kind: PipeSchedule, policy: Recompute) {
-    let mut all: Vec<String> =
-        ["model.d=32", "model.d_ff=48", "model.heads=4", "model.rank=8", "model.vocab=61", "model.layers=4"]
-            .iter()
-            .chain(sets)
-            .map(|s| s.to_string())
-            .collect();
+    let mut all = common::small_model(4, sets);
     all.push(format!("train.recompute={}", format!("{policy:?}").to_lowercase()));
     let dp: usize = sets.iter().find_map(|s| s.strip_prefix("parallel.dp=")).map_or(1, |v| v.parse().unwrap());
     all.push(format!("train.accumulation={}", M / dp));

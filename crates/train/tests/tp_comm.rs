@@ -3,6 +3,8 @@
 //! every scheme × norm × grouping row, plus the listed stack entry/exit, cross-entropy and
 //! gradient-norm collectives — and equal what the cost model (`boost-perf`) predicts.
 
+mod common;
+
 use boost_comm::{Dims, RunOptions, Snapshot, run_ranks_with};
 use boost_config::{Config, Recompute};
 use boost_model::{Batch, Layout, Model};
@@ -19,12 +21,7 @@ const DFF: u64 = 48;
 const R: u64 = 8;
 
 fn config(sets: &[&str], tp: usize) -> Config {
-    let mut all: Vec<String> =
-        ["model.d=32", "model.d_ff=48", "model.heads=4", "model.rank=8", "model.vocab=61", "model.layers=2"]
-            .iter()
-            .chain(sets)
-            .map(|s| s.to_string())
-            .collect();
+    let mut all = common::small_model(2, sets);
     all.push(format!("parallel.tp={tp}"));
     all.push(format!("train.micro_batch={B}"));
     all.push(format!("train.seq_len={S}"));

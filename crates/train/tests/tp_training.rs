@@ -105,6 +105,9 @@ fn grids_track_the_single_rank_loss_curve() {
     }
 }
 
+/// Two data-parallel replicas with ZeRO-1 moments.
+const DP2_ZERO: [&str; 4] = ["model.arch=cola", "parallel.dp=2", "parallel.zero=1", "train.accumulation=2"];
+
 /// Checkpoints move between grids: (tp2, pp2) → (tp1, pp1, dp2) with ZeRO-1, and a ZeRO-1
 /// run's checkpoint → tp 4.
 #[test]
@@ -118,21 +121,11 @@ fn checkpoints_reshard_across_grids() {
         None,
     );
     let ck = root.path().join("tp2pp2/checkpoints/step-00000003");
-    let r = run(
-        root.path(),
-        "to-dp2",
-        &["model.arch=cola", "parallel.dp=2", "parallel.zero=1", "train.accumulation=2"],
-        Some(&ck),
-    );
+    let r = run(root.path(), "to-dp2", &DP2_ZERO, Some(&ck));
     assert_tracks("(tp2, pp2) → (dp2, ZeRO-1)", &r.losses, &saved.losses[3..]);
     let ck = root.path().join("to-dp2/checkpoints/step-00000006");
     assert!(ck.is_dir());
-    let z = run(
-        root.path(),
-        "zero-src",
-        &["model.arch=cola", "parallel.dp=2", "parallel.zero=1", "train.accumulation=2"],
-        None,
-    );
+    let z = run(root.path(), "zero-src", &DP2_ZERO, None);
     let ck = root.path().join("zero-src/checkpoints/step-00000003");
     let r = run(root.path(), "to-tp4", &["model.arch=cola", "parallel.tp=4", "train.accumulation=4"], Some(&ck));
     assert_tracks("(dp2, ZeRO-1) → tp4", &r.losses, &z.losses[3..]);

@@ -66,3 +66,13 @@ pub fn config(root: &Path, extra: &[&str]) -> Config {
     sets.extend(extra.iter().map(|s| s.to_string()));
     Config::load(None, &sets).unwrap()
 }
+
+/// The small model of the parity tests, `layers` deep (vocabulary 61, no data), then `sets`.
+pub fn small_model(layers: usize, sets: &[&str]) -> Vec<String> {
+    ["model.d=32", "model.d_ff=48", "model.heads=4", "model.rank=8", "model.vocab=61"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("model.layers={layers}")])
+        .chain(sets.iter().map(|s| s.to_string()))
+        .collect()
+}

@@ -1,0 +1,178 @@
+//! Starting a run's ranks: one thread per rank in this process, or one process per rank
+//! under `mpirun`, each on the CPU or its GPU.
+
+use super::prepare::prepare;
+use super::run::Job;
+use super::{Summary, TrainOptions};
+use crate::checkpoint::Checkpoint;
+use crate::dp::Groups;
+use anyhow::{Result, bail};
+use boost_comm::{Coord, Dims, Grid, GridOptions, Link, Links, Recorder, RunOptions, run_ranks_with};
+use boost_config::Config;
+use boost_data::Dataset;
+use boost_tensor::Backend;
+use boost_tensor::cpu::Cpu;
+use std::path::Path;
+
+fn run_options(cfg: &Config) -> RunOptions {
+    let par = &cfg.parallel;
+    let mut ropts = RunOptions::default().record(true);
+    if par.link_gbps > 0.0 {
+        let link = Link::new(par.link_alpha_us, par.link_gbps);
+        ropts = ropts.grid(GridOptions::default().record(true).links(Links::all(link)));
+    }
+    ropts
+}
+
+/// Train the configured model in this process: one thread per rank of the (dp, pp, tp)
+/// grid, collectives through shared memory.
+pub fn train(cfg: Config, opts: TrainOptions) -> Result<Summary> {
+    check_options(&cfg, &opts)?;
+    let gpu = gpu_device(&cfg, 0)?;
+    let p = prepare(cfg, &opts, true)?;
+    let par = &p.cfg.parallel;
+    let dims = Dims::new(par.dp, par.pp, par.tp);
+    let ctx = RankCtx { cfg: &p.cfg, opts: &opts, data: &p.data, resume: p.resume.as_ref(), run_dir: &p.run_dir };
+    let mut out = run_ranks_with(dims, &run_options(&p.cfg), |rank, grid| ctx.run_on(rank, grid, gpu))?;
+    Ok(out.swap_remove(0).expect("rank 0 reports the run"))
+}
+
+/// Options that contradict the config are refused before any work.
+fn check_options(cfg: &Config, opts: &TrainOptions) -> Result<()> {
+    if let Some(step) = opts.dump_grads.filter(|&s| s == 0 || s > cfg.train.steps as u64) {
+        bail!(
+            "--dump-grads {step}: the run ends at step {} (train.steps); choose a step in 1..={}",
+            cfg.train.steps,
+            cfg.train.steps
+        );
+    }
+    Ok(())
+}
+
+/// The GPU a rank trains on (None: the CPU). `train.device = cuda:N` means device N + `local`
+/// (the rank's index on its machine under mpirun; in-process ranks share device N). The device
+/// is probed first: without a driver or without the `cuda` feature this is an error naming
+/// the key, never a panic. A build with only the `emulate` feature runs `cuda` on the CPU
+/// emulator of the kernels (tests).
+fn gpu_device(cfg: &Config, local: usize) -> Result<Option<usize>> {
+    let boost_config::Device::Cuda(n) = boost_config::parse_device(&cfg.train.device)? else {
+        return Ok(None);
+    };
+    let n = n + local;
+    if cfg!(all(feature = "emulate", not(feature = "cuda"))) {
+        return Ok(Some(n));
+    }
+    boost_cuda::probe_device(n)
+        .map_err(|e| anyhow::anyhow!("train.device = {} (device {n}): {e}", cfg.train.device))?;
+    Ok(Some(n))
+}
+
+/// This process's index among the MPI ranks on its machine (0 outside MPI).
+fn local_rank() -> usize {
+    ["OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Train with one rank per process when launched by `mpirun` (this process's rank; rank 0
+/// returns the summary), in this process otherwise.
+pub fn train_launched(cfg: Config, opts: TrainOptions) -> Result<Option<Summary>> {
+    if !boost_comm::mpi::launched() {
+        return train(cfg, opts).map(Some);
+    }
+    check_options(&cfg, &opts)?;
+    let par = cfg.parallel.clone();
+    let dims = Dims::new(par.dp, par.pp, par.tp);
+    let ropts = run_options(&cfg);
+    let gpu = gpu_device(&cfg, local_rank())?;
+    boost_comm::mpi::run_mpi(dims, &ropts, |rank, grid| {
+        if dims.world() != grid.world.size() {
+            bail!(
+                "parallel.dp·pp·tp = {} but mpirun started {} processes; use mpirun -np {}",
+                dims.world(),
+                grid.world.size(),
+                dims.world()
+            );
+        }
+        // Rank 0 builds the data and the run directory; the others then open them.
+        let lead = if rank == 0 { Some(prepare(cfg.clone(), &opts, true)) } else { None };
+        boost_tensor::Collective::<Cpu<f32>>::barrier(&grid.world);
+        let p = match lead {
+            Some(p) => p?,
+            None => prepare(cfg.clone(), &opts, false)?,
+        };
+        let ctx = RankCtx { cfg: &p.cfg, opts: &opts, data: &p.data, resume: p.resume.as_ref(), run_dir: &p.run_dir };
+        ctx.run_on(rank, grid, gpu)
+    })
+}
+
+/// What every rank shares.
+pub(super) struct RankCtx<'a> {
+    pub(super) cfg: &'a Config,
+    pub(super) opts: &'a TrainOptions,
+    pub(super) data: &'a Dataset,
+    pub(super) resume: Option<&'a Checkpoint>,
+    pub(super) run_dir: &'a Path,
+}
+
+impl RankCtx<'_> {
+    /// One rank's training loop, on the CPU or on GPU `gpu`. Every rank computes; rank 0 also
+    /// logs, writes metrics and checkpoints.
+    fn run_on(&self, rank: usize, grid: Grid, gpu: Option<usize>) -> Result<Option<Summary>> {
+        match gpu {
+            None => {
+                let g = Groups::<Cpu<f32>> { tp: &grid.tp, pp: &grid.pp, dp: &grid.dp, world: &grid.world };
+                self.run_with(rank, grid.coord, grid.dims.world(), Cpu::<f32>::new(), &g, grid.recorder().map(|r| &**r))
+            }
+            Some(n) => self.run_gpu(rank, grid, n),
+        }
+    }
+
+    /// The rank loop on GPU `n`, bf16 with fp32 master weights. Collectives of a parallel
+    /// run go through host memory over the grid's communicators (`HostStaged`: in-process
+    /// ranks may share the GPU; MPI ranks take one each); they are not recorded.
+    #[cfg(any(feature = "cuda", feature = "emulate"))]
+    fn run_gpu(&self, rank: usize, grid: Grid, n: usize) -> Result<Option<Summary>> {
+        use boost_cuda::{Cuda, HostStaged, Precision};
+        #[cfg(feature = "cuda")]
+        let be = Cuda::new(n, Precision::Bf16).map_err(|e| anyhow::anyhow!("train.device = cuda:{n}: {e}"))?;
+        #[cfg(not(feature = "cuda"))]
+        let be = {
+            let _ = n;
+            Cuda::emulated(Precision::Bf16)
+        };
+        if rank == 0 && !self.opts.quiet {
+            eprintln!("device: {} ({})", be.info(), be.kernel_source());
+        }
+        let world = grid.dims.world();
+        if world == 1 {
+            let solo = boost_tensor::Solo;
+            let g = Groups::<Cuda> { tp: &solo, pp: &solo, dp: &solo, world: &solo };
+            return self.run_with(rank, grid.coord, 1, be, &g, None);
+        }
+        let staged = |group: &boost_comm::Group| HostStaged::new(group.comm().clone(), &be);
+        let (tp, pp, dp, all) = (staged(&grid.tp), staged(&grid.pp), staged(&grid.dp), staged(&grid.world));
+        let g = Groups::<Cuda> { tp: &tp, pp: &pp, dp: &dp, world: &all };
+        self.run_with(rank, grid.coord, world, be.clone(), &g, None)
+    }
+
+    #[cfg(not(any(feature = "cuda", feature = "emulate")))]
+    fn run_gpu(&self, _: usize, _: Grid, n: usize) -> Result<Option<Summary>> {
+        bail!("train.device = cuda:{n}: this build has no CUDA backend (build with --features cuda)")
+    }
+
+    /// The rank loop on any backend: `g` are its groups, `recorder` (if any) the one they
+    /// record into.
+    fn run_with<B: Backend>(
+        &self,
+        rank: usize,
+        c: Coord,
+        world: usize,
+        be: B,
+        g: &Groups<B>,
+        recorder: Option<&Recorder>,
+    ) -> Result<Option<Summary>> {
+        Job::setup(self, rank, c, world, be, g, recorder)?.run()
+    }
+}

@@ -1,0 +1,62 @@
+//! A rank's model with the optimizer state that updates it: the gradient, norm, update and
+//! checkpoint operations a step needs, named for what they do to the parameters.
+
+use crate::checkpoint::{Checkpoint, Named, Tensors};
+use crate::dp::{Groups, Optimizer};
+use crate::grid_ckpt;
+use anyhow::Result;
+use boost_config::{ParallelConfig, TrainConfig};
+use boost_model::Model;
+use boost_tensor::{Backend, Collective};
+
+/// A rank's model and optimizer.
+pub struct Learner<B: Backend> {
+    pub model: Model<B>,
+    pub opt: Optimizer<B>,
+}
+
+impl<B: Backend> Learner<B> {
+    /// `model` with a fresh optimizer: ZeRO-1 shards under `parallel.zero = 1`, replicated
+    /// AdamW otherwise; `dp_rank` is this rank's replica.
+    pub fn new(model: Model<B>, par: &ParallelConfig, dp_rank: usize) -> Self {
+        let opt = Optimizer::new(&model.be, &model.store, par.zero == 1, par.dp, dp_rank);
+        Self { model, opt }
+    }
+
+    /// Start a step's gradients from zero.
+    pub fn zero_grads(&mut self) {
+        self.model.store.zero_grads(&self.model.be);
+    }
+
+    /// Combine the replicas' gradients over `dp` ([`Optimizer::sync_grads`]).
+    pub fn sync_grads(&mut self, dp: &dyn Collective<B>, bucket: &mut Option<B::Buf>) {
+        self.opt.sync_grads(&self.model.be, &mut self.model.store, dp, bucket);
+    }
+
+    /// The whole model's gradient norm after [`Learner::sync_grads`] ([`Optimizer::grad_norm`]).
+    pub fn grad_norm(&self, dp_rank: usize, world: &dyn Collective<B>, scalar: &mut B::Buf) -> f64 {
+        let m = &self.model;
+        self.opt.grad_norm(&m.be, &m.store, m.layout.tp_rank, dp_rank, world, scalar)
+    }
+
+    /// One AdamW update at rate `lr`, the gradients scaled by `grad_scale` first.
+    pub fn update(&mut self, t: &TrainConfig, lr: f64, grad_scale: f64, dp: &dyn Collective<B>) {
+        self.opt.update(&self.model.be, &mut self.model.store, t, lr, grad_scale, dp);
+    }
+
+    /// Take the weights, moments and step count of a checkpoint (any layout).
+    pub fn load(&mut self, ck: &Checkpoint) -> Result<()> {
+        grid_ckpt::load_run(ck, &mut self.model, &mut self.opt)
+    }
+
+    /// The run's whole canonical tensors on global rank 0 (None elsewhere); every rank calls it.
+    pub fn gather(&self, g: &Groups<B>, dp_rank: usize) -> Result<Option<Tensors>> {
+        grid_ckpt::gather_run(&self.model, &self.opt, g, dp_rank)
+    }
+
+    /// The step's whole canonical gradients on global rank 0 (None elsewhere); every rank
+    /// calls it.
+    pub fn gather_grads(&self, g: &Groups<B>, dp_rank: usize) -> Result<Option<Vec<Named>>> {
+        grid_ckpt::gather_grads(&self.model, &self.opt, g, dp_rank)
+    }
+}

@@ -1,0 +1,81 @@
+//! What a run needs before its ranks start: the data, the checkpoint it resumes, a checked
+//! config, and (on the lead) a locked, consistent run directory.
+
+use super::{Log, TrainOptions};
+use crate::checkpoint::Checkpoint;
+use crate::compat;
+use crate::run_dir::{self, RunLock};
+use anyhow::{Context, Result, bail};
+use boost_config::Config;
+use boost_data::Dataset;
+use std::path::PathBuf;
+
+/// Resolve `model.vocab = 0` from the data and check the model can index every token.
+pub fn resolve_vocab(cfg: &mut Config, data: &Dataset) -> Result<()> {
+    let v = data.meta.vocab_size as usize;
+    if cfg.model.vocab == 0 {
+        cfg.model.vocab = v;
+    } else if cfg.model.vocab < v {
+        bail!(
+            "config key `model.vocab`: {} is smaller than the tokenizer's vocabulary of {v} in {}; set model.vocab ≥ {v} (or 0 to take it from the data)",
+            cfg.model.vocab,
+            data.dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// Everything a run needs before its ranks start.
+pub(super) struct Prepared {
+    pub(super) cfg: Config,
+    pub(super) data: Dataset,
+    pub(super) resume: Option<Checkpoint>,
+    pub(super) run_dir: PathBuf,
+    /// The lead's lock on the run directory, held until the run ends.
+    _lock: Option<RunLock>,
+}
+
+/// Open the checkpoint to resume, prepare the data (building it if absent), resolve the
+/// vocabulary and check the config. `lead` also locks and checks the run directory: a new
+/// run never writes over another's results, a resume never over newer checkpoints.
+pub(super) fn prepare(mut cfg: Config, opts: &TrainOptions, lead: bool) -> Result<Prepared> {
+    let resume = match &opts.resume {
+        Some(dir) => Some(Checkpoint::open(dir)?),
+        None => None,
+    };
+    let data = boost_data::prepare(&cfg.data)?;
+    resolve_vocab(&mut cfg, &data)?;
+    cfg.validate()?;
+    if let Some(ck) = &resume {
+        compat::check_resume(ck, &cfg, &data)?;
+    }
+    compat::check_data(&cfg, &data, lead && !opts.quiet)?;
+    let run_dir = PathBuf::from(&cfg.run.dir);
+    let lock = if lead { Some(claim_run_dir(&cfg, &run_dir, resume.as_ref(), Log { on: !opts.quiet })?) } else { None };
+    Ok(Prepared { cfg, data, resume, run_dir, _lock: lock })
+}
+
+/// Lock the run directory, check it suits a fresh run or this resume, clear what a killed
+/// run left, and write the resolved config.
+fn claim_run_dir(cfg: &Config, run_dir: &std::path::Path, resume: Option<&Checkpoint>, log: Log) -> Result<RunLock> {
+    let lock = RunLock::acquire(run_dir)?;
+    match resume {
+        Some(ck) => run_dir::check_resume(run_dir, ck.meta.step)?,
+        None => run_dir::check_fresh(run_dir)?,
+    }
+    if let Some(line) = run_dir::clean_stale(run_dir) {
+        log.line(line);
+    }
+    if let Some(ck) = resume
+        && let Some(side) = run_dir::trim_metrics(run_dir, ck.meta.step)?
+    {
+        log.line(format!(
+            "metrics.jsonl: the lines after step {} (logged before the resumed run) moved to {}",
+            ck.meta.step,
+            side.display()
+        ));
+    }
+    let toml = run_dir.join("config.toml");
+    std::fs::write(&toml, cfg.to_toml()).with_context(|| format!("cannot write {}", toml.display()))?;
+    Ok(lock)
+}

@@ -1,0 +1,163 @@
+//! One rank's optimizer step and evaluation: its micro-batches through its pipeline stage,
+//! the data-parallel gradient combination, the global gradient norm and AdamW.
+
+use super::Learner;
+use crate::dp::Groups;
+use crate::optim::clip_coef;
+use crate::pipeline::StageRunner;
+use crate::pipeline::schedule::table;
+use crate::schedule::lr_at;
+use boost_config::Config;
+use boost_data::Loader;
+use boost_model::{Batch, LossSum, Model};
+use boost_tensor::{Backend, Label, Mat, MatMut, ReduceOp};
+
+/// What one optimizer step did.
+#[derive(Debug, Clone, Copy)]
+pub struct StepOut {
+    pub loss: f64,
+    pub lr: f64,
+    pub grad_norm: f64,
+    pub tokens: u64,
+    pub sequences: u64,
+    /// The update was not applied (`train.skip_nonfinite`).
+    pub skipped: bool,
+    /// A rank of the grid received this signal: every rank stops after this step.
+    pub stop: Option<i32>,
+}
+
+/// A step's gradients, combined over the grid but not yet applied.
+pub struct Accumulated {
+    /// This rank's share of the loss (summed over the grid by [`StepRunner::apply`]).
+    loss: LossSum,
+    pub grad_norm: f64,
+}
+
+/// One rank's step loop: its micro-batches through its pipeline stage, then the data-parallel
+/// gradient combination, the global gradient norm and the optimizer (buffers allocated once).
+pub struct StepRunner<B: Backend> {
+    inputs: Vec<Vec<u32>>,
+    targets: Vec<Vec<u32>>,
+    stage: StageRunner<B>,
+    bucket: Option<B::Buf>,
+    scalar: B::Buf,
+    report: B::Buf,
+    cfg: Config,
+    dp_rank: usize,
+}
+
+impl<B: Backend> StepRunner<B> {
+    pub fn new(cfg: &Config, model: &Model<B>, dp_rank: usize) -> Self {
+        let t = &cfg.train;
+        let n = t.micro_batch * t.seq_len;
+        let l = model.layout;
+        Self {
+            inputs: vec![vec![0; n]; t.accumulation],
+            targets: vec![vec![0; n]; t.accumulation],
+            stage: StageRunner::new(table(cfg.parallel.schedule, l.stage, l.stages, t.accumulation)),
+            bucket: None,
+            scalar: model.be.alloc(1),
+            report: model.be.alloc(3),
+            cfg: cfg.clone(),
+            dp_rank,
+        }
+    }
+
+    /// Sum `[loss, tokens]` of the last stage's tp rank 0 over the whole grid; the same
+    /// collective counts the ranks that received a stop signal, so every rank agrees on
+    /// whether to stop after this step.
+    fn report(&mut self, model: &Model<B>, g: &Groups<B>, loss: LossSum) -> (LossSum, Option<i32>) {
+        let signal = crate::signals::received().unwrap_or(0);
+        if g.world.size() == 1 {
+            return (loss, (signal != 0).then_some(signal));
+        }
+        let mine = model.layout.last_stage() && model.layout.tp_rank == 0;
+        let v = if mine { [loss.sum, loss.tokens as f64] } else { [0.0, 0.0] };
+        model.be.write_mat(MatMut::new(&mut self.report, 1, 2), &v);
+        model.be.write_mat(MatMut::at(&mut self.report, 2, 1, 1, 1), &[(signal != 0) as u8 as f64]);
+        g.world.all_reduce(&mut self.report, 0, 3, ReduceOp::Sum, Label::op("loss.report"));
+        let r: Vec<f64> = model.be.read_mat(Mat::new(&self.report, 1, 3));
+        // Ranks asked to stop; which signal only sets the exit code (mpirun forwards the same
+        // signal to every process), so a rank that saw none reports SIGTERM's.
+        let stop = (r[2] > 0.0).then(|| crate::signals::received().unwrap_or(signal_hook::consts::SIGTERM));
+        (LossSum { sum: r[0], tokens: r[1].round() as usize }, stop)
+    }
+
+    /// One optimizer step from stream position `position` (sequences consumed so far): this
+    /// replica trains on sequences `position + (dp_rank·acc + a)·mb`, for a < acc, so a global
+    /// batch holds the same sequences whatever the layout.
+    pub fn step(&mut self, l: &mut Learner<B>, g: &Groups<B>, data: &Loader, step: u64, position: u64) -> StepOut {
+        let acc = self.accumulate(l, g, data, position);
+        self.apply(l, g, step, acc, false)
+    }
+
+    /// The first half of [`StepRunner::step`]: every micro-batch's forward and backward, the
+    /// data-parallel gradient combination and the global gradient norm.
+    pub fn accumulate(&mut self, l: &mut Learner<B>, g: &Groups<B>, data: &Loader, position: u64) -> Accumulated {
+        let t = &self.cfg.train;
+        let (mb, seq, acc, dp) = (t.micro_batch, t.seq_len, t.accumulation, self.cfg.parallel.dp);
+        let global_tokens = (acc * dp * mb * seq) as f64;
+        l.zero_grads();
+        for a in 0..acc {
+            let first = position + ((self.dp_rank * acc + a) * mb) as u64;
+            data.fill(first, mb, &mut self.inputs[a], &mut self.targets[a]);
+        }
+        let batches: Vec<Batch> =
+            (0..acc).map(|a| Batch { ids: &self.inputs[a], targets: &self.targets[a], batch: mb, seq }).collect();
+        let loss = self.stage.run(&mut l.model, g.tp, g.pp, &batches, 1.0 / global_tokens);
+        drop(batches);
+        l.sync_grads(g.dp, &mut self.bucket);
+        let grad_norm = l.grad_norm(self.dp_rank, g.world, &mut self.scalar);
+        Accumulated { loss, grad_norm }
+    }
+
+    /// The second half of [`StepRunner::step`]: clip, update, and agree on the step's loss.
+    /// `skip` leaves the weights and moments untouched (every rank decides alike: the
+    /// gradient norm is the grid's).
+    pub fn apply(&mut self, l: &mut Learner<B>, g: &Groups<B>, step: u64, acc: Accumulated, skip: bool) -> StepOut {
+        let t = &self.cfg.train;
+        let lr = lr_at(t, step as usize);
+        if !skip {
+            l.update(t, lr, clip_coef(acc.grad_norm, t.grad_clip), g.dp);
+        }
+        let sequences = (t.accumulation * self.cfg.parallel.dp * t.micro_batch) as u64;
+        let (loss, stop) = self.report(&l.model, g, acc.loss);
+        StepOut {
+            loss: loss.sum / loss.tokens.max(1) as f64,
+            lr,
+            grad_norm: acc.grad_norm,
+            tokens: loss.tokens as u64,
+            sequences,
+            skipped: skip,
+            stop,
+        }
+    }
+
+    /// Mean loss over the first `batches` micro-batches of the validation windows, through
+    /// the pipeline (every data-parallel replica computes the same; the grid agrees on it).
+    pub fn evaluate(&mut self, model: &mut Model<B>, g: &Groups<B>, val: &Loader, batches: usize) -> f64 {
+        let (mb, seq) = (self.cfg.train.micro_batch, val.seq_len());
+        let l = model.layout;
+        let mut total = LossSum::default();
+        for k in 0..batches {
+            val.fill_val((k * mb) as u64, mb, &mut self.inputs[0], &mut self.targets[0]);
+            let b = Batch { ids: &self.inputs[0], targets: &self.targets[0], batch: mb, seq };
+            if l.stage > 0 {
+                model.recv_activation(g.pp, 0, l.stage - 1, &b);
+            }
+            if let Some(loss) = model.forward_stage(g.tp, 0, &b, None) {
+                total.sum += loss.sum;
+                total.tokens += loss.tokens;
+            }
+            if !l.last_stage() {
+                model.send_activation(g.pp, 0, l.stage + 1);
+            }
+        }
+        // Replicas computed the same: only replica 0 reports.
+        if self.dp_rank != 0 {
+            total = LossSum::default();
+        }
+        let (total, _) = self.report(model, g, total);
+        total.sum / total.tokens.max(1) as f64
+    }
+}
