@@ -1,4 +1,4 @@
-//! The analytic cost model of BOOST (spec §2, §5, §6) and its planner, `boost plan`.
+//! The analytic cost model of BOOST (docs/PARALLELISM.md §2, §5, §6) and its planner, `boost plan`.
 //!
 //! - [`Setup`]: a model × layout × micro-batch × dtype, built from the training config.
 //! - [`layer_ops`]: every op of one decoder layer on one TP rank — GEMMs with per-rank shapes,

@@ -165,7 +165,7 @@ pub struct Elementwise {
     pub bytes: f64,
 }
 
-/// A collective issued by one rank. `elements` is the payload as spec §2.4 counts it:
+/// A collective issued by one rank. `elements` is the payload as docs/PARALLELISM.md §2.4 counts it:
 /// the buffer of an all-reduce, the gathered (full) size of an all-gather, the input (full)
 /// size of a reduce-scatter, the message of a send. `elements_f32` of them are fp32
 /// statistics; the rest have `dtype_bytes` each.

@@ -1,4 +1,4 @@
-//! The BOOST paper's evaluation set-up (spec §7) through the cost model.
+//! The BOOST paper's evaluation set-up (docs/COST_MODEL.md §7) through the cost model.
 //!
 //! A100-80GB nodes of 4 GPUs, bf16, seq 4096, micro-batch 4, vocab 32000, DP = 1, 1F1B:
 //! 1B on 1 GPU; 3B TP2; 7B TP4; 13B TP4·PP2 and 30B TP4·PP4 with 4 micro-batches per step.
@@ -111,7 +111,7 @@ pub fn paper_report(hw: &Hardware) -> String {
     let rows = paper_rows(hw);
     let mut o = String::new();
     let gib = (1u64 << 30) as f64;
-    let _ = writeln!(o, "BOOST paper set-up (spec §7) on {}: {}", hw.name, hw.description);
+    let _ = writeln!(o, "BOOST paper set-up (docs/COST_MODEL.md §7) on {}: {}", hw.name, hw.description);
     let _ = writeln!(
         o,
         "bf16, seq 4096, micro-batch 4, vocab 32000, DP 1, 1F1B; low-rank = CoLA r = d/4; attention FLOPs counted causal."
@@ -219,7 +219,10 @@ pub fn paper_report(hw: &Hardware) -> String {
     let seven = rows.iter().find(|r| r.case.preset == "7b").expect("7b row");
     let _ = writeln!(o, "Per-layer TP communication at 7B (TP4, b = 4, s = 4096, bf16), forward / backward payload:");
     let _ = writeln!(o);
-    let _ = writeln!(o, "| run | forward calls | forward GiB | backward calls | backward GiB | spec §2.4 forward |");
+    let _ = writeln!(
+        o,
+        "| run | forward calls | forward GiB | backward calls | backward GiB | docs/PARALLELISM.md §2.4 forward |"
+    );
     let _ = writeln!(o, "|---|---|---|---|---|---|");
     for (v, want) in
         [(Variant::FullRank, "0.25"), (Variant::Vanilla, "1.30"), (Variant::Btp, "0.22"), (Variant::BtpOnline, "0.22")]

@@ -5,7 +5,7 @@ use boost_config::{Arch, Config, ModelConfig, NormMode, PipeSchedule, Recompute,
 use boost_plan::Plan;
 use serde::{Deserialize, Serialize};
 
-/// How a BTP layer normalises its hidden-sharded residual (spec §3). `Local` is the reference
+/// How a BTP layer normalises its hidden-sharded residual (docs/PARALLELISM.md §3). `Local` is the reference
 /// code's per-shard norm: a different model (not equivalent to RMSNorm over d), which the
 /// planner can cost even though the engine does not train it. Megatron and vanilla run the
 /// norm replicated on the whole residual and ignore this setting.
@@ -79,7 +79,7 @@ impl Dtype {
     }
 }
 
-/// Which attention FLOPs count as model FLOPs (spec §6). Forward plus backward per token per
+/// Which attention FLOPs count as model FLOPs (docs/COST_MODEL.md §6). Forward plus backward per token per
 /// layer: `Full` = 12·s·d (the whole S² score matrix), `Causal` = 6·s·d (the causal half).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -243,7 +243,7 @@ impl Setup {
     pub fn global_batch(&self) -> usize {
         self.micro_batch * self.accumulation * self.dp
     }
-    /// Vocabulary padded to a multiple of tp (spec §2.3).
+    /// Vocabulary padded to a multiple of tp (docs/PARALLELISM.md §2.3).
     pub fn padded_vocab(&self) -> u64 {
         let v = self.model.vocab;
         v.div_ceil(self.tp) as u64 * self.tp as u64

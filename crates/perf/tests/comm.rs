@@ -1,4 +1,4 @@
-//! Collectives of the cost model against spec/BOOST.md (§2.4, §6): calls and volumes per
+//! Collectives of the cost model against docs/PARALLELISM.md (§2.4, §6): calls and volumes per
 //! layer, labels and program order, the stack's entry and exit, the whole step.
 
 mod common;

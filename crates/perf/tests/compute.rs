@@ -1,5 +1,5 @@
 //! FLOPs, GEMM shapes, parameters, activation memory and predictions of the cost model
-//! against spec/BOOST.md (§2.4, §5, §6).
+//! against docs/PARALLELISM.md (§2.4, §5, §6).
 
 mod common;
 

@@ -124,7 +124,7 @@ fn recorded_collectives_equal_the_spec_table() {
                     row.sets
                 );
             }
-            // Entry, exit, loss and gradient norm (spec §2.3–2.4).
+            // Entry, exit, loss and gradient norm (docs/PARALLELISM.md §2.3–2.4).
             let btp = cfg.parallel.resolved_scheme(&cfg.model) == boost_config::Scheme::Btp;
             let mut want: BTreeMap<String, (String, u64, u64)> = BTreeMap::new();
             let mut put = |l: &str, k: &str, n: u64| {

@@ -103,7 +103,7 @@ pub struct PlanArgs {
     /// Replace the --chart file if it exists.
     #[arg(long, requires = "chart")]
     pub force: bool,
-    /// Print the BOOST paper's set-up (spec §7) through the model: times, speedups, 7B per-layer volumes.
+    /// Print the BOOST paper's set-up (docs/COST_MODEL.md §7) through the model: times, speedups, 7B per-layer volumes.
     #[arg(long)]
     pub paper: bool,
     /// Measure this machine (GEMM shapes, bandwidth) and write a CPU hardware TOML to this file.

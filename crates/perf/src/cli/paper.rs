@@ -1,4 +1,4 @@
-//! `boost plan --paper`: the BOOST paper's runs (spec §7) as a table or JSON.
+//! `boost plan --paper`: the BOOST paper's runs (docs/COST_MODEL.md §7) as a table or JSON.
 
 use super::args::PlanArgs;
 use super::draw;

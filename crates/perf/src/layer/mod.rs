@@ -5,15 +5,15 @@
 //! with block `attn` or `mlp`; module `norm`, `qkv` / `q` / `k` / `v`, `rope`, `core`
 //! (attention), `o`, `residual`, `gate_up` / `gate` / `up`, `act` (the SwiGLU product), `down`;
 //! for low-rank layers the part `A`, `B`, `phi` (the bottleneck activation) or `cross` (LaX
-//! crossing, LN_r and φ). A collective carries the name the engine's recorder reports
-//! (`boost-model`'s `labels`); backward ones end in `.bwd`, recompute repeats the forward name:
+//! crossing, LN_r and φ). Where collectives go comes from the scheme's plan (`boost-plan`); a
+//! collective carries the name the engine's recorder reports (`boost-model`'s `labels`);
+//! backward ones end in `.bwd`, recompute repeats the forward name:
 //! - megatron: forward `attn.o.B`, `mlp.down.B` (g after the row-parallel GEMM); backward
 //!   `attn.qkv.f.bwd`, `mlp.gate_up.f.bwd` (f in front of the column-parallel GEMMs, one per
 //!   shared input, grouped or not);
 //! - vanilla: forward `<block>.<proj>.B` for each of the seven B's (g); backward
 //!   `attn.qkv.f.bwd`, `attn.o.f.bwd`, `mlp.gate_up.f.bwd`, `mlp.down.f.bwd` (f, one per shared
-//!   input); LaX adds all-gathers `<block>.<group>.cross` (per projection when ungrouped) and
-//!   `….cross.bwd`;
+//!   input); LaX is refused (the plan shards the latent, which LaX needs whole);
 //! - btp: forward `<block>.<group>.A` (grouped) or `<block>.<proj>.A` (g after each
 //!   row-parallel A; with the online norm the first A after a norm carries the fp32 statistic);
 //!   backward `<block>.<group>.B.bwd` / `<block>.<proj>.B.bwd` (f in front of the

@@ -47,7 +47,7 @@ impl Ctx<'_> {
         self.norm_bwd("attn");
     }
 
-    /// Low-rank checkpointing (spec §5): rebuild from the saved pre-φ latents, residual
+    /// Low-rank checkpointing (docs/PARALLELISM.md §5): rebuild from the saved pre-φ latents, residual
     /// shards and norm statistics; no A GEMM and no B_o / B_down.
     pub(super) fn recompute_lowrank(&mut self) {
         self.phase = Phase::Recompute;
