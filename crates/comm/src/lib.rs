@@ -1,7 +1,7 @@
 //! Communication for BOOST: the [`Communicator`] trait on host memory, the in-process
 //! backend (one OS thread per rank, shared memory, deterministic rank-order reductions), the
 //! (dp, pp, tp) [`Grid`] of groups, the [`Group`] adapter that model code sees as
-//! `&dyn boost_tensor::Collective<Cpu<T>>`, a [`Recorder`] of every collective, and optional
+//! `&dyn boost_tensor::Collective<Cpu<T>>`, a [`Recorder`] of every collective (and [`Recorded`], which records any `Collective`), and optional
 //! [`Link`] emulation. With the `mpi` feature, [`mpi`] runs one rank per process under
 //! `mpirun` with the same grid and groups.
 //!
@@ -32,6 +32,7 @@ mod lock;
 pub mod mpi;
 pub mod payload;
 mod pool;
+pub mod recorded;
 pub mod recorder;
 pub mod runner;
 
@@ -42,5 +43,6 @@ pub use group::Group;
 pub use inprocess::{InProcess, InProcessComm, InProcessOptions, RankGuard};
 pub use link::Link;
 pub use payload::{CommElem, DType, Kind, Payload, PayloadRef};
+pub use recorded::Recorded;
 pub use recorder::{Aggregate, Event, Key, Recorder, Snapshot, Totals};
 pub use runner::{RunOptions, panic_message, run_ranks, run_ranks_with};

@@ -158,3 +158,41 @@ fn link_emulation_adds_the_modelled_time() {
         );
     }
 }
+
+#[test]
+fn a_recorded_collective_counts_what_a_recording_group_counts() {
+    // The same calls through a recording group and through `Recorded` around the same
+    // communicator without a recorder give the same calls, elements and bytes per key.
+    use boost_comm::{Group, Recorded, Recorder};
+    use std::sync::Arc;
+    let opts = RunOptions::default().deadline(Duration::from_secs(60)).grid(GridOptions::default().record(true));
+    let out = run_ranks_with(Dims::new(1, 1, 2), &opts, |rank, grid| {
+        let mine = Arc::new(Recorder::new());
+        let bare = Group::new("tp", grid.tp.comm().clone());
+        let wrapped = Recorded::new(bare, "tp", DType::F32, mine.clone());
+        let group_rec = grid.recorder().expect("recording").clone();
+        for tp in [&grid.tp as &dyn Collective<Cpu<f32>>, &wrapped] {
+            let mut buf = vec![1.0f32; 24];
+            tp.all_reduce(&mut buf, 0, 12, ReduceOp::Sum, Label::layer("attn.qkv.A", 0));
+            tp.all_reduce(&mut buf, 0, 3, ReduceOp::Max, Label::op("loss.max"));
+            tp.all_gather(&mut buf, 0, 5, Label::op("head.gather"));
+            tp.reduce_scatter(&mut buf, 0, 6, Label::op("embed"));
+            tp.broadcast(&mut buf, 0, 4, 0, Label::op("init"));
+            if rank == 0 {
+                tp.send(&buf, 0, 7, 1, Label::op("pp.act"));
+            } else {
+                tp.recv(&mut buf, 0, 7, 0, Label::op("pp.act"));
+            }
+            tp.barrier();
+        }
+        let strip = |s: boost_comm::Snapshot| -> Vec<_> {
+            s.by_key.iter().map(|a| (a.key, a.totals.calls, a.totals.elements, a.totals.bytes)).collect()
+        };
+        Ok((strip(group_rec.take()), strip(mine.take())))
+    })
+    .unwrap();
+    for (by_group, by_wrapper) in out {
+        assert_eq!(by_group.len(), 7, "every kind of call is recorded: {by_group:?}");
+        assert_eq!(by_group, by_wrapper);
+    }
+}

@@ -1,7 +1,7 @@
 //! `train.device = cuda` through the trainer, on the CPU emulator of the CUDA kernels (feature
 //! `emulate`; the same code drives a real GPU with the `cuda` feature): a single rank and a
 //! tp2·pp2 grid whose collectives are staged through host memory both follow the CPU engine's
-//! loss curve.
+//! loss curve, and the grid records the same collectives as the CPU grid.
 //!
 //! Tolerance: 0.5 % of the CPU loss per step, the size of one bf16 rounding (8-bit mantissa).
 //! The GPU path rounds weight copies and GEMM operands to bf16 but keeps fp32 master weights,
@@ -36,7 +36,23 @@ fn gpu_runs_follow_the_cpu_loss_curve() {
         "gpu-grid",
         &["train.accumulation=2", "train.device=cuda", "parallel.tp=2", "parallel.pp=2"],
     );
+    let cpu_grid = losses(root.path(), "cpu-grid", &["train.accumulation=2", "parallel.tp=2", "parallel.pp=2"]);
     assert!(cpu.last() < cpu.first(), "the CPU run learns: {cpu:?}");
+    assert_eq!(cpu_grid.len(), grid.len());
+    // Host-staged collectives are recorded like the CPU groups' (fp32 payloads both): the
+    // same calls and bytes every step.
+    let comm = |name: &str| -> Vec<(u64, u64)> {
+        let text = std::fs::read_to_string(root.path().join(name).join("metrics.jsonl")).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| v.get("loss").is_some())
+            .map(|v| (v["comm_calls"].as_u64().unwrap(), v["comm_bytes"].as_u64().unwrap()))
+            .collect()
+    };
+    let (on_cpu, on_gpu) = (comm("cpu-grid"), comm("gpu-grid"));
+    assert_eq!(on_cpu.len(), cpu.len());
+    assert!(on_cpu.iter().all(|&(calls, bytes)| calls > 0 && bytes > 0), "{on_cpu:?}");
+    assert_eq!(on_gpu, on_cpu, "collectives recorded per step, GPU grid vs CPU grid");
     for (what, run) in [("single GPU rank", &gpu), ("tp2·pp2 on the GPU", &grid)] {
         assert_eq!(run.len(), cpu.len(), "{what}: step count");
         for (i, (g, c)) in run.iter().zip(&cpu).enumerate() {

@@ -131,7 +131,8 @@ impl RankCtx<'_> {
 
     /// The rank loop on GPU `n`, bf16 with fp32 master weights. Collectives of a parallel
     /// run go through host memory over the grid's communicators (`HostStaged`: in-process
-    /// ranks may share the GPU; MPI ranks take one each); they are not recorded.
+    /// ranks may share the GPU; MPI ranks take one each), recorded like the CPU groups' when
+    /// the grid records.
     #[cfg(any(feature = "cuda", feature = "emulate"))]
     fn run_gpu(&self, rank: usize, grid: Grid, n: usize) -> Result<Option<Summary>> {
         use boost_cuda::{Cuda, HostStaged, Precision};
@@ -151,10 +152,18 @@ impl RankCtx<'_> {
             let g = Groups::<Cuda> { tp: &solo, pp: &solo, dp: &solo, world: &solo };
             return self.run_with(rank, grid.coord, 1, be, &g, None);
         }
-        let staged = |group: &boost_comm::Group| HostStaged::new(group.comm().clone(), &be);
+        let recorder = grid.recorder().cloned();
+        // Staged through host memory as fp32, so recorded as fp32 payloads.
+        let staged = |group: &boost_comm::Group| -> Box<dyn boost_tensor::Collective<Cuda>> {
+            let s = HostStaged::new(group.comm().clone(), &be);
+            match &recorder {
+                Some(r) => Box::new(boost_comm::Recorded::new(s, group.name(), boost_comm::DType::F32, r.clone())),
+                None => Box::new(s),
+            }
+        };
         let (tp, pp, dp, all) = (staged(&grid.tp), staged(&grid.pp), staged(&grid.dp), staged(&grid.world));
-        let g = Groups::<Cuda> { tp: &tp, pp: &pp, dp: &dp, world: &all };
-        self.run_with(rank, grid.coord, world, be.clone(), &g, None)
+        let g = Groups::<Cuda> { tp: &*tp, pp: &*pp, dp: &*dp, world: &*all };
+        self.run_with(rank, grid.coord, world, be.clone(), &g, recorder.as_deref())
     }
 
     #[cfg(not(any(feature = "cuda", feature = "emulate")))]
