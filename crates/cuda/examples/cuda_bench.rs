@@ -127,7 +127,16 @@ mod bench {
             };
             for i in 0..st.bufs.len() {
                 let (len, decay) = (st.bufs[i].len, st.bufs[i].decay);
-                be.adamw(&mut st.values[i], &st.grads[i], &mut m[i], &mut v[i], 0, len, &adam, decay);
+                be.adamw(AdamUpdate {
+                    p: &mut st.values[i],
+                    g: &st.grads[i],
+                    m: &mut m[i],
+                    v: &mut v[i],
+                    off: 0,
+                    n: len,
+                    step: &adam,
+                    decay,
+                });
             }
             be.sync();
             let dt = t0.elapsed().as_secs_f64();

@@ -5,7 +5,7 @@ use crate::buf::{CudaBuf, CudaIds, DType};
 use crate::device::{Device, Mem};
 use crate::ops;
 use crate::probe::DeviceInfo;
-use boost_tensor::{AdamStep, AttnShape, Backend, Mat, MatMut, Scalar};
+use boost_tensor::{AttnShape, Backend, Mat, MatMut, Scalar};
 use std::sync::{Arc, Mutex};
 
 /// What a backend stores and multiplies in.

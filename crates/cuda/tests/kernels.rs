@@ -13,6 +13,7 @@ mod common;
 use boost_cuda::{Cuda, Precision};
 use boost_tensor::cpu::{Cpu, IGNORE};
 use boost_tensor::{AdamStep, AttnShape, Backend, Mat, MatMut};
+use boost_tensor::{AdamUpdate, KronBwd, LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd, XentFinish};
 use common::*;
 
 type Outs = Vec<(&'static str, Vec<f64>)>;
@@ -170,17 +171,17 @@ fn rmsnorm_case<B: Backend>(be: &B, act: bool) -> Outs {
     let mut dx = buf(be, act, &rnd(t * d, 23));
     let mut dg = f32buf(be, &rnd(d, 24));
     for acc in [true, false] {
-        be.rmsnorm_bwd(
-            MatMut::new(&mut dx, t, d),
-            MatMut::new(&mut dg, 1, d),
-            Mat::new(&dy, t, d),
-            Mat::at(&x, 0, t, d, ld),
-            Mat::new(&gamma, 1, d),
-            Mat::new(&s, t, 1),
-            Mat::new(&dot, t, 1),
-            d,
-            acc,
-        );
+        be.rmsnorm_bwd(RmsNormBwd {
+            dx: MatMut::new(&mut dx, t, d),
+            dgamma: MatMut::new(&mut dg, 1, d),
+            dy: Mat::new(&dy, t, d),
+            x: Mat::at(&x, 0, t, d, ld),
+            gamma: Mat::new(&gamma, 1, d),
+            rstd: Mat::new(&s, t, 1),
+            dot: Mat::new(&dot, t, 1),
+            n: d,
+            accumulate: acc,
+        });
     }
     vec![
         ("row_sumsq", sumsq),
@@ -213,15 +214,15 @@ fn online_norm_case<B: Backend>(be: &B, act: bool) -> Outs {
     let mut dx = buf(be, act, &rnd(t * d, 35));
     let mut dg = f32buf(be, &rnd(d, 36));
     for acc in [true, false, true] {
-        be.online_norm_bwd(
-            MatMut::new(&mut dx, t, d),
-            MatMut::new(&mut dg, 1, d),
-            Mat::new(&a, t, d),
-            Mat::new(&b, t, d),
-            Mat::new(&gamma, 1, d),
-            Mat::new(&row, t, 1),
-            acc,
-        );
+        be.online_norm_bwd(OnlineNormBwd {
+            dx: MatMut::new(&mut dx, t, d),
+            dgamma: MatMut::new(&mut dg, 1, d),
+            g: Mat::new(&a, t, d),
+            x: Mat::new(&b, t, d),
+            gamma: Mat::new(&gamma, 1, d),
+            ds: Mat::new(&row, t, 1),
+            accumulate: acc,
+        });
     }
     vec![
         ("row_dot (row², acc)", with_row),
@@ -241,28 +242,28 @@ fn layernorm_case<B: Backend>(be: &B, act: bool) -> Outs {
     let mut y = buf(be, act, &vec![0.0; t * r]);
     let mut mean = f32buf(be, &vec![0.0; t]);
     let mut rstd = f32buf(be, &vec![0.0; t]);
-    be.layernorm_fwd(
-        MatMut::new(&mut y, t, r),
-        MatMut::new(&mut mean, t, 1),
-        MatMut::new(&mut rstd, t, 1),
-        Mat::new(&x, t, r),
-        Mat::new(&w, 1, r),
-        Mat::new(&b, 1, r),
-        1e-6,
-    );
+    be.layernorm_fwd(LayerNormFwd {
+        y: MatMut::new(&mut y, t, r),
+        mean: MatMut::new(&mut mean, t, 1),
+        rstd: MatMut::new(&mut rstd, t, 1),
+        x: Mat::new(&x, t, r),
+        w: Mat::new(&w, 1, r),
+        b: Mat::new(&b, 1, r),
+        eps: 1e-6,
+    });
     let mut dx = buf(be, act, &vec![0.0; t * r]);
     let mut dw = f32buf(be, &rnd(r, 44));
     let mut db = f32buf(be, &rnd(r, 45));
-    be.layernorm_bwd(
-        MatMut::new(&mut dx, t, r),
-        MatMut::new(&mut dw, 1, r),
-        MatMut::new(&mut db, 1, r),
-        Mat::new(&dy, t, r),
-        Mat::new(&x, t, r),
-        Mat::new(&w, 1, r),
-        Mat::new(&mean, t, 1),
-        Mat::new(&rstd, t, 1),
-    );
+    be.layernorm_bwd(LayerNormBwd {
+        dx: MatMut::new(&mut dx, t, r),
+        dw: MatMut::new(&mut dw, 1, r),
+        db: MatMut::new(&mut db, 1, r),
+        dy: Mat::new(&dy, t, r),
+        x: Mat::new(&x, t, r),
+        w: Mat::new(&w, 1, r),
+        mean: Mat::new(&mean, t, 1),
+        rstd: Mat::new(&rstd, t, 1),
+    });
     vec![
         ("y", read(be, Mat::new(&y, t, r))),
         ("mean", read(be, Mat::new(&mean, t, 1))),
@@ -397,15 +398,15 @@ fn xent_case<B: Backend>(be: &B, act: bool) -> Outs {
     let gs = f32buf(be, &stats);
     for ((s, w), first) in shards.iter_mut().zip(widths).zip([0, 150]) {
         let mut losses = f32buf(be, &vec![0.0; t]);
-        be.xent_finish(
-            MatMut::new(&mut losses, t, 1),
-            MatMut::new(s, t, w),
-            Mat::new(&gm, t, 1),
-            Mat::new(&gs, t, 2),
-            &ids,
+        be.xent_finish(XentFinish {
+            losses: MatMut::new(&mut losses, t, 1),
+            logits: MatMut::new(s, t, w),
+            max: Mat::new(&gm, t, 1),
+            stats: Mat::new(&gs, t, 2),
+            targets: &ids,
             first,
-            Some(0.5),
-        );
+            grad_scale: Some(0.5),
+        });
         outs.push(("xent_finish loss", read(be, Mat::new(&losses, t, 1))));
         outs.push(("xent_finish grad", read(be, Mat::new(s, t, w))));
     }
@@ -444,16 +445,16 @@ fn kron_case<B: Backend>(be: &B, act: bool) -> Outs {
     let mut dz = buf(be, act, &rnd(rows * r, 105));
     let mut dka = f32buf(be, &rnd(a * a, 106));
     let mut dkb = f32buf(be, &rnd(b * b, 107));
-    be.kron_bwd(
-        MatMut::new(&mut dz, rows, r),
-        MatMut::new(&mut dka, a, a),
-        MatMut::new(&mut dkb, b, b),
-        Mat::new(&dy, rows, r),
-        Mat::new(&z, rows, r),
-        Mat::new(&ka, a, a),
-        Mat::new(&kb, b, b),
-        &mut scratch,
-    );
+    be.kron_bwd(KronBwd {
+        dz: MatMut::new(&mut dz, rows, r),
+        dka: MatMut::new(&mut dka, a, a),
+        dkb: MatMut::new(&mut dkb, b, b),
+        dy: Mat::new(&dy, rows, r),
+        z: Mat::new(&z, rows, r),
+        ka: Mat::new(&ka, a, a),
+        kb: Mat::new(&kb, b, b),
+        scratch: &mut scratch,
+    });
     vec![
         ("y (acc)", acc),
         ("y", read(be, Mat::new(&y, rows, r))),
@@ -484,7 +485,7 @@ fn adamw_case<B: Backend>(be: &B, _act: bool) -> Outs {
             bias_corr2: 1.0 - 0.999f64.powi(t),
             grad_scale: 0.5,
         };
-        be.adamw(&mut p, &g, &mut m, &mut v, off, len, &s, decay);
+        be.adamw(AdamUpdate { p: &mut p, g: &g, m: &mut m, v: &mut v, off, n: len, step: &s, decay });
     }
     // The GEMM reads the bf16 copy of a parameter under mixed precision: x·p with x = e₀
     // must give p's first row (rounded to bf16 there).
@@ -523,7 +524,7 @@ fn parameter_copy_tracks_the_master_weights() {
         bias_corr2: 0.01,
         grad_scale: 1.0,
     };
-    be.adamw(&mut p, &gh, &mut m, &mut v, 0, n, &s, false);
+    be.adamw(AdamUpdate { p: &mut p, g: &gh, m: &mut m, v: &mut v, off: 0, n, step: &s, decay: false });
     drop(g);
     let master: Vec<f64> = be.read_mat(Mat::new(&p, 1, n));
     let e = be.alloc_act(1);

@@ -52,7 +52,7 @@ fn tensor_parallel_steps_match_the_cpu_engine() {
     cases.push((Arch::Lax, Scheme::Btp, NormMode::Sync));
     for (arch, scheme, norm) in cases {
         let cfg = config(arch);
-        let par = ParallelConfig { tp: 2, scheme, norm, ..ParallelConfig::default() };
+        let par = ParallelConfig { tp: 2, scheme: scheme.into(), norm, ..ParallelConfig::default() };
         let what = format!("{arch:?} {scheme:?} {norm:?}");
         run_ranks(Dims::new(1, 1, 2), |rank, grid| {
             let layout = Layout::from_config(&cfg, &par, rank);

@@ -90,7 +90,16 @@ impl<B: Backend> Trainer<B> {
         };
         for i in 0..st.bufs.len() {
             let (len, decay) = (st.bufs[i].len, st.bufs[i].decay);
-            be.adamw(&mut st.values[i], &st.grads[i], &mut self.m[i], &mut self.v[i], 0, len, &s, decay);
+            be.adamw(AdamUpdate {
+                p: &mut st.values[i],
+                g: &st.grads[i],
+                m: &mut self.m[i],
+                v: &mut self.v[i],
+                off: 0,
+                n: len,
+                step: &s,
+                decay,
+            });
         }
     }
 

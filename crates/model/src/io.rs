@@ -5,6 +5,7 @@
 use crate::model::{FirstStage, LastStage, Model, Work};
 use crate::plan::{Entry, Exit};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
+use boost_tensor::{RmsNormBwd, XentFinish};
 
 fn reduce<B: Backend>(tp: &dyn Collective<B>, buf: &mut B::Buf, n: usize, op: ReduceOp, label: &'static str) {
     if tp.size() > 1 {
@@ -151,15 +152,15 @@ impl<B: Backend> Model<B> {
                 first,
             );
             reduce(tp, &mut w.lstats, 2 * t, ReduceOp::Sum, "loss.sumexp");
-            be.xent_finish(
-                MatMut::new(&mut w.losses, t, 1),
-                MatMut::at(&mut w.logits, 0, t, valid, vl),
-                Mat::new(&w.lmax, t, 1),
-                Mat::new(&w.lstats, t, 2),
-                &w.targets,
+            be.xent_finish(XentFinish {
+                losses: MatMut::new(&mut w.losses, t, 1),
+                logits: MatMut::at(&mut w.logits, 0, t, valid, vl),
+                max: Mat::new(&w.lmax, t, 1),
+                stats: Mat::new(&w.lstats, t, 2),
+                targets: &w.targets,
                 first,
                 grad_scale,
-            );
+            });
         }
         let tokens = targets.iter().filter(|&&x| x != boost_tensor::cpu::IGNORE).count();
         crate::LossSum { sum: be.sum(Mat::new(&w.losses, t, 1)), tokens }
@@ -198,17 +199,17 @@ impl<B: Backend> Model<B> {
         let g = final_norm.of(values);
         be.rmsnorm_bwd_dot(MatMut::new(&mut w.dot, t, 1), Mat::new(&w.dhf, t, dims.d), xf, g);
         let dst = if self.plan.exit == Exit::Gather { &mut w.rm } else { &mut w.dx };
-        be.rmsnorm_bwd(
-            MatMut::new(dst, t, dims.d),
-            final_norm.of_mut(grads),
-            Mat::new(&w.dhf, t, dims.d),
-            xf,
-            g,
-            Mat::new(&w.frstd, t, 1),
-            Mat::new(&w.dot, t, 1),
-            dims.d,
-            false,
-        );
+        be.rmsnorm_bwd(RmsNormBwd {
+            dx: MatMut::new(dst, t, dims.d),
+            dgamma: final_norm.of_mut(grads),
+            dy: Mat::new(&w.dhf, t, dims.d),
+            x: xf,
+            gamma: g,
+            rstd: Mat::new(&w.frstd, t, 1),
+            dot: Mat::new(&w.dot, t, 1),
+            n: dims.d,
+            accumulate: false,
+        });
         if self.plan.exit == Exit::Gather {
             // The head's f made dhf whole on every rank, so each keeps its own columns.
             let c = self.layout.tp_rank * dims.d_res;

@@ -62,7 +62,6 @@ macro_rules! declare_kernels {
         $(
             $(#[$attr])*
             // A kernel takes each operand on its own: the model calls them by position.
-            #[allow(clippy::too_many_arguments)]
             fn $name(&self, $($p: $t),*) $(-> $ret)?;
         )*
     };

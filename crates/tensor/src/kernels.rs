@@ -12,8 +12,9 @@
 /// The category (`Gemm`, `Attention`, `Other`, `Untimed`) is where
 /// [`crate::profile::Profiled`] books the kernel's time; `flops` is counted per call.
 /// Types name `Mat`, `MatMut`, `AttnShape` and `AdamStep`, which must be in scope where an
-/// impl is generated. A new kernel is an entry here and a function of its name in each
-/// backend's `ops` module (the CPU backend's here, boost-cuda's).
+/// impl is generated; a kernel with many operands takes one struct of [`crate::args`]. A new
+/// kernel is an entry here and a function of its name in each backend's `ops` module (the CPU
+/// backend's here, boost-cuda's).
 #[macro_export]
 macro_rules! kernel_table {
     ($($callback:ident)::+ { $($extra:tt)* }) => {
@@ -56,17 +57,7 @@ macro_rules! kernel_table {
                 gamma: Mat<Self::Buf>,
             );
             /// `dx (+)= rstd·gamma⊙dy − x·rstd³·dot/n`; `dgamma += Σ_i dy⊙x·rstd`.
-            [Other] fn rmsnorm_bwd(
-                dx: MatMut<Self::Buf>,
-                dgamma: MatMut<Self::Buf>,
-                dy: Mat<Self::Buf>,
-                x: Mat<Self::Buf>,
-                gamma: Mat<Self::Buf>,
-                rstd: Mat<Self::Buf>,
-                dot: Mat<Self::Buf>,
-                n: usize,
-                accumulate: bool,
-            );
+            [Other] fn rmsnorm_bwd(args: $crate::args::RmsNormBwd<Self::Buf>);
             /// `out[i] (+)= alpha · Σ_j a[i,j]·b[i,j] · row[i]²` (row optional) — the online norm's dS.
             [Other] fn row_dot(
                 out: MatMut<Self::Buf>,
@@ -77,38 +68,13 @@ macro_rules! kernel_table {
                 accumulate: bool,
             );
             /// Online-norm backward over a shard: `dx (+)= gamma⊙g + 2·ds[i]·x`; `dgamma += Σ_i x⊙g`.
-            [Other] fn online_norm_bwd(
-                dx: MatMut<Self::Buf>,
-                dgamma: MatMut<Self::Buf>,
-                g: Mat<Self::Buf>,
-                x: Mat<Self::Buf>,
-                gamma: Mat<Self::Buf>,
-                ds: Mat<Self::Buf>,
-                accumulate: bool,
-            );
+            [Other] fn online_norm_bwd(args: $crate::args::OnlineNormBwd<Self::Buf>);
 
             // ---- LayerNorm over the latent (LaX) ----
             /// `y = (x − mean)·rstd·w + b`; saves mean and rstd (rows×1 each).
-            [Other] fn layernorm_fwd(
-                y: MatMut<Self::Buf>,
-                mean: MatMut<Self::Buf>,
-                rstd: MatMut<Self::Buf>,
-                x: Mat<Self::Buf>,
-                w: Mat<Self::Buf>,
-                b: Mat<Self::Buf>,
-                eps: f64,
-            );
+            [Other] fn layernorm_fwd(args: $crate::args::LayerNormFwd<Self::Buf>);
             /// Overwrites `dx`; accumulates `dw`, `db`.
-            [Other] fn layernorm_bwd(
-                dx: MatMut<Self::Buf>,
-                dw: MatMut<Self::Buf>,
-                db: MatMut<Self::Buf>,
-                dy: Mat<Self::Buf>,
-                x: Mat<Self::Buf>,
-                w: Mat<Self::Buf>,
-                mean: Mat<Self::Buf>,
-                rstd: Mat<Self::Buf>,
-            );
+            [Other] fn layernorm_bwd(args: $crate::args::LayerNormBwd<Self::Buf>);
 
             // ---- activations ----
             [Other] fn silu(y: MatMut<Self::Buf>, x: Mat<Self::Buf>);
@@ -177,15 +143,7 @@ macro_rules! kernel_table {
             );
             /// With the global statistics: `losses[i] = ln S_i + max_i − target logit` (0 for ignored
             /// targets); with `grad_scale`, `logits` becomes `grad_scale·(softmax − onehot)`.
-            [Other] fn xent_finish(
-                losses: MatMut<Self::Buf>,
-                logits: MatMut<Self::Buf>,
-                max: Mat<Self::Buf>,
-                stats: Mat<Self::Buf>,
-                targets: &Self::Ids,
-                first: usize,
-                grad_scale: Option<f64>,
-            );
+            [Other] fn xent_finish(args: $crate::args::XentFinish<Self::Buf, Self::Ids>);
 
             // ---- LaX Kronecker gate: per row, Z (a×b) ↦ Kaᵀ·Z·Kb ----
             /// `y (+)= kron(ka, kb)` applied to every row of `z`; `scratch` holds rows·a·b elements.
@@ -198,29 +156,11 @@ macro_rules! kernel_table {
                 accumulate: bool,
             );
             /// `dz += …`, `dka += …`, `dkb += …`; `scratch` holds 2·rows·a·b + 64·(a² + b²) elements.
-            [Other] fn kron_bwd(
-                dz: MatMut<Self::Buf>,
-                dka: MatMut<Self::Buf>,
-                dkb: MatMut<Self::Buf>,
-                dy: Mat<Self::Buf>,
-                z: Mat<Self::Buf>,
-                ka: Mat<Self::Buf>,
-                kb: Mat<Self::Buf>,
-                scratch: &mut Self::Buf,
-            );
+            [Other] fn kron_bwd(args: $crate::args::KronBwd<Self::Buf>);
 
             // ---- optimizer ----
             /// AdamW with decoupled weight decay over `n` elements from `off` (p, g, m, v aligned).
-            [Other] fn adamw(
-                p: &mut Self::Buf,
-                g: &Self::Buf,
-                m: &mut Self::Buf,
-                v: &mut Self::Buf,
-                off: usize,
-                n: usize,
-                step: &AdamStep,
-                decay: bool,
-            );
+            [Other] fn adamw(args: $crate::args::AdamUpdate<Self::Buf>);
         }
     };
 }

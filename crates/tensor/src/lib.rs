@@ -4,6 +4,7 @@
 //! kernel on the host (GEMM through the `gemm` crate, the rest on rayon), generic over f32
 //! (training) and f64 (gradient checks).
 
+pub mod args;
 pub mod backend;
 pub mod cpu;
 mod kernels;
@@ -11,6 +12,7 @@ pub mod profile;
 pub mod scalar;
 pub mod view;
 
+pub use args::{AdamUpdate, KronBwd, LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd, XentFinish};
 pub use backend::{AdamStep, AttnShape, Backend, Collective, Label, ReduceOp, Solo};
 pub use scalar::Scalar;
 pub use view::{DeviceBuf, Mat, MatMut};

@@ -1,7 +1,7 @@
 //! A backend wrapper that times every kernel by category, for benchmarks. It changes no
 //! result: every call is forwarded unchanged.
 
-use crate::backend::{AdamStep, AttnShape, Backend};
+use crate::backend::{AttnShape, Backend};
 use crate::scalar::Scalar;
 use crate::view::{DeviceBuf, Mat, MatMut};
 use std::sync::Mutex;

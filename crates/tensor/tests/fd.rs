@@ -8,6 +8,7 @@
 
 use boost_tensor::cpu::{Cpu, IGNORE};
 use boost_tensor::{AdamStep, AttnShape, Backend, Mat, MatMut};
+use boost_tensor::{AdamUpdate, KronBwd, LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd, XentFinish};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -73,17 +74,17 @@ fn rmsnorm() {
     let base = rnd(&mut rng, t * d, 1.0);
     let mut dx = base.clone();
     let mut dg = vec![0.0; d];
-    CPU.rmsnorm_bwd(
-        mat_mut(&mut dx, t, d),
-        mat_mut(&mut dg, 1, d),
-        mat(&w, t, d),
-        mat(&x, t, d),
-        mat(&g, 1, d),
-        mat(&rstd, t, 1),
-        mat(&dotv, t, 1),
-        d,
-        true,
-    );
+    CPU.rmsnorm_bwd(RmsNormBwd {
+        dx: mat_mut(&mut dx, t, d),
+        dgamma: mat_mut(&mut dg, 1, d),
+        dy: mat(&w, t, d),
+        x: mat(&x, t, d),
+        gamma: mat(&g, 1, d),
+        rstd: mat(&rstd, t, 1),
+        dot: mat(&dotv, t, 1),
+        n: d,
+        accumulate: true,
+    });
     let dx: Vec<f64> = dx.iter().zip(&base).map(|(a, b)| a - b).collect();
     check("rmsnorm dx", &x, &dx, |xp| dot(&fwd(&xp.to_vec(), &g).0, &w));
     check("rmsnorm dgamma", &g, &dg, |gp| dot(&fwd(&x, &gp.to_vec()).0, &w));
@@ -127,15 +128,15 @@ fn online_norm_matches_its_derivation() {
     CPU.gemm(mat_mut(&mut gm, t, d), mat(&dh, t, r), mat(&a, d, r).t(), 1.0, false);
     let mut dx = vec![0.0; t * d];
     let mut dg = vec![0.0; d];
-    CPU.online_norm_bwd(
-        mat_mut(&mut dx, t, d),
-        mat_mut(&mut dg, 1, d),
-        mat(&gm, t, d),
-        mat(&x, t, d),
-        mat(&g, 1, d),
-        mat(&ds, t, 1),
-        false,
-    );
+    CPU.online_norm_bwd(OnlineNormBwd {
+        dx: mat_mut(&mut dx, t, d),
+        dgamma: mat_mut(&mut dg, 1, d),
+        g: mat(&gm, t, d),
+        x: mat(&x, t, d),
+        gamma: mat(&g, 1, d),
+        ds: mat(&ds, t, 1),
+        accumulate: false,
+    });
     let mut da = vec![0.0; d * r];
     CPU.gemm(mat_mut(&mut da, d, r), mat(&xg, t, d).t(), mat(&dh, t, r), 1.0, false);
     check("online dx", &x, &dx, |p| dot(&fwd(&p.to_vec(), &g, &a).0, &w));
@@ -153,29 +154,29 @@ fn layernorm() {
     let w = rnd(&mut rng, t * n, 1.0);
     let fwd = |x: &Vec<f64>, wv: &Vec<f64>, b: &Vec<f64>| {
         let (mut y, mut m, mut r) = (vec![0.0; t * n], vec![0.0; t], vec![0.0; t]);
-        CPU.layernorm_fwd(
-            mat_mut(&mut y, t, n),
-            mat_mut(&mut m, t, 1),
-            mat_mut(&mut r, t, 1),
-            mat(x, t, n),
-            mat(wv, 1, n),
-            mat(b, 1, n),
-            1e-6,
-        );
+        CPU.layernorm_fwd(LayerNormFwd {
+            y: mat_mut(&mut y, t, n),
+            mean: mat_mut(&mut m, t, 1),
+            rstd: mat_mut(&mut r, t, 1),
+            x: mat(x, t, n),
+            w: mat(wv, 1, n),
+            b: mat(b, 1, n),
+            eps: 1e-6,
+        });
         (y, m, r)
     };
     let (_, m, r) = fwd(&x, &wv, &b);
     let (mut dx, mut dw, mut db) = (vec![0.0; t * n], vec![0.0; n], vec![0.0; n]);
-    CPU.layernorm_bwd(
-        mat_mut(&mut dx, t, n),
-        mat_mut(&mut dw, 1, n),
-        mat_mut(&mut db, 1, n),
-        mat(&w, t, n),
-        mat(&x, t, n),
-        mat(&wv, 1, n),
-        mat(&m, t, 1),
-        mat(&r, t, 1),
-    );
+    CPU.layernorm_bwd(LayerNormBwd {
+        dx: mat_mut(&mut dx, t, n),
+        dw: mat_mut(&mut dw, 1, n),
+        db: mat_mut(&mut db, 1, n),
+        dy: mat(&w, t, n),
+        x: mat(&x, t, n),
+        w: mat(&wv, 1, n),
+        mean: mat(&m, t, 1),
+        rstd: mat(&r, t, 1),
+    });
     check("layernorm dx", &x, &dx, |p| dot(&fwd(&p.to_vec(), &wv, &b).0, &w));
     check("layernorm dw", &wv, &dw, |p| dot(&fwd(&x, &p.to_vec(), &b).0, &w));
     check("layernorm db", &b, &db, |p| dot(&fwd(&x, &wv, &p.to_vec()).0, &w));
@@ -392,16 +393,16 @@ fn kronecker_gate() {
         }
     }
     let (mut dz, mut dka, mut dkb) = (vec![0.0; t * r], vec![0.0; a * a], vec![0.0; b * b]);
-    CPU.kron_bwd(
-        mat_mut(&mut dz, t, r),
-        mat_mut(&mut dka, a, a),
-        mat_mut(&mut dkb, b, b),
-        mat(&w, t, r),
-        mat(&z, t, r),
-        mat(&ka, a, a),
-        mat(&kb, b, b),
-        &mut scratch,
-    );
+    CPU.kron_bwd(KronBwd {
+        dz: mat_mut(&mut dz, t, r),
+        dka: mat_mut(&mut dka, a, a),
+        dkb: mat_mut(&mut dkb, b, b),
+        dy: mat(&w, t, r),
+        z: mat(&z, t, r),
+        ka: mat(&ka, a, a),
+        kb: mat(&kb, b, b),
+        scratch: &mut scratch,
+    });
     check("kron dz", &z, &dz, |p| dot(&fwd(&p.to_vec(), &ka, &kb), &w));
     check("kron dKa", &ka, &dka, |p| dot(&fwd(&z, &p.to_vec(), &kb), &w));
     check("kron dKb", &kb, &dkb, |p| dot(&fwd(&z, &ka, &p.to_vec()), &w));
@@ -444,7 +445,7 @@ fn adamw_step() {
         bias_corr2: 0.3,
         grad_scale: 0.5,
     };
-    CPU.adamw(&mut p, &g, &mut m, &mut v, 0, 10, &s, true);
+    CPU.adamw(AdamUpdate { p: &mut p, g: &g, m: &mut m, v: &mut v, off: 0, n: 10, step: &s, decay: true });
     for i in 0..10 {
         let gi = g[i] * 0.5;
         let mi = 0.9 * 0.1 + 0.1 * gi;
@@ -490,15 +491,15 @@ fn vocab_parallel_cross_entropy_equals_the_fused_kernel() {
     for (k, &(a, b)) in shards.iter().enumerate() {
         let mut l = local(k);
         let mut losses = vec![0.0; t];
-        CPU.xent_finish(
-            mat_mut(&mut losses, t, 1),
-            mat_mut(&mut l, t, b - a),
-            mat(&gmax, t, 1),
-            mat(&gstats, t, 2),
-            &targets,
-            a,
-            Some(c),
-        );
+        CPU.xent_finish(XentFinish {
+            losses: mat_mut(&mut losses, t, 1),
+            logits: mat_mut(&mut l, t, b - a),
+            max: mat(&gmax, t, 1),
+            stats: mat(&gstats, t, 2),
+            targets: &targets,
+            first: a,
+            grad_scale: Some(c),
+        });
         for i in 0..t {
             assert!((losses[i] - fused_loss[i]).abs() < 1e-12, "loss row {i}");
             for j in a..b {

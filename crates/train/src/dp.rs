@@ -174,7 +174,16 @@ impl<B: Backend> Optimizer<B> {
                     if k > 0 {
                         be.copy(MatMut::new(&mut z.p_shard, 1, k), Mat::at(&store.values[i], own.start, 1, k, k));
                         be.copy(MatMut::new(&mut z.g_shard, 1, k), Mat::at(&z.stage[i], own.start, 1, k, k));
-                        be.adamw(&mut z.p_shard, &z.g_shard, &mut z.m[i], &mut z.v[i], 0, k, &s, info.decay);
+                        be.adamw(boost_tensor::AdamUpdate {
+                            p: &mut z.p_shard,
+                            g: &z.g_shard,
+                            m: &mut z.m[i],
+                            v: &mut z.v[i],
+                            off: 0,
+                            n: k,
+                            step: &s,
+                            decay: info.decay,
+                        });
                         be.copy(MatMut::at(&mut z.stage[i], z.rank * c, 1, k, k), Mat::new(&z.p_shard, 1, k));
                     }
                     dp.all_gather(&mut z.stage[i], 0, c, Label::op("dp.params"));

@@ -27,16 +27,16 @@ impl<B: Backend> AdamW<B> {
         self.step += 1;
         let s = adam_step(cfg, self.step, lr, grad_scale);
         for (i, info) in store.bufs.iter().enumerate() {
-            be.adamw(
-                &mut store.values[i],
-                &store.grads[i],
-                &mut self.m[i],
-                &mut self.v[i],
-                0,
-                info.len,
-                &s,
-                info.decay,
-            );
+            be.adamw(boost_tensor::AdamUpdate {
+                p: &mut store.values[i],
+                g: &store.grads[i],
+                m: &mut self.m[i],
+                v: &mut self.v[i],
+                off: 0,
+                n: info.len,
+                step: &s,
+                decay: info.decay,
+            });
         }
     }
 }

@@ -5,6 +5,7 @@ use crate::backend::{Cuda, WS_KRON_DU, WS_KRON_U, WS_PART};
 use crate::buf::CudaBuf;
 use crate::device::{P, Tv};
 use crate::launch::{tv, tv_f32, tvm};
+use boost_tensor::KronBwd;
 use boost_tensor::{Mat, MatMut};
 
 /// Row chunks whose Kronecker-factor gradient partials are summed in order.
@@ -41,18 +42,8 @@ pub(crate) fn kron_fwd(
 }
 
 // The operands of `Backend::kron_bwd`, after the backend.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn kron_bwd(
-    be: &Cuda,
-    dz: MatMut<CudaBuf>,
-    dka: MatMut<CudaBuf>,
-    dkb: MatMut<CudaBuf>,
-    dy: Mat<CudaBuf>,
-    z: Mat<CudaBuf>,
-    ka: Mat<CudaBuf>,
-    kb: Mat<CudaBuf>,
-    _scratch: &mut CudaBuf,
-) {
+pub(crate) fn kron_bwd(be: &Cuda, args: KronBwd<CudaBuf>) {
+    let KronBwd { dz, dka, dkb, dy, z, ka, kb, scratch: _ } = args;
     let (a, b, rows) = (ka.rows, kb.rows, z.rows);
     let r = a * b;
     assert_eq!((dz.rows, dz.cols), (rows, r), "kron_bwd: dz shape");

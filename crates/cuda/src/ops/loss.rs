@@ -4,6 +4,7 @@ use crate::backend::Cuda;
 use crate::buf::{CudaBuf, CudaIds};
 use crate::device::P;
 use crate::launch::{tv, tvm};
+use boost_tensor::XentFinish;
 use boost_tensor::cpu::IGNORE;
 use boost_tensor::{Mat, MatMut};
 
@@ -76,17 +77,8 @@ pub(crate) fn xent_partials(
 }
 
 // The operands of `Backend::xent_finish`, after the backend.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn xent_finish(
-    be: &Cuda,
-    losses: MatMut<CudaBuf>,
-    logits: MatMut<CudaBuf>,
-    max: Mat<CudaBuf>,
-    stats: Mat<CudaBuf>,
-    targets: &CudaIds,
-    first: usize,
-    grad_scale: Option<f64>,
-) {
+pub(crate) fn xent_finish(be: &Cuda, args: XentFinish<CudaBuf, CudaIds>) {
+    let XentFinish { losses, logits, max, stats, targets, first, grad_scale } = args;
     assert_eq!(logits.rows, targets.len(), "xent_finish: one target per row");
     assert_eq!(losses.rows, targets.len(), "xent_finish: one loss per row");
     let mut p = P::of(&[tvm(&losses), tvm(&logits), tv(&max), tv(&stats)]);

@@ -1,11 +1,10 @@
 //! RMSNorm (plain, and its pieces over a hidden-sharded input) and LayerNorm over the latent.
 // Each kernel takes the operands of its `Backend` method, however many.
-#![allow(clippy::too_many_arguments)]
-
 use crate::backend::Cuda;
 use crate::buf::CudaBuf;
 use crate::device::P;
 use crate::launch::{same_shape, tv, tvm};
+use boost_tensor::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd};
 use boost_tensor::{Mat, MatMut};
 
 pub(crate) fn row_sumsq(be: &Cuda, out: MatMut<CudaBuf>, x: Mat<CudaBuf>) {
@@ -38,18 +37,8 @@ pub(crate) fn rmsnorm_bwd_dot(be: &Cuda, dot: MatMut<CudaBuf>, dy: Mat<CudaBuf>,
     be.touched(&dot);
 }
 
-pub(crate) fn rmsnorm_bwd(
-    be: &Cuda,
-    dx: MatMut<CudaBuf>,
-    dgamma: MatMut<CudaBuf>,
-    dy: Mat<CudaBuf>,
-    x: Mat<CudaBuf>,
-    gamma: Mat<CudaBuf>,
-    rstd: Mat<CudaBuf>,
-    dot: Mat<CudaBuf>,
-    n: usize,
-    accumulate: bool,
-) {
+pub(crate) fn rmsnorm_bwd(be: &Cuda, args: RmsNormBwd<CudaBuf>) {
+    let RmsNormBwd { dx, dgamma, dy, x, gamma, rstd, dot, n, accumulate } = args;
     assert_eq!((dgamma.rows, dgamma.cols), (1, x.cols), "rmsnorm_bwd: dgamma is 1×{}", x.cols);
     same_shape((dx.rows, dx.cols), &x, "rmsnorm_bwd");
     let mut p = P::of(&[tvm(&dgamma), tv(&dy), tv(&x), tv(&rstd)]);
@@ -84,16 +73,8 @@ pub(crate) fn row_dot(
     be.touched(&out);
 }
 
-pub(crate) fn online_norm_bwd(
-    be: &Cuda,
-    dx: MatMut<CudaBuf>,
-    dgamma: MatMut<CudaBuf>,
-    g: Mat<CudaBuf>,
-    x: Mat<CudaBuf>,
-    gamma: Mat<CudaBuf>,
-    ds: Mat<CudaBuf>,
-    accumulate: bool,
-) {
+pub(crate) fn online_norm_bwd(be: &Cuda, args: OnlineNormBwd<CudaBuf>) {
+    let OnlineNormBwd { dx, dgamma, g, x, gamma, ds, accumulate } = args;
     assert_eq!((dgamma.rows, dgamma.cols), (1, x.cols), "online_norm_bwd: dgamma is 1×{}", x.cols);
     same_shape((dx.rows, dx.cols), &x, "online_norm_bwd");
     let mut p = P::of(&[tvm(&dgamma), tv(&x), tv(&g)]);
@@ -105,16 +86,8 @@ pub(crate) fn online_norm_bwd(
     be.touched(&dx);
 }
 
-pub(crate) fn layernorm_fwd(
-    be: &Cuda,
-    y: MatMut<CudaBuf>,
-    mean: MatMut<CudaBuf>,
-    rstd: MatMut<CudaBuf>,
-    x: Mat<CudaBuf>,
-    w: Mat<CudaBuf>,
-    b: Mat<CudaBuf>,
-    eps: f64,
-) {
+pub(crate) fn layernorm_fwd(be: &Cuda, args: LayerNormFwd<CudaBuf>) {
+    let LayerNormFwd { y, mean, rstd, x, w, b, eps } = args;
     same_shape((y.rows, y.cols), &x, "layernorm_fwd");
     assert!(mean.rows == x.rows && rstd.rows == x.rows, "layernorm_fwd: one mean and rstd per row");
     let mut p = P::of(&[tvm(&y), tvm(&mean), tvm(&rstd), tv(&x), tv(&w), tv(&b)]);
@@ -125,17 +98,8 @@ pub(crate) fn layernorm_fwd(
     be.touched(&rstd);
 }
 
-pub(crate) fn layernorm_bwd(
-    be: &Cuda,
-    dx: MatMut<CudaBuf>,
-    dw: MatMut<CudaBuf>,
-    db: MatMut<CudaBuf>,
-    dy: Mat<CudaBuf>,
-    x: Mat<CudaBuf>,
-    w: Mat<CudaBuf>,
-    mean: Mat<CudaBuf>,
-    rstd: Mat<CudaBuf>,
-) {
+pub(crate) fn layernorm_bwd(be: &Cuda, args: LayerNormBwd<CudaBuf>) {
+    let LayerNormBwd { dx, dw, db, dy, x, w, mean, rstd } = args;
     same_shape((dx.rows, dx.cols), &x, "layernorm_bwd");
     assert!(dw.rows == 1 && db.rows == 1 && dw.cols == x.cols && db.cols == x.cols, "layernorm_bwd: dw, db");
     let mut p = P::of(&[tvm(&dw), tv(&dy), tv(&x), tv(&mean), tv(&rstd)]);

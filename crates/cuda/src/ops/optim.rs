@@ -4,21 +4,11 @@ use crate::backend::Cuda;
 use crate::buf::CudaBuf;
 use crate::device::{P, Tv};
 use crate::launch::tv_of;
-use boost_tensor::AdamStep;
+use boost_tensor::AdamUpdate;
 
 // The operands of `Backend::adamw`, after the backend.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn adamw(
-    be: &Cuda,
-    p: &mut CudaBuf,
-    g: &CudaBuf,
-    m: &mut CudaBuf,
-    v: &mut CudaBuf,
-    off: usize,
-    n: usize,
-    step: &AdamStep,
-    decay: bool,
-) {
+pub(crate) fn adamw(be: &Cuda, args: AdamUpdate<CudaBuf>) {
+    let AdamUpdate { p, g, m, v, off, n, step, decay } = args;
     for (b, what) in [(&*p, "p"), (g, "g"), (&*m, "m"), (&*v, "v")] {
         assert!(off + n <= b.len, "adamw: {what} has {} elements, the update needs {}", b.len, off + n);
     }

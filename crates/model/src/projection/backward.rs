@@ -5,6 +5,7 @@
 
 use super::*;
 use crate::params::two_mut;
+use boost_tensor::{KronBwd, LayerNormBwd, OnlineNormBwd, RmsNormBwd};
 
 impl ProjGroup {
     #[allow(clippy::too_many_arguments)]
@@ -91,16 +92,16 @@ impl ProjGroup {
                         let carry_out = carry_out.expect("a LaX crossing layer passes a gradient back");
                         for (j, s) in lx.iter().enumerate() {
                             let (dw, db) = two_mut(grads, s.ln_w, s.ln_b);
-                            be.layernorm_bwd(
-                                geo.comp_mut(dlat2, t, j),
+                            be.layernorm_bwd(LayerNormBwd {
+                                dx: geo.comp_mut(dlat2, t, j),
                                 dw,
                                 db,
-                                geo.comp_mat(dlat, t, j),
-                                geo.comp_mat(&la.a, 0, j),
-                                s.ln_w.of(params),
-                                Mat::at(&la.mean, j * t, t, 1, 1),
-                                Mat::at(&la.rstd, j * t, t, 1, 1),
-                            );
+                                dy: geo.comp_mat(dlat, t, j),
+                                x: geo.comp_mat(&la.a, 0, j),
+                                w: s.ln_w.of(params),
+                                mean: Mat::at(&la.mean, j * t, t, 1, 1),
+                                rstd: Mat::at(&la.rstd, j * t, t, 1, 1),
+                            });
                             let zp = pg.z_mat(pa, t, j);
                             let da = geo.comp_mat(dlat2, t, j);
                             match &s.gate {
@@ -112,16 +113,16 @@ impl ProjGroup {
                                 Gate::Kron { ka, kb } => {
                                     be.fill(geo.comp_mut(carry_out, 0, j), 0.0);
                                     let (dka, dkb) = two_mut(grads, *ka, *kb);
-                                    be.kron_bwd(
-                                        geo.comp_mut(carry_out, 0, j),
+                                    be.kron_bwd(KronBwd {
+                                        dz: geo.comp_mut(carry_out, 0, j),
                                         dka,
                                         dkb,
-                                        da,
-                                        zp,
-                                        ka.of(params),
-                                        kb.of(params),
-                                        kron,
-                                    );
+                                        dy: da,
+                                        z: zp,
+                                        ka: ka.of(params),
+                                        kb: kb.of(params),
+                                        scratch: kron,
+                                    });
                                 }
                             }
                         }
@@ -165,24 +166,32 @@ impl ProjGroup {
             let g = gamma.of(params);
             let gy = Mat::new(&*dh, t, din);
             if online {
-                be.online_norm_bwd(MatMut::new(dx, t, din), gamma.of_mut(grads), gy, x, g, Mat::new(&*row, t, 1), true);
+                be.online_norm_bwd(OnlineNormBwd {
+                    dx: MatMut::new(dx, t, din),
+                    dgamma: gamma.of_mut(grads),
+                    g: gy,
+                    x,
+                    gamma: g,
+                    ds: Mat::new(&*row, t, 1),
+                    accumulate: true,
+                });
             } else {
                 be.rmsnorm_bwd_dot(MatMut::new(row, t, 1), gy, x, g);
                 if placement == NormPlacement::ShardedSync {
                     cx.stat_sum(row, 0, t, labels::stat(self.kind, true), self.layer);
                 }
                 let stat = self.stat(&acts.lat, t);
-                be.rmsnorm_bwd(
-                    MatMut::new(dx, t, din),
-                    gamma.of_mut(grads),
-                    gy,
+                be.rmsnorm_bwd(RmsNormBwd {
+                    dx: MatMut::new(dx, t, din),
+                    dgamma: gamma.of_mut(grads),
+                    dy: gy,
                     x,
-                    g,
-                    stat,
-                    Mat::new(&*row, t, 1),
-                    self.d_in,
-                    true,
-                );
+                    gamma: g,
+                    rstd: stat,
+                    dot: Mat::new(&*row, t, 1),
+                    n: self.d_in,
+                    accumulate: true,
+                });
             }
         }
     }

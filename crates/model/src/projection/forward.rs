@@ -3,6 +3,7 @@
 //! up (B → vanilla's collective). Each scheme's collectives are the marked `all_reduce`s.
 
 use super::*;
+use boost_tensor::LayerNormFwd;
 
 /// How [`ProjGroup::forward_latent`] starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -153,15 +154,15 @@ impl ProjGroup {
                         be.copy(geo.comp_mut(lat, t, j), geo.comp_mat(&la.a, 0, j));
                         be.axpy(geo.comp_mut(lat, t, j), geo.comp_mat(&sc.dlat2, t, j), -1.0);
                     }
-                    be.layernorm_fwd(
-                        geo.comp_mut(&mut la.u, 0, j),
-                        MatMut::at(&mut la.mean, j * t, t, 1, 1),
-                        MatMut::at(&mut la.rstd, j * t, t, 1, 1),
-                        geo.comp_mat(&la.a, 0, j),
-                        s.ln_w.of(params),
-                        s.ln_b.of(params),
-                        cx.lax_eps,
-                    );
+                    be.layernorm_fwd(LayerNormFwd {
+                        y: geo.comp_mut(&mut la.u, 0, j),
+                        mean: MatMut::at(&mut la.mean, j * t, t, 1, 1),
+                        rstd: MatMut::at(&mut la.rstd, j * t, t, 1, 1),
+                        x: geo.comp_mat(&la.a, 0, j),
+                        w: s.ln_w.of(params),
+                        b: s.ln_b.of(params),
+                        eps: cx.lax_eps,
+                    });
                 }
                 (&la.u, 0)
             }

@@ -1,6 +1,7 @@
 //! Token embedding lookup and the cross-entropy loss.
 
 use super::par::{COL_BLOCK, par_rows, row};
+use crate::args::XentFinish;
 use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
 use rayon::prelude::*;
@@ -106,15 +107,8 @@ pub fn xent_partials<T: Scalar>(
     });
 }
 
-pub fn xent_finish<T: Scalar>(
-    losses: MatMut<Vec<T>>,
-    logits: MatMut<Vec<T>>,
-    max: Mat<Vec<T>>,
-    stats: Mat<Vec<T>>,
-    targets: &[u32],
-    first: usize,
-    grad_scale: Option<f64>,
-) {
+pub fn xent_finish<T: Scalar>(args: XentFinish<Vec<T>, Vec<u32>>) {
+    let XentFinish { losses, logits, max, stats, targets, first, grad_scale } = args;
     let v = logits.cols;
     par_rows(logits).zip(par_rows(losses)).for_each(|((i, r), (_, l))| {
         let (m, st) = (row(&max, i)[0], row(&stats, i));

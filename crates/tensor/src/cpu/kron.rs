@@ -1,6 +1,7 @@
 //! The LaX Kronecker gate: per row, the latent as an a×b matrix Z maps to Kaᵀ·Z·Kb.
 
 use super::par::{SendPtr, par_rows, row};
+use crate::args::KronBwd;
 use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
 use rayon::prelude::*;
@@ -52,17 +53,8 @@ pub fn kron_fwd<T: Scalar>(
     });
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn kron_bwd<T: Scalar>(
-    dz: MatMut<Vec<T>>,
-    dka: MatMut<Vec<T>>,
-    dkb: MatMut<Vec<T>>,
-    dy: Mat<Vec<T>>,
-    z: Mat<Vec<T>>,
-    ka: Mat<Vec<T>>,
-    kb: Mat<Vec<T>>,
-    scratch: &mut [T],
-) {
+pub fn kron_bwd<T: Scalar>(args: KronBwd<Vec<T>>) {
+    let KronBwd { dz, dka, dkb, dy, z, ka, kb, scratch } = args;
     let (a, b) = (ka.rows, kb.rows);
     let r = a * b;
     let rows = z.rows;

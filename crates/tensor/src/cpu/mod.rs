@@ -14,7 +14,7 @@ mod rope;
 
 pub use embed::IGNORE;
 
-use crate::backend::{AdamStep, AttnShape, Backend};
+use crate::backend::{AttnShape, Backend};
 use crate::scalar::Scalar;
 use crate::view::{DeviceBuf, Mat, MatMut};
 use par::{row, rows_mut};

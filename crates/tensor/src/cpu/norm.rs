@@ -1,8 +1,7 @@
 //! RMSNorm (plain and over a hidden shard) and LayerNorm, forward and backward.
 // Each kernel takes the operands of its `Backend` method, however many.
-#![allow(clippy::too_many_arguments)]
-
 use super::par::{col_reduce, par_rows, row};
+use crate::args::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd};
 use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
 use rayon::prelude::*;
@@ -42,17 +41,8 @@ pub fn rmsnorm_bwd_dot<T: Scalar>(dot: MatMut<Vec<T>>, dy: Mat<Vec<T>>, x: Mat<V
     par_rows(dot).for_each(|(i, o)| o[0] = T::dot3(row(&dy, i), row(&x, i), g));
 }
 
-pub fn rmsnorm_bwd<T: Scalar>(
-    dx: MatMut<Vec<T>>,
-    dgamma: MatMut<Vec<T>>,
-    dy: Mat<Vec<T>>,
-    x: Mat<Vec<T>>,
-    gamma: Mat<Vec<T>>,
-    rstd: Mat<Vec<T>>,
-    dot: Mat<Vec<T>>,
-    n: usize,
-    accumulate: bool,
-) {
+pub fn rmsnorm_bwd<T: Scalar>(args: RmsNormBwd<Vec<T>>) {
+    let RmsNormBwd { dx, dgamma, dy, x, gamma, rstd, dot, n, accumulate } = args;
     let g = row(&gamma, 0);
     let inv_n = T::of(1.0 / n as f64);
     col_reduce(dgamma, x.rows, |i, j0, acc| {
@@ -92,15 +82,8 @@ pub fn row_dot<T: Scalar>(
     });
 }
 
-pub fn online_norm_bwd<T: Scalar>(
-    dx: MatMut<Vec<T>>,
-    dgamma: MatMut<Vec<T>>,
-    g: Mat<Vec<T>>,
-    x: Mat<Vec<T>>,
-    gamma: Mat<Vec<T>>,
-    ds: Mat<Vec<T>>,
-    accumulate: bool,
-) {
+pub fn online_norm_bwd<T: Scalar>(args: OnlineNormBwd<Vec<T>>) {
+    let OnlineNormBwd { dx, dgamma, g, x, gamma, ds, accumulate } = args;
     let gm = row(&gamma, 0);
     col_reduce(dgamma, x.rows, |i, j0, acc| {
         for ((a, v), gv) in acc.iter_mut().zip(&row(&x, i)[j0..]).zip(&row(&g, i)[j0..]) {
@@ -117,15 +100,8 @@ pub fn online_norm_bwd<T: Scalar>(
     });
 }
 
-pub fn layernorm_fwd<T: Scalar>(
-    y: MatMut<Vec<T>>,
-    mean: MatMut<Vec<T>>,
-    rstd: MatMut<Vec<T>>,
-    x: Mat<Vec<T>>,
-    w: Mat<Vec<T>>,
-    b: Mat<Vec<T>>,
-    eps: f64,
-) {
+pub fn layernorm_fwd<T: Scalar>(args: LayerNormFwd<Vec<T>>) {
+    let LayerNormFwd { y, mean, rstd, x, w, b, eps } = args;
     assert_eq!((y.rows, y.cols), (x.rows, x.cols));
     let n = T::of(x.cols as f64);
     let eps = T::of(eps);
@@ -143,16 +119,8 @@ pub fn layernorm_fwd<T: Scalar>(
     });
 }
 
-pub fn layernorm_bwd<T: Scalar>(
-    dx: MatMut<Vec<T>>,
-    dw: MatMut<Vec<T>>,
-    db: MatMut<Vec<T>>,
-    dy: Mat<Vec<T>>,
-    x: Mat<Vec<T>>,
-    w: Mat<Vec<T>>,
-    mean: Mat<Vec<T>>,
-    rstd: Mat<Vec<T>>,
-) {
+pub fn layernorm_bwd<T: Scalar>(args: LayerNormBwd<Vec<T>>) {
+    let LayerNormBwd { dx, dw, db, dy, x, w, mean, rstd } = args;
     let wr = row(&w, 0);
     let n = T::of(x.cols as f64);
     col_reduce(dw, x.rows, |i, j0, acc| {

@@ -1,23 +1,14 @@
 //! AdamW with decoupled weight decay, in PyTorch's arithmetic order.
 
-use crate::backend::AdamStep;
+use crate::args::AdamUpdate;
 use crate::scalar::Scalar;
 use rayon::prelude::*;
 
 const CHUNK: usize = 4096;
 
 /// AdamW over elements `off..off + n` of p, g, m and v.
-#[allow(clippy::too_many_arguments)]
-pub fn adamw<T: Scalar>(
-    p: &mut [T],
-    g: &[T],
-    m: &mut [T],
-    v: &mut [T],
-    off: usize,
-    n: usize,
-    s: &AdamStep,
-    decay: bool,
-) {
+pub fn adamw<T: Scalar>(args: AdamUpdate<Vec<T>>) {
+    let AdamUpdate { p, g, m, v, off, n, step: s, decay } = args;
     let r = off..off + n;
     let (p, g, m, v) = (&mut p[r.clone()], &g[r.clone()], &mut m[r.clone()], &mut v[r]);
     let (b1, b2) = (T::of(s.beta1), T::of(s.beta2));

@@ -1,0 +1,92 @@
+//! Operands of the kernels that take many: one struct each, so a call names every operand
+//! and a backend's implementation destructures them.
+
+use crate::backend::AdamStep;
+use crate::view::{Mat, MatMut};
+
+/// [`crate::Backend::rmsnorm_bwd`]: `dx (+)= rstd·gamma⊙dy − x·rstd³·dot/n`;
+/// `dgamma += Σ_i dy⊙x·rstd`.
+pub struct RmsNormBwd<'a, Buf> {
+    pub dx: MatMut<'a, Buf>,
+    pub dgamma: MatMut<'a, Buf>,
+    pub dy: Mat<'a, Buf>,
+    pub x: Mat<'a, Buf>,
+    pub gamma: Mat<'a, Buf>,
+    pub rstd: Mat<'a, Buf>,
+    /// `Σ_j dy·gamma·x` per row, over every feature (see `rmsnorm_bwd_dot`).
+    pub dot: Mat<'a, Buf>,
+    /// Features the statistic was taken over (d, also when `x` is a shard).
+    pub n: usize,
+    pub accumulate: bool,
+}
+
+/// [`crate::Backend::online_norm_bwd`]: `dx (+)= gamma⊙g + 2·ds[i]·x`; `dgamma += Σ_i x⊙g`.
+pub struct OnlineNormBwd<'a, Buf> {
+    pub dx: MatMut<'a, Buf>,
+    pub dgamma: MatMut<'a, Buf>,
+    pub g: Mat<'a, Buf>,
+    pub x: Mat<'a, Buf>,
+    pub gamma: Mat<'a, Buf>,
+    pub ds: Mat<'a, Buf>,
+    pub accumulate: bool,
+}
+
+/// [`crate::Backend::layernorm_fwd`]: `y = (x − mean)·rstd·w + b`, saving mean and rstd.
+pub struct LayerNormFwd<'a, Buf> {
+    pub y: MatMut<'a, Buf>,
+    pub mean: MatMut<'a, Buf>,
+    pub rstd: MatMut<'a, Buf>,
+    pub x: Mat<'a, Buf>,
+    pub w: Mat<'a, Buf>,
+    pub b: Mat<'a, Buf>,
+    pub eps: f64,
+}
+
+/// [`crate::Backend::layernorm_bwd`]: overwrites `dx`; accumulates `dw`, `db`.
+pub struct LayerNormBwd<'a, Buf> {
+    pub dx: MatMut<'a, Buf>,
+    pub dw: MatMut<'a, Buf>,
+    pub db: MatMut<'a, Buf>,
+    pub dy: Mat<'a, Buf>,
+    pub x: Mat<'a, Buf>,
+    pub w: Mat<'a, Buf>,
+    pub mean: Mat<'a, Buf>,
+    pub rstd: Mat<'a, Buf>,
+}
+
+/// [`crate::Backend::xent_finish`]: the vocabulary-parallel cross-entropy's last step.
+pub struct XentFinish<'a, Buf, Ids> {
+    pub losses: MatMut<'a, Buf>,
+    pub logits: MatMut<'a, Buf>,
+    pub max: Mat<'a, Buf>,
+    pub stats: Mat<'a, Buf>,
+    pub targets: &'a Ids,
+    /// The first vocabulary column held here.
+    pub first: usize,
+    pub grad_scale: Option<f64>,
+}
+
+/// [`crate::Backend::kron_bwd`]: `dz += …`, `dka += …`, `dkb += …`.
+pub struct KronBwd<'a, Buf> {
+    pub dz: MatMut<'a, Buf>,
+    pub dka: MatMut<'a, Buf>,
+    pub dkb: MatMut<'a, Buf>,
+    pub dy: Mat<'a, Buf>,
+    pub z: Mat<'a, Buf>,
+    pub ka: Mat<'a, Buf>,
+    pub kb: Mat<'a, Buf>,
+    /// 2·rows·a·b + 64·(a² + b²) elements.
+    pub scratch: &'a mut Buf,
+}
+
+/// [`crate::Backend::adamw`]: one update of `n` elements from `off` (p, g, m, v aligned).
+pub struct AdamUpdate<'a, Buf> {
+    pub p: &'a mut Buf,
+    pub g: &'a Buf,
+    pub m: &'a mut Buf,
+    pub v: &'a mut Buf,
+    pub off: usize,
+    pub n: usize,
+    pub step: &'a AdamStep,
+    pub decay: bool,
+}
