@@ -12,7 +12,7 @@ use boost_config::{Arch, LaxGate, ModelConfig};
 use boost_cuda::Precision;
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::cpu::Cpu;
-use boost_tensor::{AdamStep, Backend, Mat, Solo};
+use boost_tensor::{AdamStep, AdamUpdate, Backend, Mat, Solo};
 
 const VOCAB: usize = 64;
 const BATCH: usize = 4;
