@@ -1,0 +1,373 @@
+//! Tensor-parallel parity: every architecture × scheme × norm × grouping at tp ∈ {1, 2, 4}
+//! reproduces the unsharded model on the same backend — logits, loss, the gradient of the
+//! embedding output and every weight gradient gathered to full shape — and starts from the
+//! same weights; and each rank of a sharded step matches the same rank on another backend.
+
+use crate::compare::assert_close;
+use crate::engine::{Engine, small_model};
+use boost_comm::{Dims, run_ranks};
+use boost_config::{Arch, Config, LaxGate, ModelConfig, NormMode, ParallelConfig, Recompute, Scheme};
+use boost_model::{Batch, Layout, Model, params::Piece};
+use boost_tensor::{Backend, Collective, Solo};
+
+const SEED: u64 = 5;
+const B: usize = 2;
+const S: usize = 8;
+
+/// What the forward keeps: a policy, applied to the first N layers (0: all).
+pub type Plan = (Recompute, usize);
+
+/// The parity sweeps, each a test of its own in the backends' suites.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sweep {
+    /// The full-rank model (untied and tied embeddings) under Megatron.
+    FullRank,
+    /// SVD under vanilla and BTP.
+    Svd,
+    /// CoLA under vanilla and BTP, and with low-rank activations only under BTP.
+    Cola,
+    /// CoLA with tied embeddings, and with grouped-query attention.
+    ColaTiedGqa,
+    /// LaX (dense gate over CoLA, Kronecker gate over SVD) under BTP.
+    Lax,
+    /// Activation recompute (`full`, `lowrank`) of every layer gives the results of `none`.
+    Recompute,
+    /// Recompute of the first layers only: the boundary between a recomputed layer and one
+    /// that is not (a LaX crossing across it included) gives the results of `none`.
+    RecomputeFirstLayers,
+}
+
+impl Sweep {
+    pub const ALL: [Sweep; 7] = [
+        Sweep::FullRank,
+        Sweep::Svd,
+        Sweep::Cola,
+        Sweep::ColaTiedGqa,
+        Sweep::Lax,
+        Sweep::Recompute,
+        Sweep::RecomputeFirstLayers,
+    ];
+}
+
+/// A model and the sharded runs compared with its unsharded run.
+struct Case {
+    cfg: ModelConfig,
+    runs: Vec<(Layout, Plan)>,
+}
+
+fn model(extra: &[&str]) -> ModelConfig {
+    let sets: Vec<String> =
+        ["model.d=32", "model.d_ff=48", "model.heads=4", "model.rank=8", "model.vocab=61", "model.layers=2"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string())
+            .collect();
+    Config::load(None, &sets).unwrap().model
+}
+
+fn layout(scheme: Scheme, tp: usize, norm: NormMode, grouping: bool) -> Layout {
+    Layout { scheme, tp, tp_rank: 0, norm, grouping, stage: 0, stages: 1 }
+}
+
+const NONE: Plan = (Recompute::None, 0);
+
+/// Every norm placement of each scheme (sync statistics exist under BTP only), both
+/// groupings, tp ∈ {1, 2, 4}.
+fn grid(cfg: ModelConfig, schemes: &[Scheme]) -> Case {
+    let mut runs = Vec::new();
+    for &scheme in schemes {
+        let norms: &[NormMode] =
+            if scheme == Scheme::Btp { &[NormMode::Online, NormMode::Sync] } else { &[NormMode::Online] };
+        for &norm in norms {
+            for grouping in [true, false] {
+                for tp in [1, 2, 4] {
+                    runs.push((layout(scheme, tp, norm, grouping), NONE));
+                }
+            }
+        }
+    }
+    Case { cfg, runs }
+}
+
+fn cases(sweep: Sweep) -> Vec<Case> {
+    use Scheme::{Btp, Megatron, Vanilla};
+    const LAX_KRON_SVD: &[&str] = &["model.arch=lax", "model.layers=3", "model.lax.gate=kron", "model.lax.flavour=svd"];
+    match sweep {
+        Sweep::FullRank => vec![
+            grid(model(&["model.arch=full"]), &[Megatron]),
+            grid(model(&["model.arch=full", "model.tie_embeddings=true"]), &[Megatron]),
+        ],
+        Sweep::Svd => vec![grid(model(&["model.arch=svd"]), &[Vanilla, Btp])],
+        Sweep::Cola => vec![
+            grid(model(&["model.arch=cola"]), &[Vanilla, Btp]),
+            grid(model(&["model.arch=cola", "model.only_lr_act=true"]), &[Btp]),
+        ],
+        Sweep::ColaTiedGqa => {
+            // kv_heads = 2 shards over tp ≤ 2 only; tp = 4 is refused by validation (see config tests).
+            let mut runs = Vec::new();
+            for scheme in [Vanilla, Btp] {
+                for tp in [1, 2] {
+                    runs.push((layout(scheme, tp, NormMode::Online, true), NONE));
+                }
+            }
+            vec![
+                grid(model(&["model.arch=cola", "model.tie_embeddings=true"]), &[Vanilla, Btp]),
+                Case { cfg: model(&["model.arch=cola", "model.kv_heads=2"]), runs },
+            ]
+        }
+        Sweep::Lax => vec![grid(model(&["model.arch=lax", "model.layers=3"]), &[Btp]), grid(model(LAX_KRON_SVD), &[Btp])],
+        Sweep::Recompute => {
+            let archs: &[(&[&str], &[Scheme])] = &[
+                (&["model.arch=full"], &[Megatron]),
+                (&["model.arch=svd"], &[Vanilla, Btp]),
+                (&["model.arch=cola"], &[Vanilla, Btp]),
+                (&["model.arch=lax", "model.layers=3"], &[Btp]),
+                (LAX_KRON_SVD, &[Btp]),
+                (&["model.arch=cola", "model.tie_embeddings=true"], &[Btp]),
+            ];
+            let mut out = Vec::new();
+            for (sets, schemes) in archs {
+                let cfg = model(sets);
+                let mut runs = Vec::new();
+                for &scheme in *schemes {
+                    for norm in [NormMode::Online, NormMode::Sync] {
+                        if norm == NormMode::Sync && scheme != Btp {
+                            continue;
+                        }
+                        for tp in [1, 2, 4] {
+                            for policy in [Recompute::Full, Recompute::Lowrank] {
+                                if policy == Recompute::Lowrank && !cfg.arch.is_low_rank() {
+                                    continue;
+                                }
+                                runs.push((layout(scheme, tp, norm, tp != 2), (policy, 0)));
+                            }
+                        }
+                    }
+                }
+                out.push(Case { cfg, runs });
+            }
+            out
+        }
+        Sweep::RecomputeFirstLayers => {
+            let archs: &[(&[&str], &[Scheme])] = &[
+                (&["model.arch=full", "model.layers=3"], &[Megatron]),
+                (&["model.arch=cola", "model.layers=3"], &[Vanilla, Btp]),
+                (&["model.arch=lax", "model.layers=4"], &[Btp]),
+            ];
+            let mut out = Vec::new();
+            for (sets, schemes) in archs {
+                let cfg = model(sets);
+                let mut runs = Vec::new();
+                for &scheme in *schemes {
+                    for tp in [1, 2] {
+                        for policy in [Recompute::Full, Recompute::Lowrank] {
+                            if policy == Recompute::Lowrank && !cfg.arch.is_low_rank() {
+                                continue;
+                            }
+                            for first in 1..cfg.layers {
+                                runs.push((layout(scheme, tp, NormMode::Online, true), (policy, first)));
+                            }
+                        }
+                    }
+                }
+                out.push(Case { cfg, runs });
+            }
+            out
+        }
+    }
+}
+
+/// Run `sweep` on `engine`: each sharded run against the unsharded model within `tol`
+/// (weights, the loss across ranks and replicated pieces bit-for-bit). Returns the number of
+/// sharded runs checked.
+pub fn parity<E: Backend>(engine: &Engine<E>, sweep: Sweep, tol: f64) -> usize {
+    let mut checked = 0;
+    for case in cases(sweep) {
+        let reference = reference(engine, &case.cfg);
+        for &(layout, plan) in &case.runs {
+            check(engine, &case.cfg, layout, plan, &reference, tol);
+            checked += 1;
+        }
+    }
+    checked
+}
+
+struct RankOut {
+    rank: usize,
+    logits: Vec<f64>,
+    loss: f64,
+    embed_grad: Vec<f64>,
+    pieces: Vec<(Piece, Vec<f64>, Vec<f64>)>,
+}
+
+fn batch(v: usize) -> (Vec<u32>, Vec<u32>) {
+    let ids: Vec<u32> = (0..B * S + 1).map(|i| ((i * 37 + 11) % v) as u32).collect();
+    (ids[..B * S].to_vec(), ids[1..].to_vec())
+}
+
+fn reference<E: Backend>(engine: &Engine<E>, cfg: &ModelConfig) -> RankOut {
+    let (ids, targets) = batch(cfg.vocab);
+    let mut m = Model::new(engine.backend(), cfg, Layout::single(cfg), SEED).unwrap();
+    step_and_read(&mut m, &Solo, 0, &ids, &targets)
+}
+
+fn run<E: Backend>(engine: &Engine<E>, cfg: &ModelConfig, layout: Layout, (policy, first): Plan) -> Vec<RankOut> {
+    let (ids, targets) = batch(cfg.vocab);
+    let outs = run_ranks(Dims::tp(layout.tp), |rank, grid| {
+        let be = engine.backend();
+        let tp = engine.collective(&be, &grid.tp);
+        let mut m = Model::new(be, cfg, Layout { tp_rank: rank, ..layout }, SEED)?;
+        m.set_recompute(policy);
+        m.set_recompute_layers(first);
+        Ok(step_and_read(&mut m, &*tp, rank, &ids, &targets))
+    });
+    outs.unwrap_or_else(|e| panic!("{layout:?}: {e:#}"))
+}
+
+/// Logits, then one forward/backward, and everything the comparison reads back.
+fn step_and_read<E: Backend>(
+    m: &mut Model<E>,
+    tp: &dyn Collective<E>,
+    rank: usize,
+    ids: &[u32],
+    targets: &[u32],
+) -> RankOut {
+    let logits = m.logits(tp, ids, B, S);
+    let loss = m.forward_backward(tp, &Batch { ids, targets, batch: B, seq: S }, 1.0 / (B * S) as f64);
+    let pieces = m
+        .store
+        .pieces
+        .iter()
+        .map(|p| (p.clone(), m.be.read_mat(p.slot.of(&m.store.values)), m.be.read_mat(p.slot.of(&m.store.grads))))
+        .collect();
+    RankOut { rank, logits, loss: loss.sum / loss.tokens as f64, embed_grad: m.embed_out_grad(), pieces }
+}
+
+/// The global matrix of canonical tensor `i` from every rank's rectangle; replicated pieces
+/// must agree across ranks bit-for-bit.
+fn gather(outs: &[RankOut], i: usize, values: bool) -> Vec<f64> {
+    let p0 = &outs[0].pieces[i].0;
+    let (r, c) = p0.matrix_shape();
+    let mut full = vec![f64::NAN; r * c];
+    for o in outs {
+        let (p, v, g) = &o.pieces[i];
+        assert_eq!(p.name, p0.name);
+        let data = if values { v } else { g };
+        let w = p.cols.len();
+        for (k, row) in p.rows.clone().enumerate() {
+            for (j, col) in p.cols.clone().enumerate() {
+                let x = data[k * w + j];
+                let slot = &mut full[row * c + col];
+                if !slot.is_nan() {
+                    assert_eq!(slot.to_bits(), x.to_bits(), "{}: replicas differ at ({row},{col})", p.name);
+                }
+                *slot = x;
+            }
+        }
+    }
+    assert!(full.iter().all(|x| !x.is_nan()), "{}: not every element is held by some rank", p0.name);
+    full
+}
+
+fn check<E: Backend>(engine: &Engine<E>, cfg: &ModelConfig, layout: Layout, plan: Plan, r: &RankOut, tol: f64) {
+    let what = format!(
+        "{} {:?} tp={} norm={:?} grouping={} recompute={plan:?}",
+        cfg.arch.name(),
+        layout.scheme,
+        layout.tp,
+        layout.norm,
+        layout.grouping
+    );
+    let outs = run(engine, cfg, layout, plan);
+    let (v, d, t, p) = (cfg.vocab, cfg.d, B * S, layout.tp);
+    let vl = v.div_ceil(p);
+    // Logits: vocabulary-parallel columns.
+    let mut logits = vec![0.0; t * v];
+    for o in &outs {
+        let first = o.rank * vl;
+        for i in 0..t {
+            for j in first..(first + vl).min(v) {
+                logits[i * v + j] = o.logits[i * vl + j - first];
+            }
+        }
+        assert_eq!(o.loss.to_bits(), outs[0].loss.to_bits(), "{what}: ranks disagree on the loss");
+    }
+    assert_close(&format!("{what} logits"), &logits, &r.logits, tol);
+    assert_close(&format!("{what} loss"), &[outs[0].loss], &[r.loss], tol);
+    // The gradient of the embedding output: hidden shards under BTP, whole elsewhere.
+    let mut eg = vec![0.0; t * d];
+    for o in &outs {
+        if layout.scheme == Scheme::Btp {
+            let w = d / p;
+            for i in 0..t {
+                eg[i * d + o.rank * w..i * d + (o.rank + 1) * w].copy_from_slice(&o.embed_grad[i * w..(i + 1) * w]);
+            }
+        } else {
+            assert_close(&format!("{what} embed_out grad (rank {})", o.rank), &o.embed_grad, &r.embed_grad, tol);
+            eg.copy_from_slice(&o.embed_grad);
+        }
+    }
+    assert_close(&format!("{what} embed_out grad"), &eg, &r.embed_grad, tol);
+    // Every canonical tensor: identical weights, matching gradients.
+    assert_eq!(outs[0].pieces.len(), r.pieces.len(), "{what}: parameter count");
+    for (rp, rv, rg) in &r.pieces {
+        let j = outs[0]
+            .pieces
+            .iter()
+            .position(|(p, _, _)| p.name == rp.name)
+            .unwrap_or_else(|| panic!("{what}: no {}", rp.name));
+        let vals = gather(&outs, j, true);
+        assert!(
+            vals.iter().zip(rv).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{what}: {} starts from other weights",
+            rp.name
+        );
+        assert_close(&format!("{what} grad {}", rp.name), &gather(&outs, j, false), rg, tol);
+    }
+}
+
+/// Two tp ranks, each stepping `engine` and `reference` side by side over the same layout:
+/// every scheme × norm placement for CoLA, and the full-rank and LaX models. Each rank's loss
+/// and gradients within `tol` of the reference's; returns the number of layouts checked.
+pub fn ranks_match<R: Backend, E: Backend>(reference: &Engine<R>, engine: &Engine<E>, tol: f64) -> usize {
+    let mut cases = Vec::new();
+    for scheme in [Scheme::Btp, Scheme::Vanilla] {
+        for norm in [NormMode::Online, NormMode::Sync] {
+            cases.push((Arch::Cola, scheme, norm));
+        }
+    }
+    cases.push((Arch::Full, Scheme::Megatron, NormMode::Online));
+    cases.push((Arch::Lax, Scheme::Btp, NormMode::Sync));
+    for &(arch, scheme, norm) in &cases {
+        let cfg = small_model(arch, LaxGate::Kron, 32, 8, 50);
+        let par = ParallelConfig { tp: 2, scheme: scheme.into(), norm, ..ParallelConfig::default() };
+        let what = format!("{arch:?} {scheme:?} {norm:?}");
+        run_ranks(Dims::new(1, 1, 2), |rank, grid| {
+            let layout = Layout::from_config(&cfg, &par, rank);
+            let be = reference.backend();
+            let tp = reference.collective(&be, &grid.tp);
+            let (lr, gr) = one_step(be, &cfg, layout, &*tp);
+            let be = engine.backend();
+            let tp = engine.collective(&be, &grid.tp);
+            let (le, ge) = one_step(be, &cfg, layout, &*tp);
+            assert_close(&format!("{what} rank {rank} loss"), &[le], &[lr], tol);
+            for (i, (g, c)) in ge.iter().zip(&gr).enumerate() {
+                assert_close(&format!("{what} rank {rank} gradient {i}"), g, c, tol);
+            }
+            Ok(())
+        })
+        .unwrap();
+    }
+    cases.len()
+}
+
+/// One forward/backward from seed 11: the mean loss and every parameter gradient.
+fn one_step<E: Backend>(be: E, cfg: &ModelConfig, layout: Layout, tp: &dyn Collective<E>) -> (f64, Vec<Vec<f64>>) {
+    let mut m = Model::new(be, cfg, layout, 11).unwrap();
+    let (batch, seq) = (2, 8);
+    let ids: Vec<u32> = (0..batch * seq).map(|i| (i * 7 % cfg.vocab) as u32).collect();
+    let targets: Vec<u32> = (0..batch * seq).map(|i| ((i * 7 + 3) % cfg.vocab) as u32).collect();
+    let l = m.forward_backward(tp, &Batch { ids: &ids, targets: &targets, batch, seq }, 1.0 / 16.0);
+    let grads = m.store.pieces.iter().map(|p| m.be.read_mat(p.slot.of(&m.store.grads))).collect();
+    (l.sum / l.tokens as f64, grads)
+}
