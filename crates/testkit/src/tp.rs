@@ -115,7 +115,9 @@ fn cases(sweep: Sweep) -> Vec<Case> {
                 Case { cfg: model(&["model.arch=cola", "model.kv_heads=2"]), runs },
             ]
         }
-        Sweep::Lax => vec![grid(model(&["model.arch=lax", "model.layers=3"]), &[Btp]), grid(model(LAX_KRON_SVD), &[Btp])],
+        Sweep::Lax => {
+            vec![grid(model(&["model.arch=lax", "model.layers=3"]), &[Btp]), grid(model(LAX_KRON_SVD), &[Btp])]
+        }
         Sweep::Recompute => {
             let archs: &[(&[&str], &[Scheme])] = &[
                 (&["model.arch=full"], &[Megatron]),
