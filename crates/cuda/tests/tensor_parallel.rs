@@ -8,8 +8,8 @@ mod common;
 
 use boost_cuda::Precision;
 use boost_tensor::cpu::Cpu;
-use boost_testkit::Engine;
-use boost_testkit::tp::{Sweep, parity, ranks_match};
+use boost_testkit::tp::ranks_match;
+use boost_testkit::{Engine, parity_tests};
 
 const TOL: f64 = 1e-4;
 
@@ -21,44 +21,6 @@ fn tensor_parallel_steps_match_the_cpu_engine() {
     assert_eq!(ranks_match(&Engine::<Cpu<f32>>::cpu(), &cuda, TOL), 6);
 }
 
-/// The CPU engine's parity suite on this backend: tp ∈ {1, 2, 4} reproduces the unsharded
-/// model on the same device (weights, the loss across ranks and replicas bit-for-bit).
-fn sweep(sweep: Sweep, runs: usize) {
-    let Some(cuda) = common::engine(Precision::F32) else { return };
-    assert_eq!(parity(&cuda, sweep, TOL), runs, "{sweep:?}");
-}
-
-#[test]
-fn full_rank_megatron() {
-    sweep(Sweep::FullRank, 12);
-}
-
-#[test]
-fn svd_vanilla_and_btp() {
-    sweep(Sweep::Svd, 18);
-}
-
-#[test]
-fn cola_vanilla_and_btp() {
-    sweep(Sweep::Cola, 30);
-}
-
-#[test]
-fn cola_tied_and_gqa() {
-    sweep(Sweep::ColaTiedGqa, 22);
-}
-
-#[test]
-fn lax_btp() {
-    sweep(Sweep::Lax, 24);
-}
-
-#[test]
-fn recompute_policies_match_no_recompute() {
-    sweep(Sweep::Recompute, 75);
-}
-
-#[test]
-fn recompute_of_the_first_layers_matches_no_recompute() {
-    sweep(Sweep::RecomputeFirstLayers, 32);
-}
+// The CPU engine's parity suite on this backend: tp ∈ {1, 2, 4} reproduces the unsharded
+// model on the same device (weights, the loss across ranks and replicas bit-for-bit).
+parity_tests!(common::engine(Precision::F32), TOL);

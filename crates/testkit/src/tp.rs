@@ -47,6 +47,41 @@ impl Sweep {
         Sweep::Recompute,
         Sweep::RecomputeFirstLayers,
     ];
+
+    /// How many sharded runs the sweep checks: none may drop out unnoticed.
+    pub const fn runs(self) -> usize {
+        match self {
+            Sweep::FullRank => 12,
+            Sweep::Svd => 18,
+            Sweep::Cola => 30,
+            Sweep::ColaTiedGqa => 22,
+            Sweep::Lax => 24,
+            Sweep::Recompute => 75,
+            Sweep::RecomputeFirstLayers => 32,
+        }
+    }
+}
+
+/// One `#[test]` per sweep, each running [`parity`] on the engine that `$engine` (an
+/// `Option<Engine<_>>`, None to skip) gives, within `$tol`.
+#[macro_export]
+macro_rules! parity_tests {
+    ($engine:expr, $tol:expr) => {
+        $crate::parity_tests!(@one full_rank_megatron, FullRank, $engine, $tol);
+        $crate::parity_tests!(@one svd_vanilla_and_btp, Svd, $engine, $tol);
+        $crate::parity_tests!(@one cola_vanilla_and_btp, Cola, $engine, $tol);
+        $crate::parity_tests!(@one cola_tied_and_gqa, ColaTiedGqa, $engine, $tol);
+        $crate::parity_tests!(@one lax_btp, Lax, $engine, $tol);
+        $crate::parity_tests!(@one recompute_policies_match_no_recompute, Recompute, $engine, $tol);
+        $crate::parity_tests!(@one recompute_of_the_first_layers_matches_no_recompute, RecomputeFirstLayers, $engine, $tol);
+    };
+    (@one $name:ident, $sweep:ident, $engine:expr, $tol:expr) => {
+        #[test]
+        fn $name() {
+            let Some(engine) = $engine else { return };
+            $crate::tp::parity(&engine, $crate::tp::Sweep::$sweep, $tol);
+        }
+    };
 }
 
 /// A model and the sharded runs compared with its unsharded run.
@@ -180,9 +215,8 @@ fn cases(sweep: Sweep) -> Vec<Case> {
 }
 
 /// Run `sweep` on `engine`: each sharded run against the unsharded model within `tol`
-/// (weights, the loss across ranks and replicated pieces bit-for-bit). Returns the number of
-/// sharded runs checked.
-pub fn parity<E: Backend>(engine: &Engine<E>, sweep: Sweep, tol: f64) -> usize {
+/// (weights, the loss across ranks and replicated pieces bit-for-bit).
+pub fn parity<E: Backend>(engine: &Engine<E>, sweep: Sweep, tol: f64) {
     let mut checked = 0;
     for case in cases(sweep) {
         let reference = reference(engine, &case.cfg);
@@ -191,7 +225,7 @@ pub fn parity<E: Backend>(engine: &Engine<E>, sweep: Sweep, tol: f64) -> usize {
             checked += 1;
         }
     }
-    checked
+    assert_eq!(checked, sweep.runs(), "{sweep:?}: sharded runs checked");
 }
 
 struct RankOut {
