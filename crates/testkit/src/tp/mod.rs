@@ -1,12 +1,18 @@
 //! Tensor-parallel parity: sharded runs reproduce the unsharded model on the same backend,
 //! and each rank of a sharded step matches the same rank on a reference backend.
 
+mod cases;
+mod ranks;
+
+pub use ranks::ranks_match;
+
 use crate::compare::assert_close;
-use crate::engine::{Engine, small_model};
+use crate::engine::Engine;
 use boost_comm::{Dims, run_ranks};
-use boost_config::{Arch, Config, LaxGate, ModelConfig, NormMode, ParallelConfig, Recompute, Scheme};
+use boost_config::{ModelConfig, Recompute, Scheme};
 use boost_model::{Batch, Layout, Model, params::Piece};
 use boost_tensor::{Backend, Collective, Solo};
+use cases::cases;
 
 const SEED: u64 = 5;
 const B: usize = 2;
@@ -70,136 +76,6 @@ macro_rules! parity_tests {
             $crate::tp::parity(&engine, $crate::tp::Sweep::$sweep, $tol);
         }
     };
-}
-
-/// A model and the sharded runs compared with its unsharded run.
-struct Case {
-    cfg: ModelConfig,
-    runs: Vec<(Layout, Plan)>,
-}
-
-fn model(extra: &[&str]) -> ModelConfig {
-    let sets: Vec<String> =
-        ["model.d=32", "model.d_ff=48", "model.heads=4", "model.rank=8", "model.vocab=61", "model.layers=2"]
-            .iter()
-            .chain(extra)
-            .map(|s| s.to_string())
-            .collect();
-    Config::load(None, &sets).unwrap().model
-}
-
-fn layout(scheme: Scheme, tp: usize, norm: NormMode, grouping: bool) -> Layout {
-    Layout { scheme, tp, tp_rank: 0, norm, grouping, stage: 0, stages: 1 }
-}
-
-const NONE: Plan = (Recompute::None, 0);
-
-/// Every norm placement of each scheme (sync statistics exist under BTP only), both
-/// groupings, tp ∈ {1, 2, 4}.
-fn grid(cfg: ModelConfig, schemes: &[Scheme]) -> Case {
-    let mut runs = Vec::new();
-    for &scheme in schemes {
-        let norms: &[NormMode] =
-            if scheme == Scheme::Btp { &[NormMode::Online, NormMode::Sync] } else { &[NormMode::Online] };
-        for &norm in norms {
-            for grouping in [true, false] {
-                for tp in [1, 2, 4] {
-                    runs.push((layout(scheme, tp, norm, grouping), NONE));
-                }
-            }
-        }
-    }
-    Case { cfg, runs }
-}
-
-fn cases(sweep: Sweep) -> Vec<Case> {
-    use Scheme::{Btp, Megatron, Vanilla};
-    const LAX_KRON_SVD: &[&str] = &["model.arch=lax", "model.layers=3", "model.lax.gate=kron", "model.lax.flavour=svd"];
-    match sweep {
-        Sweep::FullRank => vec![
-            grid(model(&["model.arch=full"]), &[Megatron]),
-            grid(model(&["model.arch=full", "model.tie_embeddings=true"]), &[Megatron]),
-        ],
-        Sweep::Svd => vec![grid(model(&["model.arch=svd"]), &[Vanilla, Btp])],
-        Sweep::Cola => vec![
-            grid(model(&["model.arch=cola"]), &[Vanilla, Btp]),
-            grid(model(&["model.arch=cola", "model.only_lr_act=true"]), &[Btp]),
-        ],
-        Sweep::ColaTiedGqa => {
-            // kv_heads = 2 shards over tp ≤ 2 only; tp = 4 is refused by validation (see config tests).
-            let mut runs = Vec::new();
-            for scheme in [Vanilla, Btp] {
-                for tp in [1, 2] {
-                    runs.push((layout(scheme, tp, NormMode::Online, true), NONE));
-                }
-            }
-            vec![
-                grid(model(&["model.arch=cola", "model.tie_embeddings=true"]), &[Vanilla, Btp]),
-                Case { cfg: model(&["model.arch=cola", "model.kv_heads=2"]), runs },
-            ]
-        }
-        Sweep::Lax => {
-            vec![grid(model(&["model.arch=lax", "model.layers=3"]), &[Btp]), grid(model(LAX_KRON_SVD), &[Btp])]
-        }
-        Sweep::Recompute => {
-            let archs: &[(&[&str], &[Scheme])] = &[
-                (&["model.arch=full"], &[Megatron]),
-                (&["model.arch=svd"], &[Vanilla, Btp]),
-                (&["model.arch=cola"], &[Vanilla, Btp]),
-                (&["model.arch=lax", "model.layers=3"], &[Btp]),
-                (LAX_KRON_SVD, &[Btp]),
-                (&["model.arch=cola", "model.tie_embeddings=true"], &[Btp]),
-            ];
-            let mut out = Vec::new();
-            for (sets, schemes) in archs {
-                let cfg = model(sets);
-                let mut runs = Vec::new();
-                for &scheme in *schemes {
-                    for norm in [NormMode::Online, NormMode::Sync] {
-                        if norm == NormMode::Sync && scheme != Btp {
-                            continue;
-                        }
-                        for tp in [1, 2, 4] {
-                            for policy in [Recompute::Full, Recompute::Lowrank] {
-                                if policy == Recompute::Lowrank && !cfg.arch.is_low_rank() {
-                                    continue;
-                                }
-                                runs.push((layout(scheme, tp, norm, tp != 2), (policy, 0)));
-                            }
-                        }
-                    }
-                }
-                out.push(Case { cfg, runs });
-            }
-            out
-        }
-        Sweep::RecomputeFirstLayers => {
-            let archs: &[(&[&str], &[Scheme])] = &[
-                (&["model.arch=full", "model.layers=3"], &[Megatron]),
-                (&["model.arch=cola", "model.layers=3"], &[Vanilla, Btp]),
-                (&["model.arch=lax", "model.layers=4"], &[Btp]),
-            ];
-            let mut out = Vec::new();
-            for (sets, schemes) in archs {
-                let cfg = model(sets);
-                let mut runs = Vec::new();
-                for &scheme in *schemes {
-                    for tp in [1, 2] {
-                        for policy in [Recompute::Full, Recompute::Lowrank] {
-                            if policy == Recompute::Lowrank && !cfg.arch.is_low_rank() {
-                                continue;
-                            }
-                            for first in 1..cfg.layers {
-                                runs.push((layout(scheme, tp, NormMode::Online, true), (policy, first)));
-                            }
-                        }
-                    }
-                }
-                out.push(Case { cfg, runs });
-            }
-            out
-        }
-    }
 }
 
 /// Run `sweep` on `engine`: each sharded run against the unsharded model within `tol`
@@ -348,50 +224,4 @@ fn check<E: Backend>(engine: &Engine<E>, cfg: &ModelConfig, layout: Layout, plan
         );
         assert_close(&format!("{what} grad {}", rp.name), &gather(&outs, j, false), rg, tol);
     }
-}
-
-/// Two tp ranks, each stepping `engine` and `reference` side by side over the same layout:
-/// every scheme × norm placement for CoLA, and the full-rank and LaX models. Each rank's loss
-/// and gradients within `tol` of the reference's; returns the number of layouts checked.
-pub fn ranks_match<R: Backend, E: Backend>(reference: &Engine<R>, engine: &Engine<E>, tol: f64) -> usize {
-    let mut cases = Vec::new();
-    for scheme in [Scheme::Btp, Scheme::Vanilla] {
-        for norm in [NormMode::Online, NormMode::Sync] {
-            cases.push((Arch::Cola, scheme, norm));
-        }
-    }
-    cases.push((Arch::Full, Scheme::Megatron, NormMode::Online));
-    cases.push((Arch::Lax, Scheme::Btp, NormMode::Sync));
-    for &(arch, scheme, norm) in &cases {
-        let cfg = small_model(arch, LaxGate::Kron, 32, 8, 50);
-        let par = ParallelConfig { tp: 2, scheme: scheme.into(), norm, ..ParallelConfig::default() };
-        let what = format!("{arch:?} {scheme:?} {norm:?}");
-        run_ranks(Dims::new(1, 1, 2), |rank, grid| {
-            let layout = Layout::from_config(&cfg, &par, rank);
-            let be = reference.backend();
-            let tp = reference.collective(&be, &grid.tp);
-            let (lr, gr) = one_step(be, &cfg, layout, &*tp);
-            let be = engine.backend();
-            let tp = engine.collective(&be, &grid.tp);
-            let (le, ge) = one_step(be, &cfg, layout, &*tp);
-            assert_close(&format!("{what} rank {rank} loss"), &[le], &[lr], tol);
-            for (i, (g, c)) in ge.iter().zip(&gr).enumerate() {
-                assert_close(&format!("{what} rank {rank} gradient {i}"), g, c, tol);
-            }
-            Ok(())
-        })
-        .unwrap();
-    }
-    cases.len()
-}
-
-/// One forward/backward from seed 11: the mean loss and every parameter gradient.
-fn one_step<E: Backend>(be: E, cfg: &ModelConfig, layout: Layout, tp: &dyn Collective<E>) -> (f64, Vec<Vec<f64>>) {
-    let mut m = Model::new(be, cfg, layout, 11).unwrap();
-    let (batch, seq) = (2, 8);
-    let ids: Vec<u32> = (0..batch * seq).map(|i| (i * 7 % cfg.vocab) as u32).collect();
-    let targets: Vec<u32> = (0..batch * seq).map(|i| ((i * 7 + 3) % cfg.vocab) as u32).collect();
-    let l = m.forward_backward(tp, &Batch { ids: &ids, targets: &targets, batch, seq }, 1.0 / 16.0);
-    let grads = m.store.pieces.iter().map(|p| m.be.read_mat(p.slot.of(&m.store.grads))).collect();
-    (l.sum / l.tokens as f64, grads)
 }
