@@ -31,7 +31,7 @@ mod bench {
     use boost_config::{Arch, ModelConfig};
     use boost_cuda::{Cuda, Precision};
     use boost_model::{Batch, Layout, Model};
-    use boost_tensor::{AdamStep, Backend, Mat, Solo};
+    use boost_tensor::{AdamStep, AdamUpdate, Backend, Mat, Solo};
     use std::collections::HashMap;
     use std::time::Instant;
 

@@ -19,18 +19,7 @@ const BATCH: usize = 4;
 const SEQ: usize = 16;
 
 fn config(arch: Arch, gate: LaxGate) -> ModelConfig {
-    let mut c = ModelConfig::preset("demo").unwrap();
-    c.arch = arch;
-    c.d = 64;
-    c.d_ff = 128;
-    c.layers = 2;
-    c.heads = 4;
-    c.kv_heads = Some(2);
-    c.rank = 16;
-    c.vocab = VOCAB;
-    c.lax.gate = gate;
-    c.validate().unwrap();
-    c
+    boost_testkit::small_model(arch, gate, 64, 16, VOCAB)
 }
 
 /// Micro-batch `step`: sequences `s, s+k, s+2k, …` (mod VOCAB) with per-sequence s and k.

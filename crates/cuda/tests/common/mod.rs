@@ -2,7 +2,11 @@
 //! else the kernel emulator (feature `emulate`), else none (the test says so and passes).
 #![allow(dead_code)]
 
-use boost_cuda::{Cuda, Precision};
+use boost_cuda::{Cuda, HostStaged, Precision};
+use boost_testkit::Engine;
+
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use boost_testkit::{assert_close, errors};
 
 /// The backend to test, or None after printing why the test is skipped.
 pub fn backend(prec: Precision) -> Option<Cuda> {
@@ -24,14 +28,14 @@ pub fn backend(prec: Precision) -> Option<Cuda> {
     }
 }
 
+/// The backend for the kit's suites: a fresh one for each rank, whose collectives go through
+/// the host over the rank's boost-comm group.
+pub fn engine(prec: Precision) -> Option<Engine<Cuda>> {
+    backend(prec)?;
+    Some(Engine::new(move || backend(prec).unwrap(), |be, g| Box::new(HostStaged::new(g.comm().clone(), be))))
+}
+
 /// True when the backend is a real GPU.
 pub fn on_gpu(be: &Cuda) -> bool {
     !be.is_emulated()
 }
-
-/// The model crate's test support: the PyTorch fixtures, and the tolerance checks
-/// (‖a − b‖ / ‖b‖ and max |a − b| / max |b|) every GPU test uses too.
-#[path = "../../../model/tests/common/mod.rs"]
-pub mod fixtures;
-#[allow(unused_imports)] // each test binary uses its own subset
-pub use fixtures::{assert_close, errors};

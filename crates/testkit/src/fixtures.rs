@@ -1,8 +1,10 @@
-//! Shared test support: PyTorch fixtures and tolerance checks.
-#![allow(dead_code)]
+//! The PyTorch reference (tests/reference, committed under tests/fixtures): logits, loss, the
+//! gradient of the embedding output and every parameter gradient, for all four architectures.
 
+use crate::compare::{Tol, assert_close};
 use boost_config::{Arch, LaxFlavour, LaxGate, ModelConfig, NormMode, Scheme};
-use boost_model::Layout;
+use boost_model::{Batch, Layout, Model};
+use boost_tensor::{Backend, Solo};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -75,6 +77,18 @@ pub fn load(name: &str) -> Fixture {
     }
 }
 
+pub const CASES: &[&str] =
+    &["full", "full_gqa_tied", "svd", "cola", "cola_only_lr_act", "cola_gqa", "lax_dense_cola", "lax_kron_svd"];
+
+/// Which single-rank layouts a suite runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layouts {
+    /// The default layout of each model.
+    Single,
+    /// Every scheme × norm × grouping of a low-rank model: none of them may change the math.
+    Every,
+}
+
 /// Every single-rank layout variant: the norm path and grouping must not change the math.
 pub fn layouts(fx: &Fixture) -> Vec<Layout> {
     let base = Layout::single(&fx.cfg);
@@ -92,24 +106,55 @@ pub fn layouts(fx: &Fixture) -> Vec<Layout> {
     out
 }
 
-pub const CASES: &[&str] =
-    &["full", "full_gqa_tied", "svd", "cola", "cola_only_lr_act", "cola_gqa", "lax_dense_cola", "lax_kron_svd"];
-
-/// ‖a − b‖ / ‖b‖ and max |a − b| / max |b|.
-pub fn errors(a: &[f64], b: &[f64]) -> (f64, f64) {
-    assert_eq!(a.len(), b.len(), "lengths differ");
-    let diff: f64 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f64>().sqrt();
-    let norm: f64 = b.iter().map(|y| y * y).sum::<f64>().sqrt();
-    let maxd = a.iter().zip(b).fold(0.0f64, |m, (x, y)| m.max((x - y).abs()));
-    let maxb = b.iter().fold(0.0f64, |m, y| m.max(y.abs()));
-    (diff / norm.max(1e-300), maxd / maxb.max(1e-300))
+/// Every fixture under `which` layouts on `be`, within `tol`; returns the number of runs.
+pub fn suite<B: Backend + Clone>(be: &B, which: Layouts, tol: &Tol) -> usize {
+    let mut runs = 0;
+    for name in CASES {
+        let fx = load(name);
+        let ls = match which {
+            Layouts::Single => vec![Layout::single(&fx.cfg)],
+            Layouts::Every => layouts(&fx),
+        };
+        for l in ls {
+            check(be.clone(), &fx, l, tol);
+            runs += 1;
+        }
+    }
+    runs
 }
 
-/// Assert both error measures are within `tol`.
-pub fn assert_close(what: &str, a: &[f64], b: &[f64], tol: f64) {
-    let (rel, elem) = errors(a, b);
-    assert!(
-        rel <= tol && elem <= tol,
-        "{what}: ‖a−b‖/‖b‖ = {rel:.2e}, max|a−b|/max|b| = {elem:.2e} (tolerance {tol:.0e})"
-    );
+/// The fixture's weights, logits, then one forward/backward: the model, its logits and loss.
+fn run<B: Backend>(be: B, fx: &Fixture, layout: Layout) -> (Model<B>, Vec<f64>, f64) {
+    let mut m = Model::declare(be, &fx.cfg, layout).unwrap();
+    for p in m.store.pieces.clone() {
+        let data = fx.get(&format!("param.{}", p.name));
+        m.be.write_mat(p.slot.of_mut(&mut m.store.values), data);
+    }
+    let ids = fx.ids("ids");
+    let targets = fx.ids("targets");
+    let t = ids.len();
+    let b = Batch { ids: &ids, targets: &targets, batch: fx.batch, seq: fx.seq };
+    let logits = m.logits(&Solo, &ids, fx.batch, fx.seq);
+    let loss = m.forward_backward(&Solo, &b, 1.0 / t as f64);
+    assert_eq!(loss.tokens, t);
+    (m, logits, loss.sum / t as f64)
+}
+
+fn check<B: Backend>(be: B, fx: &Fixture, layout: Layout, tol: &Tol) {
+    let what = format!("{} [{}, {layout:?}]", fx.name, be.name());
+    let (m, logits, loss) = run(be, fx, layout);
+    assert_close(&format!("{what} logits"), &logits, fx.get("logits"), tol.out);
+    assert_close(&format!("{what} loss"), &[loss], fx.get("loss"), tol.out);
+    assert_close(&format!("{what} grad.embed_out"), &m.embed_out_grad(), fx.get("grad.embed_out"), tol.tensor);
+    let (mut all_g, mut all_r) = (Vec::new(), Vec::new());
+    for p in &m.store.pieces {
+        let g: Vec<f64> = m.be.read_mat(p.slot.of(&m.store.grads));
+        let r = fx.get(&format!("grad.{}", p.name));
+        tol.check_tensor(&format!("{what} grad.{}", p.name), &g, r);
+        all_g.extend(g);
+        all_r.extend(r.iter().copied());
+    }
+    assert_close(&format!("{what} all gradients"), &all_g, &all_r, tol.all);
+    let expected = fx.tensors.keys().filter(|k| k.starts_with("param.")).count();
+    assert_eq!(m.store.pieces.len(), expected, "{what}: every fixture parameter is a model parameter");
 }

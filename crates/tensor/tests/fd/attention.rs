@@ -1,0 +1,96 @@
+//! Rotary embedding and causal attention (against a naive implementation too).
+
+use crate::{CPU, check, dot, mat, mat_mut, rnd};
+use boost_tensor::{AttnShape, Backend};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+#[test]
+fn rope_backward_is_the_inverse_rotation() {
+    let (seq, heads, dh) = (5, 2, 6);
+    let t = 2 * seq;
+    let mut rng = ChaCha8Rng::seed_from_u64(6);
+    let x = rnd(&mut rng, t * heads * dh, 1.0);
+    let w = rnd(&mut rng, t * heads * dh, 1.0);
+    let table = CPU.rope_table(seq, dh, 10000.0);
+    let f = |p: &[f64]| {
+        let mut y = p.to_vec();
+        CPU.rope(mat_mut(&mut y, t, heads * dh), &table, seq, dh, false);
+        dot(&y, &w)
+    };
+    let mut d = w.clone();
+    CPU.rope(mat_mut(&mut d, t, heads * dh), &table, seq, dh, true);
+    check("rope", &x, &d, f);
+    // Position 0 is the identity, and rows of the second sequence restart at position 0.
+    let mut y = x.clone();
+    CPU.rope(mat_mut(&mut y, t, heads * dh), &table, seq, dh, false);
+    let w0 = heads * dh;
+    assert_eq!(&y[..w0], &x[..w0]);
+    assert_eq!(&y[seq * w0..(seq + 1) * w0], &x[seq * w0..(seq + 1) * w0]);
+}
+
+fn naive_attention(qkv: &[f64], sh: AttnShape) -> Vec<f64> {
+    let (s, dh, t) = (sh.seq, sh.head_dim, sh.tokens());
+    let (qw, kw) = (sh.q_width(), sh.kv_width());
+    let q_at = |r: usize, h: usize| &qkv[r * qw + h * dh..][..dh];
+    let k_at = |r: usize, g: usize| &qkv[t * qw + r * kw + g * dh..][..dh];
+    let v_at = |r: usize, g: usize| &qkv[t * (qw + kw) + r * kw + g * dh..][..dh];
+    let mut out = vec![0.0; t * qw];
+    for b in 0..sh.batch {
+        for h in 0..sh.heads {
+            let g = h / (sh.heads / sh.kv_heads);
+            for i in 0..s {
+                let mut sc: Vec<f64> =
+                    (0..=i).map(|j| dot(q_at(b * s + i, h), k_at(b * s + j, g)) / (dh as f64).sqrt()).collect();
+                let m = sc.iter().cloned().fold(f64::MIN, f64::max);
+                let z: f64 = sc
+                    .iter_mut()
+                    .map(|v| {
+                        *v = (*v - m).exp();
+                        *v
+                    })
+                    .sum();
+                for (j, p) in sc.iter().enumerate() {
+                    for k in 0..dh {
+                        out[(b * s + i) * qw + h * dh + k] += p / z * v_at(b * s + j, g)[k];
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn attention_matches_naive_and_finite_differences() {
+    // seq 70 crosses the 64-row block boundary.
+    let sh = AttnShape { batch: 2, seq: 70, heads: 4, kv_heads: 2, head_dim: 4 };
+    let t = sh.tokens();
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let qkv = rnd(&mut rng, sh.qkv_len(), 1.0);
+    let w = rnd(&mut rng, t * sh.q_width(), 1.0);
+    let fwd = |p: &Vec<f64>| {
+        let mut out = vec![0.0; t * sh.q_width()];
+        let mut probs = vec![0.0; sh.probs_len()];
+        CPU.attention_fwd(mat_mut(&mut out, t, sh.q_width()), &mut probs, p, sh);
+        (out, probs)
+    };
+    let (out, probs) = fwd(&qkv);
+    let naive = naive_attention(&qkv, sh);
+    let err = out.iter().zip(&naive).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
+    assert!(err < 1e-12, "attention forward differs from the naive loop by {err:e}");
+    let mut dqkv = vec![7.0; sh.qkv_len()]; // overwritten, not accumulated
+    let mut scratch = vec![0.0; sh.probs_len()];
+    CPU.attention_bwd(&mut dqkv, mat(&w, t, sh.q_width()), &probs, &mut scratch, &qkv, sh);
+    // Finite differences on every 7th coordinate (all of q, k and v are covered).
+    let idx: Vec<usize> = (0..qkv.len()).step_by(7).collect();
+    let sub: Vec<f64> = idx.iter().map(|&i| qkv[i]).collect();
+    let dsub: Vec<f64> = idx.iter().map(|&i| dqkv[i]).collect();
+    check("attention", &sub, &dsub, |p| {
+        let mut q = qkv.clone();
+        for (k, &i) in idx.iter().enumerate() {
+            q[i] = p[k];
+        }
+        dot(&fwd(&q).0, &w)
+    });
+}

@@ -1,0 +1,138 @@
+//! RMSNorm, the online-statistics norm against its derivation, and LayerNorm.
+
+use crate::{CPU, check, dot, mat, mat_mut, rnd};
+use boost_tensor::Backend;
+use boost_tensor::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+#[test]
+fn rmsnorm() {
+    let (t, d) = (5, 12);
+    let mut rng = ChaCha8Rng::seed_from_u64(1);
+    let x = rnd(&mut rng, t * d, 1.0);
+    let g = rnd(&mut rng, d, 1.0).iter().map(|v| 1.0 + 0.3 * v).collect::<Vec<_>>();
+    let w = rnd(&mut rng, t * d, 1.0);
+    let eps = 1e-6;
+    let fwd = |x: &Vec<f64>, g: &Vec<f64>| {
+        let mut s = vec![0.0; t];
+        CPU.row_sumsq(mat_mut(&mut s, t, 1), mat(x, t, d));
+        CPU.rstd_from_sumsq(mat_mut(&mut s, t, 1), d, eps);
+        let mut y = vec![0.0; t * d];
+        CPU.rmsnorm_apply(mat_mut(&mut y, t, d), mat(x, t, d), mat(g, 1, d), mat(&s, t, 1));
+        (y, s)
+    };
+    let (_, rstd) = fwd(&x, &g);
+    let mut dotv = vec![0.0; t];
+    CPU.rmsnorm_bwd_dot(mat_mut(&mut dotv, t, 1), mat(&w, t, d), mat(&x, t, d), mat(&g, 1, d));
+    // accumulate = true onto a non-zero dx checks the accumulation path too.
+    let base = rnd(&mut rng, t * d, 1.0);
+    let mut dx = base.clone();
+    let mut dg = vec![0.0; d];
+    CPU.rmsnorm_bwd(RmsNormBwd {
+        dx: mat_mut(&mut dx, t, d),
+        dgamma: mat_mut(&mut dg, 1, d),
+        dy: mat(&w, t, d),
+        x: mat(&x, t, d),
+        gamma: mat(&g, 1, d),
+        rstd: mat(&rstd, t, 1),
+        dot: mat(&dotv, t, 1),
+        n: d,
+        accumulate: true,
+    });
+    let dx: Vec<f64> = dx.iter().zip(&base).map(|(a, b)| a - b).collect();
+    check("rmsnorm dx", &x, &dx, |xp| dot(&fwd(&xp.to_vec(), &g).0, &w));
+    check("rmsnorm dgamma", &g, &dg, |gp| dot(&fwd(&x, &gp.to_vec()).0, &w));
+}
+
+#[test]
+fn online_norm_matches_its_derivation() {
+    // Y = ((x ⊙ γ)·A) · rstd(x); the backward of spec §3, on one shard.
+    let (t, d, r) = (4, 10, 6);
+    let mut rng = ChaCha8Rng::seed_from_u64(2);
+    let x = rnd(&mut rng, t * d, 1.0);
+    let g = rnd(&mut rng, d, 1.0).iter().map(|v| 1.0 + 0.3 * v).collect::<Vec<_>>();
+    let a = rnd(&mut rng, d * r, 0.5);
+    let w = rnd(&mut rng, t * r, 1.0);
+    let eps = 1e-6;
+    let fwd = |x: &Vec<f64>, g: &Vec<f64>, a: &Vec<f64>| {
+        let mut xg = vec![0.0; t * d];
+        CPU.mul_cols(mat_mut(&mut xg, t, d), mat(x, t, d), mat(g, 1, d));
+        let mut y = vec![0.0; t * r];
+        CPU.gemm(mat_mut(&mut y, t, r), mat(&xg, t, d), mat(a, d, r), 1.0, false);
+        let mut s = vec![0.0; t];
+        CPU.row_sumsq(mat_mut(&mut s, t, 1), mat(x, t, d));
+        CPU.rstd_from_sumsq(mat_mut(&mut s, t, 1), d, eps);
+        CPU.mul_rows(mat_mut(&mut y, t, r), mat(&s, t, 1));
+        (y, s, xg)
+    };
+    let (y, rstd, xg) = fwd(&x, &g, &a);
+    // dH = dY·rstd ; dS = −Σ(dY ⊙ Y)·rstd² / (2d)
+    let mut dh = w.clone();
+    CPU.mul_rows(mat_mut(&mut dh, t, r), mat(&rstd, t, 1));
+    let mut ds = vec![0.0; t];
+    CPU.row_dot(
+        mat_mut(&mut ds, t, 1),
+        mat(&w, t, r),
+        mat(&y, t, r),
+        Some(mat(&rstd, t, 1)),
+        -1.0 / (2.0 * d as f64),
+        false,
+    );
+    let mut gm = vec![0.0; t * d];
+    CPU.gemm(mat_mut(&mut gm, t, d), mat(&dh, t, r), mat(&a, d, r).t(), 1.0, false);
+    let mut dx = vec![0.0; t * d];
+    let mut dg = vec![0.0; d];
+    CPU.online_norm_bwd(OnlineNormBwd {
+        dx: mat_mut(&mut dx, t, d),
+        dgamma: mat_mut(&mut dg, 1, d),
+        g: mat(&gm, t, d),
+        x: mat(&x, t, d),
+        gamma: mat(&g, 1, d),
+        ds: mat(&ds, t, 1),
+        accumulate: false,
+    });
+    let mut da = vec![0.0; d * r];
+    CPU.gemm(mat_mut(&mut da, d, r), mat(&xg, t, d).t(), mat(&dh, t, r), 1.0, false);
+    check("online dx", &x, &dx, |p| dot(&fwd(&p.to_vec(), &g, &a).0, &w));
+    check("online dgamma", &g, &dg, |p| dot(&fwd(&x, &p.to_vec(), &a).0, &w));
+    check("online dA", &a, &da, |p| dot(&fwd(&x, &g, &p.to_vec()).0, &w));
+}
+
+#[test]
+fn layernorm() {
+    let (t, n) = (4, 9);
+    let mut rng = ChaCha8Rng::seed_from_u64(3);
+    let x = rnd(&mut rng, t * n, 1.0);
+    let wv = rnd(&mut rng, n, 1.0);
+    let b = rnd(&mut rng, n, 1.0);
+    let w = rnd(&mut rng, t * n, 1.0);
+    let fwd = |x: &Vec<f64>, wv: &Vec<f64>, b: &Vec<f64>| {
+        let (mut y, mut m, mut r) = (vec![0.0; t * n], vec![0.0; t], vec![0.0; t]);
+        CPU.layernorm_fwd(LayerNormFwd {
+            y: mat_mut(&mut y, t, n),
+            mean: mat_mut(&mut m, t, 1),
+            rstd: mat_mut(&mut r, t, 1),
+            x: mat(x, t, n),
+            w: mat(wv, 1, n),
+            b: mat(b, 1, n),
+            eps: 1e-6,
+        });
+        (y, m, r)
+    };
+    let (_, m, r) = fwd(&x, &wv, &b);
+    let (mut dx, mut dw, mut db) = (vec![0.0; t * n], vec![0.0; n], vec![0.0; n]);
+    CPU.layernorm_bwd(LayerNormBwd {
+        dx: mat_mut(&mut dx, t, n),
+        dw: mat_mut(&mut dw, 1, n),
+        db: mat_mut(&mut db, 1, n),
+        dy: mat(&w, t, n),
+        x: mat(&x, t, n),
+        w: mat(&wv, 1, n),
+        mean: mat(&m, t, 1),
+        rstd: mat(&r, t, 1),
+    });
+    check("layernorm dx", &x, &dx, |p| dot(&fwd(&p.to_vec(), &wv, &b).0, &w));
+    check("layernorm dw", &wv, &dw, |p| dot(&fwd(&x, &p.to_vec(), &b).0, &w));
+    check("layernorm db", &b, &db, |p| dot(&fwd(&x, &wv, &p.to_vec()).0, &w));
+}

@@ -1,0 +1,10 @@
+//! The model's test suites, written once and run by each backend's tests with that backend's
+//! tolerance: the PyTorch fixtures ([`fixtures`]) and tensor-parallel parity ([`tp`]).
+
+pub mod compare;
+pub mod engine;
+pub mod fixtures;
+pub mod tp;
+
+pub use compare::{Tol, assert_close, errors};
+pub use engine::{Engine, small_model};
