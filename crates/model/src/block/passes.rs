@@ -4,18 +4,13 @@ use super::*;
 
 impl Block {
     /// `x_out = layer(x_in)`. `prev` is the layer below (LaX crossing).
-    #[allow(clippy::too_many_arguments)]
     pub fn forward<B: Backend>(
         &self,
         cx: &Ctx<B>,
-        params: &[B::Buf],
         x_in: &B::Buf,
         x_out: &mut B::Buf,
         acts: &mut BlockActs<B>,
         prev: Option<(&Block, &BlockActs<B>)>,
-        rope: &B::Buf,
-        batch: usize,
-        seq: usize,
         sc: &mut Scratch<B>,
     ) {
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
@@ -23,17 +18,17 @@ impl Block {
         let x = Mat::new(x_in, t, dres);
         let pg = |f: fn(&Block) -> &ProjGroup, g: fn(&BlockActs<B>) -> &ProjActs<B>| prev.map(|(b, a)| (f(b), g(a)));
 
-        self.qkv.forward(cx, params, x, &mut acts.qkv, pg(|b| &b.qkv, |a| &a.qkv), &mut acts.qkv_out, sc);
-        self.rope_attention(cx, acts, rope, batch, seq);
+        self.qkv.forward(cx, x, &mut acts.qkv, pg(|b| &b.qkv, |a| &a.qkv), &mut acts.qkv_out, sc);
+        self.rope_attention(cx, acts);
         let qw = dims.q_loc();
-        self.o.forward(cx, params, Mat::new(&acts.attn, t, qw), &mut acts.o, pg(|b| &b.o, |a| &a.o), &mut acts.mid, sc);
+        self.o.forward(cx, Mat::new(&acts.attn, t, qw), &mut acts.o, pg(|b| &b.o, |a| &a.o), &mut acts.mid, sc);
         be.axpy(MatMut::new(&mut acts.mid, t, dres), x, 1.0);
 
         let mid = Mat::new(&acts.mid, t, dres);
-        self.gu.forward(cx, params, mid, &mut acts.gu, pg(|b| &b.gu, |a| &a.gu), &mut acts.gu_out, sc);
+        self.gu.forward(cx, mid, &mut acts.gu, pg(|b| &b.gu, |a| &a.gu), &mut acts.gu_out, sc);
         self.swiglu(cx, &mut acts.m, &acts.gu_out);
         let f = dims.d_ff_loc;
-        self.down.forward(cx, params, Mat::new(&acts.m, t, f), &mut acts.down, pg(|b| &b.down, |a| &a.down), x_out, sc);
+        self.down.forward(cx, Mat::new(&acts.m, t, f), &mut acts.down, pg(|b| &b.down, |a| &a.down), x_out, sc);
         be.axpy(MatMut::new(x_out, t, dres), mid, 1.0);
     }
 
@@ -43,16 +38,12 @@ impl Block {
     pub fn backward<B: Backend>(
         &self,
         cx: &Ctx<B>,
-        params: &[B::Buf],
         grads: &mut [B::Buf],
         x_in: &B::Buf,
         acts: &BlockActs<B>,
         prev: Option<(&Block, &BlockActs<B>)>,
         above_lax: bool,
         dx: &mut B::Buf,
-        rope: &B::Buf,
-        batch: usize,
-        seq: usize,
         bg: &mut BlockGrads<B>,
         sc: &mut Scratch<B>,
     ) {
@@ -68,7 +59,6 @@ impl Block {
         let (ci, co) = carry_io(&mut carries[3], rd, above_lax, self.down.has_lax());
         self.down.backward(
             cx,
-            params,
             grads,
             Mat::new(&acts.m, t, f),
             &acts.down,
@@ -88,7 +78,6 @@ impl Block {
         let (ci, co) = carry_io(&mut carries[2], rd, above_lax, self.gu.has_lax());
         self.gu.backward(
             cx,
-            params,
             grads,
             Mat::new(&acts.mid, t, dres),
             &acts.gu,
@@ -102,27 +91,14 @@ impl Block {
 
         // Attention half.
         let (ci, co) = carry_io(&mut carries[1], rd, above_lax, self.o.has_lax());
-        self.o.backward(
-            cx,
-            params,
-            grads,
-            Mat::new(&acts.attn, t, qw),
-            &acts.o,
-            pg(|b| &b.o, |a| &a.o),
-            dx,
-            dattn,
-            ci,
-            co,
-            sc,
-        );
-        let sh = self.attn_shape(dims, batch, seq);
+        self.o.backward(cx, grads, Mat::new(&acts.attn, t, qw), &acts.o, pg(|b| &b.o, |a| &a.o), dx, dattn, ci, co, sc);
+        let sh = self.attn_shape(dims, cx.batch, cx.seq);
         be.attention_bwd(dqkv, Mat::new(dattn, t, qw), &acts.probs, attn_scratch, &acts.qkv_out, sh);
-        be.rope(MatMut::at(dqkv, 0, t, qw, qw), rope, seq, dims.head_dim, true);
-        be.rope(MatMut::at(dqkv, t * qw, t, kw, kw), rope, seq, dims.head_dim, true);
+        be.rope(MatMut::at(dqkv, 0, t, qw, qw), cx.rope, cx.seq, dims.head_dim, true);
+        be.rope(MatMut::at(dqkv, t * qw, t, kw, kw), cx.rope, cx.seq, dims.head_dim, true);
         let (ci, co) = carry_io(&mut carries[0], rd, above_lax, self.qkv.has_lax());
         self.qkv.backward(
             cx,
-            params,
             grads,
             Mat::new(x_in, t, dres),
             &acts.qkv,
@@ -136,19 +112,12 @@ impl Block {
     }
 
     /// RoPE on q and k, then causal attention into `acts.attn` (forward and low-rank recompute).
-    pub(super) fn rope_attention<B: Backend>(
-        &self,
-        cx: &Ctx<B>,
-        acts: &mut BlockActs<B>,
-        rope: &B::Buf,
-        batch: usize,
-        seq: usize,
-    ) {
+    pub(super) fn rope_attention<B: Backend>(&self, cx: &Ctx<B>, acts: &mut BlockActs<B>) {
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         let (qw, kw) = (dims.q_loc(), dims.kv_w_loc());
-        be.rope(MatMut::at(&mut acts.qkv_out, 0, t, qw, qw), rope, seq, dims.head_dim, false);
-        be.rope(MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw), rope, seq, dims.head_dim, false);
-        let sh = self.attn_shape(dims, batch, seq);
+        be.rope(MatMut::at(&mut acts.qkv_out, 0, t, qw, qw), cx.rope, cx.seq, dims.head_dim, false);
+        be.rope(MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw), cx.rope, cx.seq, dims.head_dim, false);
+        let sh = self.attn_shape(dims, cx.batch, cx.seq);
         be.attention_fwd(MatMut::new(&mut acts.attn, t, qw), &mut acts.probs, &acts.qkv_out, sh);
     }
 

@@ -147,7 +147,6 @@ impl Block {
     pub fn recompute_latents<B: Backend>(
         &self,
         cx: &Ctx<B>,
-        params: &[B::Buf],
         acts: &mut BlockActs<B>,
         prev: Option<(&Block, &BlockActs<B>)>,
         sc: &mut Scratch<B>,
@@ -156,7 +155,7 @@ impl Block {
         for (k, g) in self.groups().iter().enumerate() {
             let mode = if g.has_lax() { Latent::FromA { rebuild_p: for_backward } } else { Latent::Compute };
             let pg = prev.map(|(b, a)| (b.groups()[k], a.group(k)));
-            g.forward_latent(cx, params, acts.group_mut(k), pg, sc, mode);
+            g.forward_latent(cx, acts.group_mut(k), pg, sc, mode);
         }
     }
 
@@ -164,22 +163,17 @@ impl Block {
     /// φ, the q/k/v and gate/up up-projections, RoPE + attention and the SwiGLU product. No
     /// A GEMM runs again, nor B_o or B_down; under BTP no collective is issued (under vanilla
     /// the up-projections' all-reduces are part of the segment).
-    #[allow(clippy::too_many_arguments)]
     pub fn recompute_lowrank<B: Backend>(
         &self,
         cx: &Ctx<B>,
-        params: &[B::Buf],
         acts: &mut BlockActs<B>,
         prev: Option<(&Block, &BlockActs<B>)>,
-        rope: &B::Buf,
-        batch: usize,
-        seq: usize,
         sc: &mut Scratch<B>,
     ) {
-        self.recompute_latents(cx, params, acts, prev, sc, true);
-        self.qkv.forward_up(cx, params, &acts.qkv, &mut acts.qkv_out);
-        self.rope_attention(cx, acts, rope, batch, seq);
-        self.gu.forward_up(cx, params, &acts.gu, &mut acts.gu_out);
+        self.recompute_latents(cx, acts, prev, sc, true);
+        self.qkv.forward_up(cx, &acts.qkv, &mut acts.qkv_out);
+        self.rope_attention(cx, acts);
+        self.gu.forward_up(cx, &acts.gu, &mut acts.gu_out);
         self.swiglu(cx, &mut acts.m, &acts.gu_out);
     }
 }

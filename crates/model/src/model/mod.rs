@@ -104,10 +104,15 @@ impl<B: Backend> Model<B> {
         }
         self.first.map(|f| f.embed).or(self.last.map(|l| l.head))
     }
+}
 
-    pub(crate) fn ctx<'a>(&'a self, tp: &'a dyn Collective<B>, t: usize) -> Ctx<'a, B> {
-        ctx(&self.be, tp, &self.cfg, self.plan, self.dims, t)
-    }
+/// What one pass over the layers reads besides the layout: this rank's parameter values and
+/// the micro-batch's shape and RoPE table.
+pub(crate) struct PassInputs<'a, B: Backend> {
+    pub params: &'a [B::Buf],
+    pub rope: &'a B::Buf,
+    pub batch: usize,
+    pub seq: usize,
 }
 
 pub(crate) fn ctx<'a, B: Backend>(
@@ -116,9 +121,11 @@ pub(crate) fn ctx<'a, B: Backend>(
     cfg: &ModelConfig,
     plan: Plan,
     dims: Dims,
-    t: usize,
+    inputs: PassInputs<'a, B>,
 ) -> Ctx<'a, B> {
-    Ctx { be, tp, plan, dims, phi: cfg.phi(), norm_eps: cfg.norm_eps, lax_eps: cfg.lax.ln_eps, t }
+    let PassInputs { params, rope, batch, seq } = inputs;
+    let (phi, norm_eps, lax_eps) = (cfg.phi(), cfg.norm_eps, cfg.lax.ln_eps);
+    Ctx { be, tp, plan, dims, phi, norm_eps, lax_eps, t: batch * seq, batch, seq, params, rope }
 }
 
 mod parameters;

@@ -11,8 +11,8 @@ impl<B: Backend> Model<B> {
         if let Some(first) = self.first {
             self.embed_forward(first, tp, w);
         }
-        let cx = self.ctx(tp, w.t());
-        let params = &self.store.values;
+        let inputs = PassInputs { params: &self.store.values, rope: &w.rope, batch: w.batch, seq: w.seq };
+        let cx = ctx(&self.be, tp, &self.cfg, self.plan, self.dims, inputs);
         for (l, block) in self.blocks.iter().enumerate() {
             let t = w.t();
             let (lo, hi) = w.resid.split_at_mut(l + 1);
@@ -21,7 +21,7 @@ impl<B: Backend> Model<B> {
                 Some(p) => Some((&self.blocks[l - 1], &*p)),
                 None => w.z_in.as_ref().map(|z| (&self.blocks[0], z)),
             };
-            block.forward(&cx, params, &lo[l], &mut hi[0], cur, prev, &w.rope, w.batch, w.seq, &mut w.sc);
+            block.forward(&cx, &lo[l], &mut hi[0], cur, prev, &mut w.sc);
             let policy = self.policy_of(l);
             if policy != Recompute::None {
                 block.save_kept(&self.be, t, policy, cur, &mut w.kept[l]);
@@ -104,10 +104,10 @@ impl<B: Backend> Model<B> {
         if let Some(last) = self.last {
             self.head_backward(last, tp, w);
         }
-        let cx = ctx(&self.be, tp, &self.cfg, self.plan, self.dims, w.t());
         let r = self.recomputed();
         let ParamStore { values: params, grads, .. } = &mut self.store;
-        let params: &[B::Buf] = params;
+        let inputs = PassInputs { params, rope: &w.rope, batch: w.batch, seq: w.seq };
+        let cx = ctx(&self.be, tp, &self.cfg, self.plan, self.dims, inputs);
         let lax = self.cfg.arch == Arch::Lax;
         let n = self.blocks.len();
         let total_layers = self.cfg.layers;
@@ -127,11 +127,11 @@ impl<B: Backend> Model<B> {
                         // The crossing reads the layer below's z: rebuild it from its kept a.
                         let below = &self.blocks[l - 1];
                         below.restore_kept(be, t, policy, &w.kept[l - 1], p);
-                        below.recompute_latents(&cx, params, p, None, &mut w.sc, false);
+                        below.recompute_latents(&cx, p, None, &mut w.sc, false);
                     }
                     block.restore_kept(be, t, policy, &w.kept[l], cur);
                     let pv = prev.as_deref().map(|p| (&self.blocks[l - 1], p)).or(boundary);
-                    block.recompute_lowrank(&cx, params, cur, pv, &w.rope, w.batch, w.seq, &mut w.sc);
+                    block.recompute_lowrank(&cx, cur, pv, &mut w.sc);
                 }
                 Recompute::Full => {
                     if let (true, Some(p)) = (lax, prev.as_deref_mut()) {
@@ -140,22 +140,18 @@ impl<B: Backend> Model<B> {
                     let pv = prev.as_deref().map(|p| (&self.blocks[l - 1], p)).or(boundary);
                     // The layer's output is not needed again: its buffer takes the rerun's.
                     let (lo, hi) = w.resid.split_at_mut(l + 1);
-                    block.forward(&cx, params, &lo[l], &mut hi[0], cur, pv, &w.rope, w.batch, w.seq, &mut w.sc);
+                    block.forward(&cx, &lo[l], &mut hi[0], cur, pv, &mut w.sc);
                 }
             }
             let prev = prev.map(|p| (&self.blocks[l - 1], &*p)).or(boundary);
             block.backward(
                 &cx,
-                params,
                 grads,
                 &w.resid[l],
                 cur,
                 prev,
                 lax && block.layer + 1 < total_layers,
                 &mut w.dx,
-                &w.rope,
-                w.batch,
-                w.seq,
                 &mut w.bg,
                 &mut w.sc,
             );

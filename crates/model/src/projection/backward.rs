@@ -12,7 +12,6 @@ impl ProjGroup {
     pub fn backward<B: Backend>(
         &self,
         cx: &Ctx<B>,
-        params: &[B::Buf],
         grads: &mut [B::Buf],
         x: Mat<B::Buf>,
         acts: &ProjActs<B>,
@@ -34,9 +33,9 @@ impl ProjGroup {
         if let Some(gamma) = self.norm {
             let stat = self.stat(&acts.lat, t);
             if online {
-                be.mul_cols(MatMut::new(h, t, din), x, gamma.of(params));
+                be.mul_cols(MatMut::new(h, t, din), x, gamma.of(cx.params));
             } else {
-                be.rmsnorm_apply(MatMut::new(h, t, din), x, gamma.of(params), stat);
+                be.rmsnorm_apply(MatMut::new(h, t, din), x, gamma.of(cx.params), stat);
             }
         }
         // `f`: the input gradient of a column-parallel first op is partial over tp ranks.
@@ -49,7 +48,7 @@ impl ProjGroup {
                 for (j, wj) in w.iter().enumerate() {
                     let dy = self.out_mat(dout, t, j);
                     be.gemm(wj.of_mut(grads), dy.t(), input, 1.0, true);
-                    be.gemm(MatMut::new(gin, t, din), dy, wj.of(params), 1.0, j > 0);
+                    be.gemm(MatMut::new(gin, t, din), dy, wj.of(cx.params), 1.0, j > 0);
                 }
             }
             Weights::LowRank { a, b, lax } => {
@@ -59,7 +58,7 @@ impl ProjGroup {
                 for (j, bj) in b.iter().enumerate() {
                     let dy = self.out_mat(dout, t, j);
                     be.gemm(bj.of_mut(grads), self.z_mat(acts, t, j).t(), dy, 1.0, true);
-                    be.gemm(geo.comp_mut(dlat, t, j), dy, bj.of(params).t(), 1.0, false);
+                    be.gemm(geo.comp_mut(dlat, t, j), dy, bj.of(cx.params).t(), 1.0, false);
                 }
                 // f in front of a column-parallel B (BTP): all-reduce the latent gradient.
                 if self.plan.second.is_some_and(|b| b.sum_input_grad) {
@@ -98,7 +97,7 @@ impl ProjGroup {
                                 db,
                                 dy: geo.comp_mat(dlat, t, j),
                                 x: geo.comp_mat(&la.a, 0, j),
-                                w: s.ln_w.of(params),
+                                w: s.ln_w.of(cx.params),
                                 mean: Mat::at(&la.mean, j * t, t, 1, 1),
                                 rstd: Mat::at(&la.rstd, j * t, t, 1, 1),
                             });
@@ -108,7 +107,7 @@ impl ProjGroup {
                                 Gate::Dense { w, b } => {
                                     be.gemm(w.of_mut(grads), da.t(), zp, 1.0, true);
                                     be.bias_grad(b.of_mut(grads), da);
-                                    be.gemm(geo.comp_mut(carry_out, 0, j), da, w.of(params), 1.0, false);
+                                    be.gemm(geo.comp_mut(carry_out, 0, j), da, w.of(cx.params), 1.0, false);
                                 }
                                 Gate::Kron { ka, kb } => {
                                     be.fill(geo.comp_mut(carry_out, 0, j), 0.0);
@@ -119,8 +118,8 @@ impl ProjGroup {
                                         dkb,
                                         dy: da,
                                         z: zp,
-                                        ka: ka.of(params),
-                                        kb: kb.of(params),
+                                        ka: ka.of(cx.params),
+                                        kb: kb.of(cx.params),
                                         scratch: kron,
                                     });
                                 }
@@ -144,9 +143,9 @@ impl ProjGroup {
                 }
                 let input = if has_norm { Mat::new(&*h, t, din) } else { x };
                 let gin = if has_norm { &mut *dh } else { &mut *dx };
-                let a_comp = |j: usize| Mat::at(&params[a.buf], a.off + j * r, din, r, a.ld);
+                let a_comp = |j: usize| Mat::at(&cx.params[a.buf], a.off + j * r, din, r, a.ld);
                 if self.grouped {
-                    be.gemm(MatMut::new(gin, t, din), geo.whole_mat(dp, t), a.of(params).t(), 1.0, false);
+                    be.gemm(MatMut::new(gin, t, din), geo.whole_mat(dp, t), a.of(cx.params).t(), 1.0, false);
                     be.gemm(a.of_mut(grads), input.t(), geo.whole_mat(dp, t), 1.0, true);
                 } else {
                     for j in 0..self.c {
@@ -163,7 +162,7 @@ impl ProjGroup {
         }
         // The norm's backward, accumulating into the residual gradient.
         if let Some(gamma) = self.norm {
-            let g = gamma.of(params);
+            let g = gamma.of(cx.params);
             let gy = Mat::new(&*dh, t, din);
             if online {
                 be.online_norm_bwd(OnlineNormBwd {

@@ -17,20 +17,18 @@ pub enum Latent {
 impl ProjGroup {
     /// Run the group on `x` (`t × d_in_loc`), writing the component-major output to `out`.
     /// `prev` is the same group of the previous layer (LaX crossing).
-    #[allow(clippy::too_many_arguments)]
     pub fn forward<B: Backend>(
         &self,
         cx: &Ctx<B>,
-        params: &[B::Buf],
         x: Mat<B::Buf>,
         acts: &mut ProjActs<B>,
         prev: Option<(&ProjGroup, &ProjActs<B>)>,
         out: &mut B::Buf,
         sc: &mut Scratch<B>,
     ) {
-        self.forward_down(cx, params, x, acts, out, sc);
-        self.forward_latent(cx, params, acts, prev, sc, Latent::Compute);
-        self.forward_up(cx, params, acts, out);
+        self.forward_down(cx, x, acts, out, sc);
+        self.forward_latent(cx, acts, prev, sc, Latent::Compute);
+        self.forward_up(cx, acts, out);
     }
 
     /// Norm, down-projection and its collective: leaves the latent P (after the all-reduce,
@@ -39,7 +37,6 @@ impl ProjGroup {
     pub fn forward_down<B: Backend>(
         &self,
         cx: &Ctx<B>,
-        params: &[B::Buf],
         x: Mat<B::Buf>,
         acts: &mut ProjActs<B>,
         out: &mut B::Buf,
@@ -53,7 +50,7 @@ impl ProjGroup {
         // The GEMM input: x, its RMSNorm, or x ⊙ γ (online: the norm is finished after the
         // all-reduce, which also sums the statistic).
         if let Some(gamma) = self.norm {
-            let g = gamma.of(params);
+            let g = gamma.of(cx.params);
             be.row_sumsq(MatMut::at(lat, 0, t, 1, 1), x);
             if online {
                 be.mul_cols(MatMut::new(&mut sc.h, t, din), x, g);
@@ -70,7 +67,7 @@ impl ProjGroup {
         let a = match &self.w {
             Weights::Full { w } => {
                 for (j, wj) in w.iter().enumerate() {
-                    be.gemm(self.out_mut(out, t, j), input, wj.of(params).t(), 1.0, false);
+                    be.gemm(self.out_mut(out, t, j), input, wj.of(cx.params).t(), 1.0, false);
                 }
                 // Row-parallel (Megatron o, down): g = all-reduce of the partial output.
                 if self.plan.first.sum_output {
@@ -83,13 +80,13 @@ impl ProjGroup {
         let geo = self.geom(t);
         let r = self.r_loc;
         if self.grouped {
-            be.gemm(geo.whole_mut(lat, t), input, a.of(params), 1.0, false);
+            be.gemm(geo.whole_mut(lat, t), input, a.of(cx.params), 1.0, false);
         } else {
             for j in 0..self.c {
                 be.gemm(
                     geo.comp_mut(lat, t, j),
                     input,
-                    Mat::at(&params[a.buf], a.off + j * r, din, r, a.ld),
+                    Mat::at(&cx.params[a.buf], a.off + j * r, din, r, a.ld),
                     1.0,
                     false,
                 );
@@ -125,7 +122,6 @@ impl ProjGroup {
     pub fn forward_latent<B: Backend>(
         &self,
         cx: &Ctx<B>,
-        params: &[B::Buf],
         acts: &mut ProjActs<B>,
         prev: Option<(&ProjGroup, &ProjActs<B>)>,
         sc: &mut Scratch<B>,
@@ -147,10 +143,10 @@ impl ProjGroup {
                 for (j, s) in lx.iter().enumerate() {
                     if !from_kept_a {
                         be.copy(geo.comp_mut(&mut la.a, 0, j), geo.comp_mat(lat, t, j));
-                        self.gate(be, params, s, zp(j), geo.comp_mut(&mut la.a, 0, j), &mut sc.kron, true);
+                        self.gate(cx, s, zp(j), geo.comp_mut(&mut la.a, 0, j), &mut sc.kron, true);
                     } else if rebuild_p {
                         // P = a − G(z_prev), for dS (docs/PARALLELISM.md §3) in the backward.
-                        self.gate(be, params, s, zp(j), geo.comp_mut(&mut sc.dlat2, t, j), &mut sc.kron, false);
+                        self.gate(cx, s, zp(j), geo.comp_mut(&mut sc.dlat2, t, j), &mut sc.kron, false);
                         be.copy(geo.comp_mut(lat, t, j), geo.comp_mat(&la.a, 0, j));
                         be.axpy(geo.comp_mut(lat, t, j), geo.comp_mat(&sc.dlat2, t, j), -1.0);
                     }
@@ -159,8 +155,8 @@ impl ProjGroup {
                         mean: MatMut::at(&mut la.mean, j * t, t, 1, 1),
                         rstd: MatMut::at(&mut la.rstd, j * t, t, 1, 1),
                         x: geo.comp_mat(&la.a, 0, j),
-                        w: s.ln_w.of(params),
-                        b: s.ln_b.of(params),
+                        w: s.ln_w.of(cx.params),
+                        b: s.ln_b.of(cx.params),
                         eps: cx.lax_eps,
                     });
                 }
@@ -174,34 +170,33 @@ impl ProjGroup {
     }
 
     /// `y (+)= G(z)` for one component's gate.
-    #[allow(clippy::too_many_arguments)]
     fn gate<B: Backend>(
         &self,
-        be: &B,
-        params: &[B::Buf],
+        cx: &Ctx<B>,
         s: &LaxSlots,
         z: Mat<B::Buf>,
         mut y: MatMut<B::Buf>,
         kron: &mut B::Buf,
         accumulate: bool,
     ) {
+        let be = cx.be;
         match &s.gate {
             Gate::Dense { w, b } => {
-                be.gemm(y.rb(), z, w.of(params).t(), 1.0, accumulate);
-                be.add_bias(y, b.of(params));
+                be.gemm(y.rb(), z, w.of(cx.params).t(), 1.0, accumulate);
+                be.add_bias(y, b.of(cx.params));
             }
-            Gate::Kron { ka, kb } => be.kron_fwd(y, z, ka.of(params), kb.of(params), kron, accumulate),
+            Gate::Kron { ka, kb } => be.kron_fwd(y, z, ka.of(cx.params), kb.of(cx.params), kron, accumulate),
         }
     }
 
     /// Up-projections `y_j = z_j · B_j` into `out`; a row-parallel B (vanilla) all-reduces
     /// each partial output.
-    pub fn forward_up<B: Backend>(&self, cx: &Ctx<B>, params: &[B::Buf], acts: &ProjActs<B>, out: &mut B::Buf) {
+    pub fn forward_up<B: Backend>(&self, cx: &Ctx<B>, acts: &ProjActs<B>, out: &mut B::Buf) {
         let Weights::LowRank { b, .. } = &self.w else { return };
         let t = cx.t;
         let sum = self.plan.last().sum_output;
         for (j, bj) in b.iter().enumerate() {
-            cx.be.gemm(self.out_mut(out, t, j), self.z_mat(acts, t, j), bj.of(params), 1.0, false);
+            cx.be.gemm(self.out_mut(out, t, j), self.z_mat(acts, t, j), bj.of(cx.params), 1.0, false);
             if sum {
                 cx.g(out, self.out_off(t, j), t * self.outs[j], labels::out_fwd(self.kind, j), self.layer);
             }

@@ -64,8 +64,14 @@ pub struct Ctx<'a, B: Backend> {
     pub phi: Phi,
     pub norm_eps: f64,
     pub lax_eps: f64,
-    /// Tokens in the micro-batch.
+    /// Tokens in the micro-batch (`batch` sequences of `seq`).
     pub t: usize,
+    pub batch: usize,
+    pub seq: usize,
+    /// This rank's parameter values.
+    pub params: &'a [B::Buf],
+    /// RoPE's cos/sin table for `seq` positions.
+    pub rope: &'a B::Buf,
 }
 
 /// The two operators that carry all tensor-parallel communication (docs/PARALLELISM.md §2), and the norm
