@@ -28,6 +28,7 @@ pub enum Scheme {
 }
 
 impl Scheme {
+    pub const ALL: [Scheme; 3] = [Scheme::Megatron, Scheme::Vanilla, Scheme::Btp];
     pub fn name(self) -> &'static str {
         match self {
             Scheme::Megatron => "megatron",

@@ -32,7 +32,13 @@ pub struct Candidate {
 /// feasible layout still says how far off it is.
 pub fn search(base: &Setup, hw: &Hardware, o: &SearchOptions) -> Vec<Candidate> {
     let low_rank = base.model.arch.is_low_rank();
-    let schemes: &[Scheme] = if low_rank { &[Scheme::Btp, Scheme::Vanilla] } else { &[Scheme::Megatron] };
+    // Every scheme whose plan runs this architecture under tensor parallelism, the
+    // architecture's default first; at tp = 1 they all compute the same, so only the default.
+    let default = boost_config::ParallelConfig::default().resolved_scheme(&base.model);
+    let (arch, tied) = (base.model.arch, base.model.tie_embeddings);
+    let runs = |s: Scheme| boost_plan::Plan::new(s, arch, boost_config::NormMode::Online, tied, 2).is_ok();
+    let schemes: Vec<Scheme> =
+        std::iter::once(default).chain(Scheme::ALL.into_iter().filter(|&s| s != default && runs(s))).collect();
     let recomputes: &[Recompute] = if low_rank {
         &[Recompute::None, Recompute::Lowrank, Recompute::Full]
     } else {
@@ -53,12 +59,13 @@ pub fn search(base: &Setup, hw: &Hardware, o: &SearchOptions) -> Vec<Candidate> 
             }
             let per_dp = o.global_batch / dp;
             for mb in divisors(per_dp).into_iter().filter(|&m| m <= o.max_micro_batch) {
-                for &scheme in schemes {
-                    // Without TP, vanilla and BTP run the same computation.
-                    if scheme == Scheme::Vanilla && tp == 1 {
+                for &scheme in &schemes {
+                    if scheme != default && tp == 1 {
                         continue;
                     }
-                    let norms: Vec<NormKind> = if scheme == Scheme::Btp && tp > 1 {
+                    // A hidden-sharded residual has a norm choice (online, sync, local).
+                    let sharded = boost_plan::declaration(scheme).residual == boost_plan::Placement::Sharded;
+                    let norms: Vec<NormKind> = if sharded && tp > 1 {
                         NormKind::ALL.into_iter().filter(|n| o.allow_local || *n != NormKind::Local).collect()
                     } else {
                         vec![NormKind::Online]
@@ -108,7 +115,8 @@ pub fn search(base: &Setup, hw: &Hardware, o: &SearchOptions) -> Vec<Candidate> 
 /// A compact layout name, e.g. `btp/online/g tp4 pp2 dp1 mb4×acc4 rc=none z0`.
 pub fn short(s: &Setup) -> String {
     let scheme = crate::setup::scheme_name(s.scheme);
-    let norm = if s.scheme == Scheme::Btp && s.tp > 1 { format!("/{}", s.norm.name()) } else { String::new() };
+    let sharded = s.checked_plan().sharded_residual();
+    let norm = if sharded && s.tp > 1 { format!("/{}", s.norm.name()) } else { String::new() };
     let g = match (s.tp > 1, s.grouping) {
         (false, _) => "",
         (true, true) => "/g",

@@ -250,7 +250,8 @@ impl Setup {
     }
     /// A one-line description of the layout.
     pub fn describe(&self) -> String {
-        let norm = if self.scheme == Scheme::Btp { self.norm.name() } else { "replicated" };
+        let sharded = boost_plan::declaration(self.scheme).residual == boost_plan::Placement::Sharded;
+        let norm = if sharded { self.norm.name() } else { "replicated" };
         format!(
             "{} {} · {} · norm {} · {} · recompute {} · tp{} pp{} dp{} · mb {} × seq {} × acc {} · {}",
             self.model.preset,

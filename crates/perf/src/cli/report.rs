@@ -4,7 +4,6 @@
 use crate::hardware::Hardware;
 use crate::predict::Prediction;
 use crate::setup::{NormKind, Setup};
-use boost_config::Scheme;
 use std::fmt::Write as _;
 
 pub(super) fn gib(b: f64) -> f64 {
@@ -94,7 +93,7 @@ pub fn report(s: &Setup, hw: &Hardware, p: &Prediction) -> String {
         gib(c.backward_bytes),
         c.recompute_calls
     );
-    if s.scheme == Scheme::Btp && s.norm == NormKind::Local && s.tp > 1 {
+    if s.checked_plan().sharded_residual() && s.norm == NormKind::Local && s.tp > 1 {
         let _ =
             writeln!(o, "note: the local norm is not RMSNorm over d: a different model, shown for comparison only.");
     }
