@@ -15,4 +15,4 @@ pub use layout::{Dims, Layout};
 pub mod block;
 pub mod model;
 
-pub use model::{ActivationMemory, Batch, FirstStage, LastStage, LossSum, Model, layout_pieces};
+pub use model::{ActivationMemory, Batch, FirstStage, LastStage, LossSum, Model, Wire, layout_pieces};

@@ -136,5 +136,6 @@ mod work;
 
 use parameters::resolve;
 pub use parameters::{StageParams, layout_pieces};
+pub use stage_io::Wire;
 pub use work::ActivationMemory;
 pub(crate) use work::Work;

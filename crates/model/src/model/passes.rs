@@ -34,7 +34,7 @@ impl<B: Backend> Model<B> {
 
     /// Forward of micro-batch slot `slot` on this stage. On the last stage the loss is
     /// returned, and with `grad_scale` the logits' gradient is prepared for the backward.
-    /// A later stage's input must have been received first ([`Model::recv_activation`]).
+    /// A later stage's input must have been received first (into [`Model::stage_input`]).
     pub fn forward_stage(
         &mut self,
         tp: &dyn Collective<B>,
@@ -58,7 +58,7 @@ impl<B: Backend> Model<B> {
     }
 
     /// Backward of micro-batch slot `slot` on this stage: from the logits' gradient on the
-    /// last stage, from the received output gradient otherwise ([`Model::recv_grad`]).
+    /// last stage, from the received output gradient otherwise (into [`Model::stage_output_grad`]).
     pub fn backward_stage(&mut self, tp: &dyn Collective<B>, slot: usize) {
         let mut w = self.works.get_mut(slot).and_then(|w| w.take()).expect("backward of a slot without forward");
         self.backward(tp, &mut w);

@@ -1,76 +1,100 @@
-//! Pipeline stage I/O: the residual (and, under LaX, the boundary latents) sent forward,
-//! and their gradients sent back.
+//! What a pipeline stage exchanges with its neighbours for one micro-batch slot: the
+//! residual (and, under LaX, the boundary latents) forward, and their gradients back. The
+//! model names the buffers; the pipeline (`boost-train`'s `pipeline::stage_io`) moves them.
 
 use super::*;
 
+/// One buffer range a stage sends or receives, and the label it travels under.
+pub struct Wire<T> {
+    pub buf: T,
+    pub off: usize,
+    pub n: usize,
+    pub label: Label,
+}
+
 impl<B: Backend> Model<B> {
-    /// Receive this stage's input for slot `slot` from stage `from` (the residual, and under
-    /// LaX the previous layer's latents).
-    pub fn recv_activation(&mut self, pp: &dyn Collective<B>, slot: usize, from: usize, b: &Batch) {
-        let mut w = self.take_work(slot, b);
-        let n = w.t() * self.dims.d_res;
-        pp.recv(&mut w.resid[0], 0, n, from, Label::op("pp.act"));
+    /// Where this stage receives its input for slot `slot` (the slot's buffers are
+    /// allocated for `b` if needed): the residual, and under LaX the latents its first layer
+    /// crosses into.
+    pub fn stage_input(&mut self, slot: usize, b: &Batch) -> Vec<Wire<&mut B::Buf>> {
+        let w = self.take_work(slot, b);
+        self.put_work(slot, w);
+        let d_res = self.dims.d_res;
+        let w = self.slot_work(slot);
+        let n = w.t() * d_res;
+        let mut out = vec![Wire { buf: &mut w.resid[0], off: 0, n, label: Label::op("pp.act") }];
         if let Some(z) = w.z_in.as_mut() {
             for g in z.groups_mut() {
                 let (buf, n) = g.boundary_z();
-                pp.recv(buf, 0, n, from, Label::op("pp.lax"));
+                out.push(Wire { buf, off: 0, n, label: Label::op("pp.lax") });
             }
         }
-        self.put_work(slot, w);
+        out
     }
 
-    /// Send this stage's output for slot `slot` to stage `to`.
-    pub fn send_activation(&self, pp: &dyn Collective<B>, slot: usize, to: usize) {
+    /// What this stage sends forward after the forward of slot `slot`.
+    pub fn stage_output(&self, slot: usize) -> Vec<Wire<&B::Buf>> {
         let n_layers = self.blocks.len();
-        let lax = self.cfg.arch == Arch::Lax;
-        let last_set = self.act_set(n_layers - 1);
         let w = self
             .works
             .get(slot)
             .and_then(|w| w.as_ref())
             .unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"));
         let t = w.t();
-        pp.send(&w.resid[n_layers], 0, w.resid[n_layers].len(), to, Label::op("pp.act"));
-        if lax {
-            let acts = &w.blocks[last_set];
+        let out = &w.resid[n_layers];
+        let mut wires = vec![Wire { buf: out, off: 0, n: out.len(), label: Label::op("pp.act") }];
+        if self.cfg.arch == Arch::Lax {
+            let acts = &w.blocks[self.act_set(n_layers - 1)];
             let last = &self.blocks[n_layers - 1];
             for (k, g) in last.groups().iter().enumerate() {
                 let (buf, base) = g.z_buf(acts.group(k), t);
-                pp.send(buf, base, g.geom(t).len(), to, Label::op("pp.lax"));
+                wires.push(Wire { buf, off: base, n: g.geom(t).len(), label: Label::op("pp.lax") });
             }
         }
+        wires
     }
 
-    /// Receive the gradient of this stage's output for slot `slot` from stage `from`.
-    pub fn recv_grad(&mut self, pp: &dyn Collective<B>, slot: usize, from: usize) {
+    /// Where this stage receives the gradient of its output for slot `slot`: the residual's,
+    /// and under LaX the carry the next stage's first layer passes back.
+    pub fn stage_output_grad(&mut self, slot: usize) -> Vec<Wire<&mut B::Buf>> {
         let last_layer = self.blocks.last().expect("a stage has layers").layer;
         let lax = self.cfg.arch == Arch::Lax;
-        let groups: Vec<usize> = self.blocks[0].groups().iter().map(|g| g.geom(1).len()).collect();
+        let per_token: Vec<usize> = self.blocks[0].groups().iter().map(|g| g.geom(1).len()).collect();
         let w = self.slot_work(slot);
         let t = w.t();
         let n = w.dx.len();
-        pp.recv(&mut w.dx, 0, n, from, Label::op("pp.grad"));
+        let mut wires = vec![Wire { buf: &mut w.dx, off: 0, n, label: Label::op("pp.grad") }];
         if lax {
-            // The next stage's first layer crossed into this stage's last: its carry.
-            for (k, per_token) in groups.iter().enumerate() {
-                let buf = &mut w.bg.carries[k][(last_layer + 1) % 2];
-                pp.recv(buf, 0, per_token * t, from, Label::op("pp.lax.grad"));
+            for (c, per) in w.bg.carries.iter_mut().zip(per_token) {
+                let buf = &mut c[(last_layer + 1) % 2];
+                wires.push(Wire { buf, off: 0, n: per * t, label: Label::op("pp.lax.grad") });
             }
         }
+        wires
     }
 
-    /// Send the gradient of this stage's input for slot `slot` to stage `to`.
-    pub fn send_grad(&mut self, pp: &dyn Collective<B>, slot: usize, to: usize) {
+    /// What this stage sends back after the backward of slot `slot`: the gradient of its
+    /// input, and under LaX its first layer's carry into the previous stage.
+    pub fn stage_input_grad(&self, slot: usize) -> Vec<Wire<&B::Buf>> {
         let first_layer = self.blocks[0].layer;
         let lax = self.cfg.arch == Arch::Lax;
-        let groups: Vec<usize> = self.blocks[0].groups().iter().map(|g| g.geom(1).len()).collect();
-        let w = self.slot_work(slot);
+        let w = self
+            .works
+            .get(slot)
+            .and_then(|w| w.as_ref())
+            .unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"));
         let t = w.t();
-        pp.send(&w.dx, 0, w.dx.len(), to, Label::op("pp.grad"));
+        let mut wires = vec![Wire { buf: &w.dx, off: 0, n: w.dx.len(), label: Label::op("pp.grad") }];
         if lax {
-            for (k, per_token) in groups.iter().enumerate() {
-                pp.send(&w.bg.carries[k][first_layer % 2], 0, per_token * t, to, Label::op("pp.lax.grad"));
+            for (c, g) in w.bg.carries.iter().zip(self.blocks[0].groups()) {
+                wires.push(Wire {
+                    buf: &c[first_layer % 2],
+                    off: 0,
+                    n: g.geom(1).len() * t,
+                    label: Label::op("pp.lax.grad"),
+                });
             }
         }
+        wires
     }
 }

@@ -1,6 +1,7 @@
 //! Running one optimizer step's micro-batches through this rank's pipeline stage.
 
 use super::schedule::{Op, max_in_flight};
+use super::stage_io;
 use boost_model::{Batch, LossSum, Model};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut};
 
@@ -36,24 +37,24 @@ impl<B: Backend> StageRunner<B> {
                 Op::Forward(k) => {
                     let slot = k % self.slots;
                     if stage > 0 {
-                        model.recv_activation(pp, slot, stage - 1, &batches[k]);
+                        stage_io::recv_activation(model, pp, slot, stage - 1, &batches[k]);
                     }
                     if let Some(l) = model.forward_stage(tp, slot, &batches[k], Some(grad_scale)) {
                         loss.sum += l.sum;
                         loss.tokens += l.tokens;
                     }
                     if stage + 1 < stages {
-                        model.send_activation(pp, slot, stage + 1);
+                        stage_io::send_activation(model, pp, slot, stage + 1);
                     }
                 }
                 Op::Backward(k) => {
                     let slot = k % self.slots;
                     if stage + 1 < stages {
-                        model.recv_grad(pp, slot, stage + 1);
+                        stage_io::recv_grad(model, pp, slot, stage + 1);
                     }
                     model.backward_stage(tp, slot);
                     if stage > 0 {
-                        model.send_grad(pp, slot, stage - 1);
+                        stage_io::send_grad(model, pp, slot, stage - 1);
                     }
                 }
             }

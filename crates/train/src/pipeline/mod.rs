@@ -3,5 +3,6 @@
 
 pub mod exec;
 pub mod schedule;
+pub mod stage_io;
 
 pub use exec::StageRunner;

@@ -6,6 +6,7 @@ use crate::dp::Groups;
 use crate::optim::clip_coef;
 use crate::pipeline::StageRunner;
 use crate::pipeline::schedule::table;
+use crate::pipeline::stage_io;
 use crate::schedule::lr_at;
 use boost_config::Config;
 use boost_data::Loader;
@@ -143,14 +144,14 @@ impl<B: Backend> StepRunner<B> {
             val.fill_val((k * mb) as u64, mb, &mut self.inputs[0], &mut self.targets[0]);
             let b = Batch { ids: &self.inputs[0], targets: &self.targets[0], batch: mb, seq };
             if l.stage > 0 {
-                model.recv_activation(g.pp, 0, l.stage - 1, &b);
+                stage_io::recv_activation(model, g.pp, 0, l.stage - 1, &b);
             }
             if let Some(loss) = model.forward_stage(g.tp, 0, &b, None) {
                 total.sum += loss.sum;
                 total.tokens += loss.tokens;
             }
             if !l.last_stage() {
-                model.send_activation(g.pp, 0, l.stage + 1);
+                stage_io::send_activation(model, g.pp, 0, l.stage + 1);
             }
         }
         // Replicas computed the same: only replica 0 reports.
