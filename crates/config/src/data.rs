@@ -69,7 +69,8 @@ impl DataConfig {
 pub struct RunConfig {
     /// Run directory: `metrics.jsonl`, `config.toml` and checkpoints go here.
     pub dir: String,
-    /// Print a progress bar (off when not a terminal).
+    /// Show a progress bar when stderr is a terminal; otherwise (or when false) training
+    /// prints a log line every `train.log_every` steps.
     pub progress: bool,
 }
 

@@ -70,6 +70,9 @@ pub struct TrainConfig {
     pub skip_nonfinite: bool,
     /// On SIGINT/SIGTERM, write a checkpoint at the next step boundary before exiting.
     pub checkpoint_on_signal: bool,
+    /// A timestamped log line every N steps when there is no progress bar (stderr is not a
+    /// terminal, as under SLURM, nohup or mpirun, or `run.progress = false`); 0 = none.
+    pub log_every: usize,
 }
 
 impl Default for TrainConfig {
@@ -97,6 +100,7 @@ impl Default for TrainConfig {
             keep_checkpoints: 3,
             skip_nonfinite: false,
             checkpoint_on_signal: true,
+            log_every: 10,
             recompute: Recompute::None,
             recompute_layers: 0,
             device: "cpu".into(),

@@ -1,6 +1,7 @@
 //! The training loop: micro-batches → forward/backward → global gradient norm and
 //! clipping → AdamW → metrics, validation and checkpoints.
 
+mod batch_log;
 mod checkpointing;
 mod eval;
 mod launch;

@@ -36,6 +36,8 @@ pub(super) struct Job<'a, B: Backend> {
     /// Rank 0's `metrics.jsonl`.
     pub(super) metrics: Option<MetricsWriter>,
     pub(super) bar: ProgressBar,
+    /// Log lines instead of the bar (batch jobs).
+    pub(super) batch_log: Option<super::batch_log::BatchLog>,
     pub(super) guard: Guard,
     pub(super) log: Log,
     pub(super) at: Stream,

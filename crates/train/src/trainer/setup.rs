@@ -51,7 +51,9 @@ impl<'a, B: Backend> Job<'a, B> {
         } else {
             None
         };
-        let bar = if lead { progress(ctx.opts, t.steps as u64, at.step) } else { ProgressBar::hidden() };
+        let show_bar = lead && cfg.run.progress;
+        let bar = if show_bar { progress(ctx.opts, t.steps as u64, at.step) } else { ProgressBar::hidden() };
+        let batch_log = if lead { super::batch_log::BatchLog::new(cfg, ctx.opts.quiet, at.step) } else { None };
         let runner = StepRunner::new(cfg, &learner.model, c.dp);
         let summary = Summary {
             run_dir: ctx.run_dir.to_path_buf(),
@@ -76,6 +78,7 @@ impl<'a, B: Backend> Job<'a, B> {
             val,
             metrics,
             bar,
+            batch_log,
             guard: Guard::new(t.skip_nonfinite),
             log,
             at,

@@ -93,6 +93,9 @@ impl<B: Backend> Job<'_, B> {
         self.write_metrics(m)?;
         self.bar.set_position(m.step);
         self.bar.set_message(format!("loss {:.4} | {:.0} tok/s", m.loss, m.tokens_per_sec));
+        if let Some(line) = self.batch_log.as_ref().and_then(|b| b.line(m)) {
+            eprintln!("{line}");
+        }
         Ok(())
     }
 
