@@ -5,6 +5,14 @@ mod plot;
 
 use clap::{Parser, Subcommand};
 
+/// `boost data --help`'s examples.
+const DATA_EXAMPLES: &str = "Examples:
+  boost data --corpus shakespeare --out data/shakespeare
+  boost data --input corpus/ --out data/mine --vocab-size 8192
+  boost data --input train-00000-of-00001.parquet --text-field text --out data/hf
+  boost data --input docs.jsonl --tokenizer tokenizer.json --out data/llama-tok
+Then train on it: boost train --set data.dir=data/hf --set data.corpus=none";
+
 #[derive(Parser)]
 #[command(
     name = "boost",
@@ -26,7 +34,8 @@ enum Command {
     Eval(commands::EvalArgs),
     /// Write a checkpoint as a Hugging Face-style folder.
     Export(commands::ExportArgs),
-    /// Build token shards from text or JSONL (or fetch the demo corpus).
+    /// Build token shards from text, JSONL or Parquet (or fetch the demo corpus).
+    #[command(after_help = DATA_EXAMPLES)]
     Data(boost_data::cli::DataArgs),
     /// Predict step time, communication and memory of a model × layout × cluster.
     Plan(Box<boost_perf::cli::PlanArgs>),

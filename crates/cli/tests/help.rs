@@ -23,3 +23,12 @@ fn every_subcommand_has_help() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: boost"), "{cmd} --help prints usage");
     }
 }
+
+#[test]
+fn data_help_shows_examples_and_names_parquet() {
+    let out = boost().args(["data", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Examples:") && help.contains(".parquet --text-field"), "{help}");
+    let top = String::from_utf8_lossy(&boost().arg("--help").output().unwrap().stdout).to_string();
+    assert!(top.lines().any(|l| l.trim_start().starts_with("data") && l.contains("Parquet")), "{top}");
+}
