@@ -5,6 +5,7 @@ use super::gemm::GemmSample;
 use crate::hardware::LinkSpec;
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::Path;
 
 /// Everything a calibration measured and fitted.
@@ -107,13 +108,27 @@ fn links_toml(comment: &str, l: &LinkSpec) -> String {
     o
 }
 
-/// Write `text` to `path` (creating its folder) once it parses as a hardware description.
-pub(super) fn write_checked(path: &Path, text: &str) -> Result<()> {
-    crate::hardware::Hardware::from_toml_str(text).context("the calibrated description does not parse")?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+/// An existing hardware description is the user's: kept unless `force`.
+pub(super) fn refuse_existing(path: &Path, force: bool) -> Result<()> {
+    if path.exists() && !force {
+        anyhow::bail!("{} exists; it is kept (pass --force to replace it)", path.display());
     }
-    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    Ok(())
+}
+
+/// Write `text` to `path` (creating its folder) once it parses as a hardware description:
+/// into a temporary file beside it, renamed into place, so an interrupted write never leaves
+/// a truncated description. An existing file is replaced only with `force`.
+pub(super) fn write_checked(path: &Path, text: &str, force: bool) -> Result<()> {
+    crate::hardware::Hardware::from_toml_str(text).context("the calibrated description does not parse")?;
+    refuse_existing(path, force)?;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut tmp =
+        tempfile::NamedTempFile::new_in(dir).with_context(|| format!("creating a file in {}", dir.display()))?;
+    tmp.write_all(text.as_bytes()).with_context(|| format!("writing {}", tmp.path().display()))?;
+    tmp.persist(path).map_err(|e| e.error).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
 }
 
 fn memory_total_bytes() -> Option<f64> {
@@ -121,4 +136,24 @@ fn memory_total_bytes() -> Option<f64> {
     let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_existing_description_is_kept_unless_forced() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cpu.toml");
+        let text = crate::hardware::PRESETS.iter().find(|(n, _)| *n == "cpu").unwrap().1;
+        std::fs::write(&path, "# the user's own file\n").unwrap();
+        let e = write_checked(&path, text, false).unwrap_err().to_string();
+        assert!(e.contains("cpu.toml exists") && e.contains("--force"), "{e}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "# the user's own file\n");
+        write_checked(&path, text, true).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
+    }
 }

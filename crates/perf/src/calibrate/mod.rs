@@ -22,14 +22,16 @@ pub use links::{calibrate_collectives, calibrate_mpi_collectives};
 
 use crate::hardware::LinkSpec;
 use anyhow::Result;
-use file::{Measured, write_checked};
+use file::{Measured, refuse_existing, write_checked};
 use links::mpi_links_via_mpirun;
 use std::path::Path;
 
 /// Run every microbenchmark and write a CPU hardware TOML to `out`; returns the text.
 /// Every measurement is repeated `rounds` times (whole sweeps, so that a busy moment on a
 /// shared machine hits one round, not all) and the best of the rounds is kept.
-pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -> Result<String> {
+pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool, force: bool) -> Result<String> {
+    // Refuse before measuring, not after minutes of it.
+    refuse_existing(out, force)?;
     let threads = if threads == 0 { rayon::current_num_threads() } else { threads };
     let rounds = rounds.max(1);
     let mut samples: Vec<GemmSample> =
@@ -68,7 +70,7 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -
         ),
     };
     let text = measured.text("cpu", "threads of one process", "in-process ranks", comment, &link);
-    write_checked(out, &text)?;
+    write_checked(out, &text, force)?;
     if let Some(mpi) = mpi_links_via_mpirun(verbose) {
         let path = out
             .with_file_name(format!("{}-mpi.toml", out.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default()));
@@ -79,7 +81,7 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool) -
             "MPI all-reduce between two processes: α from a 1-element call, β from 16 MiB [measured].",
             &mpi,
         );
-        write_checked(&path, &mpi_text)?;
+        write_checked(&path, &mpi_text, force)?;
         if verbose {
             eprintln!(
                 "links: MPI α {:.1} µs, β {:.2} GB/s (wrote {})",

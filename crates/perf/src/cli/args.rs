@@ -9,6 +9,7 @@ use std::path::PathBuf;
 
 /// Arguments of `boost plan`.
 #[derive(clap::Args, Debug, Clone, Default)]
+#[command(group(clap::ArgGroup::new("written").args(["chart", "calibrate_cpu"]).multiple(true)))]
 pub struct PlanArgs {
     /// Training config file (TOML), the same file `boost train` reads.
     #[arg(long, value_name = "FILE")]
@@ -100,13 +101,14 @@ pub struct PlanArgs {
     /// extension); with `--paper`, every paper run. An existing file is kept unless --force.
     #[arg(long, value_name = "FILE.png|FILE.svg")]
     pub chart: Option<PathBuf>,
-    /// Replace the --chart file if it exists.
-    #[arg(long, requires = "chart")]
+    /// Replace the --chart or --calibrate-cpu file if it exists.
+    #[arg(long, requires = "written")]
     pub force: bool,
     /// Print the BOOST paper's set-up (docs/COST_MODEL.md §7) through the model: times, speedups, 7B per-layer volumes.
     #[arg(long)]
     pub paper: bool,
-    /// Measure this machine (GEMM shapes, bandwidth) and write a CPU hardware TOML to this file.
+    /// Measure this machine (GEMM shapes, bandwidth) and write a CPU hardware TOML to this file
+    /// (and `<stem>-mpi.toml` beside it when mpirun works). An existing file is kept unless --force.
     #[arg(long, value_name = "OUT.toml")]
     pub calibrate_cpu: Option<PathBuf>,
     /// Under `mpirun -np 2`: time the MPI all-reduce between the two processes and print the

@@ -34,7 +34,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(out) = &args.calibrate_cpu {
-        crate::calibrate::calibrate_cpu(out, args.threads, args.rounds, !args.json)?;
+        crate::calibrate::calibrate_cpu(out, args.threads, args.rounds, !args.json, args.force)?;
         println!("wrote {}", out.display());
         return Ok(());
     }
