@@ -35,11 +35,7 @@ impl<B: Backend> Model<B> {
     /// What this stage sends forward after the forward of slot `slot`.
     pub fn stage_output(&self, slot: usize) -> Vec<Wire<&B::Buf>> {
         let n_layers = self.blocks.len();
-        let w = self
-            .works
-            .get(slot)
-            .and_then(|w| w.as_ref())
-            .unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"));
+        let w = self.slot_work_ref(slot);
         let t = w.t();
         let out = &w.resid[n_layers];
         let mut wires = vec![Wire { buf: out, off: 0, n: out.len(), label: Label::op("pp.act") }];
@@ -78,11 +74,7 @@ impl<B: Backend> Model<B> {
     pub fn stage_input_grad(&self, slot: usize) -> Vec<Wire<&B::Buf>> {
         let first_layer = self.blocks[0].layer;
         let lax = self.cfg.arch == Arch::Lax;
-        let w = self
-            .works
-            .get(slot)
-            .and_then(|w| w.as_ref())
-            .unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"));
+        let w = self.slot_work_ref(slot);
         let t = w.t();
         let mut wires = vec![Wire { buf: &w.dx, off: 0, n: w.dx.len(), label: Label::op("pp.grad") }];
         if lax {

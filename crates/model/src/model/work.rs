@@ -185,4 +185,12 @@ impl<B: Backend> Model<B> {
             .and_then(|w| w.as_mut())
             .unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"))
     }
+
+    /// Shared [`Model::slot_work`].
+    pub(super) fn slot_work_ref(&self, slot: usize) -> &Work<B> {
+        self.works
+            .get(slot)
+            .and_then(|w| w.as_ref())
+            .unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"))
+    }
 }
