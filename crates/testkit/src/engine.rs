@@ -6,7 +6,7 @@ use boost_config::{Arch, LaxGate, ModelConfig};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Collective, Scalar};
 
-/// The collective of one rank's backend over its tp group.
+/// The collective of one rank's backend over one of its groups (tp, pp or dp).
 pub type TpCollective<B> = fn(&B, &Group) -> Box<dyn Collective<B>>;
 
 pub struct Engine<B: Backend> {

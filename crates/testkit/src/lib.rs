@@ -1,9 +1,11 @@
 //! The model's test suites, written once and run by each backend's tests with that backend's
-//! tolerance: the PyTorch fixtures ([`fixtures`]) and tensor-parallel parity ([`tp`]).
+//! tolerance: the PyTorch fixtures ([`fixtures`]), tensor-parallel parity ([`tp`]) and
+//! pipeline and grid parity ([`pp`]).
 
 pub mod compare;
 pub mod engine;
 pub mod fixtures;
+pub mod pp;
 pub mod tp;
 
 pub use compare::{Tol, assert_close, errors};

@@ -1,0 +1,68 @@
+//! One step's micro-batches through every rank of a (dp, pp, tp) grid, each rank reporting
+//! its loss share and the gradients it holds after the data-parallel reduction.
+
+use super::{B, M, Out, S, SEED, batches};
+use crate::engine::Engine;
+use boost_comm::{Dims, run_ranks};
+use boost_config::{Config, PipeSchedule, Recompute};
+use boost_model::{Batch, Layout, Model};
+use boost_tensor::{Backend, Mat};
+use boost_train::dp::Optimizer;
+use boost_train::pipeline::StageRunner;
+use boost_train::pipeline::schedule::table;
+
+pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, kind: PipeSchedule, policy: Recompute) -> Vec<Out> {
+    let (tp, pp, dp) = (cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp);
+    let zero = cfg.parallel.zero == 1;
+    let data = batches(cfg.model.vocab);
+    run_ranks(Dims::new(dp, pp, tp), |_, grid| {
+        let c = grid.coord;
+        let layout = Layout::staged(&cfg.model, &cfg.parallel, c.tp, c.pp, pp);
+        let be = engine.backend();
+        let (tpg, ppg, dpg) =
+            (engine.collective(&be, &grid.tp), engine.collective(&be, &grid.pp), engine.collective(&be, &grid.dp));
+        let mut m = Model::new(be, &cfg.model, layout, SEED)?;
+        m.set_recompute(policy);
+        m.set_recompute_layers(cfg.train.recompute_layers);
+        // Replica r trains on micro-batches r·acc .. (r+1)·acc.
+        let acc = M / dp;
+        let bs: Vec<Batch> = data[c.dp * acc..(c.dp + 1) * acc]
+            .iter()
+            .map(|(i, t)| Batch { ids: i, targets: t, batch: B, seq: S })
+            .collect();
+        let mut runner = StageRunner::new(table(kind, c.pp, pp, acc));
+        let scale = 1.0 / (M * B * S) as f64;
+        let loss = runner.run(&mut m, &*tpg, &*ppg, &bs, scale);
+        let mut opt = Optimizer::new(&m.be, &m.store, zero, dp, c.dp);
+        opt.sync_grads(&m.be, &mut m.store, &*dpg, &mut None);
+        let pieces = m.store.pieces.iter().map(|p| (p.clone(), held_grads(&m, &opt, p))).collect();
+        // The loss of each replica's last stage (tp rank 0), summed by the caller.
+        let reports = m.layout.last_stage() && c.tp == 0;
+        Ok((if reports { loss.sum * scale } else { 0.0 }, pieces))
+    })
+    .unwrap()
+}
+
+/// The gradient of piece `p` this rank holds: all of it, or under ZeRO-1 only the elements
+/// in this replica's shard of the reduced buffer (NaN elsewhere).
+fn held_grads<E: Backend>(m: &Model<E>, opt: &Optimizer<E>, p: &boost_model::params::Piece) -> Vec<f64> {
+    match opt {
+        Optimizer::Replicated(_) => m.be.read_mat(p.slot.of(&m.store.grads)),
+        Optimizer::Zero1(z) => {
+            let own = z.owned(p.slot.buf, m.store.bufs[p.slot.buf].len);
+            // The reduced shard sits at its own offsets of the staging buffer.
+            let n = own.len().max(1);
+            let shard: Vec<f64> = m.be.read_mat(Mat::at(z.shard_grads(p.slot.buf), own.start, 1, n, n));
+            let mut out = vec![f64::NAN; p.rows.len() * p.cols.len()];
+            for r in 0..p.slot.rows {
+                for q in 0..p.slot.cols {
+                    let e = p.slot.off + r * p.slot.ld + q;
+                    if own.contains(&e) {
+                        out[r * p.slot.cols + q] = shard[e - own.start];
+                    }
+                }
+            }
+            out
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Pipeline and grid parity: a model split into pipeline stages, tensor-parallel shards and
+//! data-parallel replicas (AFAB or 1F1B, ZeRO-1 or not) computes the loss and every gradient
+//! of the single-rank model accumulating the same micro-batches on the same backend. A tied
+//! embedding ends up with the same summed gradient on both end stages; data-parallel
+//! replicas end up with identical gradients (or, under ZeRO-1, the shards of them).
+
+mod cases;
+mod grid;
+
+pub use cases::{Sweep, sweep};
+
+use crate::engine::Engine;
+use boost_config::{Config, PipeSchedule, Recompute};
+use boost_model::params::Piece;
+use boost_model::{Batch, Layout, Model};
+use boost_tensor::{Backend, Solo};
+
+const B: usize = 2;
+const S: usize = 8;
+/// Micro-batches per step, over all replicas.
+const M: usize = 4;
+const SEED: u64 = 9;
+
+/// One `#[test]` per sweep, each running [`parity`] on the engine that `$engine` (an
+/// `Option<Engine<_>>`, None to skip) gives, within `$tol`.
+#[macro_export]
+macro_rules! pp_parity_tests {
+    ($engine:expr, $tol:expr) => {
+        $crate::pp_parity_tests!(@one pipelines_reproduce_the_single_stage_gradients, Pipelines, $engine, $tol);
+        $crate::pp_parity_tests!(@one grids_reproduce_the_single_rank_gradients, Grids, $engine, $tol);
+    };
+    (@one $name:ident, $sweep:ident, $engine:expr, $tol:expr) => {
+        #[test]
+        fn $name() {
+            let Some(engine) = $engine else { return };
+            $crate::pp::parity(&engine, $crate::pp::Sweep::$sweep, $tol);
+        }
+    };
+}
+
+/// A model, micro-batch count and schedule to run against the single rank.
+pub struct Case {
+    pub sets: Vec<String>,
+    pub kind: PipeSchedule,
+    pub policy: Recompute,
+}
+
+/// Run `sweep` on `engine`, each case against the single-rank model within `tol` (relative,
+/// on the loss and on each gradient's ‖a − b‖ / ‖b‖); copies of one element held by several
+/// ranks must agree bit-for-bit.
+pub fn parity<E: Backend>(engine: &Engine<E>, which: Sweep, tol: f64) {
+    let cases = sweep(which);
+    assert_eq!(cases.len(), which.runs(), "{which:?}: cases");
+    for case in &cases {
+        check(engine, case, tol);
+    }
+}
+
+type Out = (f64, Vec<(Piece, Vec<f64>)>);
+
+fn batches(v: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
+    (0..M)
+        .map(|k| {
+            let ids: Vec<u32> = (0..B * S + 1).map(|i| ((i * 31 + k * 17 + 3) % v) as u32).collect();
+            (ids[..B * S].to_vec(), ids[1..].to_vec())
+        })
+        .collect()
+}
+
+fn reference<E: Backend>(engine: &Engine<E>, cfg: &Config) -> Out {
+    let mut m = Model::new(engine.backend(), &cfg.model, Layout::single(&cfg.model), SEED).unwrap();
+    let scale = 1.0 / (M * B * S) as f64;
+    let mut loss = 0.0;
+    for (ids, targets) in batches(cfg.model.vocab) {
+        loss += m.forward_backward(&Solo, &Batch { ids: &ids, targets: &targets, batch: B, seq: S }, scale).sum;
+    }
+    let pieces = m.store.pieces.iter().map(|p| (p.clone(), m.be.read_mat(p.slot.of(&m.store.grads)))).collect();
+    (loss * scale, pieces)
+}
+
+fn check<E: Backend>(engine: &Engine<E>, case: &Case, tol: f64) {
+    let mut sets = small_model(4, &case.sets);
+    sets.push(format!("train.recompute={}", format!("{:?}", case.policy).to_lowercase()));
+    let dp: usize = case.sets.iter().find_map(|s| s.strip_prefix("parallel.dp=")).map_or(1, |v| v.parse().unwrap());
+    sets.push(format!("train.accumulation={}", M / dp));
+    let cfg = Config::load(None, &sets).unwrap();
+    let what = format!("{:?} {:?} {:?}", case.sets, case.kind, case.policy);
+    let (rloss, rpieces) = reference(engine, &cfg);
+    let outs = grid::run(engine, &cfg, case.kind, case.policy);
+    let loss: f64 = outs.iter().map(|o| o.0).sum();
+    assert!((loss - rloss).abs() <= tol * rloss.abs(), "{what}: loss {loss} vs {rloss}");
+    for (rp, rg) in &rpieces {
+        let full = assemble(&what, rp, &outs);
+        let diff = full.iter().zip(rg).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
+        let norm = rg.iter().map(|b| b * b).sum::<f64>().sqrt().max(1e-300);
+        assert!(diff / norm <= tol, "{what}: grad {} differs by {:.2e}", rp.name, diff / norm);
+    }
+}
+
+/// The global gradient of `rp` from every rank's rectangles (NaN elements are outside the
+/// rank's ZeRO-1 shard); copies held by several ranks must agree bit-for-bit.
+fn assemble(what: &str, rp: &Piece, outs: &[Out]) -> Vec<f64> {
+    let (r, c) = rp.matrix_shape();
+    let mut full = vec![f64::NAN; r * c];
+    let mut held = 0;
+    for (_, pieces) in outs {
+        for (p, g) in pieces.iter().filter(|(p, _)| p.name == rp.name) {
+            held += 1;
+            let w = p.cols.len();
+            for (k, row) in p.rows.clone().enumerate() {
+                for (j, col) in p.cols.clone().enumerate() {
+                    let x = g[k * w + j];
+                    if x.is_nan() {
+                        continue; // not in this ZeRO-1 shard
+                    }
+                    let slot = &mut full[row * c + col];
+                    assert!(
+                        slot.is_nan() || *slot == x,
+                        "{what}: {}: copies disagree at ({row},{col}): {slot} vs {x}",
+                        rp.name
+                    );
+                    *slot = x;
+                }
+            }
+        }
+    }
+    assert!(held > 0 && full.iter().all(|x| !x.is_nan()), "{what}: {} is not fully held", rp.name);
+    full
+}
+
+/// A small model of `layers` layers with `sets` on top, as `--set` strings.
+fn small_model(layers: usize, sets: &[String]) -> Vec<String> {
+    ["model.d=32", "model.d_ff=48", "model.heads=4", "model.rank=8", "model.vocab=61"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("model.layers={layers}")])
+        .chain(sets.iter().cloned())
+        .collect()
+}
