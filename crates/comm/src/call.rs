@@ -99,55 +99,59 @@ impl Activity {
 
 impl fmt::Display for CallDesc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_call(
-            f,
-            self.kind,
-            &self.label,
-            self.dtype,
-            self.n as u64,
-            self.peer.map(|p| p as u64),
-            self.tag,
-            self.color as u64,
-            self.key as u64,
-        )
+        CallView {
+            kind: self.kind,
+            label: &self.label,
+            dtype: self.dtype,
+            n: self.n as u64,
+            peer: self.peer.map(|p| p as u64),
+            tag: self.tag,
+            color: self.color as u64,
+            key: self.key as u64,
+        }
+        .fmt(f)
     }
 }
 
-/// The call fields every display shares (the in-process backend's format).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn write_call(
-    f: &mut fmt::Formatter<'_>,
-    kind: Kind,
-    label: &dyn fmt::Display,
-    dtype: Option<DType>,
-    n: u64,
-    peer: Option<u64>,
-    tag: u32,
-    color: u64,
-    key: u64,
-) -> fmt::Result {
-    let data = |f: &mut fmt::Formatter<'_>| match dtype {
-        Some(d) => write!(f, ", {d} × {n}"),
-        None => Ok(()),
-    };
-    match kind {
-        Kind::Split => write!(f, "split(color {color}, key {key})"),
-        Kind::Barrier => write!(f, "barrier({label})"),
-        Kind::Broadcast => {
-            write!(f, "broadcast({label}, root {}", peer.unwrap_or(0))?;
-            data(f)?;
-            f.write_str(")")
-        }
-        Kind::Send | Kind::Recv => {
-            let dir = if kind == Kind::Send { "to" } else { "from" };
-            write!(f, "{kind}({label}, {dir} {}, tag {tag}", peer.unwrap_or(0))?;
-            data(f)?;
-            f.write_str(")")
-        }
-        k => {
-            write!(f, "{k}({label}")?;
-            data(f)?;
-            f.write_str(")")
+/// The call fields every display shares (the in-process backend's format), borrowed from
+/// a [`CallDesc`] or from a call read off the MPI wire.
+pub(crate) struct CallView<'a> {
+    pub(crate) kind: Kind,
+    pub(crate) label: &'a dyn fmt::Display,
+    pub(crate) dtype: Option<DType>,
+    pub(crate) n: u64,
+    pub(crate) peer: Option<u64>,
+    pub(crate) tag: u32,
+    pub(crate) color: u64,
+    pub(crate) key: u64,
+}
+
+impl fmt::Display for CallView<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let CallView { kind, label, dtype, n, peer, tag, color, key } = *self;
+        let data = |f: &mut fmt::Formatter<'_>| match dtype {
+            Some(d) => write!(f, ", {d} × {n}"),
+            None => Ok(()),
+        };
+        match kind {
+            Kind::Split => write!(f, "split(color {color}, key {key})"),
+            Kind::Barrier => write!(f, "barrier({label})"),
+            Kind::Broadcast => {
+                write!(f, "broadcast({label}, root {}", peer.unwrap_or(0))?;
+                data(f)?;
+                f.write_str(")")
+            }
+            Kind::Send | Kind::Recv => {
+                let dir = if kind == Kind::Send { "to" } else { "from" };
+                write!(f, "{kind}({label}, {dir} {}, tag {tag}", peer.unwrap_or(0))?;
+                data(f)?;
+                f.write_str(")")
+            }
+            k => {
+                write!(f, "{k}({label}")?;
+                data(f)?;
+                f.write_str(")")
+            }
         }
     }
 }

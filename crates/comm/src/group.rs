@@ -6,11 +6,11 @@ use crate::communicator::{CommExt, Communicator};
 use crate::error::CommResult;
 use crate::link::Link;
 use crate::payload::{CommElem, Kind};
-use crate::recorder::{Event, Key, Recorder};
+use crate::recorder::{Key, Recorder};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Collective, Label, ReduceOp, Scalar};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The label the `Collective` adapter gives barriers (the trait's barrier has none).
 pub const BARRIER: Label = Label::op("barrier");
@@ -101,20 +101,13 @@ impl Group {
         if kind == Kind::Send && !emulated.is_zero() {
             std::thread::sleep(emulated);
         }
-        let t0 = Instant::now();
-        f(&*self.comm)?;
-        let time = t0.elapsed();
+        let key = Key { group: self.name, label, kind, dtype: T::DTYPE };
+        match &self.recorder {
+            Some(r) => r.timed(key, elements, emulated, || f(&*self.comm))?,
+            None => f(&*self.comm)?,
+        }
         if kind != Kind::Send && !emulated.is_zero() {
             std::thread::sleep(emulated);
-        }
-        if let Some(r) = &self.recorder {
-            r.record(Event {
-                key: Key { group: self.name, label, kind, dtype: T::DTYPE },
-                elements: elements as u64,
-                bytes: bytes as u64,
-                time,
-                emulated,
-            });
         }
         Ok(())
     }

@@ -3,10 +3,10 @@
 //! backend) are counted too.
 
 use crate::payload::{DType, Kind};
-use crate::recorder::{Event, Key, Recorder};
+use crate::recorder::{Key, Recorder};
 use boost_tensor::{Backend, Collective, Label, ReduceOp};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A collective and the recorder its calls go into, under a group name.
 pub struct Recorded<C> {
@@ -31,17 +31,13 @@ impl<C> Recorded<C> {
         if size == 1 {
             return f();
         }
-        let t0 = Instant::now();
-        f();
-        let time = t0.elapsed();
         // A barrier carries no payload; groups key it as u32.
         let dtype = if kind == Kind::Barrier { DType::U32 } else { self.dtype };
-        self.recorder.record(Event {
-            key: Key { group: self.group, label, kind, dtype },
-            elements: elements as u64,
-            bytes: (elements * dtype.size()) as u64,
-            time,
-            emulated: Duration::ZERO,
+        let key = Key { group: self.group, label, kind, dtype };
+        // The inner collective panics on failure rather than returning an error.
+        let _ = self.recorder.timed(key, elements, Duration::ZERO, || {
+            f();
+            Ok(())
         });
     }
 }

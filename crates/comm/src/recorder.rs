@@ -1,16 +1,18 @@
-//! Records every call issued through a [`crate::Group`]: aggregate counters per
+//! Records every call issued through a [`crate::Group`] or a [`crate::Recorded`] collective
+//! (both through [`Recorder::timed`], the one place a call becomes an [`Event`]): aggregate counters per
 //! (group, label, kind, dtype), totals, and optionally a bounded per-call log.
 //!
 //! Recording takes one uncontended mutex and a hash lookup; once every key has been seen
 //! (after the first step) and with the log off or within its capacity, it allocates nothing.
 
+use crate::error::CommResult;
 use crate::lock::lock;
 use crate::payload::{DType, Kind};
 use boost_tensor::Label;
 use serde::{Serialize, Serializer};
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What an aggregate is keyed by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -193,6 +195,24 @@ impl Recorder {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         lock(&self.state)
+    }
+
+    /// Run one call of `elements` elements under `key`, timing it, and record it with the
+    /// link time `emulated` slept around it if it succeeds. Groups and [`crate::Recorded`]
+    /// both record through here.
+    pub fn timed<R>(
+        &self,
+        key: Key,
+        elements: usize,
+        emulated: Duration,
+        call: impl FnOnce() -> CommResult<R>,
+    ) -> CommResult<R> {
+        let t0 = Instant::now();
+        let out = call()?;
+        let time = t0.elapsed();
+        let bytes = (elements * key.dtype.size()) as u64;
+        self.record(Event { key, elements: elements as u64, bytes, time, emulated });
+        Ok(out)
     }
 
     pub fn record(&self, e: Event) {

@@ -158,8 +158,22 @@ pub enum Split {
     Cols,
 }
 
-/// A canonical tensor waiting for its buffer: name, shape, rows, cols, init, offset, stride.
-type Pending = (String, Vec<usize>, Range<usize>, Range<usize>, Init, usize, usize);
+/// The part of a canonical tensor a rank holds: its name and whole shape, the rows and
+/// columns of it held here, and how it is initialised.
+pub struct Held {
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub rows: Range<usize>,
+    pub cols: Range<usize>,
+    pub init: Init,
+}
+
+/// A held tensor waiting for its buffer, at offset `off` with row stride `ld`.
+struct Pending {
+    held: Held,
+    off: usize,
+    ld: usize,
+}
 
 /// Builds one parameter buffer out of canonical tensors laid out side by side.
 pub struct BufBuilder {
@@ -185,26 +199,17 @@ impl BufBuilder {
         let cols = if split == Split::Cols { shard(c, tp, rank) } else { 0..c };
         let slot = Slot { buf: usize::MAX, off: self.len, rows: rows.len(), cols: cols.len(), ld: cols.len() };
         self.len += rows.len() * cols.len();
-        self.pieces.push((name, shape, rows, cols, init, slot.off, slot.ld));
+        self.pieces.push(Pending { held: Held { name, shape, rows, cols, init }, off: slot.off, ld: slot.ld });
         slot
     }
 
-    /// Place `name` at a given rectangle (`off`, `ld`) of a buffer laid out by the caller
+    /// Place `held` at a given rectangle (`off`, `ld`) of a buffer laid out by the caller
     /// (e.g. a column block of a grouped weight); `len` grows to cover it.
-    #[allow(clippy::too_many_arguments)]
-    pub fn at(
-        &mut self,
-        name: String,
-        shape: Vec<usize>,
-        rows: Range<usize>,
-        cols: Range<usize>,
-        off: usize,
-        ld: usize,
-        init: Init,
-    ) -> Slot {
-        let slot = Slot { buf: usize::MAX, off, rows: rows.len(), cols: cols.len(), ld };
-        self.len = self.len.max(off + (rows.len().max(1) - 1) * ld + cols.len());
-        self.pieces.push((name, shape, rows, cols, init, off, ld));
+    pub fn at(&mut self, held: Held, off: usize, ld: usize) -> Slot {
+        let (rows, cols) = (held.rows.len(), held.cols.len());
+        let slot = Slot { buf: usize::MAX, off, rows, cols, ld };
+        self.len = self.len.max(off + (rows.max(1) - 1) * ld + cols);
+        self.pieces.push(Pending { held, off, ld });
         slot
     }
 
@@ -215,7 +220,7 @@ impl BufBuilder {
     /// Allocate the buffer and register its pieces; returns the buffer id.
     pub fn finish<B: Backend>(self, store: &mut ParamStore<B>, backend: &B, decay: bool, replicated: bool) -> usize {
         let id = store.add_buf(backend, &self.name, self.len, decay, replicated);
-        for (name, shape, rows, cols, init, off, ld) in self.pieces {
+        for Pending { held: Held { name, shape, rows, cols, init }, off, ld } in self.pieces {
             let slot = Slot { buf: id, off, rows: rows.len(), cols: cols.len(), ld };
             store.pieces.push(Piece { name, shape, rows, cols, slot, init });
         }

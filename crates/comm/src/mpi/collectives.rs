@@ -13,6 +13,13 @@ use boost_tensor::{Label, ReduceOp};
 use std::os::raw::{c_int, c_void};
 use std::time::Instant;
 
+/// The elements each rank contributes to an exchange, as MPI counts them.
+#[derive(Clone, Copy)]
+struct PerRank {
+    count: c_int,
+    dt: ffi::MPI_Datatype,
+}
+
 /// The two MPI exchanges of `count` elements to or from every rank.
 #[derive(Clone, Copy)]
 enum Exchange {
@@ -23,24 +30,23 @@ enum Exchange {
 }
 
 impl MpiComm {
-    /// Run `ex` of `count` elements of `dt` per rank from `send` into `recv` (chunk j from
-    /// rank j) and wait for it.
+    /// Run `ex` of `per` elements per rank from `send` into `recv` (chunk j from rank j) and
+    /// wait for it.
     ///
     /// # Safety
     /// `send` holds `count` (all-gather) or p·`count` (all-to-all) elements, `recv` p·`count`,
     /// and both are staging buffers of this communicator: an operation given up at its
     /// deadline stays pending on them.
-    #[allow(clippy::too_many_arguments)]
     unsafe fn exchange<T>(
         &self,
         desc: &CallDesc,
         ex: Exchange,
         send: &[T],
         recv: &mut [T],
-        count: c_int,
-        dt: ffi::MPI_Datatype,
+        per: PerRank,
         start: Instant,
     ) -> CommResult<()> {
+        let PerRank { count, dt } = per;
         let (s, r) = (send.as_ptr() as *const c_void, recv.as_mut_ptr() as *mut c_void);
         let what = match ex {
             Exchange::AllToAll => "MPI_Ialltoall",
@@ -104,14 +110,14 @@ impl MpiComm {
         a[n..].fill(T::default());
         let b = view::<T>(b, p * c);
         // SAFETY: both scratch buffers hold p·c elements.
-        unsafe { self.exchange(desc, Exchange::AllToAll, a, b, cc, dt, start) }?;
+        unsafe { self.exchange(desc, Exchange::AllToAll, a, b, PerRank { count: cc, dt }, start) }?;
         let out = &mut a[..c];
         out.copy_from_slice(&b[..c]);
         for j in 1..p {
             combine_into(out, &b[j * c..(j + 1) * c], op);
         }
         // SAFETY: `a` holds this rank's c reduced elements, `b` p·c elements.
-        unsafe { self.exchange(desc, Exchange::AllGather, &a[..c], b, cc, dt, start) }?;
+        unsafe { self.exchange(desc, Exchange::AllGather, &a[..c], b, PerRank { count: cc, dt }, start) }?;
         buf.copy_from_slice(&b[..n]);
         Ok(())
     }
@@ -175,7 +181,7 @@ impl MpiComm {
             if self.opts.ordered {
                 let b = view::<T>(b, len);
                 // SAFETY: both scratch buffers hold len = p·n elements.
-                unsafe { self.exchange(&desc, Exchange::AllToAll, a, b, count, dt, start) }?;
+                unsafe { self.exchange(&desc, Exchange::AllToAll, a, b, PerRank { count, dt }, start) }?;
                 let out = &mut buf[me * n..(me + 1) * n];
                 out.copy_from_slice(&b[..n]);
                 for j in 1..p {
@@ -215,7 +221,9 @@ impl MpiComm {
             a.copy_from_slice(&buf[me * n..(me + 1) * n]);
             let b = view::<T>(b, len);
             // SAFETY: the scratch buffers hold n and len = p·n elements.
-            unsafe { self.exchange(&desc, Exchange::AllGather, a, b, count, datatype(T::DTYPE), start) }?;
+            unsafe {
+                self.exchange(&desc, Exchange::AllGather, a, b, PerRank { count, dt: datatype(T::DTYPE) }, start)
+            }?;
             buf.copy_from_slice(b);
             Ok(())
         })
@@ -275,7 +283,7 @@ impl MpiComm {
             a.copy_from_slice(&[color as u64, key as u64]);
             let b = view::<u64>(b, 2 * p);
             // SAFETY: the scratch buffers hold 2 and 2p words.
-            unsafe { self.exchange(&desc, Exchange::AllGather, a, b, 2, u64_type(), start) }?;
+            unsafe { self.exchange(&desc, Exchange::AllGather, a, b, PerRank { count: 2, dt: u64_type() }, start) }?;
             let mut same: Vec<(u64, usize)> =
                 (0..p).filter(|&i| b[2 * i] == color as u64).map(|i| (b[2 * i + 1], i)).collect();
             same.sort_unstable();

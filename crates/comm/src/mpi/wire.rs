@@ -1,7 +1,7 @@
 //! The wire format of a call descriptor: twelve 64-bit words that a check-mode exchange and
 //! every point-to-point message carry, so that ranks can compare calls and name them.
 
-use crate::call::{CallDesc, Signature, write_call};
+use crate::call::{CallDesc, CallView, Signature};
 use crate::payload::{DType, Kind};
 use boost_tensor::ReduceOp;
 use std::fmt;
@@ -148,6 +148,16 @@ impl fmt::Display for WireLabel<'_> {
 
 impl fmt::Display for WireDesc {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_call(f, self.kind, &WireLabel(self), self.dtype, self.n, self.peer, self.tag, self.color, self.key)
+        CallView {
+            kind: self.kind,
+            label: &WireLabel(self),
+            dtype: self.dtype,
+            n: self.n,
+            peer: self.peer,
+            tag: self.tag,
+            color: self.color,
+            key: self.key,
+        }
+        .fmt(f)
     }
 }

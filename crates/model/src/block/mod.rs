@@ -2,7 +2,7 @@
 //! projection group feeding a local op (RoPE + attention; the SwiGLU product).
 
 use crate::layout::Dims;
-use crate::projection::{Ctx, Declare, Latent, ProjActs, ProjGroup, ProjKind, Scratch};
+use crate::projection::{Ctx, Declare, GradFlow, Latent, ProjActs, ProjGroup, ProjKind, ProjSaved, Scratch};
 use boost_config::{Arch, Phi, Recompute};
 use boost_tensor::{AttnShape, Backend, DeviceBuf, Mat, MatMut};
 
@@ -138,4 +138,5 @@ impl<B: Backend> BlockActs<B> {
 mod passes;
 mod recompute;
 
+pub use passes::BlockSaved;
 pub use recompute::Kept;

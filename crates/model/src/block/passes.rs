@@ -2,6 +2,17 @@
 
 use super::*;
 
+/// What a layer's backward reads of its forward.
+pub struct BlockSaved<'a, B: Backend> {
+    /// The layer's input.
+    pub x_in: &'a B::Buf,
+    pub acts: &'a BlockActs<B>,
+    /// The layer below and its activations (a LaX crossing reads them).
+    pub prev: Option<(&'a Block, &'a BlockActs<B>)>,
+    /// The layer above crossed into this one's latents (LaX).
+    pub above_lax: bool,
+}
+
 impl Block {
     /// `x_out = layer(x_in)`. `prev` is the layer below (LaX crossing).
     pub fn forward<B: Backend>(
@@ -33,20 +44,16 @@ impl Block {
     }
 
     /// Backward of the layer: `dx` holds dL/dx_out on entry and dL/dx_in on return.
-    /// `above_lax` says the layer above crossed into this one's latents (LaX).
-    #[allow(clippy::too_many_arguments)]
     pub fn backward<B: Backend>(
         &self,
         cx: &Ctx<B>,
         grads: &mut [B::Buf],
-        x_in: &B::Buf,
-        acts: &BlockActs<B>,
-        prev: Option<(&Block, &BlockActs<B>)>,
-        above_lax: bool,
+        saved: BlockSaved<B>,
         dx: &mut B::Buf,
         bg: &mut BlockGrads<B>,
         sc: &mut Scratch<B>,
     ) {
+        let BlockSaved { x_in, acts, prev, above_lax } = saved;
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         let (dres, f, qw, kw) = (dims.d_res, dims.d_ff_loc, dims.q_loc(), dims.kv_w_loc());
         let pg = |f: fn(&Block) -> &ProjGroup, g: fn(&BlockActs<B>) -> &ProjActs<B>| prev.map(|(b, a)| (f(b), g(a)));
@@ -57,18 +64,8 @@ impl Block {
 
         // MLP half.
         let (ci, co) = carry_io(&mut carries[3], rd, above_lax, self.down.has_lax());
-        self.down.backward(
-            cx,
-            grads,
-            Mat::new(&acts.m, t, f),
-            &acts.down,
-            pg(|b| &b.down, |a| &a.down),
-            dx,
-            dm,
-            ci,
-            co,
-            sc,
-        );
+        let saved = ProjSaved { x: Mat::new(&acts.m, t, f), acts: &acts.down, prev: pg(|b| &b.down, |a| &a.down) };
+        self.down.backward(cx, grads, saved, GradFlow { dout: dx, dx: dm, carry_in: ci, carry_out: co }, sc);
         be.swiglu_bwd(
             MatMut::new(dgu, 2 * t, f),
             Mat::new(dm, t, f),
@@ -76,39 +73,20 @@ impl Block {
             self.outer_silu,
         );
         let (ci, co) = carry_io(&mut carries[2], rd, above_lax, self.gu.has_lax());
-        self.gu.backward(
-            cx,
-            grads,
-            Mat::new(&acts.mid, t, dres),
-            &acts.gu,
-            pg(|b| &b.gu, |a| &a.gu),
-            dgu,
-            dx,
-            ci,
-            co,
-            sc,
-        );
+        let saved = ProjSaved { x: Mat::new(&acts.mid, t, dres), acts: &acts.gu, prev: pg(|b| &b.gu, |a| &a.gu) };
+        self.gu.backward(cx, grads, saved, GradFlow { dout: dgu, dx, carry_in: ci, carry_out: co }, sc);
 
         // Attention half.
         let (ci, co) = carry_io(&mut carries[1], rd, above_lax, self.o.has_lax());
-        self.o.backward(cx, grads, Mat::new(&acts.attn, t, qw), &acts.o, pg(|b| &b.o, |a| &a.o), dx, dattn, ci, co, sc);
+        let saved = ProjSaved { x: Mat::new(&acts.attn, t, qw), acts: &acts.o, prev: pg(|b| &b.o, |a| &a.o) };
+        self.o.backward(cx, grads, saved, GradFlow { dout: dx, dx: dattn, carry_in: ci, carry_out: co }, sc);
         let sh = self.attn_shape(dims, cx.batch, cx.seq);
         be.attention_bwd(dqkv, Mat::new(dattn, t, qw), &acts.probs, attn_scratch, &acts.qkv_out, sh);
         be.rope(MatMut::at(dqkv, 0, t, qw, qw), cx.rope, cx.seq, dims.head_dim, true);
         be.rope(MatMut::at(dqkv, t * qw, t, kw, kw), cx.rope, cx.seq, dims.head_dim, true);
         let (ci, co) = carry_io(&mut carries[0], rd, above_lax, self.qkv.has_lax());
-        self.qkv.backward(
-            cx,
-            grads,
-            Mat::new(x_in, t, dres),
-            &acts.qkv,
-            pg(|b| &b.qkv, |a| &a.qkv),
-            dqkv,
-            dx,
-            ci,
-            co,
-            sc,
-        );
+        let saved = ProjSaved { x: Mat::new(x_in, t, dres), acts: &acts.qkv, prev: pg(|b| &b.qkv, |a| &a.qkv) };
+        self.qkv.backward(cx, grads, saved, GradFlow { dout: dqkv, dx, carry_in: ci, carry_out: co }, sc);
     }
 
     /// RoPE on q and k, then causal attention into `acts.attn` (forward and low-rank recompute).

@@ -1,10 +1,10 @@
 //! One rank's model: embedding, decoder layers, final norm, LM head and loss, with the
 //! buffers of one micro-batch shape allocated once and reused every step.
 
-use crate::block::{Block, BlockActs, BlockGrads, Kept};
+use crate::block::{Block, BlockActs, BlockGrads, BlockSaved, Kept};
 use crate::init;
 use crate::layout::{Dims, Layout};
-use crate::params::{BufBuilder, Init, ParamStore, Slot, Split, bind};
+use crate::params::{BufBuilder, Held, Init, ParamStore, Slot, Split, bind};
 use crate::plan::{Entry, Plan};
 use crate::projection::Declare;
 use crate::projection::{Ctx, Scratch};

@@ -43,7 +43,14 @@ impl<B: Backend> StageParams<B> {
             let vl = dims.vocab_loc;
             let lo = (layout.tp_rank * vl).min(v);
             let hi = ((layout.tp_rank + 1) * vl).min(v);
-            let slot = bb.at(name.to_string(), vec![v, d], lo..hi, 0..d, 0, d, Init::Normal(cfg.init_std));
+            let held = Held {
+                name: name.to_string(),
+                shape: vec![v, d],
+                rows: lo..hi,
+                cols: 0..d,
+                init: Init::Normal(cfg.init_std),
+            };
+            let slot = bb.at(held, 0, d);
             bb.reserve(vl * d);
             let id = bb.finish(store, be, true, false);
             Slot { rows: vl, ..bind(slot, id) }

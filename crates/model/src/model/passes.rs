@@ -144,17 +144,9 @@ impl<B: Backend> Model<B> {
                 }
             }
             let prev = prev.map(|p| (&self.blocks[l - 1], &*p)).or(boundary);
-            block.backward(
-                &cx,
-                grads,
-                &w.resid[l],
-                cur,
-                prev,
-                lax && block.layer + 1 < total_layers,
-                &mut w.dx,
-                &mut w.bg,
-                &mut w.sc,
-            );
+            let above_lax = lax && block.layer + 1 < total_layers;
+            let saved = BlockSaved { x_in: &w.resid[l], acts: cur, prev, above_lax };
+            block.backward(&cx, grads, saved, &mut w.dx, &mut w.bg, &mut w.sc);
         }
         if let Some(first) = self.first {
             self.embed_backward(first, tp, w);

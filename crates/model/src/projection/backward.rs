@@ -7,21 +7,38 @@ use super::*;
 use crate::params::two_mut;
 use boost_tensor::{KronBwd, LayerNormBwd, OnlineNormBwd, RmsNormBwd};
 
+/// What a group's backward reads of its forward.
+pub struct ProjSaved<'a, B: Backend> {
+    /// The group's input.
+    pub x: Mat<'a, B::Buf>,
+    pub acts: &'a ProjActs<B>,
+    /// The same group of the layer below and its activations (a LaX crossing reads them).
+    pub prev: Option<(&'a ProjGroup, &'a ProjActs<B>)>,
+}
+
+/// The gradients flowing through a group's backward.
+pub struct GradFlow<'a, B: Backend> {
+    /// dL/d(output), in.
+    pub dout: &'a B::Buf,
+    /// dL/d(input), out (accumulated or overwritten, see the module doc).
+    pub dx: &'a mut B::Buf,
+    /// LaX: the gradient the layer above's crossing passed into this group's latents.
+    pub carry_in: Option<&'a B::Buf>,
+    /// LaX: where this group's crossing passes the gradient of the layer below's latents.
+    pub carry_out: Option<&'a mut B::Buf>,
+}
+
 impl ProjGroup {
-    #[allow(clippy::too_many_arguments)]
     pub fn backward<B: Backend>(
         &self,
         cx: &Ctx<B>,
         grads: &mut [B::Buf],
-        x: Mat<B::Buf>,
-        acts: &ProjActs<B>,
-        prev: Option<(&ProjGroup, &ProjActs<B>)>,
-        dout: &B::Buf,
-        dx: &mut B::Buf,
-        carry_in: Option<&B::Buf>,
-        carry_out: Option<&mut B::Buf>,
+        saved: ProjSaved<B>,
+        flow: GradFlow<B>,
         sc: &mut Scratch<B>,
     ) {
+        let ProjSaved { x, acts, prev } = saved;
+        let GradFlow { dout, dx, carry_in, carry_out } = flow;
         let (be, t, din) = (cx.be, cx.t, self.d_in_loc);
         let placement = cx.plan.norm;
         let online = self.norm.is_some() && placement == NormPlacement::ShardedOnline;

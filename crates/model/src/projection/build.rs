@@ -82,15 +82,14 @@ impl ProjGroup {
                     Shard::Output => (0..d_in, shard(r, p, rank)),
                     Shard::Whole => (0..d_in, 0..r),
                 };
-                let s = ab.at(
-                    format!("{prefix}.{name}.cola_a"),
-                    vec![d_in, r],
+                let held = Held {
+                    name: format!("{prefix}.{name}.cola_a"),
+                    shape: vec![d_in, r],
                     rows,
                     cols,
-                    j * r_loc,
-                    c * r_loc,
-                    Init::Normal(std),
-                );
+                    init: Init::Normal(std),
+                };
+                let s = ab.at(held, j * r_loc, c * r_loc);
                 if j == 0 {
                     a_slot = Some(Slot { cols: c * r_loc, ..s });
                 }

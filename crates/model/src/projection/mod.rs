@@ -12,7 +12,7 @@
 
 use crate::labels;
 use crate::layout::{Dims, Layout};
-use crate::params::{BufBuilder, Init, ParamStore, Slot, Split, bind, shard};
+use crate::params::{BufBuilder, Held, Init, ParamStore, Slot, Split, bind, shard};
 use crate::plan::{GroupPlan, NormPlacement, Plan, Shard};
 use boost_config::{Arch, LaxGate, ModelConfig, Phi};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
@@ -195,5 +195,6 @@ mod buffers;
 mod build;
 mod forward;
 
+pub use backward::{GradFlow, ProjSaved};
 pub use buffers::LatGeom;
 pub use forward::Latent;
