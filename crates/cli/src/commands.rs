@@ -35,6 +35,13 @@ pub struct TrainArgs {
     /// No progress bar or log lines.
     #[arg(long)]
     pub quiet: bool,
+    /// Compute threads (0: one per core); sets `train.threads`, after --config and --set.
+    #[arg(long, value_name = "N")]
+    pub threads: Option<usize>,
+    /// Print the fully resolved configuration as TOML, each key with its meaning, and exit
+    /// without training (with --resume: the config the resumed run would use).
+    #[arg(long)]
+    pub print_config: bool,
     /// Failure testing: make global rank RANK fail at step STEP (`RANK:STEP`).
     #[arg(long, value_name = "RANK:STEP", hide = true)]
     pub inject_fault: Option<String>,
@@ -53,8 +60,10 @@ pub fn set_threads(n: usize) {
     }
 }
 
-pub fn train(a: &TrainArgs) -> Result<()> {
-    let (cfg, resume) = match &a.resume {
+/// The configuration `train` runs with, and the checkpoint it resumes from: the checkpoint's
+/// config (when resuming), then the --config file's keys, then --set, then --threads.
+fn resolve_config(a: &TrainArgs) -> Result<(Config, Option<PathBuf>)> {
+    let (mut cfg, resume) = match &a.resume {
         None => (a.cfg.load()?, None),
         Some(path) => {
             let dir = if path.is_empty() {
@@ -64,8 +73,7 @@ pub fn train(a: &TrainArgs) -> Result<()> {
                 checkpoint::resolve(std::path::Path::new(path))?
             };
             let ck = Checkpoint::open(&dir)?;
-            // The checkpoint's config, then the --config file's keys, then --set: a change
-            // to the model is refused when the run starts, naming the key.
+            // A change to the model is refused when the run starts, naming the key.
             let mut table: toml_table::Table = ck.meta.config.parse().context("the checkpoint's config")?;
             if let Some(file) = &a.cfg.config {
                 Config::overlay_file(&mut table, file)?;
@@ -76,6 +84,18 @@ pub fn train(a: &TrainArgs) -> Result<()> {
             (Config::from_table(table)?, Some(dir))
         }
     };
+    if let Some(n) = a.threads {
+        cfg.train.threads = n;
+    }
+    Ok((cfg, resume))
+}
+
+pub fn train(a: &TrainArgs) -> Result<()> {
+    let (cfg, resume) = resolve_config(a)?;
+    if a.print_config {
+        print!("{}", cfg.to_annotated_toml());
+        return Ok(());
+    }
     set_threads(cfg.train.threads);
     let fault = match &a.inject_fault {
         None => None,
@@ -166,220 +186,5 @@ pub fn export(a: &ExportArgs) -> Result<()> {
     let ck = Checkpoint::open(&checkpoint::resolve(&a.checkpoint)?)?;
     hf::export(&ck, &a.out, a.force)?;
     eprintln!("exported {} to {}", ck.dir.display(), a.out.display());
-    Ok(())
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// Model preset (its shape; `model.*` keys can be changed with --set).
-    #[arg(long, default_value = "cola-60m")]
-    pub model: String,
-    /// Architectures to measure, comma-separated (the first low-rank one is compared with `full`).
-    #[arg(long, default_value = "cola,full", value_delimiter = ',')]
-    pub arch: Vec<String>,
-    /// Vocabulary size (with 32000 the full-rank LM head alone caps the low-rank speedup).
-    #[arg(long, default_value_t = 8192)]
-    pub vocab: usize,
-    #[arg(long, default_value_t = 256)]
-    pub seq: usize,
-    #[arg(long, default_value_t = 8)]
-    pub micro_batch: usize,
-    /// Compute threads, for us and the peer.
-    #[arg(long, default_value_t = 2)]
-    pub threads: usize,
-    /// Untimed steps before measuring.
-    #[arg(long, default_value_t = 1)]
-    pub warmup: usize,
-    /// Timed steps per measurement (we measure before and after the peer).
-    #[arg(long, default_value_t = 3)]
-    pub rounds: usize,
-    /// Skip the PyTorch peer.
-    #[arg(long)]
-    pub no_torch: bool,
-    /// Python interpreter with torch for the peer.
-    #[arg(long, default_value = "python3")]
-    pub python: String,
-    /// Extra model overrides, e.g. `--set model.layers=2`.
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub sets: Vec<String>,
-    /// Also write the report as JSON here.
-    #[arg(long, value_name = "FILE")]
-    pub json: Option<PathBuf>,
-    /// Compare the tensor-parallel schemes at this degree instead (ranks in this process):
-    /// full-rank Megatron, and the low-rank architecture under vanilla and BTP.
-    #[arg(long, value_name = "N")]
-    pub tp: Option<usize>,
-    /// With --tp: also BTP with the sync norm and ungrouped linears.
-    #[arg(long)]
-    pub all_variants: bool,
-    /// With --tp: recompute policies to run for each scheme (comma-separated: none, full,
-    /// lowrank; `POLICY:N` applies it to the first N layers only), reporting activation
-    /// memory and memory saved per ms of added step time.
-    #[arg(long, value_delimiter = ',', default_value = "none")]
-    pub recompute: Vec<String>,
-    /// Run a (dp, pp, tp) grid in this process instead, e.g. `--grid 2,2,2`, and split each
-    /// rank's step time into compute and tp / pp / dp communication (with `--accumulation`,
-    /// `--schedule`, `--zero`).
-    #[arg(long, value_name = "DP,PP,TP")]
-    pub grid: Option<String>,
-    /// With --grid: micro-batches per step per replica.
-    #[arg(long, default_value_t = 4)]
-    pub accumulation: usize,
-    /// With --grid: `1f1b` or `afab`.
-    #[arg(long, default_value = "1f1b")]
-    pub schedule: String,
-    /// With --grid: ZeRO-1.
-    #[arg(long)]
-    pub zero: bool,
-    /// With --tp: emulate a slower link. `a100` scales the A100 NVLink preset so that
-    /// communication/compute matches an A100; or `ALPHA_US,GBPS`; default none.
-    #[arg(long, value_name = "LINK")]
-    pub link: Option<String>,
-}
-
-pub fn bench(a: &BenchArgs) -> Result<()> {
-    set_threads(a.threads);
-    let mut models = Vec::new();
-    for arch in &a.arch {
-        let mut sets =
-            vec![format!("model.preset={}", a.model), format!("model.arch={arch}"), format!("model.vocab={}", a.vocab)];
-        sets.extend(a.sets.iter().cloned());
-        models.push(Config::load(None, &sets)?.model);
-    }
-    let opts = boost_train::bench::BenchOptions {
-        models,
-        seq: a.seq,
-        micro_batch: a.micro_batch,
-        threads: a.threads,
-        warmup: a.warmup,
-        rounds: a.rounds,
-        python: (!a.no_torch).then(|| a.python.clone()),
-        peer_script: PathBuf::from("bench/torch_peer.py"),
-    };
-    if let Some(grid) = &a.grid {
-        return bench_grid(a, &opts, grid);
-    }
-    if let Some(tp) = a.tp {
-        return bench_tp(a, &opts, tp);
-    }
-    let report = boost_train::bench::run(&opts, &|s| eprintln!("{s}"))?;
-    println!("{}", boost_train::bench::table(&report));
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
-    }
-    Ok(())
-}
-
-fn link_of(a: &BenchArgs) -> Result<Option<boost_comm::Link>> {
-    Ok(match a.link.as_deref() {
-        None | Some("none") => None,
-        Some("a100") => {
-            let gflops = boost_train::bench_tp::measured_gemm_gflops();
-            let hw = boost_perf::Hardware::preset("a100-80gb")?;
-            let (l, k) = boost_train::bench_tp::scaled_link(&hw, gflops);
-            eprintln!(
-                "link emulation: A100 NVLink (α {:.0e} s, {:.0} GB/s) scaled by k = {k:.0} (A100 achieved GEMM / this CPU's {gflops:.0} GFLOP/s): α {:.0} µs, {:.3} GB/s for fp32 payloads",
-                hw.intra_node.alpha_s,
-                hw.intra_node.bandwidth / 1e9,
-                l.alpha_us,
-                l.bandwidth_gb_s
-            );
-            Some(l)
-        }
-        Some(spec) => {
-            let (al, bw) = spec.split_once(',').context("--link takes `a100`, `none` or `ALPHA_US,GBPS`")?;
-            Some(boost_comm::Link::new(al.trim().parse()?, bw.trim().parse()?))
-        }
-    })
-}
-
-fn bench_grid(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, grid: &str) -> Result<()> {
-    let dims: Vec<usize> =
-        grid.split(',').map(|x| x.trim().parse()).collect::<Result<_, _>>().context("--grid takes DP,PP,TP")?;
-    let [dp, pp, tp] = dims[..] else { anyhow::bail!("--grid takes three numbers: DP,PP,TP") };
-    let arch = a.arch.first().cloned().unwrap_or_else(|| "cola".into());
-    let mut sets = vec![
-        format!("model.preset={}", a.model),
-        format!("model.arch={arch}"),
-        format!("model.vocab={}", a.vocab),
-        format!("parallel.dp={dp}"),
-        format!("parallel.pp={pp}"),
-        format!("parallel.tp={tp}"),
-        format!("parallel.schedule={}", a.schedule),
-        format!("parallel.zero={}", a.zero as usize),
-        format!("train.seq_len={}", a.seq),
-        format!("train.micro_batch={}", a.micro_batch),
-        format!("train.accumulation={}", a.accumulation),
-    ];
-    sets.extend(a.sets.iter().cloned());
-    let cfg = Config::load(None, &sets)?;
-    let report = boost_train::bench_grid::run(opts, &cfg, link_of(a)?, &|s| eprintln!("{s}"))?;
-    println!("{}", boost_train::bench_grid::table(&report));
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&report)?)?;
-    }
-    Ok(())
-}
-
-fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -> Result<()> {
-    use boost_config::{Arch, NormMode, Recompute, Scheme};
-    use boost_train::bench_tp::{TpBench, Variant, run, saved_per_ms, table};
-    let link = link_of(a)?;
-    let policies: Vec<(Recompute, usize)> = a
-        .recompute
-        .iter()
-        .map(|p| {
-            let (name, layers) = match p.split_once(':') {
-                Some((n, k)) => {
-                    let k = k.parse().ok().filter(|&k: &usize| k > 0).with_context(|| {
-                        format!("--recompute {p}: the layer count after ':' must be a positive integer")
-                    })?;
-                    (n, k)
-                }
-                None => (p.as_str(), 0),
-            };
-            let policy = match name {
-                "none" => Recompute::None,
-                "full" => Recompute::Full,
-                "lowrank" => Recompute::Lowrank,
-                other => anyhow::bail!("--recompute: unknown policy \"{other}\"; use none, full or lowrank[:N]"),
-            };
-            Ok((policy, layers))
-        })
-        .collect::<Result<_>>()?;
-    let mut variants = Vec::new();
-    let mut push = |model: &boost_config::ModelConfig, scheme, norm, grouping| {
-        for &(recompute, recompute_layers) in &policies {
-            if recompute == Recompute::Lowrank && model.arch == Arch::Full {
-                continue;
-            }
-            variants.push(Variant { model: model.clone(), scheme, norm, grouping, recompute, recompute_layers });
-        }
-    };
-    for m in &opts.models {
-        if m.arch == Arch::Full {
-            push(m, Scheme::Megatron, NormMode::Online, true);
-        } else {
-            push(m, Scheme::Vanilla, NormMode::Online, true);
-            push(m, Scheme::Btp, NormMode::Online, true);
-            if a.all_variants {
-                push(m, Scheme::Btp, NormMode::Online, false);
-                push(m, Scheme::Btp, NormMode::Sync, true);
-                push(m, Scheme::Btp, NormMode::Sync, false);
-            }
-        }
-    }
-    let rows = run(opts, &TpBench { tp, variants, link }, &|s| eprintln!("{s}"))?;
-    println!("{}", table(&rows));
-    let saved = saved_per_ms(&rows);
-    if !saved.is_empty() {
-        println!("| run | activation memory saved | added step time | MiB saved per ms |\n|---|---|---|---|");
-        for (name, mib, ms, per) in &saved {
-            println!("| {name} | {mib:.1} MiB | {ms:.1} ms | {per:.3} |");
-        }
-    }
-    if let Some(p) = &a.json {
-        std::fs::write(p, serde_json::to_string_pretty(&rows)?)?;
-    }
     Ok(())
 }

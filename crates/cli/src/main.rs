@@ -1,5 +1,6 @@
 //! `boost`: one binary, one subcommand per job.
 
+mod bench;
 mod commands;
 mod plot;
 
@@ -40,7 +41,7 @@ enum Command {
     /// Predict step time, communication and memory of a model × layout × cluster.
     Plan(Box<boost_perf::cli::PlanArgs>),
     /// Measure training-step throughput against a GEMM peak and the PyTorch peer.
-    Bench(commands::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Plot runs' loss, learning rate, throughput and time split, overlaid (PNG or SVG).
     Plot(plot::PlotArgs),
 }
@@ -53,7 +54,7 @@ fn main() {
         Command::Export(a) => commands::export(&a),
         Command::Data(a) => boost_data::cli::run(&a),
         Command::Plan(a) => boost_perf::cli::run(&a),
-        Command::Bench(a) => commands::bench(&a),
+        Command::Bench(a) => bench::run(&a),
         Command::Plot(a) => plot::run(&a),
     };
     if let Err(e) = result {

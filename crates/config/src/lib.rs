@@ -3,6 +3,7 @@
 //! and is validated once; every error names the key and the fix.
 
 mod data;
+mod describe;
 mod error;
 mod model;
 mod overrides;
@@ -10,6 +11,7 @@ mod parallel;
 mod train;
 
 pub use data::{DataConfig, RunConfig};
+pub use describe::{KEYS, describe};
 pub use error::{ConfigError, choices, divisors};
 pub use model::{Arch, LaxConfig, LaxFlavour, LaxGate, ModelConfig, PRESETS, Phi, Preset, preset, preset_names};
 pub use overrides::apply_set;

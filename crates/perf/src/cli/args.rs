@@ -115,8 +115,8 @@ pub struct PlanArgs {
     /// fitted link (JSON `alpha_s`, `bandwidth`); `--calibrate-cpu` runs this itself.
     #[arg(long, hide = true)]
     pub measure_mpi_links: bool,
-    /// Threads for `--calibrate-cpu` (0 = all cores).
-    #[arg(long, default_value_t = 0)]
+    /// Compute threads for `--calibrate-cpu` (0: one per core).
+    #[arg(long, value_name = "N", default_value_t = 0)]
     pub threads: usize,
     /// Sweeps of `--calibrate-cpu`; the best of them is kept (use several on a busy machine).
     #[arg(long, default_value_t = 3)]

@@ -1,0 +1,230 @@
+//! `boost bench`: one training step against a GEMM peak and the PyTorch peer, the
+//! tensor-parallel schemes side by side (`--tp`), or a 3D grid in this process (`--grid`).
+
+use crate::commands::set_threads;
+use anyhow::{Context, Result};
+use boost_config::Config;
+use clap::Args;
+use std::path::PathBuf;
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Model preset (its shape; `model.*` keys can be changed with --set).
+    #[arg(long, default_value = "cola-60m")]
+    pub model: String,
+    /// Architectures to measure, comma-separated (the first low-rank one is compared with `full`).
+    #[arg(long, default_value = "cola,full", value_delimiter = ',')]
+    pub arch: Vec<String>,
+    /// Vocabulary size (with 32000 the full-rank LM head alone caps the low-rank speedup).
+    #[arg(long, default_value_t = 8192)]
+    pub vocab: usize,
+    /// Tokens per sequence.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub seq: usize,
+    /// Sequences per micro-batch.
+    #[arg(long, value_name = "N", default_value_t = 8)]
+    pub micro_batch: usize,
+    /// Compute threads, for us and the peer (0: one per core).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub threads: usize,
+    /// Untimed steps before measuring.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
+    /// Timed steps per measurement (we measure before and after the peer).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Skip the PyTorch peer.
+    #[arg(long)]
+    pub no_torch: bool,
+    /// Python interpreter with torch for the peer.
+    #[arg(long, default_value = "python3")]
+    pub python: String,
+    /// Extra model overrides, e.g. `--set model.layers=2`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// Print the report as JSON on stdout instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Compare the tensor-parallel schemes at this degree instead (ranks in this process):
+    /// full-rank Megatron, and the low-rank architecture under vanilla and BTP.
+    #[arg(long, value_name = "N")]
+    pub tp: Option<usize>,
+    /// With --tp: also BTP with the sync norm and ungrouped linears.
+    #[arg(long)]
+    pub all_variants: bool,
+    /// With --tp: recompute policies to run for each scheme (comma-separated: none, full,
+    /// lowrank; `POLICY:N` applies it to the first N layers only), reporting activation
+    /// memory and memory saved per ms of added step time.
+    #[arg(long, value_delimiter = ',', default_value = "none")]
+    pub recompute: Vec<String>,
+    /// Run a (dp, pp, tp) grid in this process instead, e.g. `--grid 2,2,2`, and split each
+    /// rank's step time into compute and tp / pp / dp communication (with `--accumulation`,
+    /// `--schedule`, `--zero`).
+    #[arg(long, value_name = "DP,PP,TP")]
+    pub grid: Option<String>,
+    /// With --grid: micro-batches per step per replica.
+    #[arg(long, default_value_t = 4)]
+    pub accumulation: usize,
+    /// With --grid: `1f1b` or `afab`.
+    #[arg(long, default_value = "1f1b")]
+    pub schedule: String,
+    /// With --grid: ZeRO-1.
+    #[arg(long)]
+    pub zero: bool,
+    /// With --tp: emulate a slower link. `a100` scales the A100 NVLink preset so that
+    /// communication/compute matches an A100; or `ALPHA_US,GBPS`; default none.
+    #[arg(long, value_name = "LINK")]
+    pub link: Option<String>,
+}
+
+pub fn run(a: &BenchArgs) -> Result<()> {
+    set_threads(a.threads);
+    // The peer gets the same number of threads as we do, so 0 becomes the pool's size.
+    let threads = rayon::current_num_threads();
+    let mut models = Vec::new();
+    for arch in &a.arch {
+        let mut sets =
+            vec![format!("model.preset={}", a.model), format!("model.arch={arch}"), format!("model.vocab={}", a.vocab)];
+        sets.extend(a.sets.iter().cloned());
+        models.push(Config::load(None, &sets)?.model);
+    }
+    let opts = boost_train::bench::BenchOptions {
+        models,
+        seq: a.seq,
+        micro_batch: a.micro_batch,
+        threads,
+        warmup: a.warmup,
+        rounds: a.rounds,
+        python: (!a.no_torch).then(|| a.python.clone()),
+        peer_script: PathBuf::from("bench/torch_peer.py"),
+    };
+    if let Some(grid) = &a.grid {
+        return bench_grid(a, &opts, grid);
+    }
+    if let Some(tp) = a.tp {
+        return bench_tp(a, &opts, tp);
+    }
+    let report = boost_train::bench::run(&opts, &|s| eprintln!("{s}"))?;
+    print_report(a.json, &report, || boost_train::bench::table(&report))
+}
+
+fn link_of(a: &BenchArgs) -> Result<Option<boost_comm::Link>> {
+    Ok(match a.link.as_deref() {
+        None | Some("none") => None,
+        Some("a100") => {
+            let gflops = boost_train::bench_tp::measured_gemm_gflops();
+            let hw = boost_perf::Hardware::preset("a100-80gb")?;
+            let (l, k) = boost_train::bench_tp::scaled_link(&hw, gflops);
+            eprintln!(
+                "link emulation: A100 NVLink (α {:.0e} s, {:.0} GB/s) scaled by k = {k:.0} (A100 achieved GEMM / this CPU's {gflops:.0} GFLOP/s): α {:.0} µs, {:.3} GB/s for fp32 payloads",
+                hw.intra_node.alpha_s,
+                hw.intra_node.bandwidth / 1e9,
+                l.alpha_us,
+                l.bandwidth_gb_s
+            );
+            Some(l)
+        }
+        Some(spec) => {
+            let (al, bw) = spec.split_once(',').context("--link takes `a100`, `none` or `ALPHA_US,GBPS`")?;
+            Some(boost_comm::Link::new(al.trim().parse()?, bw.trim().parse()?))
+        }
+    })
+}
+
+fn bench_grid(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, grid: &str) -> Result<()> {
+    let dims: Vec<usize> =
+        grid.split(',').map(|x| x.trim().parse()).collect::<Result<_, _>>().context("--grid takes DP,PP,TP")?;
+    let [dp, pp, tp] = dims[..] else { anyhow::bail!("--grid takes three numbers: DP,PP,TP") };
+    let arch = a.arch.first().cloned().unwrap_or_else(|| "cola".into());
+    let mut sets = vec![
+        format!("model.preset={}", a.model),
+        format!("model.arch={arch}"),
+        format!("model.vocab={}", a.vocab),
+        format!("parallel.dp={dp}"),
+        format!("parallel.pp={pp}"),
+        format!("parallel.tp={tp}"),
+        format!("parallel.schedule={}", a.schedule),
+        format!("parallel.zero={}", a.zero as usize),
+        format!("train.seq_len={}", a.seq),
+        format!("train.micro_batch={}", a.micro_batch),
+        format!("train.accumulation={}", a.accumulation),
+    ];
+    sets.extend(a.sets.iter().cloned());
+    let cfg = Config::load(None, &sets)?;
+    let report = boost_train::bench_grid::run(opts, &cfg, link_of(a)?, &|s| eprintln!("{s}"))?;
+    print_report(a.json, &report, || boost_train::bench_grid::table(&report))
+}
+
+fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -> Result<()> {
+    use boost_config::{Arch, NormMode, Recompute, Scheme};
+    use boost_train::bench_tp::{TpBench, Variant, run, saved_per_ms, table};
+    let link = link_of(a)?;
+    let policies: Vec<(Recompute, usize)> = a
+        .recompute
+        .iter()
+        .map(|p| {
+            let (name, layers) = match p.split_once(':') {
+                Some((n, k)) => {
+                    let k = k.parse().ok().filter(|&k: &usize| k > 0).with_context(|| {
+                        format!("--recompute {p}: the layer count after ':' must be a positive integer")
+                    })?;
+                    (n, k)
+                }
+                None => (p.as_str(), 0),
+            };
+            let policy = match name {
+                "none" => Recompute::None,
+                "full" => Recompute::Full,
+                "lowrank" => Recompute::Lowrank,
+                other => anyhow::bail!("--recompute: unknown policy \"{other}\"; use none, full or lowrank[:N]"),
+            };
+            Ok((policy, layers))
+        })
+        .collect::<Result<_>>()?;
+    let mut variants = Vec::new();
+    let mut push = |model: &boost_config::ModelConfig, scheme, norm, grouping| {
+        for &(recompute, recompute_layers) in &policies {
+            if recompute == Recompute::Lowrank && model.arch == Arch::Full {
+                continue;
+            }
+            variants.push(Variant { model: model.clone(), scheme, norm, grouping, recompute, recompute_layers });
+        }
+    };
+    for m in &opts.models {
+        if m.arch == Arch::Full {
+            push(m, Scheme::Megatron, NormMode::Online, true);
+        } else {
+            push(m, Scheme::Vanilla, NormMode::Online, true);
+            push(m, Scheme::Btp, NormMode::Online, true);
+            if a.all_variants {
+                push(m, Scheme::Btp, NormMode::Online, false);
+                push(m, Scheme::Btp, NormMode::Sync, true);
+                push(m, Scheme::Btp, NormMode::Sync, false);
+            }
+        }
+    }
+    let rows = run(opts, &TpBench { tp, variants, link }, &|s| eprintln!("{s}"))?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!("{}", table(&rows));
+    let saved = saved_per_ms(&rows);
+    if !saved.is_empty() {
+        println!("| run | activation memory saved | added step time | MiB saved per ms |\n|---|---|---|---|");
+        for (name, mib, ms, per) in &saved {
+            println!("| {name} | {mib:.1} MiB | {ms:.1} ms | {per:.3} |");
+        }
+    }
+    Ok(())
+}
+
+/// `--json`: the report as JSON on stdout; otherwise its table.
+fn print_report<R: serde::Serialize>(json: bool, report: &R, table: impl FnOnce() -> String) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
+    } else {
+        println!("{}", table());
+    }
+    Ok(())
+}

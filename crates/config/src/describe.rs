@@ -1,0 +1,103 @@
+//! One line per configuration key, for `boost train --print-config`: the resolved config
+//! as TOML with each key's meaning above it. A test checks that every key the config
+//! serialises has a line here and that every line names a key, so the two cannot drift.
+
+use crate::Config;
+
+/// `(table.key, meaning)` for every key of [`Config`].
+pub const KEYS: &[(&str, &str)] = &[
+    ("model.preset", "shape preset: demo, cola-60m, cola-130m, cola-350m, 1b, 3b, 7b, 13b, 30b"),
+    ("model.arch", "architecture: full, svd, cola, lax"),
+    ("model.d", "hidden width"),
+    ("model.d_ff", "MLP width"),
+    ("model.layers", "decoder layers"),
+    ("model.heads", "attention heads"),
+    ("model.kv_heads", "key/value heads (grouped-query attention); unset = heads"),
+    ("model.rank", "bottleneck rank r of the low-rank projections"),
+    ("model.vocab", "vocabulary size; 0 = the tokenizer's"),
+    ("model.only_lr_act", "CoLA: no SiLU outside the bottleneck"),
+    ("model.tie_embeddings", "share the embedding table and the LM head"),
+    ("model.rope_theta", "RoPE base"),
+    ("model.norm_eps", "RMSNorm epsilon"),
+    ("model.init_std", "standard deviation of the embedding and dense initialisation"),
+    ("model.lax.flavour", "LaX: the bottleneck's activation, as in cola or svd"),
+    ("model.lax.gate", "LaX: the crossing's gate, dense or kron"),
+    ("model.lax.kron_a", "LaX: the Kronecker gate's first factor; 0 = the square-most split of r"),
+    ("model.lax.ln_eps", "LaX: LayerNorm epsilon of the crossing"),
+    ("train.steps", "optimizer steps"),
+    ("train.seq_len", "tokens per sequence"),
+    ("train.micro_batch", "sequences per micro-batch"),
+    ("train.accumulation", "micro-batches per step per data-parallel replica"),
+    ("train.lr", "peak learning rate"),
+    ("train.warmup_steps", "linear warm-up steps"),
+    ("train.schedule", "learning-rate schedule: cosine, wsd, constant"),
+    ("train.min_lr_ratio", "final learning rate as a fraction of the peak"),
+    ("train.decay_fraction", "wsd: the fraction of steps spent decaying"),
+    ("train.weight_decay", "AdamW weight decay (matrices only)"),
+    ("train.beta1", "AdamW β1"),
+    ("train.beta2", "AdamW β2"),
+    ("train.eps", "AdamW ε"),
+    ("train.grad_clip", "clip the global gradient norm to this; 0 = off"),
+    ("train.threads", "compute threads; 0 = one per core"),
+    ("train.seed", "seed of the initialisation and the data order"),
+    ("train.eval_every", "validate every N steps; 0 = never"),
+    ("train.eval_batches", "validation micro-batches per evaluation"),
+    ("train.checkpoint_every", "checkpoint every N steps; 0 = only at the end"),
+    ("train.keep_checkpoints", "checkpoints kept; older ones are pruned"),
+    ("train.recompute", "activation recompute: none, full, lowrank"),
+    ("train.recompute_layers", "the recompute policy covers the first N layers of each stage; 0 = all"),
+    ("train.device", "cpu, cuda or cuda:N"),
+    ("train.skip_nonfinite", "skip a step whose gradient norm is non-finite or an outlier instead of stopping"),
+    ("train.checkpoint_on_signal", "SIGINT/SIGTERM write a checkpoint at the next step boundary"),
+    ("train.log_every", "a timestamped log line every N steps when there is no progress bar; 0 = none"),
+    ("data.dir", "dataset directory (token shards)"),
+    ("data.corpus", "built into a missing or empty data.dir: shakespeare, or none"),
+    ("data.tokenizer", "bpe (trained on the corpus) or the path of a tokenizer.json"),
+    ("data.vocab_size", "BPE vocabulary size"),
+    ("data.val_fraction", "fraction of documents held out for validation"),
+    ("data.seed", "seed of the split and the BPE sample"),
+    ("parallel.tp", "tensor-parallel degree"),
+    ("parallel.pp", "pipeline stages"),
+    ("parallel.dp", "data-parallel replicas"),
+    ("parallel.scheme", "tensor-parallel scheme: auto, megatron, vanilla, btp"),
+    ("parallel.norm", "BTP's RMSNorm: online (one collective) or sync"),
+    ("parallel.grouping", "group A_qkv and A_gate/up into one GEMM each"),
+    ("parallel.schedule", "pipeline schedule: 1f1b or afab"),
+    ("parallel.zero", "ZeRO stage: 0 or 1"),
+    ("parallel.link_alpha_us", "emulated link latency in µs (in-process ranks); 0 = off"),
+    ("parallel.link_gbps", "emulated link bandwidth in GB/s; 0 = off"),
+    ("run.dir", "run directory: metrics, config and checkpoints"),
+    ("run.progress", "progress bar when stderr is a terminal; false prints log lines instead"),
+];
+
+/// The meaning of `key` (`table.key`), if it is a configuration key.
+pub fn describe(key: &str) -> Option<&'static str> {
+    KEYS.iter().find(|(k, _)| *k == key).map(|(_, d)| *d)
+}
+
+impl Config {
+    /// The resolved configuration as TOML, each key preceded by a `#` line saying what it
+    /// means; it parses back to the same configuration.
+    pub fn to_annotated_toml(&self) -> String {
+        let mut out = String::new();
+        let mut table = "";
+        for line in self.to_toml().lines() {
+            let trimmed = line.trim();
+            if let Some(name) = trimmed.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+                table = name;
+            } else if let Some((key, _)) = trimmed.split_once(" = ") {
+                let full = format!("{table}.{key}");
+                if let Some(d) = describe(&full) {
+                    out.push_str(&format!("# {d}\n"));
+                }
+                if full == "parallel.scheme" {
+                    let scheme = self.parallel.resolved_scheme(&self.model);
+                    out.push_str(&format!("# (for this model: {})\n", scheme.name()));
+                }
+            }
+            out.push_str(line);
+            out.push('\n');
+        }
+        out
+    }
+}
