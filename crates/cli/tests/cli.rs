@@ -55,7 +55,6 @@ fn bad_input_names_the_problem() {
         (&["train", "--set", "train.stepz=3"], "stepz"),
         (&["train", "--set", "parallel.tp=3", "--set", "model.preset=cola-60m"], "parallel.tp"),
         (&["train", "--set", "model.arch=full", "--set", "train.recompute=lowrank"], "train.recompute"),
-        (&["train", "--set", "parallel.pp=2", "--set", "train.accumulation=1"], "train.accumulation"),
         (&["train", "--set", "data.corpus=none", "--set", "data.dir=/nonexistent/x"], "data.dir"),
         (&["eval", "--checkpoint", "/nonexistent/ck"], "/nonexistent/ck"),
         (&["train", "--config", "/nonexistent/c.toml"], "/nonexistent/c.toml"),
@@ -78,10 +77,12 @@ fn bad_input_names_the_problem() {
 fn dumped_gradients_agree_across_layouts() {
     let root = tempfile::tempdir().unwrap();
     let data = dataset(root.path());
-    let layouts: [&[&str]; 3] = [
+    let layouts: [&[&str]; 4] = [
         &["train.accumulation=2"],
         &["parallel.tp=2", "parallel.pp=2", "train.accumulation=2"],
         &["parallel.dp=2", "parallel.zero=1", "train.accumulation=1"],
+        // One micro-batch of the same eight sequences through two stages (a larger bubble).
+        &["parallel.pp=2", "train.accumulation=1", "train.micro_batch=8"],
     ];
     let dumps: Vec<_> = layouts
         .iter()

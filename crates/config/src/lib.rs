@@ -46,7 +46,7 @@ impl Default for Config {
 }
 
 /// `train.accumulation` left unset with a pipeline means `parallel.pp`: the fewest
-/// micro-batches that fill it (set explicitly, it must be at least that).
+/// micro-batches that fill it (set explicitly, fewer is allowed: a larger bubble).
 fn default_accumulation(table: &mut Table) {
     let pp = table.get("parallel").and_then(|p| p.get("pp")).and_then(|v| v.as_integer());
     let Some(pp) = pp.filter(|&pp| pp > 1) else { return };
@@ -115,15 +115,7 @@ impl Config {
         self.train.validate()?;
         self.data.validate()?;
         self.parallel.validate(&self.model)?;
-        if self.parallel.pp > 1 && self.train.accumulation < self.parallel.pp {
-            return Err(ConfigError::new(
-                "train.accumulation",
-                format!(
-                    "{} micro-batch(es) per step cannot fill parallel.pp = {} pipeline stages; set train.accumulation ≥ {}",
-                    self.train.accumulation, self.parallel.pp, self.parallel.pp
-                ),
-            ));
-        }
+        // Fewer micro-batches than stages is allowed: the schedule just has a larger bubble.
         let per_stage = self.model.layers / self.parallel.pp.max(1);
         if self.train.recompute_layers > per_stage {
             return Err(ConfigError::new(
@@ -260,6 +252,8 @@ mod tests {
         assert_eq!(load(&["model.layers=4", "parallel.pp=2"]).unwrap().train.accumulation, 2);
         assert_eq!(load(&["model.layers=4", "parallel.pp=2", "train.accumulation=3"]).unwrap().train.accumulation, 3);
         assert_eq!(load(&[]).unwrap().train.accumulation, 1);
+        // Fewer micro-batches than stages: accepted (a larger bubble).
+        assert_eq!(load(&["model.layers=4", "parallel.pp=2", "train.accumulation=1"]).unwrap().train.accumulation, 1);
         load(&["train.recompute=full", "train.recompute_layers=1"]).unwrap();
         let e =
             load(&["model.layers=4", "parallel.pp=2", "train.accumulation=2", "train.recompute_layers=3"]).unwrap_err();

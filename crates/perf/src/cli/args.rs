@@ -186,13 +186,6 @@ pub fn setup_from_args(args: &PlanArgs, hw: &Hardware) -> Result<Setup> {
             bail!("--global-batch {g} is not a multiple of micro-batch × dp = {} × {} = {per}", s.micro_batch, s.dp);
         }
         s.accumulation = g / per;
-        if s.pp > 1 && s.accumulation < s.pp {
-            bail!(
-                "--global-batch {g} gives {} micro-batch(es) per step, which cannot fill {} pipeline stages; raise --global-batch",
-                s.accumulation,
-                s.pp
-            );
-        }
     }
     s.validate().context("the planned set-up")?;
     Ok(s)

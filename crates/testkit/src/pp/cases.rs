@@ -1,6 +1,6 @@
 //! The layouts each sweep checks: the `--set` keys, schedule and recompute policy of a case.
 
-use super::Case;
+use super::{Case, M};
 use boost_config::{PipeSchedule, Recompute};
 
 /// The parity sweeps, each a test of its own in the backends' suites.
@@ -9,6 +9,8 @@ pub enum Sweep {
     /// Pipelines of 2 and 4 stages, with tensor parallelism, tied embeddings, LaX crossings
     /// and recompute (of every layer and of each stage's first layer).
     Pipelines,
+    /// Fewer micro-batches than stages (a larger bubble): 1 through 2 stages, 2 through 4.
+    ShortPipelines,
     /// The (tp, pp, dp) grids for CoLA under BTP and full-rank under Megatron, both
     /// schedules, with and without ZeRO-1.
     Grids,
@@ -19,18 +21,20 @@ impl Sweep {
     pub const fn runs(self) -> usize {
         match self {
             Sweep::Pipelines => 17,
+            Sweep::ShortPipelines => 6,
             Sweep::Grids => 32,
         }
     }
 }
 
 fn case(sets: &[&str], kind: PipeSchedule, policy: Recompute) -> Case {
-    Case { sets: sets.iter().map(|s| s.to_string()).collect(), kind, policy }
+    Case { sets: sets.iter().map(|s| s.to_string()).collect(), kind, policy, micro_batches: M }
 }
 
 pub fn sweep(which: Sweep) -> Vec<Case> {
     match which {
         Sweep::Pipelines => pipelines(),
+        Sweep::ShortPipelines => short_pipelines(),
         Sweep::Grids => grids(),
     }
 }
@@ -61,6 +65,19 @@ fn pipelines() -> Vec<Case> {
     cases
 }
 
+fn short_pipelines() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for kind in [PipeSchedule::OneFOneB, PipeSchedule::Afab] {
+        cases.push(Case { micro_batches: 1, ..case(&["model.arch=cola", "parallel.pp=2"], kind, Recompute::None) });
+        cases.push(Case { micro_batches: 2, ..case(&["model.arch=cola", "parallel.pp=4"], kind, Recompute::None) });
+    }
+    let tp2 = ["model.arch=full", "parallel.pp=2", "parallel.tp=2"];
+    cases.push(Case { micro_batches: 1, ..case(&tp2, PipeSchedule::OneFOneB, Recompute::None) });
+    let lax = ["model.arch=lax", "parallel.pp=4"];
+    cases.push(Case { micro_batches: 3, ..case(&lax, PipeSchedule::OneFOneB, Recompute::Lowrank) });
+    cases
+}
+
 fn grids() -> Vec<Case> {
     let mut cases = Vec::new();
     for (tp, pp, dp) in [(1, 2, 1), (2, 2, 1), (1, 1, 2), (2, 1, 2), (2, 2, 2)] {
@@ -77,7 +94,7 @@ fn grids() -> Vec<Case> {
                         format!("parallel.dp={dp}"),
                         format!("parallel.zero={zero}"),
                     ];
-                    cases.push(Case { sets: sets.to_vec(), kind, policy: Recompute::None });
+                    cases.push(Case { sets: sets.to_vec(), kind, policy: Recompute::None, micro_batches: M });
                 }
             }
         }

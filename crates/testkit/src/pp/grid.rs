@@ -1,20 +1,21 @@
 //! One step's micro-batches through every rank of a (dp, pp, tp) grid, each rank reporting
 //! its loss share and the gradients it holds after the data-parallel reduction.
 
-use super::{B, M, Out, S, SEED, batches};
+use super::{B, Case, Out, S, SEED, batches};
 use crate::engine::Engine;
 use boost_comm::{Dims, run_ranks};
-use boost_config::{Config, PipeSchedule, Recompute};
+use boost_config::Config;
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::{Backend, Mat};
 use boost_train::dp::Optimizer;
 use boost_train::pipeline::StageRunner;
 use boost_train::pipeline::schedule::table;
 
-pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, kind: PipeSchedule, policy: Recompute) -> Vec<Out> {
+pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, case: &Case) -> Vec<Out> {
     let (tp, pp, dp) = (cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp);
     let zero = cfg.parallel.zero == 1;
-    let data = batches(cfg.model.vocab);
+    let (kind, policy, mbs) = (case.kind, case.policy, case.micro_batches);
+    let data = batches(cfg.model.vocab, mbs);
     run_ranks(Dims::new(dp, pp, tp), |_, grid| {
         let c = grid.coord;
         let layout = Layout::staged(&cfg.model, &cfg.parallel, c.tp, c.pp, pp);
@@ -25,13 +26,13 @@ pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, kind: PipeSchedu
         m.set_recompute(policy);
         m.set_recompute_layers(cfg.train.recompute_layers);
         // Replica r trains on micro-batches r·acc .. (r+1)·acc.
-        let acc = M / dp;
+        let acc = mbs / dp;
         let bs: Vec<Batch> = data[c.dp * acc..(c.dp + 1) * acc]
             .iter()
             .map(|(i, t)| Batch { ids: i, targets: t, batch: B, seq: S })
             .collect();
         let mut runner = StageRunner::new(table(kind, c.pp, pp, acc));
-        let scale = 1.0 / (M * B * S) as f64;
+        let scale = 1.0 / (mbs * B * S) as f64;
         let loss = runner.run(&mut m, &*tpg, &*ppg, &bs, scale);
         let mut opt = Optimizer::new(&m.be, &m.store, zero, dp, c.dp);
         opt.sync_grads(&m.be, &mut m.store, &*dpg, &mut None);

@@ -17,7 +17,7 @@ use boost_tensor::{Backend, Solo};
 
 const B: usize = 2;
 const S: usize = 8;
-/// Micro-batches per step, over all replicas.
+/// Micro-batches per step over all replicas, unless a case says otherwise.
 const M: usize = 4;
 const SEED: u64 = 9;
 
@@ -28,6 +28,7 @@ macro_rules! pp_parity_tests {
     ($engine:expr, $tol:expr) => {
         $crate::pp_parity_tests!(@one pipelines_reproduce_the_single_stage_gradients, Pipelines, $engine, $tol);
         $crate::pp_parity_tests!(@one grids_reproduce_the_single_rank_gradients, Grids, $engine, $tol);
+        $crate::pp_parity_tests!(@one fewer_micro_batches_than_stages_reproduce_the_single_stage, ShortPipelines, $engine, $tol);
     };
     (@one $name:ident, $sweep:ident, $engine:expr, $tol:expr) => {
         #[test]
@@ -38,11 +39,13 @@ macro_rules! pp_parity_tests {
     };
 }
 
-/// A model, micro-batch count and schedule to run against the single rank.
+/// A model, layout, schedule and micro-batch count to run against the single rank.
 pub struct Case {
     pub sets: Vec<String>,
     pub kind: PipeSchedule,
     pub policy: Recompute,
+    /// Micro-batches per step over all replicas.
+    pub micro_batches: usize,
 }
 
 /// Run `sweep` on `engine`, each case against the single-rank model within `tol` (relative,
@@ -58,8 +61,8 @@ pub fn parity<E: Backend>(engine: &Engine<E>, which: Sweep, tol: f64) {
 
 type Out = (f64, Vec<(Piece, Vec<f64>)>);
 
-fn batches(v: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
-    (0..M)
+fn batches(v: usize, m: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
+    (0..m)
         .map(|k| {
             let ids: Vec<u32> = (0..B * S + 1).map(|i| ((i * 31 + k * 17 + 3) % v) as u32).collect();
             (ids[..B * S].to_vec(), ids[1..].to_vec())
@@ -67,11 +70,11 @@ fn batches(v: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
         .collect()
 }
 
-fn reference<E: Backend>(engine: &Engine<E>, cfg: &Config) -> Out {
+fn reference<E: Backend>(engine: &Engine<E>, cfg: &Config, mbs: usize) -> Out {
     let mut m = Model::new(engine.backend(), &cfg.model, Layout::single(&cfg.model), SEED).unwrap();
-    let scale = 1.0 / (M * B * S) as f64;
+    let scale = 1.0 / (mbs * B * S) as f64;
     let mut loss = 0.0;
-    for (ids, targets) in batches(cfg.model.vocab) {
+    for (ids, targets) in batches(cfg.model.vocab, mbs) {
         loss += m.forward_backward(&Solo, &Batch { ids: &ids, targets: &targets, batch: B, seq: S }, scale).sum;
     }
     let pieces = m.store.pieces.iter().map(|p| (p.clone(), m.be.read_mat(p.slot.of(&m.store.grads)))).collect();
@@ -82,11 +85,11 @@ fn check<E: Backend>(engine: &Engine<E>, case: &Case, tol: f64) {
     let mut sets = small_model(4, &case.sets);
     sets.push(format!("train.recompute={}", format!("{:?}", case.policy).to_lowercase()));
     let dp: usize = case.sets.iter().find_map(|s| s.strip_prefix("parallel.dp=")).map_or(1, |v| v.parse().unwrap());
-    sets.push(format!("train.accumulation={}", M / dp));
+    sets.push(format!("train.accumulation={}", case.micro_batches / dp));
     let cfg = Config::load(None, &sets).unwrap();
-    let what = format!("{:?} {:?} {:?}", case.sets, case.kind, case.policy);
-    let (rloss, rpieces) = reference(engine, &cfg);
-    let outs = grid::run(engine, &cfg, case.kind, case.policy);
+    let what = format!("{:?} {:?} {:?} {} micro-batches", case.sets, case.kind, case.policy, case.micro_batches);
+    let (rloss, rpieces) = reference(engine, &cfg, case.micro_batches);
+    let outs = grid::run(engine, &cfg, case);
     let loss: f64 = outs.iter().map(|o| o.0).sum();
     assert!((loss - rloss).abs() <= tol * rloss.abs(), "{what}: loss {loss} vs {rloss}");
     for (rp, rg) in &rpieces {
