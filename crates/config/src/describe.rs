@@ -66,6 +66,9 @@ pub const KEYS: &[(&str, &str)] = &[
     ("parallel.zero", "ZeRO stage: 0 or 1"),
     ("parallel.link_alpha_us", "emulated link latency in µs (in-process ranks); 0 = off"),
     ("parallel.link_gbps", "emulated link bandwidth in GB/s; 0 = off"),
+    ("parallel.link.tp", "the tp groups' emulated link, \"ALPHA_US,GBPS\"; unset = link_alpha_us, link_gbps"),
+    ("parallel.link.pp", "the pp groups' emulated link, \"ALPHA_US,GBPS\"; unset = link_alpha_us, link_gbps"),
+    ("parallel.link.dp", "the dp groups' emulated link, \"ALPHA_US,GBPS\"; unset = link_alpha_us, link_gbps"),
     ("run.dir", "run directory: metrics, config and checkpoints"),
     ("run.progress", "progress bar when stderr is a terminal; false prints log lines instead"),
 ];

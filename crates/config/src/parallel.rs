@@ -83,6 +83,47 @@ pub struct ParallelConfig {
     pub link_alpha_us: f64,
     /// … and bandwidth (GB/s); 0 turns emulation off.
     pub link_gbps: f64,
+    /// Per group kind, `"ALPHA_US,GBPS"` overriding the two keys above for that kind.
+    pub link: GroupLinks,
+}
+
+/// Emulated links of the tp, pp and dp groups, each `"ALPHA_US,GBPS"` (e.g. `"2,300"` for a
+/// fast intra-node link, `"20,25"` for an inter-node one); unset: `link_alpha_us`,
+/// `link_gbps`. A bandwidth of 0 turns emulation off for that kind.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GroupLinks {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tp: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pp: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dp: Option<String>,
+}
+
+/// An emulated link: latency per collective step (µs) and bandwidth (GB/s).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinkSpec {
+    pub alpha_us: f64,
+    pub gbps: f64,
+}
+
+/// Parse `"ALPHA_US,GBPS"` for config key `key`.
+pub fn parse_link(key: &str, text: &str) -> Result<LinkSpec, ConfigError> {
+    let bad = |why: &str| {
+        ConfigError::new(
+            key,
+            format!(
+                "is \"{text}\"; {why}: write \"ALPHA_US,GBPS\", e.g. \"20,25\" (latency in µs, bandwidth in GB/s; \"0,0\" turns it off)"
+            ),
+        )
+    };
+    let (a, b) = text.split_once(',').ok_or_else(|| bad("it needs two numbers"))?;
+    let num = |s: &str| s.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
+    match (num(a), num(b)) {
+        (Some(alpha_us), Some(gbps)) => Ok(LinkSpec { alpha_us, gbps }),
+        _ => Err(bad("each must be a number ≥ 0")),
+    }
 }
 
 impl Default for ParallelConfig {
@@ -98,6 +139,7 @@ impl Default for ParallelConfig {
             zero: 0,
             link_alpha_us: 0.0,
             link_gbps: 0.0,
+            link: GroupLinks::default(),
         }
     }
 }
@@ -111,6 +153,23 @@ impl ParallelConfig {
             SchemeChoice::Vanilla => Scheme::Vanilla,
             SchemeChoice::Btp => Scheme::Btp,
         }
+    }
+
+    /// The emulated link of group kind `group` (`tp`, `pp`, `dp`, or `world` for the rest):
+    /// its own key if set, else `link_alpha_us`/`link_gbps`; None when emulation is off.
+    pub fn link_of(&self, group: &str) -> Option<LinkSpec> {
+        let own = match group {
+            "tp" => self.link.tp.as_deref(),
+            "pp" => self.link.pp.as_deref(),
+            "dp" => self.link.dp.as_deref(),
+            _ => None,
+        };
+        let spec = match own {
+            // Validated when the config was loaded.
+            Some(text) => parse_link(&format!("parallel.link.{group}"), text).ok()?,
+            None => LinkSpec { alpha_us: self.link_alpha_us, gbps: self.link_gbps },
+        };
+        (spec.gbps > 0.0).then_some(spec)
     }
 
     pub fn world_size(&self) -> usize {
@@ -129,6 +188,11 @@ impl ParallelConfig {
                     format!("parallel.{key}"),
                     format!("is {v}; link emulation needs a number ≥ 0, e.g. {example} (0 turns it off)"),
                 ));
+            }
+        }
+        for (group, text) in [("tp", &self.link.tp), ("pp", &self.link.pp), ("dp", &self.link.dp)] {
+            if let Some(t) = text {
+                parse_link(&format!("parallel.link.{group}"), t)?;
             }
         }
         if self.zero > 1 {

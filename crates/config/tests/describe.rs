@@ -25,7 +25,15 @@ fn keys_of(cfg: &Config) -> BTreeSet<String> {
 
 /// A config that sets the optional keys too (kv_heads only serialises when set).
 fn full_config() -> Config {
-    let sets = ["model.arch=lax", "model.kv_heads=2", "parallel.tp=2"].map(String::from);
+    let sets = [
+        "model.arch=lax",
+        "model.kv_heads=2",
+        "parallel.tp=2",
+        "parallel.link.tp=\"2,300\"",
+        "parallel.link.pp=\"20,25\"",
+        "parallel.link.dp=\"20,25\"",
+    ]
+    .map(String::from);
     Config::load(None, &sets).unwrap()
 }
 

@@ -90,3 +90,23 @@ fn value_errors_name_the_value() {
     assert_eq!(e.key, "data.vocab_size");
     assert!(e.message.contains("100"), "{e}");
 }
+
+#[test]
+fn per_group_links_are_checked_and_named() {
+    for (set, key) in [
+        ("parallel.link.tp=fast", "parallel.link.tp"),
+        ("parallel.link.pp=5", "parallel.link.pp"),
+        ("parallel.link.dp=-1,25", "parallel.link.dp"),
+        ("parallel.link.dp=1,nan", "parallel.link.dp"),
+        ("parallel.link.ep=1,2", "ep"),
+    ] {
+        let e = load(&[set]).unwrap_err();
+        assert!(e.key.contains(key) || e.message.contains(key), "{set}: {e}");
+    }
+    let cfg = load(&["parallel.link.tp=2,300", "parallel.link.dp= 20 , 25 "]).unwrap();
+    let tp = cfg.parallel.link_of("tp").unwrap();
+    assert_eq!((tp.alpha_us, tp.gbps), (2.0, 300.0));
+    let dp = cfg.parallel.link_of("dp").unwrap();
+    assert_eq!((dp.alpha_us, dp.gbps), (20.0, 25.0));
+    assert_eq!(cfg.parallel.link_of("pp"), None, "no default link: pp is not emulated");
+}

@@ -60,6 +60,8 @@ const KEYS: &[&str] = &[
     "parallel.zero",
     "parallel.link_alpha_us",
     "parallel.link_gbps",
+    "parallel.link.tp",
+    "parallel.link.dp",
     "run.dir",
     "run.progress",
     "model",

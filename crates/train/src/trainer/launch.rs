@@ -15,11 +15,11 @@ use boost_tensor::cpu::Cpu;
 use std::path::Path;
 
 fn run_options(cfg: &Config) -> RunOptions {
-    let par = &cfg.parallel;
+    let link = |group| cfg.parallel.link_of(group).map(|l| Link::new(l.alpha_us, l.gbps));
+    let links = Links { world: link("world"), tp: link("tp"), pp: link("pp"), dp: link("dp") };
     let mut ropts = RunOptions::default().record(true);
-    if par.link_gbps > 0.0 {
-        let link = Link::new(par.link_alpha_us, par.link_gbps);
-        ropts = ropts.grid(GridOptions::default().record(true).links(Links::all(link)));
+    if links != Links::default() {
+        ropts = ropts.grid(GridOptions::default().record(true).links(links));
     }
     ropts
 }
@@ -183,5 +183,31 @@ impl RankCtx<'_> {
         recorder: Option<&Recorder>,
     ) -> Result<Option<Summary>> {
         Job::setup(self, rank, c, world, be, g, recorder)?.run()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn links(sets: &[&str]) -> Links {
+        let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+        let cfg = Config::load(None, &sets).unwrap();
+        run_options(&cfg).grid.links
+    }
+
+    #[test]
+    fn each_group_kind_gets_its_own_link_or_the_default() {
+        assert_eq!(links(&[]), Links::default(), "no emulation unless asked");
+        let fast = Link::new(2.0, 300.0);
+        let slow = Link::new(20.0, 25.0);
+        let l = links(&["parallel.link.tp=2,300", "parallel.link.dp=20,25"]);
+        assert_eq!(l, Links { world: None, tp: Some(fast), pp: None, dp: Some(slow) });
+        // The old keys are the default of every kind without its own key.
+        let l = links(&["parallel.link_alpha_us=20", "parallel.link_gbps=25", "parallel.link.tp=2,300"]);
+        assert_eq!(l, Links { world: Some(slow), tp: Some(fast), pp: Some(slow), dp: Some(slow) });
+        // "0,0" turns one kind off.
+        let l = links(&["parallel.link_alpha_us=20", "parallel.link_gbps=25", "parallel.link.pp=0,0"]);
+        assert_eq!(l, Links { world: Some(slow), tp: Some(slow), pp: None, dp: Some(slow) });
     }
 }
