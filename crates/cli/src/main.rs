@@ -2,6 +2,7 @@
 
 mod bench;
 mod commands;
+mod generate;
 mod plot;
 
 use clap::{Parser, Subcommand};
@@ -35,6 +36,8 @@ enum Command {
     Eval(commands::EvalArgs),
     /// Write a checkpoint as a Hugging Face-style folder.
     Export(commands::ExportArgs),
+    /// Continue a prompt with a checkpoint's model (key/value cache; streams to stdout).
+    Generate(generate::GenerateArgs),
     /// Build token shards from text, JSONL or Parquet (or fetch the demo corpus).
     #[command(after_help = DATA_EXAMPLES)]
     Data(boost_data::cli::DataArgs),
@@ -52,6 +55,7 @@ fn main() {
         Command::Train(a) => commands::train(&a),
         Command::Eval(a) => commands::eval(&a),
         Command::Export(a) => commands::export(&a),
+        Command::Generate(a) => generate::run(&a),
         Command::Data(a) => boost_data::cli::run(&a),
         Command::Plan(a) => boost_perf::cli::run(&a),
         Command::Bench(a) => bench::run(&a),

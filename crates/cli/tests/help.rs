@@ -33,7 +33,7 @@ fn data_help_shows_examples_and_names_parquet() {
     assert!(top.lines().any(|l| l.trim_start().starts_with("data") && l.contains("Parquet")), "{top}");
 }
 
-const COMMANDS: [&str; 7] = ["train", "eval", "export", "data", "plan", "bench", "plot"];
+const COMMANDS: [&str; 8] = ["train", "eval", "export", "generate", "data", "plan", "bench", "plot"];
 
 /// Each option of `boost CMD -h` with its help text: clap puts the help on the option's
 /// line, or on the next line when the options are too wide.
@@ -88,7 +88,7 @@ fn threads_and_json_mean_the_same_everywhere() {
             }
         }
     }
-    assert_eq!(seen, (4, 2), "--threads on train, eval, plan, bench; --json on plan, bench");
+    assert_eq!(seen, (5, 2), "--threads on train, eval, generate, plan, bench; --json on plan, bench");
 }
 
 #[test]

@@ -116,6 +116,15 @@ impl Config {
         self.data.validate()?;
         self.parallel.validate(&self.model)?;
         // Fewer micro-batches than stages is allowed: the schedule just has a larger bubble.
+        if self.train.sample_every > 0 && (self.parallel.tp > 1 || self.parallel.pp > 1) {
+            return Err(ConfigError::new(
+                "train.sample_every",
+                format!(
+                    "samples are drawn from one rank's whole model, but parallel.tp = {} and parallel.pp = {} split it; set train.sample_every = 0, or sample a checkpoint with `boost generate`",
+                    self.parallel.tp, self.parallel.pp
+                ),
+            ));
+        }
         let per_stage = self.model.layers / self.parallel.pp.max(1);
         if self.train.recompute_layers > per_stage {
             return Err(ConfigError::new(

@@ -73,6 +73,9 @@ pub struct TrainConfig {
     /// A timestamped log line every N steps when there is no progress bar (stderr is not a
     /// terminal, as under SLURM, nohup or mpirun, or `run.progress = false`); 0 = none.
     pub log_every: usize,
+    /// Every N steps, print a sample of the model's text (64 tokens from the end-of-text
+    /// token, temperature 0.8, seeded by the step); 0 = never. Needs tp = pp = 1.
+    pub sample_every: usize,
 }
 
 impl Default for TrainConfig {
@@ -101,6 +104,7 @@ impl Default for TrainConfig {
             skip_nonfinite: false,
             checkpoint_on_signal: true,
             log_every: 10,
+            sample_every: 0,
             recompute: Recompute::None,
             recompute_layers: 0,
             device: "cpu".into(),

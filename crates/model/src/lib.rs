@@ -13,6 +13,8 @@ pub use boost_plan as plan;
 pub use boost_plan::{NormPlacement, Plan};
 pub use layout::{Dims, Layout};
 pub mod block;
+pub mod decode;
 pub mod model;
 
+pub use decode::KvCache;
 pub use model::{ActivationMemory, Batch, FirstStage, LastStage, LossSum, Model, Wire, layout_pieces};

@@ -16,6 +16,7 @@ pub use trainer::{Summary, TrainOptions, train};
 pub mod compat;
 pub mod eval;
 pub mod export;
+pub mod generate;
 pub mod grid_ckpt;
 pub mod guard;
 pub mod manifest;

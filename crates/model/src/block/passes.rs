@@ -91,6 +91,9 @@ impl Block {
 
     /// RoPE on q and k, then causal attention into `acts.attn` (forward and low-rank recompute).
     pub(super) fn rope_attention<B: Backend>(&self, cx: &Ctx<B>, acts: &mut BlockActs<B>) {
+        if let Some(cache) = cx.attend {
+            return cache.attend(self, cx, acts);
+        }
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         let (qw, kw) = (dims.q_loc(), dims.kv_w_loc());
         be.rope(MatMut::at(&mut acts.qkv_out, 0, t, qw, qw), cx.rope, cx.seq, dims.head_dim, false);

@@ -125,7 +125,7 @@ pub(crate) fn ctx<'a, B: Backend>(
 ) -> Ctx<'a, B> {
     let PassInputs { params, rope, batch, seq } = inputs;
     let (phi, norm_eps, lax_eps) = (cfg.phi(), cfg.norm_eps, cfg.lax.ln_eps);
-    Ctx { be, tp, plan, dims, phi, norm_eps, lax_eps, t: batch * seq, batch, seq, params, rope }
+    Ctx { be, tp, plan, dims, phi, norm_eps, lax_eps, t: batch * seq, batch, seq, params, rope, attend: None }
 }
 
 mod parameters;

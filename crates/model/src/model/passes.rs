@@ -3,16 +3,28 @@
 
 use super::recompute::{act_set, act_slots};
 use super::*;
+use crate::decode::CachedAttention;
 
 impl<B: Backend> Model<B> {
     /// This stage's forward: embedding (first stage) or the received input, the layers,
     /// then (last stage) exit, final norm and logits.
     pub(super) fn forward_layers(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+        self.forward_layers_with(tp, w, None)
+    }
+
+    /// [`Model::forward_layers`], with the attention step of every layer replaced by
+    /// `attend` when decoding.
+    pub(crate) fn forward_layers_with(
+        &self,
+        tp: &dyn Collective<B>,
+        w: &mut Work<B>,
+        attend: Option<&dyn CachedAttention<B>>,
+    ) {
         if let Some(first) = self.first {
             self.embed_forward(first, tp, w);
         }
         let inputs = PassInputs { params: &self.store.values, rope: &w.rope, batch: w.batch, seq: w.seq };
-        let cx = ctx(&self.be, tp, &self.cfg, self.plan, self.dims, inputs);
+        let cx = Ctx { attend, ..ctx(&self.be, tp, &self.cfg, self.plan, self.dims, inputs) };
         for (l, block) in self.blocks.iter().enumerate() {
             let t = w.t();
             let (lo, hi) = w.resid.split_at_mut(l + 1);

@@ -158,7 +158,7 @@ impl<B: Backend> Model<B> {
 
     /// The buffers of micro-batch slot `slot` for batch `b` (allocated on first use), with
     /// its ids and targets written.
-    pub(super) fn take_work(&mut self, slot: usize, b: &Batch) -> Work<B> {
+    pub(crate) fn take_work(&mut self, slot: usize, b: &Batch) -> Work<B> {
         assert_eq!(b.ids.len(), b.batch * b.seq, "batch: {} ids for {}×{}", b.ids.len(), b.batch, b.seq);
         let mut w = match self.works.get_mut(slot).and_then(|w| w.take()) {
             Some(w) if w.batch == b.batch && w.seq == b.seq => w,
@@ -172,7 +172,7 @@ impl<B: Backend> Model<B> {
         w
     }
 
-    pub(super) fn put_work(&mut self, slot: usize, w: Work<B>) {
+    pub(crate) fn put_work(&mut self, slot: usize, w: Work<B>) {
         if self.works.len() <= slot {
             self.works.resize_with(slot + 1, || None);
         }

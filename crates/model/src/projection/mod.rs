@@ -72,6 +72,8 @@ pub struct Ctx<'a, B: Backend> {
     pub params: &'a [B::Buf],
     /// RoPE's cos/sin table for `seq` positions.
     pub rope: &'a B::Buf,
+    /// Decoding: the key/value cache that replaces the causal attention step.
+    pub attend: Option<&'a dyn crate::decode::CachedAttention<B>>,
 }
 
 /// The two operators that carry all tensor-parallel communication (docs/PARALLELISM.md §2), and the norm

@@ -9,6 +9,7 @@ mod learner;
 mod prepare;
 mod run;
 mod runner;
+mod sample;
 mod setup;
 mod step;
 

@@ -56,6 +56,9 @@ impl<B: Backend> Job<'_, B> {
             if self.eval_due(last) {
                 self.eval(&mut m);
             }
+            if self.sample_due() {
+                self.sample();
+            }
             self.record(&m)?;
             let stop = out.stop.filter(|_| !last);
             if self.checkpoint_due(last, stop.is_some()) {

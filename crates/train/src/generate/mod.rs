@@ -1,0 +1,142 @@
+//! `boost generate`: text from a checkpoint, one token at a time through the key/value cache
+//! (`boost_model::decode`), streamed as it is decoded.
+
+mod sampler;
+
+pub use sampler::{Sampler, Sampling};
+
+use crate::checkpoint::Checkpoint;
+use anyhow::{Context, Result, bail};
+use boost_config::Config;
+use boost_data::Tokenizer;
+use boost_model::{KvCache, Layout, Model};
+use boost_tensor::Backend;
+use boost_tensor::cpu::Cpu;
+
+/// What to generate.
+#[derive(Debug, Clone)]
+pub struct GenerateOptions {
+    pub prompt: String,
+    /// New tokens at most; generation also stops at the end-of-text token or the context.
+    pub max_tokens: usize,
+    pub sampling: Sampling,
+}
+
+/// What was generated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Generated {
+    pub prompt_tokens: usize,
+    /// The new token ids.
+    pub tokens: Vec<u32>,
+    /// Why generation stopped.
+    pub stop: Stop,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    MaxTokens,
+    EndOfText,
+    /// The model's context (`train.seq_len`) is full.
+    Context,
+}
+
+/// The checkpoint's model on one CPU rank, its tokenizer and its context length.
+pub struct Generator {
+    model: Model<Cpu<f32>>,
+    tokenizer: Tokenizer,
+    context: usize,
+}
+
+impl Generator {
+    /// A generator over `model` (one rank, one stage) with `tokenizer` and `context` positions.
+    pub fn new(model: Model<Cpu<f32>>, tokenizer: Tokenizer, context: usize) -> Self {
+        Self { model, tokenizer, context }
+    }
+
+    pub fn open(ckpt: &Checkpoint) -> Result<Self> {
+        let cfg = Config::from_toml_str(&ckpt.meta.config).context("the checkpoint's config")?;
+        let tok_path = ckpt
+            .tokenizer_path()
+            .with_context(|| format!("{} has no tokenizer.json to encode the prompt with", ckpt.dir.display()))?;
+        let tokenizer = Tokenizer::from_file(&tok_path)?;
+        let mut model = Model::declare(Cpu::<f32>::new(), &cfg.model, Layout::single(&cfg.model))?;
+        ckpt.load_model(&mut model)?;
+        Ok(Self { model, tokenizer, context: cfg.train.seq_len })
+    }
+
+    /// Generate from `opts.prompt`, calling `on_text` with each new piece of text as soon as
+    /// it decodes (a piece ends where the decoded text is stable: whole UTF-8 characters).
+    pub fn run(&mut self, opts: &GenerateOptions, on_text: &mut dyn FnMut(&str)) -> Result<Generated> {
+        let prompt = self.tokenizer.try_encode(&opts.prompt)?;
+        if prompt.is_empty() {
+            bail!("the prompt is empty after tokenizing; give some text with --prompt");
+        }
+        self.run_ids(&prompt, opts, on_text)
+    }
+
+    /// [`Generator::run`] from prompt token ids (`opts.prompt` is not read).
+    pub fn run_ids(
+        &mut self,
+        prompt: &[u32],
+        opts: &GenerateOptions,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<Generated> {
+        let mut sampler = Sampler::new(opts.sampling)?;
+        if prompt.len() >= self.context {
+            bail!(
+                "the prompt is {} tokens, but the model's context (train.seq_len) is {}; shorten --prompt to fewer than {} tokens",
+                prompt.len(),
+                self.context,
+                self.context
+            );
+        }
+        let cache = KvCache::new(&self.model, self.context);
+        let mut logits = self.model.decode(&cache, prompt)?;
+        let (mut tokens, mut shown) = (Vec::new(), 0);
+        let stop = loop {
+            if tokens.len() == opts.max_tokens {
+                break Stop::MaxTokens;
+            }
+            let next = sampler.next(&logits);
+            if next == self.tokenizer.eos_id() {
+                break Stop::EndOfText;
+            }
+            tokens.push(next);
+            let text = self.tokenizer.decode(&tokens);
+            // Hold back a trailing replacement character: the rest of a split UTF-8 sequence
+            // may come with the next token.
+            let stable = text.trim_end_matches('\u{fffd}');
+            if stable.len() > shown && stable.is_char_boundary(shown) {
+                on_text(&stable[shown..]);
+                shown = stable.len();
+            }
+            if cache.len() == cache.capacity() {
+                break Stop::Context;
+            }
+            logits = self.model.decode(&cache, &[next])?;
+        };
+        let text = self.tokenizer.decode(&tokens);
+        if text.len() > shown && text.is_char_boundary(shown) {
+            on_text(&text[shown..]);
+        }
+        Ok(Generated { prompt_tokens: prompt.len(), tokens, stop })
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+}
+
+/// A CPU f32 copy of a whole single-rank model on any backend (for sampling during training).
+pub fn cpu_copy<B: Backend>(m: &Model<B>) -> Result<Model<Cpu<f32>>> {
+    if m.layout.tp != 1 || m.layout.stages != 1 {
+        bail!("a sample needs the whole model on one rank (tp = pp = 1)");
+    }
+    let mut cpu = Model::declare(Cpu::<f32>::new(), &m.cfg, Layout::single(&m.cfg))?;
+    for (src, dst) in m.store.pieces.iter().zip(cpu.store.pieces.clone()) {
+        assert_eq!(src.name, dst.name, "the same declaration gives the same pieces");
+        let values: Vec<f32> = m.be.read_mat(src.slot.of(&m.store.values));
+        cpu.be.write_mat(dst.slot.of_mut(&mut cpu.store.values), &values);
+    }
+    Ok(cpu)
+}
