@@ -33,6 +33,10 @@ pub struct GenerateArgs {
     /// Seed of the sampling: the same seed gives the same text.
     #[arg(long, value_name = "S", default_value_t = 0)]
     pub seed: u64,
+    /// Run the whole sequence through the model for every new token instead of using the
+    /// key/value cache (the same text, slower: to measure what the cache saves).
+    #[arg(long)]
+    pub no_cache: bool,
     /// Compute threads (0: one per core).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub threads: usize,
@@ -44,7 +48,7 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
     sampling.validate()?;
     let ck = Checkpoint::open(&checkpoint::resolve(&a.checkpoint)?)?;
     let mut generator = Generator::open(&ck)?;
-    let opts = GenerateOptions { prompt: a.prompt.clone(), max_tokens: a.max_tokens, sampling };
+    let opts = GenerateOptions { prompt: a.prompt.clone(), max_tokens: a.max_tokens, sampling, cache: !a.no_cache };
     let mut out = std::io::stdout().lock();
     write!(out, "{}", a.prompt)?;
     out.flush()?;

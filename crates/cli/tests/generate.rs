@@ -25,6 +25,8 @@ fn generation_is_deterministic_and_bad_input_is_named() {
     let greedy = text(&generate(&dir, &["--temperature", "0", "--max-tokens", "8"]));
     assert!(greedy.starts_with("the king") && greedy.len() > "the king\n".len(), "{greedy:?}");
     assert_eq!(greedy, text(&generate(&dir, &["--temperature", "0", "--max-tokens", "8"])));
+    // Without the cache (the whole sequence through the model per token): the same text.
+    assert_eq!(greedy, text(&generate(&dir, &["--temperature", "0", "--max-tokens", "8", "--no-cache"])));
     let seeded = |seed: &str| text(&generate(&dir, &["--temperature", "1.5", "--seed", seed, "--max-tokens", "12"]));
     assert_eq!(seeded("3"), seeded("3"), "the same seed gives the same text");
     let err = generate(&dir, &["--max-tokens", "40"]);

@@ -57,6 +57,10 @@ impl<T: Scalar> KvCache<T> {
     pub fn len(&self) -> usize {
         self.state.borrow().len
     }
+    /// Forget every position (the buffers are kept).
+    pub fn clear(&self) {
+        self.state.borrow_mut().len = 0;
+    }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -20,6 +20,9 @@ pub struct GenerateOptions {
     /// New tokens at most; generation also stops at the end-of-text token or the context.
     pub max_tokens: usize,
     pub sampling: Sampling,
+    /// False: run the whole sequence through the model for every token instead of the
+    /// key/value cache (the same tokens, for measuring what the cache saves).
+    pub cache: bool,
 }
 
 /// What was generated.
@@ -113,13 +116,24 @@ impl Generator {
             if cache.len() == cache.capacity() {
                 break Stop::Context;
             }
-            logits = self.model.decode(&cache, &[next])?;
+            logits = if opts.cache {
+                self.model.decode(&cache, &[next])?
+            } else {
+                self.full_forward(prompt, &tokens, &cache)?
+            };
         };
         let text = self.tokenizer.decode(&tokens);
         if text.len() > shown && text.is_char_boundary(shown) {
             on_text(&text[shown..]);
         }
         Ok(Generated { prompt_tokens: prompt.len(), tokens, stop })
+    }
+
+    /// The last logits of one forward over the prompt and `tokens` from an empty cache.
+    fn full_forward(&mut self, prompt: &[u32], tokens: &[u32], cache: &KvCache<f32>) -> Result<Vec<f64>> {
+        let ids: Vec<u32> = prompt.iter().chain(tokens).copied().collect();
+        cache.clear();
+        self.model.decode(cache, &ids)
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {

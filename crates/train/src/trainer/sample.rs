@@ -25,7 +25,7 @@ impl<B: Backend> Job<'_, B> {
             let eot = tok.eos_id();
             let mut generator = Generator::new(model, tok, self.ctx.cfg.train.seq_len);
             let sampling = Sampling { temperature: 0.8, top_k: 0, top_p: 1.0, seed: step };
-            let opts = GenerateOptions { prompt: String::new(), max_tokens: SAMPLE_TOKENS, sampling };
+            let opts = GenerateOptions { prompt: String::new(), max_tokens: SAMPLE_TOKENS, sampling, cache: true };
             let mut text = String::new();
             generator.run_ids(&[eot], &opts, &mut |piece| text.push_str(piece))?;
             anyhow::Ok(text)
