@@ -337,3 +337,75 @@ def loss(logits, targets):
     """Mean over all B·S tokens of −log softmax(logits)[target]."""
     logp = torch.log_softmax(logits.reshape(-1, logits.shape[-1]), dim=-1)
     return -logp.gather(1, targets.reshape(-1, 1)).mean()
+
+
+# ----------------------------------------------------------------------------------------------
+# An export's config.json (docs/MODEL.md, Export)
+# ----------------------------------------------------------------------------------------------
+
+
+ACTIVATION_OF_FLAVOUR = {"svd": "identity", "cola": "silu"}
+FLAVOUR_OF_ACTIVATION = {v: k for k, v in ACTIVATION_OF_FLAVOUR.items()}
+
+
+class ExportError(Exception):
+    pass
+
+
+def config_from_export(hf):
+    """The model config dict (the `[model]` keys) of an export's config.json."""
+
+    def need(key):
+        if key not in hf:
+            raise ExportError(f"config.json lacks {key!r}")
+        return hf[key]
+
+    arch = need("boost_arch")
+    if arch not in ("full", "svd", "cola", "lax"):
+        raise ExportError(f"config.json boost_arch = {arch!r} is not one of full|svd|cola|lax")
+    heads = int(need("num_attention_heads"))
+    cfg = {
+        "arch": arch,
+        "d": int(need("hidden_size")),
+        "d_ff": int(need("intermediate_size")),
+        "layers": int(need("num_hidden_layers")),
+        "heads": heads,
+        "kv_heads": int(hf.get("num_key_value_heads") or heads),
+        "rank": int(hf.get("rank") or 0),
+        "vocab": int(need("vocab_size")),
+        "only_lr_act": bool(hf.get("only_lr_act", False)),
+        "tie_embeddings": bool(hf.get("tie_word_embeddings", False)),
+        "rope_theta": float(hf.get("rope_theta", 10000.0)),
+        "norm_eps": float(hf.get("rms_norm_eps", 1e-6)),
+        "lax": dict(LAX_DEFAULTS),
+    }
+    act = hf.get("bottleneck_activation")
+    if arch == "lax":
+        if act not in FLAVOUR_OF_ACTIVATION:
+            raise ExportError(f"LaX export needs bottleneck_activation identity|silu, got {act!r}")
+        gate = need("lax_gate")
+        if gate not in ("dense", "kron"):
+            raise ExportError(f"lax_gate = {gate!r} is not dense|kron")
+        cfg["lax"] = {
+            "flavour": FLAVOUR_OF_ACTIVATION[act],
+            "gate": gate,
+            "kron_a": int(hf.get("lax_kron_a") or 0),
+            "ln_eps": float(hf.get("lax_ln_eps", 1e-6)),
+        }
+        if gate == "kron":
+            a, b = kron_factors(cfg)
+            if "lax_kron_b" in hf and int(hf["lax_kron_b"]) != b:
+                raise ExportError(f"lax_kron_b = {hf['lax_kron_b']} but rank / kron_a = {b}")
+    elif arch in ("svd", "cola") and act is not None:
+        want = "identity" if arch == "svd" else "silu"
+        if act != want:
+            raise ExportError(f"boost_arch {arch} needs bottleneck_activation {want}, got {act!r}")
+    if arch != "full" and cfg["rank"] <= 0:
+        raise ExportError("a low-rank export needs rank >= 1")
+    cfg = normalize_config(cfg)
+    if "outer_silu" in hf and bool(hf["outer_silu"]) != outer_silu(cfg):
+        raise ExportError(
+            f"outer_silu = {hf['outer_silu']} contradicts the rule for arch {arch}, "
+            f"only_lr_act {cfg['only_lr_act']} (expected {outer_silu(cfg)})"
+        )
+    return cfg

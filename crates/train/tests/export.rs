@@ -1,6 +1,11 @@
-//! An exported checkpoint loads in the PyTorch reference and reproduces the engine's logits.
-//! The reference needs `python3` with `torch`; without it that half is skipped (with a
-//! message) and only the folder's contents are checked.
+//! An exported checkpoint loads in the PyTorch reference and reproduces the engine's logits;
+//! it also loads in Hugging Face transformers (a full-rank model as a plain
+//! `LlamaForCausalLM`, a low-rank one through its shipped custom code), reproduces the logits
+//! there, generates, and its tokenizer loads with `AutoTokenizer`. The reference needs
+//! `python3` with `torch`, the second half `transformers` too; without them those halves are
+//! skipped (with a message) and only the folder's contents are checked.
+
+mod common;
 
 use boost_config::Config;
 use boost_model::{Layout, Model};
@@ -18,12 +23,37 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn torch_available() -> bool {
+fn python_has(modules: &str) -> bool {
     Command::new("python3")
-        .args(["-c", "import torch, safetensors"])
+        .args(["-c", &format!("import {modules}")])
         .output()
         .map(|o| o.status.success())
         .unwrap_or(false)
+}
+
+fn torch_available() -> bool {
+    python_has("torch, safetensors")
+}
+
+/// What the Python side can check: the reference (torch), and transformers.
+#[derive(Clone, Copy)]
+struct Peers {
+    torch: bool,
+    transformers: bool,
+}
+
+/// The logits transformers computes for `ids` from the export `out` (and its JSON report).
+fn transformers_logits(out: &Path, ids: &Path, dir: &Path) -> (Vec<f64>, serde_json::Value) {
+    let res = Command::new("python3")
+        .arg(repo().join("tests/reference/check_transformers.py"))
+        .args([out, ids, &dir.join("hf_logits.safetensors")])
+        .env("HF_HUB_OFFLINE", "1")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&res.stdout);
+    assert!(res.status.success(), "check_transformers.py failed: {}{stdout}", String::from_utf8_lossy(&res.stderr));
+    let report = serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap();
+    (read_logits(&dir.join("hf_logits.safetensors")), report)
 }
 
 fn write_ids(path: &Path, ids: &[u32], b: usize, s: usize) {
@@ -40,7 +70,7 @@ fn read_logits(path: &Path) -> Vec<f64> {
     t.data().chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
-fn case(root: &Path, sets: &[&str], torch: bool) {
+fn case(root: &Path, sets: &[&str], peers: Peers, tokenizer: Option<&Path>) {
     let sets: Vec<String> =
         ["model.d=32", "model.d_ff=48", "model.layers=2", "model.heads=4", "model.rank=8", "model.vocab=61"]
             .iter()
@@ -62,7 +92,7 @@ fn case(root: &Path, sets: &[&str], torch: bool) {
         config: cfg.to_toml(),
     };
     let tensors = checkpoint::gather(&m, &opt, &boost_tensor::Solo).unwrap();
-    let ck_dir = checkpoint::save(&dir.join("ckpt"), &tensors, &meta, None, 0).unwrap();
+    let ck_dir = checkpoint::save(&dir.join("ckpt"), &tensors, &meta, tokenizer, 0).unwrap();
     let out = dir.join("export");
     export(&Checkpoint::open(&ck_dir).unwrap(), &out, false).unwrap();
 
@@ -84,7 +114,7 @@ fn case(root: &Path, sets: &[&str], torch: bool) {
     }
     assert_eq!(st.len(), m.store.pieces.len());
 
-    if !torch {
+    if !peers.torch {
         return;
     }
     let (b, s) = (2, 7);
@@ -102,6 +132,21 @@ fn case(root: &Path, sets: &[&str], torch: bool) {
     let diff = ours.iter().zip(&theirs).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
     let norm = theirs.iter().map(|b| b * b).sum::<f64>().sqrt();
     assert!(diff / norm < 1e-5, "{name}: export logits differ from the engine's by {:.2e}", diff / norm);
+
+    if !peers.transformers {
+        return;
+    }
+    let (hf_logits, report) = transformers_logits(&out, &dir.join("ids.safetensors"), &dir);
+    let want = if cfg.model.arch == boost_config::Arch::Full { "LlamaForCausalLM" } else { "BoostForCausalLM" };
+    assert_eq!(report["class"], want, "{name}: {report}");
+    // f32 engine against f32 PyTorch on the same weights: fp32 rounding only (as above).
+    let diff = ours.iter().zip(&hf_logits).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
+    assert!(diff / norm < 1e-5, "{name}: transformers' logits differ from the engine's by {:.2e}", diff / norm);
+    eprintln!("{name}: transformers {want}, logits within {:.1e} of the engine's", diff / norm);
+    if tokenizer.is_some() {
+        assert_eq!(report["tokenizer"]["eos"], "<|endoftext|>", "{name}: {report}");
+        assert!(report["tokenizer"]["hello"].as_array().is_some_and(|a| !a.is_empty()), "{name}: {report}");
+    }
 }
 
 #[test]
@@ -110,14 +155,25 @@ fn exports_load_in_the_pytorch_reference() {
     if !torch {
         eprintln!("python3 with torch is not available: checking the export folders only");
     }
+    let transformers = torch && python_has("transformers");
+    if torch && !transformers {
+        eprintln!("python3 has no transformers: the transformers half is skipped");
+    }
+    let peers = Peers { torch, transformers };
     let root = tempfile::tempdir().unwrap();
+    // One case ships a tokenizer (a BPE of 300 built here), for AutoTokenizer.
+    common::build_dataset(&root.path().join("data"));
+    let tok = root.path().join("data/tokenizer.json");
+    case(root.path(), &["model.arch=cola", "model.vocab=300", "model.kv_heads=2"], peers, Some(&tok));
     for sets in [
         &["model.arch=cola"][..],
         &["model.arch=svd", "model.tie_embeddings=true", "model.kv_heads=2"],
         &["model.arch=full"],
         &["model.arch=lax", "model.lax.gate=kron", "model.lax.flavour=svd"],
         &["model.arch=lax", "model.only_lr_act=true"],
+        &["model.arch=cola", "model.only_lr_act=true"],
+        &["model.arch=full", "model.tie_embeddings=true", "model.kv_heads=2"],
     ] {
-        case(root.path(), sets, torch);
+        case(root.path(), sets, peers, None);
     }
 }

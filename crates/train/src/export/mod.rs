@@ -1,57 +1,18 @@
-//! Export a checkpoint as a Hugging Face-style folder: `config.json`, `model.safetensors`
-//! (canonical names, fp32, no vocabulary padding) and `tokenizer.json` (docs/MODEL.md).
+//! Export a checkpoint as a Hugging Face folder (docs/MODEL.md, Export): `config.json`,
+//! `model.safetensors` (canonical names, fp32, no vocabulary padding), the tokenizer files,
+//! and for low-rank models the custom code transformers loads with `trust_remote_code`.
+//! A full-rank model is a plain `LlamaForCausalLM`.
+
+mod config;
+
+pub use config::hf_config;
 
 use crate::checkpoint::Checkpoint;
 use anyhow::{Context, Result, bail};
-use boost_config::{Arch, Config, LaxGate, Phi};
-use serde_json::json;
+use boost_config::{Arch, Config};
+use boost_data::Tokenizer;
 use std::fs;
 use std::path::{Path, PathBuf};
-
-/// The `config.json` of an export: it names the architecture and the bottleneck activation,
-/// so an SVD model under CoLA's tensor names is never mistaken for CoLA.
-pub fn hf_config(cfg: &Config) -> serde_json::Value {
-    let m = &cfg.model;
-    let mut c = json!({
-        "architectures": ["BoostForCausalLM"],
-        "model_type": "boost",
-        "boost_arch": m.arch.name(),
-        "bottleneck_activation": match (m.arch, m.phi()) {
-            (Arch::Full, _) => "none",
-            (_, Phi::Silu) => "silu",
-            (_, Phi::Identity) => "identity",
-        },
-        "only_lr_act": m.only_lr_act,
-        "outer_silu": m.outer_silu(),
-        "hidden_size": m.d,
-        "intermediate_size": m.d_ff,
-        "num_hidden_layers": m.layers,
-        "num_attention_heads": m.heads,
-        "num_key_value_heads": m.kv_heads(),
-        "rank": m.rank,
-        "vocab_size": m.vocab,
-        "rms_norm_eps": m.norm_eps,
-        "rope_theta": m.rope_theta,
-        "tie_word_embeddings": m.tie_embeddings,
-        "hidden_act": "silu",
-        "torch_dtype": "float32",
-    });
-    if m.arch == Arch::Lax {
-        let (a, b) = m.kron_factors();
-        c["lax_gate"] = json!(match m.lax.gate {
-            LaxGate::Dense => "dense",
-            LaxGate::Kron => "kron",
-        });
-        c["lax_kron_a"] = json!(a);
-        c["lax_kron_b"] = json!(b);
-        c["lax_ln_eps"] = json!(m.lax.ln_eps);
-        c["lax_flavour"] = json!(match m.lax.flavour {
-            boost_config::LaxFlavour::Svd => "svd",
-            boost_config::LaxFlavour::Cola => "cola",
-        });
-    }
-    c
-}
 
 /// Write the export of checkpoint `ckpt` as the directory `out`. `out` must not exist or be
 /// empty (with `force`, a non-empty one is replaced); a checkpoint or run directory is never
@@ -101,6 +62,14 @@ fn check_out(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
     Ok(())
 }
 
+/// The code a low-rank export ships for transformers (`auto_map` in config.json): the
+/// config and model classes, and the reference model they run.
+const CUSTOM_CODE: [(&str, &str); 3] = [
+    ("configuration_boost.py", include_str!("hf/configuration_boost.py")),
+    ("modeling_boost.py", include_str!("hf/modeling_boost.py")),
+    ("boost_ref.py", include_str!("../../../../tests/reference/boost_ref.py")),
+];
+
 fn write_into(ckpt: &Checkpoint, cfg: &Config, dir: &Path) -> Result<()> {
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let copy = |from: &Path, to: &str| -> Result<()> {
@@ -108,13 +77,30 @@ fn write_into(ckpt: &Checkpoint, cfg: &Config, dir: &Path) -> Result<()> {
         fs::copy(from, &dest).with_context(|| format!("cannot write {} (from {})", dest.display(), from.display()))?;
         Ok(())
     };
+    let write = |name: &str, text: &str| -> Result<()> {
+        let dest = dir.join(name);
+        fs::write(&dest, text).with_context(|| format!("cannot write {}", dest.display()))
+    };
     copy(&ckpt.dir.join("model.safetensors"), "model.safetensors")?;
-    if let Some(t) = ckpt.tokenizer_path() {
-        copy(&t, "tokenizer.json")?;
+    let tokenizer = match ckpt.tokenizer_path() {
+        Some(t) => {
+            copy(&t, "tokenizer.json")?;
+            Some(Tokenizer::from_file(&t)?)
+        }
+        None => None,
+    };
+    let eos = tokenizer.as_ref().map(|t| (t.eos_id(), t.inner().id_to_token(t.eos_id()).unwrap_or_default()));
+    write("config.json", &serde_json::to_string_pretty(&hf_config(cfg, eos.as_ref().map(|e| e.0)))?)?;
+    if let Some((_, token)) = &eos {
+        let (tokenizer_config, special) = config::tokenizer_files(token);
+        write("tokenizer_config.json", &serde_json::to_string_pretty(&tokenizer_config)?)?;
+        write("special_tokens_map.json", &serde_json::to_string_pretty(&special)?)?;
     }
-    let config = dir.join("config.json");
-    fs::write(&config, serde_json::to_string_pretty(&hf_config(cfg))?)
-        .with_context(|| format!("cannot write {}", config.display()))?;
+    if cfg.model.arch != Arch::Full {
+        for (name, text) in CUSTOM_CODE {
+            write(name, text)?;
+        }
+    }
     crate::manifest::write(dir)
 }
 
