@@ -3,6 +3,7 @@
 mod bench;
 mod commands;
 mod generate;
+mod import;
 mod plot;
 
 use clap::{Parser, Subcommand};
@@ -36,6 +37,8 @@ enum Command {
     Eval(commands::EvalArgs),
     /// Write a checkpoint as a Hugging Face-style folder.
     Export(commands::ExportArgs),
+    /// Make a checkpoint of any architecture from a Hugging Face Llama folder (SVD for low-rank).
+    Import(import::ImportArgs),
     /// Continue a prompt with a checkpoint's model (key/value cache; streams to stdout).
     Generate(generate::GenerateArgs),
     /// Build token shards from text, JSONL or Parquet (or fetch the demo corpus).
@@ -56,6 +59,7 @@ fn main() {
         Command::Eval(a) => commands::eval(&a),
         Command::Export(a) => commands::export(&a),
         Command::Generate(a) => generate::run(&a),
+        Command::Import(a) => import::run(&a),
         Command::Data(a) => boost_data::cli::run(&a),
         Command::Plan(a) => boost_perf::cli::run(&a),
         Command::Bench(a) => bench::run(&a),

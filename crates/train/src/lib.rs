@@ -19,6 +19,7 @@ pub mod export;
 pub mod generate;
 pub mod grid_ckpt;
 pub mod guard;
+pub mod import;
 pub mod manifest;
 pub mod run_dir;
 pub mod signals;

@@ -1,0 +1,144 @@
+//! `boost import`: a Hugging Face Llama folder as a checkpoint of any architecture. Full-rank
+//! weights are copied; a low-rank projection starts from the truncated SVD of its dense weight
+//! ([`svd::factor`]); tensors Llama does not have (LaX gates) keep the model's initialisation.
+//! The result is a run directory with one step-0 checkpoint, which `train --resume` continues.
+
+mod folder;
+mod svd;
+
+pub use folder::{Folder, LlamaShape, llama_shape};
+
+use crate::checkpoint::{self, CheckpointMeta};
+use crate::optim::AdamW;
+use anyhow::{Context, Result, bail};
+use boost_config::{Arch, Config};
+use boost_model::{Layout, Model};
+use boost_tensor::cpu::Cpu;
+use boost_tensor::{Backend, Solo};
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+/// The longest `train.seq_len` an import sets from `max_position_embeddings`.
+pub const MAX_SEQ_LEN: usize = 2048;
+
+/// What to import.
+#[derive(Debug, Clone)]
+pub struct ImportOptions {
+    pub hf: PathBuf,
+    /// The run directory to create (it must not exist or be empty).
+    pub out: PathBuf,
+    pub arch: Arch,
+    /// The bottleneck rank of a low-rank import (default: hidden_size / 4).
+    pub rank: Option<usize>,
+}
+
+/// One projection's retained spectral energy.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Energy {
+    pub projection: String,
+    pub energy: f64,
+}
+
+/// Import `opts.hf` into `opts.out`; returns the checkpoint directory and each low-rank
+/// projection's retained energy (also passed to `log` as it is computed).
+pub fn import(opts: &ImportOptions, log: &dyn Fn(String)) -> Result<(PathBuf, Vec<Energy>)> {
+    if opts.out.exists() && std::fs::read_dir(&opts.out).map(|mut d| d.next().is_some()).unwrap_or(true) {
+        bail!(
+            "--out {} exists and is not empty; an import never writes into it, choose a new directory",
+            opts.out.display()
+        );
+    }
+    let mut folder = Folder::open(&opts.hf)?;
+    let cfg = config_of(&folder.shape, opts)?;
+    let mut model = Model::new(Cpu::<f32>::new(), &cfg.model, Layout::single(&cfg.model), cfg.train.seed)?;
+    let mut energies = Vec::new();
+    // B of each factored projection, kept until its piece comes (A comes first).
+    let mut pending_b = HashMap::new();
+    let pieces = model.store.pieces.clone();
+    for p in &pieces {
+        let values = if let Some(prefix) = p.name.strip_suffix(".cola_a") {
+            let f = low_rank(&mut folder, prefix, cfg.model.rank)?;
+            log(format!("{prefix}: rank {} keeps {:.2} % of the spectral energy", cfg.model.rank, 100.0 * f.energy));
+            energies.push(Energy { projection: prefix.to_string(), energy: f.energy });
+            pending_b.insert(prefix.to_string(), f.b);
+            f.a
+        } else if let Some(prefix) = p.name.strip_suffix(".cola_b") {
+            match pending_b.remove(prefix) {
+                Some(b) => b,
+                None => low_rank(&mut folder, prefix, cfg.model.rank)?.b,
+            }
+        } else if p.name.contains(".lax_") {
+            continue; // no Llama counterpart: the model's initialisation
+        } else {
+            folder.tensor(&p.name, &p.shape)?
+        };
+        model.be.write_mat(p.slot.of_mut(&mut model.store.values), &values);
+    }
+    let meta = CheckpointMeta {
+        format: checkpoint::FORMAT,
+        step: 0,
+        tokens: 0,
+        data_position: 0,
+        data_seed: cfg.data.seed,
+        loss: None,
+        config: cfg.to_toml(),
+    };
+    let opt = AdamW::new(&model.be, &model.store);
+    let tensors = checkpoint::gather(&model, &opt, &Solo)?;
+    let tokenizer = opts.hf.join("tokenizer.json");
+    let root = opts.out.join("checkpoints");
+    let dir = checkpoint::save(&root, &tensors, &meta, tokenizer.is_file().then_some(tokenizer.as_path()), 0)?;
+    std::fs::write(opts.out.join("config.toml"), cfg.to_toml())
+        .with_context(|| format!("cannot write {}", opts.out.join("config.toml").display()))?;
+    Ok((dir, energies))
+}
+
+/// The factors of the dense weight `{prefix}.weight`.
+fn low_rank(folder: &mut Folder, prefix: &str, r: usize) -> Result<svd::Factors> {
+    let name = format!("{prefix}.weight");
+    let shape = dense_shape(folder, prefix)?;
+    let w = folder.tensor(&name, &shape)?;
+    svd::factor(&w, shape[0], shape[1], r)
+}
+
+/// `[d_out, d_in]` of projection `prefix` in Llama's layout.
+fn dense_shape(folder: &Folder, prefix: &str) -> Result<Vec<usize>> {
+    let s = &folder.shape;
+    let kv = s.kv_heads * (s.d / s.heads);
+    let proj = prefix.rsplit('.').next().unwrap_or_default();
+    Ok(match proj {
+        "q_proj" | "o_proj" => vec![s.d, s.d],
+        "k_proj" | "v_proj" => vec![kv, s.d],
+        "gate_proj" | "up_proj" => vec![s.d_ff, s.d],
+        "down_proj" => vec![s.d, s.d_ff],
+        other => bail!("{prefix}: unknown projection {other}"),
+    })
+}
+
+/// The run config of the imported model: the folder's shape, `opts.arch` and rank.
+fn config_of(s: &LlamaShape, opts: &ImportOptions) -> Result<Config> {
+    let rank = opts.rank.unwrap_or((s.d / 4).max(1));
+    let mut sets = vec![
+        format!("model.arch={}", opts.arch.name()),
+        format!("model.d={}", s.d),
+        format!("model.d_ff={}", s.d_ff),
+        format!("model.layers={}", s.layers),
+        format!("model.heads={}", s.heads),
+        format!("model.kv_heads={}", s.kv_heads),
+        format!("model.vocab={}", s.vocab),
+        format!("model.rope_theta={:?}", s.rope_theta),
+        format!("model.norm_eps={:?}", s.norm_eps),
+        format!("model.tie_embeddings={}", s.tied),
+        "data.corpus=none".to_string(),
+        format!("run.dir={}", opts.out.display()),
+    ];
+    if let Some(context) = s.context {
+        // The training sequence length (and generation context); a long pre-training context
+        // is capped, and train.seq_len can be changed when the run is resumed.
+        sets.push(format!("train.seq_len={}", context.min(MAX_SEQ_LEN)));
+    }
+    if opts.arch != Arch::Full {
+        sets.push(format!("model.rank={rank}"));
+    }
+    Config::load(None, &sets).with_context(|| format!("{} as a {} model", opts.hf.display(), opts.arch.name()))
+}
