@@ -85,7 +85,7 @@ impl Default for TrainConfig {
             seq_len: 128,
             micro_batch: 16,
             accumulation: 1,
-            lr: 3e-3,
+            lr: 1.5e-3,
             warmup_steps: 60,
             schedule: Schedule::Cosine,
             min_lr_ratio: 0.1,
