@@ -31,9 +31,13 @@ impl AttnShape {
     pub fn qkv_len(&self) -> usize {
         self.tokens() * (self.q_width() + 2 * self.kv_width())
     }
-    /// Elements of the saved softmax probabilities.
+    /// Elements of the whole softmax probability matrices (every head's S × S).
     pub fn probs_len(&self) -> usize {
         self.batch * self.heads * self.seq * self.seq
+    }
+    /// Elements of one statistic per query row and head (a log-sum-exp each).
+    pub fn rows_len(&self) -> usize {
+        self.batch * self.heads * self.seq
     }
 }
 
@@ -91,6 +95,16 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// lower precision. Gradients, optimizer state and statistics use [`Backend::alloc`].
     fn alloc_act(&self, n: usize) -> Self::Buf {
         self.alloc(n)
+    }
+    /// Elements of what `attention_fwd` saves for the backward (its `probs` operand): the whole
+    /// probability matrices, unless the backend recomputes them (the CPU keeps one
+    /// log-sum-exp per row).
+    fn attention_saved_len(&self, sh: &AttnShape) -> usize {
+        sh.probs_len()
+    }
+    /// Elements of `attention_bwd`'s `scratch` operand (0 when the backend needs none).
+    fn attention_scratch_len(&self, sh: &AttnShape) -> usize {
+        sh.probs_len()
     }
     /// Wait until every queued kernel has finished (for timers; kernels of an asynchronous
     /// device return before their work is done).

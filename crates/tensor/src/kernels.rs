@@ -96,15 +96,17 @@ macro_rules! kernel_table {
             /// Rotate every head of every row in place (position = row mod seq); `inverse` undoes it
             /// (the backward of a rotation is its inverse).
             [Other] fn rope(x: MatMut<Self::Buf>, table: &Self::Buf, seq: usize, head_dim: usize, inverse: bool);
-            /// Causal softmax attention; saves the probabilities. `qkv` holds three row-major
-            /// blocks one after the other: q (`T × heads·d_h`), k and v (`T × kv_heads·d_h` each).
+            /// Causal softmax attention. `qkv` holds three row-major blocks one after the other:
+            /// q (`T × heads·d_h`), k and v (`T × kv_heads·d_h` each). `probs` receives what the
+            /// backward needs, `attention_saved_len` elements: the probabilities, or (CPU) each
+            /// row's log-sum-exp, from which the backward recomputes them.
             [Attention] fn attention_fwd(
                 out: MatMut<Self::Buf>,
                 probs: &mut Self::Buf,
                 qkv: &Self::Buf,
                 shape: AttnShape,
             );
-            /// Overwrites `dqkv` (laid out like `qkv`); `scratch` holds `probs_len` elements.
+            /// Overwrites `dqkv` (laid out like `qkv`); `scratch` holds `attention_scratch_len` elements.
             [Attention] fn attention_bwd(
                 dqkv: &mut Self::Buf,
                 dout: Mat<Self::Buf>,

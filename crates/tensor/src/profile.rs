@@ -125,6 +125,12 @@ impl<B: Backend> Backend for Profiled<B> {
     fn alloc_act(&self, n: usize) -> Self::Buf {
         self.inner.alloc_act(n)
     }
+    fn attention_saved_len(&self, sh: &AttnShape) -> usize {
+        self.inner.attention_saved_len(sh)
+    }
+    fn attention_scratch_len(&self, sh: &AttnShape) -> usize {
+        self.inner.attention_scratch_len(sh)
+    }
     fn sync(&self) {
         self.inner.sync()
     }

@@ -22,7 +22,8 @@ pub struct BlockActs<B: Backend> {
     pub qkv: ProjActs<B>,
     /// q | k | v blocks, after RoPE.
     pub qkv_out: B::Buf,
-    pub probs: B::Buf,
+    /// What the attention backward needs (`Backend::attention_saved_len`).
+    pub attn_saved: B::Buf,
     pub attn: B::Buf,
     pub o: ProjActs<B>,
     /// The residual after the attention half.
@@ -75,7 +76,7 @@ impl Block {
         BlockActs {
             qkv: self.qkv.alloc_acts(be, t, phi),
             qkv_out: be.alloc(self.qkv.out_len(t)),
-            probs: be.alloc(sh.probs_len()),
+            attn_saved: be.alloc(be.attention_saved_len(&sh)),
             attn: be.alloc(t * dims.q_loc()),
             o: self.o.alloc_acts(be, t, phi),
             mid: be.alloc(t * dims.d_res),
@@ -95,7 +96,7 @@ impl Block {
             dattn: be.alloc(t * dims.q_loc()),
             dgu: be.alloc(self.gu.out_len(t)),
             dm: be.alloc(t * dims.d_ff_loc),
-            attn_scratch: be.alloc(sh.probs_len()),
+            attn_scratch: be.alloc(be.attention_scratch_len(&sh)),
             carries,
         }
     }
@@ -110,7 +111,7 @@ impl<B: Backend> BlockActs<B> {
             + self.gu.len()
             + self.down.len()
             + self.qkv_out.len()
-            + self.probs.len()
+            + self.attn_saved.len()
             + self.attn.len()
             + self.mid.len()
             + self.gu_out.len()

@@ -81,7 +81,7 @@ impl Block {
         let saved = ProjSaved { x: Mat::new(&acts.attn, t, qw), acts: &acts.o, prev: pg(|b| &b.o, |a| &a.o) };
         self.o.backward(cx, grads, saved, GradFlow { dout: dx, dx: dattn, carry_in: ci, carry_out: co }, sc);
         let sh = self.attn_shape(dims, cx.batch, cx.seq);
-        be.attention_bwd(dqkv, Mat::new(dattn, t, qw), &acts.probs, attn_scratch, &acts.qkv_out, sh);
+        be.attention_bwd(dqkv, Mat::new(dattn, t, qw), &acts.attn_saved, attn_scratch, &acts.qkv_out, sh);
         be.rope(MatMut::at(dqkv, 0, t, qw, qw), cx.rope, cx.seq, dims.head_dim, true);
         be.rope(MatMut::at(dqkv, t * qw, t, kw, kw), cx.rope, cx.seq, dims.head_dim, true);
         let (ci, co) = carry_io(&mut carries[0], rd, above_lax, self.qkv.has_lax());
@@ -99,7 +99,7 @@ impl Block {
         be.rope(MatMut::at(&mut acts.qkv_out, 0, t, qw, qw), cx.rope, cx.seq, dims.head_dim, false);
         be.rope(MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw), cx.rope, cx.seq, dims.head_dim, false);
         let sh = self.attn_shape(dims, cx.batch, cx.seq);
-        be.attention_fwd(MatMut::new(&mut acts.attn, t, qw), &mut acts.probs, &acts.qkv_out, sh);
+        be.attention_fwd(MatMut::new(&mut acts.attn, t, qw), &mut acts.attn_saved, &acts.qkv_out, sh);
     }
 
     /// The SwiGLU product `m` of the gate and up outputs (forward and low-rank recompute).

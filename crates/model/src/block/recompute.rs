@@ -32,7 +32,7 @@ impl Block {
         BlockActs {
             qkv: z(&self.qkv),
             qkv_out: be.alloc(0),
-            probs: be.alloc(0),
+            attn_saved: be.alloc(0),
             attn: be.alloc(0),
             o: z(&self.o),
             mid: be.alloc(0),

@@ -1,9 +1,13 @@
-//! Causal softmax attention with GQA. q, k and v are three row-major blocks of one buffer.
+//! Causal softmax attention with GQA, without the S × S probability matrix. q, k and v are
+//! three row-major blocks of one buffer.
 //!
 //! Work units are (sequence, head) in forward and (sequence, kv head) in backward, so the
 //! gradients of a shared kv head are summed by one thread in head order. Rows are processed
 //! in blocks of `BLOCK` queries that only touch keys up to the block's end, which skips most
-//! of the masked upper triangle.
+//! of the masked upper triangle. A block's scores live in a per-thread tile (`BLOCK × S`);
+//! the forward keeps each row's log-sum-exp, and the backward recomputes the block's
+//! probabilities from it (FlashAttention's recompute, with whole key rows per tile), so the
+//! memory kept per layer is O(S·h) rather than O(h·S²).
 
 use super::gemm::{Operand, gemm_raw};
 use super::par::SendPtr;
@@ -11,8 +15,36 @@ use crate::backend::AttnShape;
 use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
 use rayon::prelude::*;
+use std::cell::RefCell;
 
 const BLOCK: usize = 64;
+
+thread_local! {
+    /// Per-thread score tiles, grown on first use and reused (steps allocate nothing after
+    /// the first).
+    static TILES: RefCell<(Vec<f64>, Vec<f64>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Run `f` with two tiles of at least `n` elements of `T` each.
+fn with_tiles<T: Scalar, R>(n: usize, f: impl FnOnce(&mut [T], &mut [T]) -> R) -> R {
+    // f64 storage holds any Scalar (f32 or f64) with its alignment.
+    let words = (n * std::mem::size_of::<T>()).div_ceil(8);
+    TILES.with(|t| {
+        let (a, b) = &mut *t.borrow_mut();
+        if a.len() < words {
+            a.resize(words, 0.0);
+            b.resize(words, 0.0);
+        }
+        // SAFETY: the f64 buffers hold at least n elements of T (size 4 or 8, alignment ≤ 8).
+        let (a, b) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(a.as_mut_ptr() as *mut T, n),
+                std::slice::from_raw_parts_mut(b.as_mut_ptr() as *mut T, n),
+            )
+        };
+        f(a, b)
+    })
+}
 
 /// Offsets and row strides of the q, k, v blocks; head h's columns start at h·d_h.
 struct Layout {
@@ -44,16 +76,23 @@ fn check<T>(qkv: &[T], sh: &AttnShape) {
     assert!(qkv.len() >= sh.qkv_len(), "attention: q, k, v need {} elements, buffer has {}", sh.qkv_len(), qkv.len());
 }
 
-pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: &[T], sh: AttnShape) {
+/// `out` = softmax(scale·q·kᵀ, causal)·v; `lse` receives each row's log-sum-exp of the
+/// scaled scores (`rows_len` elements, row (b, h, i) at `(b·heads + h)·S + i`).
+pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], sh: AttnShape) {
     check(qkv, &sh);
     assert_eq!((out.rows, out.cols), (sh.tokens(), sh.q_width()));
-    assert!(probs.len() >= sh.probs_len());
+    assert!(
+        lse.len() >= sh.rows_len(),
+        "attention: {} log-sum-exps need room, buffer has {}",
+        sh.rows_len(),
+        lse.len()
+    );
     let l = Layout::new(&sh);
     let scale = 1.0 / (sh.head_dim as f64).sqrt();
     let base = SendPtr(qkv.as_ptr() as *mut T);
     let o_ld = out.ld;
     let o_base = SendPtr(out.buf[out.off..].as_mut_ptr());
-    let p_base = SendPtr(probs.as_mut_ptr());
+    let lse_base = SendPtr(lse.as_mut_ptr());
     (0..sh.batch * sh.heads).into_par_iter().for_each(|unit| {
         let (b, h) = (unit / sh.heads, unit % sh.heads);
         let g = h / l.group;
@@ -61,62 +100,73 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, probs: &mut [T], qkv: &[T],
         let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
             (base.get().add(off + (row0 + r) * ld + col) as *const T, ld as isize)
         };
-        let p = unsafe { p_base.get().add(unit * l.s * l.s) };
-        for i0 in (0..l.s).step_by(BLOCK) {
-            let i1 = (i0 + BLOCK).min(l.s);
-            let (qp, qld) = at(l.q, h * l.dh, i0);
-            let (kp, kld) = at(l.k, g * l.dh, 0);
-            let (vp, vld) = at(l.v, g * l.dh, 0);
-            let q = Operand { ptr: qp, rs: qld, cs: 1 };
-            let kt = Operand { ptr: kp, rs: 1, cs: kld };
-            let v = Operand { ptr: vp, rs: vld, cs: 1 };
-            // SAFETY: unit (b, h) owns its probs block and its output columns of rows b·S...
-            unsafe {
-                let pb = p.add(i0 * l.s);
-                gemm_raw((i1 - i0, i1, l.dh), (pb, l.s), q, kt, scale, false, false);
-                for i in i0..i1 {
-                    let r = std::slice::from_raw_parts_mut(p.add(i * l.s), i1);
-                    softmax_causal(r, i);
+        with_tiles::<T, _>(BLOCK * l.s, |p, _| {
+            for i0 in (0..l.s).step_by(BLOCK) {
+                let i1 = (i0 + BLOCK).min(l.s);
+                let (qp, qld) = at(l.q, h * l.dh, i0);
+                let (kp, kld) = at(l.k, g * l.dh, 0);
+                let (vp, vld) = at(l.v, g * l.dh, 0);
+                let q = Operand { ptr: qp, rs: qld, cs: 1 };
+                let kt = Operand { ptr: kp, rs: 1, cs: kld };
+                let v = Operand { ptr: vp, rs: vld, cs: 1 };
+                // SAFETY: unit (b, h) owns its rows of `lse` and its output columns of rows
+                // b·S..; the tile is this thread's.
+                unsafe {
+                    let pb = p.as_mut_ptr();
+                    gemm_raw((i1 - i0, i1, l.dh), (pb, i1), q, kt, scale, false, false);
+                    for i in i0..i1 {
+                        let r = &mut p[(i - i0) * i1..(i - i0 + 1) * i1];
+                        *lse_base.get().add(unit * l.s + i) = softmax_causal(r, i);
+                    }
+                    let pr = Operand { ptr: pb as *const T, rs: i1 as isize, cs: 1 };
+                    let o = o_base.get().add((row0 + i0) * o_ld + h * l.dh);
+                    gemm_raw((i1 - i0, l.dh, i1), (o, o_ld), pr, v, 1.0, false, false);
                 }
-                let pr = Operand { ptr: pb as *const T, rs: l.s as isize, cs: 1 };
-                let o = o_base.get().add((row0 + i0) * o_ld + h * l.dh);
-                gemm_raw((i1 - i0, l.dh, i1), (o, o_ld), pr, v, 1.0, false, false);
             }
-        }
+        });
     });
 }
 
-/// Softmax of `r[0..=i]`, zeros after.
+/// Softmax of `r[0..=i]`, zeros after; returns the log-sum-exp of `r[0..=i]`.
 #[inline]
-fn softmax_causal<T: Scalar>(r: &mut [T], i: usize) {
+fn softmax_causal<T: Scalar>(r: &mut [T], i: usize) -> T {
     let (live, dead) = r.split_at_mut(i + 1);
     let m = T::max_of(live);
     let sum = T::exp_shifted(live, m);
     let inv = T::one() / sum;
     live.iter_mut().for_each(|v| *v = *v * inv);
     dead.fill(T::zero());
+    m + sum.ln()
 }
 
+/// The probabilities of row `i` from its scaled scores and log-sum-exp, zeros after `i`.
+#[inline]
+fn probs_from_lse<T: Scalar>(r: &mut [T], i: usize, lse: T) {
+    let (live, dead) = r.split_at_mut(i + 1);
+    T::exp_shifted(live, lse);
+    dead.fill(T::zero());
+}
+
+/// Overwrites `dqkv` from `dout`, `qkv` and the forward's log-sum-exps; the probabilities
+/// and their gradient are rebuilt block by block in per-thread tiles (`scratch` is unused).
 pub fn attention_bwd<T: Scalar>(
     dqkv: &mut [T],
     dout: Mat<Vec<T>>,
-    probs: &[T],
-    scratch: &mut [T],
+    lse: &[T],
+    _scratch: &mut [T],
     qkv: &[T],
     sh: AttnShape,
 ) {
     check(qkv, &sh);
     check(dqkv, &sh);
     assert_eq!((dout.rows, dout.cols), (sh.tokens(), sh.q_width()));
-    assert!(probs.len() >= sh.probs_len() && scratch.len() >= sh.probs_len());
+    assert!(lse.len() >= sh.rows_len(), "attention: {} log-sum-exps expected, buffer has {}", sh.rows_len(), lse.len());
     let l = Layout::new(&sh);
     let scale = 1.0 / (sh.head_dim as f64).sqrt();
     let base = SendPtr(qkv.as_ptr() as *mut T);
     let d_base = SendPtr(dqkv.as_mut_ptr());
     let do_ld = dout.ld;
     let do_base = SendPtr(dout.buf[dout.off..].as_ptr() as *mut T);
-    let p_base = SendPtr(probs.as_ptr() as *mut T);
-    let s_base = SendPtr(scratch.as_mut_ptr());
     (0..sh.batch * sh.kv_heads).into_par_iter().for_each(|unit| {
         let (b, g) = (unit / sh.kv_heads, unit % sh.kv_heads);
         let row0 = b * l.s;
@@ -129,50 +179,64 @@ pub fn attention_bwd<T: Scalar>(
         let dat = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
             (d_base.get().add(off + (row0 + r) * ld + col), ld)
         };
-        // SAFETY: unit (b, g) owns rows b·S.. of the dq columns of its heads and of its dk, dv
-        // columns, and the probs/scratch blocks of its heads.
-        unsafe {
-            for r in 0..l.s {
-                std::slice::from_raw_parts_mut(dat(l.k, g * l.dh, r).0, l.dh).fill(T::zero());
-                std::slice::from_raw_parts_mut(dat(l.v, g * l.dh, r).0, l.dh).fill(T::zero());
-            }
-            for h in g * l.group..(g + 1) * l.group {
-                let hu = b * sh.heads + h;
-                let p = p_base.get().add(hu * l.s * l.s);
-                let ds = s_base.get().add(hu * l.s * l.s);
-                for i0 in (0..l.s).step_by(BLOCK) {
-                    let i1 = (i0 + BLOCK).min(l.s);
-                    let m = i1 - i0;
-                    let d_o = Operand {
-                        ptr: do_base.get().add((row0 + i0) * do_ld + h * l.dh) as *const T,
-                        rs: do_ld as isize,
-                        cs: 1,
-                    };
-                    let dsb = ds.add(i0 * l.s);
-                    // dP = dO·Vᵀ
-                    gemm_raw((m, i1, l.dh), (dsb, l.s), d_o, at_t(l.v, g * l.dh, 0), 1.0, false, false);
-                    // dS = P ⊙ (dP − Σ_j P·dP)
-                    for i in i0..i1 {
-                        let pr = std::slice::from_raw_parts(p.add(i * l.s), i + 1);
-                        let dr = std::slice::from_raw_parts_mut(ds.add(i * l.s), i1);
-                        let (live, dead) = dr.split_at_mut(i + 1);
-                        let dsum = T::dot(pr, live);
-                        for (d, pv) in live.iter_mut().zip(pr) {
-                            *d = *pv * (*d - dsum);
+        with_tiles::<T, _>(BLOCK * l.s, |p, ds| {
+            // SAFETY: unit (b, g) owns rows b·S.. of the dq columns of its heads and of its dk,
+            // dv columns; the tiles are this thread's.
+            unsafe {
+                for r in 0..l.s {
+                    std::slice::from_raw_parts_mut(dat(l.k, g * l.dh, r).0, l.dh).fill(T::zero());
+                    std::slice::from_raw_parts_mut(dat(l.v, g * l.dh, r).0, l.dh).fill(T::zero());
+                }
+                for h in g * l.group..(g + 1) * l.group {
+                    let hu = b * sh.heads + h;
+                    for i0 in (0..l.s).step_by(BLOCK) {
+                        let i1 = (i0 + BLOCK).min(l.s);
+                        let m = i1 - i0;
+                        let d_o = Operand {
+                            ptr: do_base.get().add((row0 + i0) * do_ld + h * l.dh) as *const T,
+                            rs: do_ld as isize,
+                            cs: 1,
+                        };
+                        // P, rebuilt: scale·Q·Kᵀ, then exp(s − lse) row by row.
+                        let (pb, dsb) = (p.as_mut_ptr(), ds.as_mut_ptr());
+                        let (q, kt) = (at(l.q, h * l.dh, i0), at_t(l.k, g * l.dh, 0));
+                        gemm_raw((m, i1, l.dh), (pb, i1), q, kt, scale, false, false);
+                        for i in i0..i1 {
+                            probs_from_lse(&mut p[(i - i0) * i1..(i - i0 + 1) * i1], i, lse[hu * l.s + i]);
                         }
-                        dead.fill(T::zero());
+                        // dP = dO·Vᵀ
+                        gemm_raw((m, i1, l.dh), (dsb, i1), d_o, at_t(l.v, g * l.dh, 0), 1.0, false, false);
+                        // dS = P ⊙ (dP − Σ_j P·dP)
+                        for i in i0..i1 {
+                            let row = (i - i0) * i1;
+                            let pr = &p[row..row + i + 1];
+                            let (live, dead) = ds[row..row + i1].split_at_mut(i + 1);
+                            let dsum = T::dot(pr, live);
+                            for (d, pv) in live.iter_mut().zip(pr) {
+                                *d = *pv * (*d - dsum);
+                            }
+                            dead.fill(T::zero());
+                        }
+                        let dsm = Operand { ptr: dsb as *const T, rs: i1 as isize, cs: 1 };
+                        let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: i1 as isize };
+                        let pm_t = Operand { ptr: pb as *const T, rs: 1, cs: i1 as isize };
+                        // dQ = scale·dS·K
+                        gemm_raw((m, l.dh, i1), dat(l.q, h * l.dh, i0), dsm, at(l.k, g * l.dh, 0), scale, false, false);
+                        // dK += scale·dSᵀ·Q
+                        gemm_raw(
+                            (i1, l.dh, m),
+                            dat(l.k, g * l.dh, 0),
+                            dsm_t,
+                            at(l.q, h * l.dh, i0),
+                            scale,
+                            true,
+                            false,
+                        );
+                        // dV += Pᵀ·dO
+                        gemm_raw((i1, l.dh, m), dat(l.v, g * l.dh, 0), pm_t, d_o, 1.0, true, false);
                     }
-                    let dsm = Operand { ptr: dsb as *const T, rs: l.s as isize, cs: 1 };
-                    let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: l.s as isize };
-                    let pm_t = Operand { ptr: p.add(i0 * l.s) as *const T, rs: 1, cs: l.s as isize };
-                    // dQ = scale·dS·K
-                    gemm_raw((m, l.dh, i1), dat(l.q, h * l.dh, i0), dsm, at(l.k, g * l.dh, 0), scale, false, false);
-                    // dK += scale·dSᵀ·Q
-                    gemm_raw((i1, l.dh, m), dat(l.k, g * l.dh, 0), dsm_t, at(l.q, h * l.dh, i0), scale, true, false);
-                    // dV += Pᵀ·dO
-                    gemm_raw((i1, l.dh, m), dat(l.v, g * l.dh, 0), pm_t, d_o, 1.0, true, false);
                 }
             }
-        }
+        });
     });
 }

@@ -58,6 +58,13 @@ impl<T: Scalar> Backend for Cpu<T> {
     fn alloc(&self, n: usize) -> Vec<T> {
         vec![T::zero(); n]
     }
+    /// One log-sum-exp per query row: the backward recomputes the probabilities by tiles.
+    fn attention_saved_len(&self, sh: &AttnShape) -> usize {
+        sh.rows_len()
+    }
+    fn attention_scratch_len(&self, _: &AttnShape) -> usize {
+        0
+    }
     fn alloc_ids(&self, n: usize) -> Vec<u32> {
         vec![0; n]
     }

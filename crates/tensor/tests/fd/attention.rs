@@ -71,7 +71,7 @@ fn attention_matches_naive_and_finite_differences() {
     let w = rnd(&mut rng, t * sh.q_width(), 1.0);
     let fwd = |p: &Vec<f64>| {
         let mut out = vec![0.0; t * sh.q_width()];
-        let mut probs = vec![0.0; sh.probs_len()];
+        let mut probs = vec![0.0; CPU.attention_saved_len(&sh)];
         CPU.attention_fwd(mat_mut(&mut out, t, sh.q_width()), &mut probs, p, sh);
         (out, probs)
     };
@@ -80,7 +80,9 @@ fn attention_matches_naive_and_finite_differences() {
     let err = out.iter().zip(&naive).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
     assert!(err < 1e-12, "attention forward differs from the naive loop by {err:e}");
     let mut dqkv = vec![7.0; sh.qkv_len()]; // overwritten, not accumulated
-    let mut scratch = vec![0.0; sh.probs_len()];
+    // The CPU keeps one log-sum-exp per row and head, and no S × S scratch.
+    assert_eq!((CPU.attention_saved_len(&sh), CPU.attention_scratch_len(&sh)), (sh.rows_len(), 0));
+    let mut scratch = vec![0.0; CPU.attention_scratch_len(&sh)];
     CPU.attention_bwd(&mut dqkv, mat(&w, t, sh.q_width()), &probs, &mut scratch, &qkv, sh);
     // Finite differences on every 7th coordinate (all of q, k and v are covered).
     let idx: Vec<usize> = (0..qkv.len()).step_by(7).collect();
