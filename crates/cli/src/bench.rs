@@ -5,7 +5,6 @@ use crate::commands::set_threads;
 use anyhow::{Context, Result};
 use boost_config::Config;
 use clap::Args;
-use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
@@ -45,6 +44,10 @@ pub struct BenchArgs {
     /// Print the report as JSON on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also print every GEMM shape of the step with its GFLOP/s against the measured peak
+    /// (always in the JSON report).
+    #[arg(long)]
+    pub gemm_shapes: bool,
     /// Compare the tensor-parallel schemes at this degree instead (ranks in this process):
     /// full-rank Megatron, and the low-rank architecture under vanilla and BTP.
     #[arg(long, value_name = "N")]
@@ -96,7 +99,6 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         warmup: a.warmup,
         rounds: a.rounds,
         python: (!a.no_torch).then(|| a.python.clone()),
-        peer_script: PathBuf::from("bench/torch_peer.py"),
     };
     if let Some(grid) = &a.grid {
         return bench_grid(a, &opts, grid);
@@ -105,7 +107,24 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         return bench_tp(a, &opts, tp);
     }
     let report = boost_train::bench::run(&opts, &|s| eprintln!("{s}"))?;
-    print_report(a.json, &report, || boost_train::bench::table(&report))
+    print_report(a.json, &report, || {
+        let mut t = boost_train::bench::table(&report);
+        if a.gemm_shapes {
+            for (r, m) in report.results.iter().zip(&opts.models) {
+                let legend = format!(
+                    "tokens {}, d {}, r {}, d_ff {}, vocab {}, head dim {}",
+                    a.seq * a.micro_batch,
+                    m.d,
+                    m.rank,
+                    m.d_ff,
+                    m.vocab,
+                    m.d / m.heads
+                );
+                t += &boost_train::bench_gemm::table(&r.arch, &legend, &r.gemm_shapes);
+            }
+        }
+        t
+    })
 }
 
 fn link_of(a: &BenchArgs) -> Result<Option<boost_comm::Link>> {

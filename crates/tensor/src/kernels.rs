@@ -10,7 +10,8 @@
 /// ```
 ///
 /// The category (`Gemm`, `Attention`, `Other`, `Untimed`) is where
-/// [`crate::profile::Profiled`] books the kernel's time; `flops` is counted per call.
+/// [`crate::profile::Profiled`] books the kernel's time; `flops` (a [`crate::profile::Work`])
+/// is counted per call.
 /// Types name `Mat`, `MatMut`, `AttnShape` and `AdamStep`, which must be in scope where an
 /// impl is generated; a kernel with many operands takes one struct of [`crate::args`]. A new
 /// kernel is an entry here and a function of its name in each backend's `ops` module (the CPU
@@ -21,7 +22,7 @@ macro_rules! kernel_table {
         $($callback)::+! { { $($extra)* }
             // ---- dense algebra ----
             /// `c = alpha·op(a)·op(b)` (`+ c` when `accumulate`); `op` honours each view's `trans`.
-            [Gemm, flops = $crate::profile::gemm_flops(&a, &b)]
+            [Gemm, flops = $crate::profile::gemm_work(&a, &b, accumulate)]
             fn gemm(c: MatMut<Self::Buf>, a: Mat<Self::Buf>, b: Mat<Self::Buf>, alpha: f64, accumulate: bool);
             [Other] fn fill(x: MatMut<Self::Buf>, v: f64);
             [Other] fn copy(dst: MatMut<Self::Buf>, src: Mat<Self::Buf>);

@@ -33,11 +33,46 @@ enum Cat {
     Untimed,
 }
 
-/// The multiply-adds of `op(a)·op(b)`, counted twice.
-pub fn gemm_flops<Buf: DeviceBuf>(a: &Mat<Buf>, b: &Mat<Buf>) -> f64 {
+/// One GEMM's shape as the engine calls it: `c (m×n) = op(a) (m×k) · op(b) (k×n)`, with
+/// whether each operand is read transposed and whether `c` accumulates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GemmShape {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub accumulate: bool,
+}
+
+impl GemmShape {
+    /// The multiply-adds, counted twice.
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.m * self.n * self.k) as f64
+    }
+}
+
+/// The time, calls and FLOPs of every GEMM of one shape.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GemmTotals {
+    pub time: Duration,
+    pub calls: u64,
+    pub flops: f64,
+}
+
+/// What one kernel call computes, as far as the profile counts it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Work {
+    pub flops: f64,
+    pub gemm: Option<GemmShape>,
+}
+
+/// The work of `op(a)·op(b)`.
+pub fn gemm_work<Buf: DeviceBuf>(a: &Mat<Buf>, b: &Mat<Buf>, accumulate: bool) -> Work {
     let (m, k) = a.op_shape();
     let n = b.op_shape().1;
-    2.0 * (m * n * k) as f64
+    let shape = GemmShape { m, n, k, trans_a: a.trans, trans_b: b.trans, accumulate };
+    Work { flops: shape.flops(), gemm: Some(shape) }
 }
 
 pub struct Profiled<B> {
@@ -45,11 +80,18 @@ pub struct Profiled<B> {
     times: Mutex<KernelTimes>,
     /// Time per kernel name, for finer diagnosis.
     detail: Mutex<Vec<(&'static str, Duration, u64)>>,
+    /// Time per GEMM shape (a step calls a few dozen distinct shapes).
+    gemms: Mutex<Vec<(GemmShape, GemmTotals)>>,
 }
 
 impl<B: Backend> Profiled<B> {
     pub fn new(inner: B) -> Self {
-        Self { inner, times: Mutex::new(KernelTimes::default()), detail: Mutex::new(Vec::new()) }
+        Self {
+            inner,
+            times: Mutex::new(KernelTimes::default()),
+            detail: Mutex::new(Vec::new()),
+            gemms: Mutex::new(Vec::new()),
+        }
     }
     /// Time and calls per kernel name so far, and reset.
     pub fn take_detail(&self) -> Vec<(&'static str, Duration, u64)> {
@@ -65,11 +107,29 @@ impl<B: Backend> Profiled<B> {
             None => d.push((name, dt, 1)),
         }
     }
+    /// Time, calls and FLOPs per GEMM shape so far, in order of first call, and reset.
+    pub fn take_gemm_shapes(&self) -> Vec<(GemmShape, GemmTotals)> {
+        std::mem::take(&mut *self.gemms.lock().unwrap())
+    }
+    fn note_gemm(&self, shape: GemmShape, dt: Duration) {
+        let mut g = self.gemms.lock().unwrap();
+        let i = match g.iter().position(|e| e.0 == shape) {
+            Some(i) => i,
+            None => {
+                g.push((shape, GemmTotals::default()));
+                g.len() - 1
+            }
+        };
+        let t = &mut g[i].1;
+        t.time += dt;
+        t.calls += 1;
+        t.flops += shape.flops();
+    }
     /// Times so far, and reset.
     pub fn take(&self) -> KernelTimes {
         std::mem::take(&mut *self.times.lock().unwrap())
     }
-    fn time_named<R>(&self, cat: Cat, name: &'static str, flops: f64, f: impl FnOnce() -> R) -> R {
+    fn time_named<R>(&self, cat: Cat, name: &'static str, work: Work, f: impl FnOnce() -> R) -> R {
         if cat == Cat::Untimed {
             return f();
         }
@@ -78,6 +138,9 @@ impl<B: Backend> Profiled<B> {
         self.inner.sync();
         let dt = t.elapsed();
         self.note(name, dt);
+        if let Some(shape) = work.gemm {
+            self.note_gemm(shape, dt);
+        }
         let mut k = self.times.lock().unwrap();
         k.calls += 1;
         match cat {
@@ -85,7 +148,7 @@ impl<B: Backend> Profiled<B> {
             Cat::Attention => k.attention += dt,
             Cat::Other | Cat::Untimed => k.other += dt,
         }
-        k.gemm_flops += flops;
+        k.gemm_flops += work.flops;
         r
     }
 }
@@ -99,8 +162,8 @@ macro_rules! profiled_kernels {
     )*) => {
         $(
             fn $name(&self, $($p: $t),*) $(-> $ret)? {
-                let flops = 0.0 $(+ $flops)?;
-                self.time_named(Cat::$cat, stringify!($name), flops, || self.inner.$name($($p),*))
+                let work: Work = [$($flops)?].into_iter().next().unwrap_or_default();
+                self.time_named(Cat::$cat, stringify!($name), work, || self.inner.$name($($p),*))
             }
         )*
     };
@@ -181,5 +244,31 @@ impl<B: Backend> crate::backend::Collective<Profiled<B>> for ProfiledGroup<'_, B
     }
     fn barrier(&self) {
         self.0.barrier()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::Cpu;
+
+    #[test]
+    fn gemms_are_booked_per_shape_with_their_flops() {
+        let be = Profiled::new(Cpu::<f64>::new());
+        let (a, b) = (vec![1.0; 6], vec![2.0; 12]);
+        let mut c = vec![0.0; 8];
+        // (2×3)·(3×4), twice, then op(a)ᵀ with a stored 3×2, accumulating.
+        for _ in 0..2 {
+            be.gemm(MatMut::new(&mut c, 2, 4), Mat::new(&a, 2, 3), Mat::new(&b, 3, 4), 1.0, false);
+        }
+        be.gemm(MatMut::new(&mut c, 2, 4), Mat::new(&a, 3, 2).t(), Mat::new(&b, 3, 4), 1.0, true);
+        assert_eq!(c[0], 12.0, "the profiled calls still compute: 6, then 6 + 6");
+        let shapes = be.take_gemm_shapes();
+        let plain = GemmShape { m: 2, n: 4, k: 3, trans_a: false, trans_b: false, accumulate: false };
+        let acc = GemmShape { trans_a: true, accumulate: true, ..plain };
+        assert_eq!(shapes.iter().map(|s| (s.0, s.1.calls)).collect::<Vec<_>>(), vec![(plain, 2), (acc, 1)]);
+        assert_eq!(shapes[0].1.flops, 2.0 * 48.0);
+        assert_eq!(be.take().gemm_flops, 3.0 * 48.0);
+        assert!(be.take_gemm_shapes().is_empty(), "taking resets");
     }
 }

@@ -7,12 +7,13 @@
 //! embedding lookup or norm weights) and 6·s·d·L is causal attention (forward + backward over
 //! the lower half of the score matrix). The full-S² convention (12·s·d·L) is reported too.
 
+use crate::bench_gemm::{GemmRow, rows as gemm_rows};
 use crate::optim::{AdamW, clip_coef, grad_norm};
 use anyhow::{Context, Result, bail};
 use boost_config::{Arch, ModelConfig, TrainConfig};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::cpu::Cpu;
-use boost_tensor::profile::Profiled;
+use boost_tensor::profile::{GemmShape, GemmTotals, KernelTimes, Profiled};
 use boost_tensor::{Backend, Mat, MatMut, Solo};
 use serde::Serialize;
 use std::process::Command;
@@ -36,6 +37,8 @@ pub struct ArchResult {
     pub peak_rss_mib: f64,
     pub torch: Option<serde_json::Value>,
     pub torch_ratio: Option<f64>,
+    /// Every GEMM shape of the step, the most time first.
+    pub gemm_shapes: Vec<GemmRow>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -56,10 +59,13 @@ pub struct BenchOptions {
     pub threads: usize,
     pub warmup: usize,
     pub rounds: usize,
-    /// Run `bench/torch_peer.py` with this Python (None: skip the peer).
+    /// Run the PyTorch peer ([`TORCH_PEER`]) with this Python (None: skip the peer).
     pub python: Option<String>,
-    pub peer_script: std::path::PathBuf,
 }
+
+/// The PyTorch eager peer, `bench/torch_peer.py`, built into the binary so that `boost bench`
+/// finds it from any directory.
+pub const TORCH_PEER: &str = include_str!("../../../bench/torch_peer.py");
 
 /// Best f32 GEMM rate over a few square products (GFLOP/s).
 pub fn gemm_peak() -> f64 {
@@ -130,8 +136,10 @@ fn median(v: &[f64]) -> f64 {
 
 fn peer(opts: &BenchOptions, m: &ModelConfig) -> Result<serde_json::Value> {
     let py = opts.python.as_deref().unwrap_or("python3");
+    let script = tempfile::Builder::new().prefix("torch_peer").suffix(".py").tempfile()?;
+    std::fs::write(script.path(), TORCH_PEER).context("cannot write the PyTorch peer script")?;
     let out = Command::new(py)
-        .arg(&opts.peer_script)
+        .arg(script.path())
         .args(["--arch", m.arch.name()])
         .args(["--d", &m.d.to_string(), "--d-ff", &m.d_ff.to_string(), "--layers", &m.layers.to_string()])
         .args(["--heads", &m.heads.to_string(), "--kv-heads", &m.kv_heads().to_string(), "--rank", &m.rank.to_string()])
@@ -140,7 +148,7 @@ fn peer(opts: &BenchOptions, m: &ModelConfig) -> Result<serde_json::Value> {
         .args(["--threads", &opts.threads.to_string(), "--warmup", &opts.warmup.to_string()])
         .args(["--rounds", &opts.rounds.to_string(), "--json"])
         .output()
-        .with_context(|| format!("cannot run {py} {}", opts.peer_script.display()))?;
+        .with_context(|| format!("cannot run {py} (the PyTorch peer)"))?;
     if !out.status.success() {
         bail!("the PyTorch peer failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
     }
@@ -149,12 +157,17 @@ fn peer(opts: &BenchOptions, m: &ModelConfig) -> Result<serde_json::Value> {
     Ok(serde_json::from_str(line)?)
 }
 
+/// What [`measure`] found: step times, kernel times, GEMM shapes, parameter counts.
+struct Measured {
+    times: Vec<f64>,
+    kernels: KernelTimes,
+    gemms: Vec<(GemmShape, GemmTotals)>,
+    params: usize,
+    matmul_params: usize,
+}
+
 /// Time `rounds` training steps (after `warmup`) of one model.
-fn measure(
-    opts: &BenchOptions,
-    cfg: &ModelConfig,
-    rounds: usize,
-) -> Result<(Vec<f64>, boost_tensor::profile::KernelTimes, usize, usize)> {
+fn measure(opts: &BenchOptions, cfg: &ModelConfig, rounds: usize) -> Result<Measured> {
     reset_peak_rss();
     let mut model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, Layout::single(cfg), 1)?;
     let mut opt = AdamW::new(&model.be, &model.store);
@@ -175,6 +188,7 @@ fn measure(
     for i in 0..opts.warmup + rounds {
         if i == opts.warmup {
             model.be.take();
+            model.be.take_gemm_shapes();
         }
         let t0 = Instant::now();
         model.store.zero_grads(&model.be);
@@ -185,8 +199,13 @@ fn measure(
             times.push(t0.elapsed().as_secs_f64());
         }
     }
-    let k = model.be.take();
-    Ok((times, k, model.store.global_len(), matmul_params(&model)))
+    Ok(Measured {
+        times,
+        kernels: model.be.take(),
+        gemms: model.be.take_gemm_shapes(),
+        params: model.store.global_len(),
+        matmul_params: matmul_params(&model),
+    })
 }
 
 pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
@@ -196,7 +215,7 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
     for cfg in &opts.models {
         let name = cfg.arch.name().to_string();
         // Ours, the peer, ours again: the ratio compares medians taken around the peer.
-        let (mut times, k1, params, mm) = measure(opts, cfg, opts.rounds)?;
+        let first = measure(opts, cfg, opts.rounds)?;
         let torch = match &opts.python {
             Some(_) => match peer(opts, cfg) {
                 Ok(v) => Some(v),
@@ -207,8 +226,9 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
             },
             None => None,
         };
-        let (t2, k2, _, _) = measure(opts, cfg, opts.rounds)?;
-        times.extend(t2);
+        let second = measure(opts, cfg, opts.rounds)?;
+        let (k1, k2, mm) = (first.kernels, second.kernels, first.matmul_params);
+        let times: Vec<f64> = first.times.iter().chain(&second.times).copied().collect();
         let steps = times.len() as f64;
         let step = median(&times);
         let tokens = (opts.micro_batch * opts.seq) as f64;
@@ -223,7 +243,7 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
         let torch_ratio = torch.as_ref().and_then(|v| v["tokens_per_sec"].as_f64()).map(|p| tps / p);
         let r = ArchResult {
             arch: name.clone(),
-            params,
+            params: first.params,
             matmul_params: mm,
             step_time_s: step,
             step_times_s: times.clone(),
@@ -238,6 +258,7 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
             peak_rss_mib: peak_rss_mib(),
             torch,
             torch_ratio,
+            gemm_shapes: gemm_rows(&[first.gemms, second.gemms], steps, peak),
         };
         log(format!(
             "{name}: {:.3} s/step, {:.0} tok/s, GEMM {:.0}% / attention {:.0}% / other {:.0}%, MFU {:.1}%{}",

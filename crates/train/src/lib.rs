@@ -2,6 +2,7 @@
 //! checkpoints, evaluation and export.
 
 pub mod bench;
+pub mod bench_gemm;
 pub mod bench_grid;
 pub mod bench_tp;
 pub mod checkpoint;
