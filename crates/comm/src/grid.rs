@@ -121,6 +121,9 @@ pub struct GridOptions {
     /// Per-call log capacity of that recorder (0: aggregates only).
     pub log_capacity: usize,
     pub links: Links,
+    /// Give the tp, pp and dp groups a progress thread each, so started calls overlap the
+    /// caller's work (`parallel.overlap`).
+    pub overlap: bool,
 }
 
 impl GridOptions {
@@ -134,6 +137,10 @@ impl GridOptions {
     }
     pub fn links(mut self, links: Links) -> Self {
         self.links = links;
+        self
+    }
+    pub fn overlap(mut self, on: bool) -> Self {
+        self.overlap = on;
         self
     }
 }
@@ -192,16 +199,15 @@ impl Grid {
             g.set_link(link);
             g
         };
-        Ok(Grid {
-            dims,
-            rank,
-            coord: c,
-            world: make("world", world, opts.links.world),
-            tp: make("tp", tp, opts.links.tp),
-            pp: make("pp", pp, opts.links.pp),
-            dp: make("dp", dp, opts.links.dp),
-            recorder,
-        })
+        let mut groups = [make("tp", tp, opts.links.tp), make("pp", pp, opts.links.pp), make("dp", dp, opts.links.dp)];
+        if opts.overlap {
+            // Every rank splits its groups in the same order (tp, pp, dp).
+            for g in &mut groups {
+                g.enable_overlap()?;
+            }
+        }
+        let [tp, pp, dp] = groups;
+        Ok(Grid { dims, rank, coord: c, world: make("world", world, opts.links.world), tp, pp, dp, recorder })
     }
 
     /// The rank's recorder (shared by its groups), when recording.

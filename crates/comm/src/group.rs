@@ -4,11 +4,12 @@
 
 use crate::communicator::{CommExt, Communicator};
 use crate::error::CommResult;
+use crate::lane::Lane;
 use crate::link::Link;
 use crate::payload::{CommElem, Kind};
 use crate::recorder::{Key, Recorder};
 use boost_tensor::cpu::Cpu;
-use boost_tensor::{Collective, Label, ReduceOp, Scalar};
+use boost_tensor::{Collective, Handle, Label, ReduceOp, Scalar};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -30,6 +31,8 @@ pub struct Group {
     name: &'static str,
     recorder: Option<Arc<Recorder>>,
     link: Option<Link>,
+    /// The progress thread of started calls ([`Group::enable_overlap`]); shared by clones.
+    pub(crate) lane: Option<Arc<Lane>>,
 }
 
 impl std::fmt::Debug for Group {
@@ -40,13 +43,14 @@ impl std::fmt::Debug for Group {
             .field("size", &self.size())
             .field("recorded", &self.recorder.is_some())
             .field("link", &self.link)
+            .field("overlap", &self.lane.is_some())
             .finish()
     }
 }
 
 impl Group {
     pub fn new(name: &'static str, comm: Arc<dyn Communicator>) -> Self {
-        Self { comm, name, recorder: None, link: None }
+        Self { comm, name, recorder: None, link: None, lane: None }
     }
     pub fn with_recorder(mut self, recorder: Arc<Recorder>) -> Self {
         self.recorder = Some(recorder);
@@ -85,7 +89,7 @@ impl Group {
 
     /// Run one call, timing it, sleeping the emulated link cost (before a send, after anything
     /// else) and recording it.
-    fn issue<T: CommElem>(
+    pub(crate) fn issue<T: CommElem>(
         &self,
         kind: Kind,
         label: Label,
@@ -186,5 +190,21 @@ impl<T: Scalar + CommElem> Collective<Cpu<T>> for Group {
     }
     fn barrier(&self) {
         self.expect(self.barrier_checked(BARRIER), Kind::Barrier, BARRIER);
+    }
+    // Started calls run on the progress thread when overlap is on (crate::started).
+    fn start_all_reduce(&self, buf: Vec<T>, off: usize, n: usize, op: ReduceOp, label: Label) -> Handle<'_, Vec<T>> {
+        self.start_all_reduce_vec(buf, off, n, op, label)
+    }
+    fn start_reduce_scatter(&self, buf: Vec<T>, off: usize, n: usize, label: Label) -> Handle<'_, Vec<T>> {
+        self.start_reduce_scatter_vec(buf, off, n, label)
+    }
+    fn start_all_gather(&self, buf: Vec<T>, off: usize, n: usize, label: Label) -> Handle<'_, Vec<T>> {
+        self.start_all_gather_vec(buf, off, n, label)
+    }
+    fn start_send(&self, buf: Vec<T>, off: usize, n: usize, to: usize, label: Label) -> Handle<'_, Vec<T>> {
+        self.start_send_vec(buf, off, n, to, label)
+    }
+    fn start_recv(&self, buf: Vec<T>, off: usize, n: usize, from: usize, label: Label) -> Handle<'_, Vec<T>> {
+        self.start_recv_vec(buf, off, n, from, label)
     }
 }

@@ -36,7 +36,9 @@ fn secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
 /// Counts of a set of calls. `elements` counts the buffer each call covers (an all-reduce's
 /// buffer, the full range of an all-gather or reduce-scatter, a send's or recv's message);
 /// `bytes` is the same in bytes. `time` is the real time spent in the calls, `emulated` the
-/// time slept by link emulation on top.
+/// time slept by link emulation on top. `in_flight` runs from a call's start to its
+/// completion (emulation included); `waited` is the part of it the caller spent blocked
+/// (exposed): all of it for a blocking call, the time inside `wait` for a started one.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct Totals {
     pub calls: u64,
@@ -46,11 +48,23 @@ pub struct Totals {
     pub time: Duration,
     #[serde(serialize_with = "secs")]
     pub emulated: Duration,
+    #[serde(serialize_with = "secs")]
+    pub in_flight: Duration,
+    #[serde(serialize_with = "secs")]
+    pub waited: Duration,
 }
 
 impl Totals {
     fn add(&mut self, e: &Event) {
-        self.merge(&Totals { calls: 1, elements: e.elements, bytes: e.bytes, time: e.time, emulated: e.emulated });
+        self.merge(&Totals {
+            calls: 1,
+            elements: e.elements,
+            bytes: e.bytes,
+            time: e.time,
+            emulated: e.emulated,
+            in_flight: e.in_flight,
+            waited: e.waited,
+        });
     }
     fn merge(&mut self, o: &Totals) {
         self.calls += o.calls;
@@ -58,10 +72,13 @@ impl Totals {
         self.bytes += o.bytes;
         self.time += o.time;
         self.emulated += o.emulated;
+        self.in_flight += o.in_flight;
+        self.waited += o.waited;
     }
 }
 
-/// One recorded call.
+/// One recorded call: its start (since the recorder was made), completion (`start +
+/// in_flight`) and the time its caller waited for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Event {
     #[serde(flatten)]
@@ -72,6 +89,25 @@ pub struct Event {
     pub time: Duration,
     #[serde(serialize_with = "secs")]
     pub emulated: Duration,
+    #[serde(serialize_with = "secs")]
+    pub start: Duration,
+    #[serde(serialize_with = "secs")]
+    pub in_flight: Duration,
+    #[serde(serialize_with = "secs")]
+    pub waited: Duration,
+}
+
+/// How a started (non-blocking) call went, for [`Recorder::record_started`].
+#[derive(Debug, Clone, Copy)]
+pub struct Started {
+    /// When it was started and when it completed (emulated link time included).
+    pub start: Instant,
+    pub done: Instant,
+    /// Real time inside the backend call.
+    pub time: Duration,
+    pub emulated: Duration,
+    /// Time the caller spent blocked in its wait.
+    pub waited: Duration,
 }
 
 /// Aggregate of one key.
@@ -159,6 +195,8 @@ impl State {
 /// A thread-safe collective recorder; share one per rank across that rank's groups.
 pub struct Recorder {
     state: Mutex<State>,
+    /// Event starts are measured from here.
+    epoch: Instant,
 }
 
 impl Default for Recorder {
@@ -190,6 +228,7 @@ impl Recorder {
                 event_capacity: capacity,
                 dropped: 0,
             }),
+            epoch: Instant::now(),
         }
     }
 
@@ -211,8 +250,27 @@ impl Recorder {
         let out = call()?;
         let time = t0.elapsed();
         let bytes = (elements * key.dtype.size()) as u64;
-        self.record(Event { key, elements: elements as u64, bytes, time, emulated });
+        // A blocking call is exposed whole: the emulated link is slept by the caller.
+        let start = t0.saturating_duration_since(self.epoch);
+        let in_flight = time + emulated;
+        let e = Event { key, elements: elements as u64, bytes, time, emulated, start, in_flight, waited: in_flight };
+        self.record(e);
         Ok(out)
+    }
+
+    /// Record a started call that completed (see [`crate::Group`]'s non-blocking starts).
+    pub fn record_started(&self, key: Key, elements: usize, s: Started) {
+        let bytes = (elements * key.dtype.size()) as u64;
+        self.record(Event {
+            key,
+            elements: elements as u64,
+            bytes,
+            time: s.time,
+            emulated: s.emulated,
+            start: s.start.saturating_duration_since(self.epoch),
+            in_flight: s.done.saturating_duration_since(s.start),
+            waited: s.waited,
+        });
     }
 
     pub fn record(&self, e: Event) {

@@ -70,6 +70,11 @@ pub const KEYS: &[(&str, &str)] = &[
     ("parallel.link.tp", "the tp groups' emulated link, \"ALPHA_US,GBPS\"; unset = link_alpha_us, link_gbps"),
     ("parallel.link.pp", "the pp groups' emulated link, \"ALPHA_US,GBPS\"; unset = link_alpha_us, link_gbps"),
     ("parallel.link.dp", "the dp groups' emulated link, \"ALPHA_US,GBPS\"; unset = link_alpha_us, link_gbps"),
+    (
+        "parallel.overlap",
+        "overlap communication with computation (dp gradient buckets during the backward); false = blocking",
+    ),
+    ("parallel.bucket_mb", "data-parallel gradient bucket size in MB when overlapping (> 0)"),
     ("run.dir", "run directory: metrics, config and checkpoints"),
     ("run.progress", "progress bar when stderr is a terminal; false prints log lines instead"),
 ];

@@ -85,6 +85,12 @@ pub struct ParallelConfig {
     pub link_gbps: f64,
     /// Per group kind, `"ALPHA_US,GBPS"` overriding the two keys above for that kind.
     pub link: GroupLinks,
+    /// Overlap communication with computation: data-parallel gradients reduced in buckets
+    /// during the backward, ZeRO-1 parameter gathers during the update. False keeps every
+    /// collective blocking, in the order of the non-overlapped step (same bits either way).
+    pub overlap: bool,
+    /// Size of a data-parallel gradient bucket in MB (10⁶ bytes) when overlapping.
+    pub bucket_mb: f64,
 }
 
 /// Emulated links of the tp, pp and dp groups, each `"ALPHA_US,GBPS"` (e.g. `"2,300"` for a
@@ -140,6 +146,8 @@ impl Default for ParallelConfig {
             link_alpha_us: 0.0,
             link_gbps: 0.0,
             link: GroupLinks::default(),
+            overlap: true,
+            bucket_mb: 25.0,
         }
     }
 }
@@ -194,6 +202,12 @@ impl ParallelConfig {
             if let Some(t) = text {
                 parse_link(&format!("parallel.link.{group}"), t)?;
             }
+        }
+        if !(self.bucket_mb.is_finite() && self.bucket_mb > 0.0) {
+            return Err(ConfigError::new(
+                "parallel.bucket_mb",
+                format!("is {}; a gradient bucket needs a size in MB > 0, e.g. 25", self.bucket_mb),
+            ));
         }
         if self.zero > 1 {
             return Err(ConfigError::new(

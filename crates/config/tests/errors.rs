@@ -36,6 +36,18 @@ fn each_link_key_is_reported_under_its_own_name() {
 }
 
 #[test]
+fn a_bucket_size_of_zero_or_less_is_refused_by_name() {
+    for v in ["0", "-1", "nan", "inf"] {
+        let e = load(&[&format!("parallel.bucket_mb={v}")]).unwrap_err();
+        assert_eq!(e.key, "parallel.bucket_mb", "{e}");
+        assert!(e.message.contains("> 0"), "{e}");
+    }
+    let c = load(&["parallel.bucket_mb=0.5", "parallel.overlap=false"]).unwrap();
+    assert_eq!((c.parallel.bucket_mb, c.parallel.overlap), (0.5, false));
+    assert!(load(&[]).unwrap().parallel.overlap, "overlap is on by default");
+}
+
+#[test]
 fn lax_ln_eps_must_be_positive() {
     for v in ["0", "-1e-6", "nan", "inf"] {
         let e = load(&["model.arch=lax", &format!("model.lax.ln_eps={v}")]).unwrap_err();

@@ -2,6 +2,7 @@
 //! buffers) and [`Collective`] (communication on device buffers); the CPU backend is
 //! [`crate::cpu::Cpu`], a CUDA backend implements the same traits.
 
+use crate::pending::{Handle, Ready};
 use crate::scalar::Scalar;
 use crate::view::{DeviceBuf, Mat, MatMut};
 
@@ -170,6 +171,43 @@ pub trait Collective<B: Backend>: Send + Sync {
     fn send(&self, buf: &B::Buf, off: usize, n: usize, to: usize, label: Label);
     fn recv(&self, buf: &mut B::Buf, off: usize, n: usize, from: usize, label: Label);
     fn barrier(&self);
+
+    // Non-blocking starts ([`crate::pending`]): the handle owns `buf` until it is waited
+    // for. Every rank starts the same calls in the same order, as for the blocking ones. By
+    // default the call runs to completion when started.
+
+    /// [`Collective::all_reduce`], started.
+    fn start_all_reduce(
+        &self,
+        mut buf: B::Buf,
+        off: usize,
+        n: usize,
+        op: ReduceOp,
+        label: Label,
+    ) -> Handle<'_, B::Buf> {
+        self.all_reduce(&mut buf, off, n, op, label);
+        Box::new(Ready(buf))
+    }
+    /// [`Collective::reduce_scatter`], started.
+    fn start_reduce_scatter(&self, mut buf: B::Buf, off: usize, n: usize, label: Label) -> Handle<'_, B::Buf> {
+        self.reduce_scatter(&mut buf, off, n, label);
+        Box::new(Ready(buf))
+    }
+    /// [`Collective::all_gather`], started.
+    fn start_all_gather(&self, mut buf: B::Buf, off: usize, n: usize, label: Label) -> Handle<'_, B::Buf> {
+        self.all_gather(&mut buf, off, n, label);
+        Box::new(Ready(buf))
+    }
+    /// [`Collective::send`], started; the handle gives the buffer back once it is sent.
+    fn start_send(&self, buf: B::Buf, off: usize, n: usize, to: usize, label: Label) -> Handle<'_, B::Buf> {
+        self.send(&buf, off, n, to, label);
+        Box::new(Ready(buf))
+    }
+    /// [`Collective::recv`], started (posted ahead of the data).
+    fn start_recv(&self, mut buf: B::Buf, off: usize, n: usize, from: usize, label: Label) -> Handle<'_, B::Buf> {
+        self.recv(&mut buf, off, n, from, label);
+        Box::new(Ready(buf))
+    }
 }
 
 /// The group of one rank: every collective is the identity and costs nothing.

@@ -8,11 +8,13 @@ pub mod args;
 pub mod backend;
 pub mod cpu;
 mod kernels;
+pub mod pending;
 pub mod profile;
 pub mod scalar;
 pub mod view;
 
 pub use args::{AdamUpdate, KronBwd, LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd, XentFinish};
 pub use backend::{AdamStep, AttnShape, Backend, Collective, Label, ReduceOp, Solo};
+pub use pending::{Handle, Pending, Ready};
 pub use scalar::Scalar;
 pub use view::{DeviceBuf, Mat, MatMut};
