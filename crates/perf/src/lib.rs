@@ -15,6 +15,7 @@ pub mod cli;
 pub mod hardware;
 pub mod layer;
 pub mod ops;
+pub mod overlap;
 pub mod paper;
 pub mod predict;
 pub mod search;

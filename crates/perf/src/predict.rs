@@ -1,8 +1,10 @@
 //! Predicted iteration time of a set-up on a cluster, with its breakdown.
 //!
 //! Timing assumptions: every op of a rank runs one after the other (no overlap of
-//! communication with compute, as in Megatron-style TP without sequence-parallel overlap, and
-//! data-parallel gradient traffic after the last micro-batch). The pipeline runs
+//! tensor-parallel communication with compute, as in Megatron-style TP without
+//! sequence-parallel overlap), except, with `overlap`, the data-parallel gradient buckets,
+//! which hide behind the last micro-batch's backward, and ZeRO-1's parameter gathers, which
+//! hide behind the update ([`crate::overlap`]). The pipeline runs
 //! `(m + pp − 1)` slots of the slowest stage's micro-batch time (1F1B and AFAB alike); the
 //! `pp − 1` extra slots are the bubble, a fraction `(pp − 1)/(m + pp − 1)`.
 
@@ -24,8 +26,11 @@ pub struct Breakdown {
     pub recompute_s: f64,
     pub tp_comm_s: f64,
     pub pp_comm_s: f64,
-    /// Data-parallel gradient traffic, tied-embedding and gradient-norm all-reduces.
+    /// Data-parallel gradient traffic, tied-embedding and gradient-norm all-reduces: the time
+    /// they add to the step (exposed).
     pub dp_comm_s: f64,
+    /// The same traffic's whole duration, exposed or hidden behind computation.
+    pub dp_in_flight_s: f64,
     /// tp + pp + dp communication.
     pub communication_s: f64,
     pub bubble_s: f64,
@@ -45,9 +50,17 @@ impl Breakdown {
             Op::Collective(c) => match c.group {
                 Group::Tp => self.tp_comm_s += t,
                 Group::Pp if c.label.starts_with("pp.") => self.pp_comm_s += t,
-                _ => self.dp_comm_s += t,
+                _ => {
+                    self.dp_comm_s += t;
+                    self.dp_in_flight_s += t;
+                }
             },
         }
+    }
+    /// A step-level collective of `in_flight` seconds of which `exposed` adds to the step.
+    fn add_hidden(&mut self, exposed: f64, in_flight: f64) {
+        self.dp_comm_s += exposed;
+        self.dp_in_flight_s += in_flight;
     }
     fn finish(&mut self) {
         self.compute_s = self.gemm_s + self.attention_s + self.elementwise_s;
@@ -66,6 +79,7 @@ impl Breakdown {
             &mut self.tp_comm_s,
             &mut self.pp_comm_s,
             &mut self.dp_comm_s,
+            &mut self.dp_in_flight_s,
             &mut self.communication_s,
             &mut self.bubble_s,
             &mut self.optimizer_s,
@@ -81,6 +95,7 @@ impl Breakdown {
         self.tp_comm_s += o.tp_comm_s;
         self.pp_comm_s += o.pp_comm_s;
         self.dp_comm_s += o.dp_comm_s;
+        self.dp_in_flight_s += o.dp_in_flight_s;
         self.bubble_s += o.bubble_s;
         self.optimizer_s += o.optimizer_s;
         self.finish();
@@ -167,14 +182,17 @@ pub fn bubble_fraction(pp: usize, m: usize) -> f64 {
 pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
     let timer = Timer::new(hw, s);
     // Micro-batch time of every stage; the slowest sets the pace.
-    let mut best: Option<(usize, Breakdown, f64, f64)> = None;
+    let mut best: Option<(usize, Breakdown, f64, f64, f64)> = None;
     for stage in 0..s.pp {
         let ops = stage_ops(s, stage);
         let mut b = Breakdown::default();
-        let (mut gemm_flops, mut exec_flops) = (0.0, 0.0);
+        let (mut gemm_flops, mut exec_flops, mut backward) = (0.0, 0.0, 0.0);
         for op in ops.all() {
             let t = timer.op(op);
             b.add_op(t, op);
+            if op.phase() != Phase::Forward && !matches!(op, Op::Collective(c) if c.group == Group::Pp) {
+                backward += t;
+            }
             match op {
                 Op::Gemm(g) => {
                     gemm_flops += g.flops();
@@ -185,19 +203,36 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
             }
         }
         b.finish();
-        if best.as_ref().is_none_or(|(_, bb, _, _)| b.total() > bb.total()) {
-            best = Some((stage, b, gemm_flops, exec_flops));
+        if best.as_ref().is_none_or(|(_, bb, _, _, _)| b.total() > bb.total()) {
+            best = Some((stage, b, gemm_flops, exec_flops, backward));
         }
     }
-    let (slowest_stage, mb, gemm_flops, exec_flops) = best.expect("pp ≥ 1");
+    let (slowest_stage, mb, gemm_flops, exec_flops, backward) = best.expect("pp ≥ 1");
     let m = s.accumulation as f64;
     let mut total = mb.clone();
     total.scale(m);
     // Bubble: pp − 1 slots of the slowest stage's micro-batch (transfers excluded).
     let slot = mb.total() - mb.pp_comm_s;
     let mut step = Breakdown { bubble_s: (s.pp as f64 - 1.0) * slot, ..Default::default() };
-    for op in step_ops(s, slowest_stage) {
-        step.add_op(timer.op(&op), &op);
+    let ops = step_ops(s, slowest_stage);
+    let update: f64 =
+        ops.iter().filter(|o| matches!(o, Op::Elementwise(e) if e.label == "optimizer")).map(|o| timer.op(o)).sum();
+    for op in &ops {
+        let t = timer.op(op);
+        // What a bucketed collective hides behind with overlap: the last micro-batch's backward
+        // (gradients) or the update (ZeRO-1 parameters).
+        let hide = match op {
+            Op::Collective(c) if s.overlap && c.label == "dp.grads" => Some((c, backward)),
+            Op::Collective(c) if s.overlap && c.label == "dp.params" => Some((c, update)),
+            _ => None,
+        };
+        match hide {
+            Some((c, h)) => {
+                let b = crate::overlap::buckets(c.bytes() as f64, s.bucket_mb);
+                step.add_hidden(crate::overlap::exposed(t, h, b), t);
+            }
+            None => step.add_op(t, op),
+        }
     }
     total.plus(&step);
     let iteration = total.total();

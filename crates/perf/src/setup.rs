@@ -120,6 +120,11 @@ pub struct Setup {
     pub accumulation: usize,
     pub dtype: Dtype,
     pub attention: AttnConvention,
+    /// Data-parallel gradients reduced in buckets during the backward pass and ZeRO-1
+    /// parameters gathered during the update (`parallel.overlap`).
+    pub overlap: bool,
+    /// Bucket size in MB (10⁶ bytes) when overlapping (`parallel.bucket_mb`).
+    pub bucket_mb: f64,
 }
 
 impl Setup {
@@ -147,6 +152,8 @@ impl Setup {
             accumulation: cfg.train.accumulation,
             dtype,
             attention: AttnConvention::Causal,
+            overlap: cfg.parallel.overlap,
+            bucket_mb: cfg.parallel.bucket_mb,
         };
         s.validate()?;
         Ok(s)
@@ -175,6 +182,8 @@ impl Setup {
             accumulation: 1,
             dtype: Dtype::Bf16,
             attention: AttnConvention::Causal,
+            overlap: true,
+            bucket_mb: 25.0,
         })
     }
 

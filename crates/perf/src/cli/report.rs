@@ -49,7 +49,14 @@ pub fn report(s: &Setup, hw: &Hardware, p: &Prediction) -> String {
         "comm",
         b.communication_s,
         it,
-        &format!("   TP {:.4}, PP {:.4}, DP {:.4}", b.tp_comm_s, b.pp_comm_s, b.dp_comm_s),
+        &format!(
+            "   TP {:.4}, PP {:.4}, DP {:.4} exposed of {:.4} in flight{}",
+            b.tp_comm_s,
+            b.pp_comm_s,
+            b.dp_comm_s,
+            b.dp_in_flight_s,
+            if s.overlap { format!(" (buckets of {} MB overlap the backward)", s.bucket_mb) } else { String::new() }
+        ),
     );
     share(&mut o, "bubble", b.bubble_s, it, &format!("   (pp − 1)/(m + pp − 1) = {:.3}", p.bubble_fraction));
     share(&mut o, "optimizer", b.optimizer_s, it, "");
