@@ -192,6 +192,9 @@ impl<T: Scalar + CommElem> Collective<Cpu<T>> for Group {
         self.expect(self.barrier_checked(BARRIER), Kind::Barrier, BARRIER);
     }
     // Started calls run on the progress thread when overlap is on (crate::started).
+    fn overlaps(&self) -> bool {
+        self.lane.is_some()
+    }
     fn start_all_reduce(&self, buf: Vec<T>, off: usize, n: usize, op: ReduceOp, label: Label) -> Handle<'_, Vec<T>> {
         self.start_all_reduce_vec(buf, off, n, op, label)
     }

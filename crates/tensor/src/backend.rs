@@ -176,6 +176,13 @@ pub trait Collective<B: Backend>: Send + Sync {
     // for. Every rank starts the same calls in the same order, as for the blocking ones. By
     // default the call runs to completion when started.
 
+    /// Whether started calls progress in the background (a progress thread), so a receive
+    /// may be posted ahead of the work that precedes it. With the default (false), a started
+    /// call completes when it is started, and posting a receive early could wait forever.
+    fn overlaps(&self) -> bool {
+        false
+    }
+
     /// [`Collective::all_reduce`], started.
     fn start_all_reduce(
         &self,

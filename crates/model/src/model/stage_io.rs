@@ -2,6 +2,7 @@
 //! residual (and, under LaX, the boundary latents) forward, and their gradients back. The
 //! model names the buffers; the pipeline (`boost-train`'s `pipeline::stage_io`) moves them.
 
+use super::work::slot_of;
 use super::*;
 
 /// One buffer range a stage sends or receives, and the label it travels under.
@@ -17,10 +18,15 @@ impl<B: Backend> Model<B> {
     /// allocated for `b` if needed): the residual, and under LaX the latents its first layer
     /// crosses into.
     pub fn stage_input(&mut self, slot: usize, b: &Batch) -> Vec<Wire<&mut B::Buf>> {
+        self.stage_input_on(slot, b).1
+    }
+
+    /// [`Model::stage_input`] with the backend, to fill the wires from staging buffers.
+    pub fn stage_input_on(&mut self, slot: usize, b: &Batch) -> (&B, Vec<Wire<&mut B::Buf>>) {
         let w = self.take_work(slot, b);
         self.put_work(slot, w);
         let d_res = self.dims.d_res;
-        let w = self.slot_work(slot);
+        let w = slot_of(&mut self.works, slot);
         let n = w.t() * d_res;
         let mut out = vec![Wire { buf: &mut w.resid[0], off: 0, n, label: Label::op("pp.act") }];
         if let Some(z) = w.z_in.as_mut() {
@@ -29,7 +35,7 @@ impl<B: Backend> Model<B> {
                 out.push(Wire { buf, off: 0, n, label: Label::op("pp.lax") });
             }
         }
-        out
+        (&self.be, out)
     }
 
     /// What this stage sends forward after the forward of slot `slot`.
@@ -53,10 +59,15 @@ impl<B: Backend> Model<B> {
     /// Where this stage receives the gradient of its output for slot `slot`: the residual's,
     /// and under LaX the carry the next stage's first layer passes back.
     pub fn stage_output_grad(&mut self, slot: usize) -> Vec<Wire<&mut B::Buf>> {
+        self.stage_output_grad_on(slot).1
+    }
+
+    /// [`Model::stage_output_grad`] with the backend, to fill the wires from staging buffers.
+    pub fn stage_output_grad_on(&mut self, slot: usize) -> (&B, Vec<Wire<&mut B::Buf>>) {
         let last_layer = self.blocks.last().expect("a stage has layers").layer;
         let lax = self.cfg.arch == Arch::Lax;
         let per_token: Vec<usize> = self.blocks[0].groups().iter().map(|g| g.geom(1).len()).collect();
-        let w = self.slot_work(slot);
+        let w = slot_of(&mut self.works, slot);
         let t = w.t();
         let n = w.dx.len();
         let mut wires = vec![Wire { buf: &mut w.dx, off: 0, n, label: Label::op("pp.grad") }];
@@ -66,7 +77,7 @@ impl<B: Backend> Model<B> {
                 wires.push(Wire { buf, off: 0, n: per * t, label: Label::op("pp.lax.grad") });
             }
         }
-        wires
+        (&self.be, wires)
     }
 
     /// What this stage sends back after the backward of slot `slot`: the gradient of its

@@ -179,18 +179,16 @@ impl<B: Backend> Model<B> {
         self.works[slot] = Some(w);
     }
 
-    pub(super) fn slot_work(&mut self, slot: usize) -> &mut Work<B> {
-        self.works
-            .get_mut(slot)
-            .and_then(|w| w.as_mut())
-            .unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"))
-    }
-
-    /// Shared [`Model::slot_work`].
+    /// The work of `slot`, shared.
     pub(super) fn slot_work_ref(&self, slot: usize) -> &Work<B> {
         self.works
             .get(slot)
             .and_then(|w| w.as_ref())
             .unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"))
     }
+}
+
+/// The work of `slot`, borrowed from the slot list alone (the model's backend stays free).
+pub(super) fn slot_of<B: Backend>(works: &mut [Option<Work<B>>], slot: usize) -> &mut Work<B> {
+    works.get_mut(slot).and_then(|w| w.as_mut()).unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"))
 }

@@ -3,7 +3,7 @@
 
 use super::{B, Case, Out, S, SEED, batches};
 use crate::engine::Engine;
-use boost_comm::{Dims, run_ranks};
+use boost_comm::{Dims, GridOptions, RunOptions, run_ranks_with};
 use boost_config::Config;
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::{Backend, Mat};
@@ -11,17 +11,23 @@ use boost_train::dp::Optimizer;
 use boost_train::pipeline::StageRunner;
 use boost_train::pipeline::schedule::table;
 
-pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, case: &Case) -> Vec<Out> {
+///
+/// With `overlap`, the pipeline and data-parallel groups have progress threads: stages post
+/// their receives ahead and send without waiting (`parallel.overlap`).
+pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, case: &Case, overlap: bool) -> Vec<Out> {
     let (tp, pp, dp) = (cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp);
     let zero = cfg.parallel.zero == 1;
     let (kind, policy, mbs) = (case.kind, case.policy, case.micro_batches);
     let data = batches(cfg.model.vocab, mbs);
-    run_ranks(Dims::new(dp, pp, tp), |_, grid| {
+    let opts = RunOptions::default().grid(GridOptions::default().overlap(overlap));
+    run_ranks_with(Dims::new(dp, pp, tp), &opts, |_, grid| {
         let c = grid.coord;
         let layout = Layout::staged(&cfg.model, &cfg.parallel, c.tp, c.pp, pp);
         let be = engine.backend();
         let (tpg, ppg, dpg) =
             (engine.collective(&be, &grid.tp), engine.collective(&be, &grid.pp), engine.collective(&be, &grid.dp));
+        // The overlapped path must be the one running, or the comparison proves nothing.
+        assert_eq!(ppg.overlaps(), overlap && pp > 1, "pipeline group overlap");
         let mut m = Model::new(be, &cfg.model, layout, SEED)?;
         m.set_recompute(policy);
         m.set_recompute_layers(cfg.train.recompute_layers);

@@ -81,15 +81,38 @@ fn reference<E: Backend>(engine: &Engine<E>, cfg: &Config, mbs: usize) -> Out {
     (loss * scale, pieces)
 }
 
-fn check<E: Backend>(engine: &Engine<E>, case: &Case, tol: f64) {
+/// Run `sweep` on `engine` with `parallel.overlap` on and off: every rank's loss and
+/// gradients must be bit-identical (the same bytes move, only earlier).
+pub fn overlap_is_bit_identical<E: Backend>(engine: &Engine<E>, which: Sweep) {
+    let cases = sweep(which);
+    assert_eq!(cases.len(), which.runs(), "{which:?}: cases");
+    for case in &cases {
+        let cfg = case_config(case);
+        let what = format!("{:?} {:?} {:?} {} micro-batches", case.sets, case.kind, case.policy, case.micro_batches);
+        let (on, off) = (grid::run(engine, &cfg, case, true), grid::run(engine, &cfg, case, false));
+        for (rank, (a, b)) in on.iter().zip(&off).enumerate() {
+            assert_eq!(a.0.to_bits(), b.0.to_bits(), "{what}: rank {rank}: loss {} with overlap, {} without", a.0, b.0);
+            for ((p, ga), (_, gb)) in a.1.iter().zip(&b.1) {
+                let same = ga.iter().zip(gb).all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "{what}: rank {rank}: gradient of {} differs with overlap", p.name);
+            }
+        }
+    }
+}
+
+fn case_config(case: &Case) -> Config {
     let mut sets = small_model(4, &case.sets);
     sets.push(format!("train.recompute={}", format!("{:?}", case.policy).to_lowercase()));
     let dp: usize = case.sets.iter().find_map(|s| s.strip_prefix("parallel.dp=")).map_or(1, |v| v.parse().unwrap());
     sets.push(format!("train.accumulation={}", case.micro_batches / dp));
-    let cfg = Config::load(None, &sets).unwrap();
+    Config::load(None, &sets).unwrap()
+}
+
+fn check<E: Backend>(engine: &Engine<E>, case: &Case, tol: f64) {
+    let cfg = case_config(case);
     let what = format!("{:?} {:?} {:?} {} micro-batches", case.sets, case.kind, case.policy, case.micro_batches);
     let (rloss, rpieces) = reference(engine, &cfg, case.micro_batches);
-    let outs = grid::run(engine, &cfg, case);
+    let outs = grid::run(engine, &cfg, case, false);
     let loss: f64 = outs.iter().map(|o| o.0).sum();
     assert!((loss - rloss).abs() <= tol * rloss.abs(), "{what}: loss {loss} vs {rloss}");
     for (rp, rg) in &rpieces {

@@ -1,5 +1,6 @@
 //! Running one optimizer step's micro-batches through this rank's pipeline stage.
 
+use super::posted::{Staging, Transfers};
 use super::schedule::{Op, max_in_flight};
 use super::stage_io;
 use boost_model::{Batch, LossSum, Model};
@@ -12,12 +13,14 @@ pub struct StageRunner<B: Backend> {
     pub slots: usize,
     /// The other stage's copy of a tied embedding gradient.
     tied: Option<B::Buf>,
+    /// Staging of transfers that overlap compute.
+    staging: Staging<B>,
 }
 
 impl<B: Backend> StageRunner<B> {
     pub fn new(ops: Vec<Op>) -> Self {
         let slots = max_in_flight(&ops).max(1);
-        Self { ops, slots, tied: None }
+        Self { ops, slots, tied: None, staging: Staging::default() }
     }
 
     /// Run every op of the table on `batches` (micro-batch k is `batches[k]`); gradients
@@ -31,6 +34,9 @@ impl<B: Backend> StageRunner<B> {
         grad_scale: f64,
     ) -> LossSum {
         let (stage, stages) = (model.layout.stage, model.layout.stages);
+        if pp.overlaps() {
+            return self.run_overlapped(model, tp, pp, batches, grad_scale);
+        }
         let mut loss = LossSum::default();
         for &op in &self.ops {
             match op {
@@ -59,6 +65,51 @@ impl<B: Backend> StageRunner<B> {
                 }
             }
         }
+        self.sync_tied(model, pp);
+        loss
+    }
+
+    /// [`StageRunner::run`] with each op's receives posted while the op before it computes
+    /// and sends that do not wait ([`super::posted`]); the same bytes, so the same results.
+    fn run_overlapped(
+        &mut self,
+        model: &mut Model<B>,
+        tp: &dyn Collective<B>,
+        pp: &dyn Collective<B>,
+        batches: &[Batch],
+        grad_scale: f64,
+    ) -> LossSum {
+        let (stage, stages) = (model.layout.stage, model.layout.stages);
+        let mut loss = LossSum::default();
+        let mut io = Transfers::new(pp, &mut self.staging, stage, stages);
+        for (i, &op) in self.ops.iter().enumerate() {
+            let slot = match op {
+                Op::Forward(k) | Op::Backward(k) => k % self.slots,
+            };
+            let mine = io.start(model, slot, i, op, batches);
+            if let Some(&next) = self.ops.get(i + 1) {
+                io.post(&model.be, i + 1, next, batches);
+            }
+            io.deliver(model, slot, op, batches, mine);
+            match op {
+                Op::Forward(k) => {
+                    if let Some(l) = model.forward_stage(tp, slot, &batches[k], Some(grad_scale)) {
+                        loss.sum += l.sum;
+                        loss.tokens += l.tokens;
+                    }
+                    if stage + 1 < stages {
+                        io.send(&model.be, model.stage_output(slot), stage + 1);
+                    }
+                }
+                Op::Backward(_) => {
+                    model.backward_stage(tp, slot);
+                    if stage > 0 {
+                        io.send(&model.be, model.stage_input_grad(slot), stage - 1);
+                    }
+                }
+            }
+        }
+        io.finish();
         self.sync_tied(model, pp);
         loss
     }

@@ -2,6 +2,7 @@
 //! exchanging activations and gradients with its neighbours.
 
 pub mod exec;
+mod posted;
 pub mod schedule;
 pub mod stage_io;
 
