@@ -38,6 +38,9 @@ pub struct Zero1<B: Backend> {
     p_shard: B::Buf,
     g_shard: B::Buf,
     pub step: u64,
+    /// Start each buffer's parameter all-gather as soon as its shard is updated and wait for
+    /// them all after the last update (`parallel.overlap`); otherwise each blocks in turn.
+    pub overlap: bool,
 }
 
 impl<B: Backend> Zero1<B> {
@@ -54,7 +57,14 @@ impl<B: Backend> Zero1<B> {
             g_shard: be.alloc(max),
             chunk,
             step: 0,
+            overlap: false,
         }
+    }
+
+    /// The staging buffers (gradients are reduce-scattered into them) and the chunk size of
+    /// each buffer, for a reduction during the backward ([`crate::overlap`]).
+    pub fn staging(&mut self) -> (&mut Vec<B::Buf>, &[usize]) {
+        (&mut self.stage, &self.chunk)
     }
 
     /// The staging buffer of buffer `i`: after `sync_grads`, its elements `owned(i)` (at the
@@ -76,6 +86,13 @@ impl<B: Backend> Optimizer<B> {
             Optimizer::Zero1(Zero1::new(be, store, dp, dp_rank))
         } else {
             Optimizer::Replicated(AdamW::new(be, store))
+        }
+    }
+
+    /// Overlap ZeRO-1's parameter gathers with the update (`parallel.overlap`).
+    pub fn set_overlap(&mut self, on: bool) {
+        if let Optimizer::Zero1(z) = self {
+            z.overlap = on;
         }
     }
 
@@ -167,6 +184,7 @@ impl<B: Backend> Optimizer<B> {
             Optimizer::Zero1(z) => {
                 z.step += 1;
                 let s = adam_step(cfg, z.step, lr, grad_scale);
+                let mut gathers = Vec::new();
                 for (i, info) in store.bufs.iter().enumerate() {
                     let (n, c) = (info.len, z.chunk[i]);
                     let own = z.owned(i, n);
@@ -186,7 +204,18 @@ impl<B: Backend> Optimizer<B> {
                         });
                         be.copy(MatMut::at(&mut z.stage[i], z.rank * c, 1, k, k), Mat::new(&z.p_shard, 1, k));
                     }
+                    if z.overlap {
+                        // The gather runs while the next buffers' shards update.
+                        let st = std::mem::replace(&mut z.stage[i], be.alloc(0));
+                        gathers.push((i, dp.start_all_gather(st, 0, c, Label::op("dp.params"))));
+                        continue;
+                    }
                     dp.all_gather(&mut z.stage[i], 0, c, Label::op("dp.params"));
+                    be.copy(MatMut::new(&mut store.values[i], 1, n), Mat::new(&z.stage[i], 1, n));
+                }
+                for (i, h) in gathers {
+                    z.stage[i] = h.wait();
+                    let n = store.bufs[i].len;
                     be.copy(MatMut::new(&mut store.values[i], 1, n), Mat::new(&z.stage[i], 1, n));
                 }
             }

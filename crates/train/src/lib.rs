@@ -9,6 +9,7 @@ pub mod checkpoint;
 pub mod dp;
 pub mod metrics;
 pub mod optim;
+pub mod overlap;
 pub mod pipeline;
 pub mod schedule;
 pub mod trainer;

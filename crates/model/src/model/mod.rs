@@ -21,6 +21,11 @@ pub struct Batch<'a> {
     pub seq: usize,
 }
 
+/// Called during a backward as gradients become final: `ready(be, k, grads)` says that the
+/// gradient buffers `k..` will not change again in this backward (the head's first, then each
+/// layer's, from the last layer down, then the embedding's). The caller may start reducing them.
+pub type GradsReady<'a, B> = dyn FnMut(&B, usize, &[<B as Backend>::Buf]) + 'a;
+
 /// Σ of per-token losses and the number of tokens that carried a target.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LossSum {
@@ -59,6 +64,8 @@ pub struct Model<B: Backend> {
     pub blocks: Vec<Block>,
     /// The last pipeline stage's final norm and LM head.
     pub last: Option<LastStage>,
+    /// The parameter buffers of each of `blocks`.
+    pub layer_bufs: Vec<std::ops::Range<usize>>,
     /// What the forward keeps for the backward (`train.recompute`).
     pub recompute: Recompute,
     /// The policy applies to this many layers of the stage, the first ones (0: all), as
@@ -79,7 +86,7 @@ impl<B: Backend> Model<B> {
     /// Declare the parameters without filling them (they read zero).
     pub fn declare(be: B, cfg: &ModelConfig, layout: Layout) -> Result<Self> {
         let (plan, dims) = resolve(cfg, &layout)?;
-        let StageParams { store, first, blocks, last } =
+        let StageParams { store, first, blocks, last, layer_bufs } =
             StageParams::declare(&be, cfg, &layout, &plan, &dims, ParamStore::new());
         Ok(Self {
             cfg: cfg.clone(),
@@ -91,6 +98,7 @@ impl<B: Backend> Model<B> {
             first,
             blocks,
             last,
+            layer_bufs,
             recompute: Recompute::None,
             recompute_layers: 0,
             works: Vec::new(),

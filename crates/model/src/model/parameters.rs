@@ -9,6 +9,9 @@ pub struct StageParams<B: Backend> {
     pub first: Option<FirstStage>,
     pub blocks: Vec<Block>,
     pub last: Option<LastStage>,
+    /// The buffers of each local block (consecutive, in layer order), for reducing a
+    /// layer's gradients as soon as its backward is done.
+    pub layer_bufs: Vec<std::ops::Range<usize>>,
 }
 
 /// The plan and local sizes of a validated model at this layout.
@@ -74,7 +77,16 @@ impl<B: Backend> StageParams<B> {
             slot
         });
         let mut cx = Declare { m: cfg, plan, layout, dims, store: &mut store, be };
-        let blocks: Vec<Block> = layout.layer_range(cfg.layers).map(|l| Block::build(l, &mut cx)).collect();
+        let mut layer_bufs = Vec::new();
+        let blocks: Vec<Block> = layout
+            .layer_range(cfg.layers)
+            .map(|l| {
+                let lo = cx.store.bufs.len();
+                let b = Block::build(l, &mut cx);
+                layer_bufs.push(lo..cx.store.bufs.len());
+                b
+            })
+            .collect();
         let last_stage = last.then(|| {
             let name = "model.norm.weight".to_string();
             let mut bb = BufBuilder::new(name.clone());
@@ -86,7 +98,13 @@ impl<B: Backend> StageParams<B> {
             };
             LastStage { final_norm, head }
         });
-        Self { store, first: embed.filter(|_| first).map(|embed| FirstStage { embed }), blocks, last: last_stage }
+        Self {
+            store,
+            first: embed.filter(|_| first).map(|embed| FirstStage { embed }),
+            blocks,
+            last: last_stage,
+            layer_bufs,
+        }
     }
 }
 

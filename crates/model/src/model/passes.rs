@@ -72,8 +72,14 @@ impl<B: Backend> Model<B> {
     /// Backward of micro-batch slot `slot` on this stage: from the logits' gradient on the
     /// last stage, from the received output gradient otherwise (into [`Model::stage_output_grad`]).
     pub fn backward_stage(&mut self, tp: &dyn Collective<B>, slot: usize) {
+        self.backward_stage_with(tp, slot, None)
+    }
+
+    /// [`Model::backward_stage`], telling `ready` which gradient buffers are final as the
+    /// backward goes (see [`GradsReady`]).
+    pub fn backward_stage_with(&mut self, tp: &dyn Collective<B>, slot: usize, ready: Option<&mut GradsReady<B>>) {
         let mut w = self.works.get_mut(slot).and_then(|w| w.take()).expect("backward of a slot without forward");
-        self.backward(tp, &mut w);
+        self.backward(tp, &mut w, ready);
         self.put_work(slot, w);
     }
 
@@ -112,9 +118,16 @@ impl<B: Backend> Model<B> {
         self.be.read_mat(Mat::new(&w.dx, w.t(), self.dims.d_res))
     }
 
-    pub(super) fn backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+    pub(super) fn backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>, mut ready: Option<&mut GradsReady<B>>) {
         if let Some(last) = self.last {
             self.head_backward(last, tp, w);
+            // The final norm and an untied head follow the layers; a head tied to the table
+            // (buffer 0 here) stays unfinished until the embedding's backward.
+            let after_layers =
+                self.layer_bufs.last().map_or(usize::from(self.first.is_some() || self.cfg.tie_embeddings), |r| r.end);
+            if let Some(f) = ready.as_deref_mut() {
+                f(&self.be, after_layers, &self.store.grads);
+            }
         }
         let r = self.recomputed();
         let ParamStore { values: params, grads, .. } = &mut self.store;
@@ -159,9 +172,16 @@ impl<B: Backend> Model<B> {
             let above_lax = lax && block.layer + 1 < total_layers;
             let saved = BlockSaved { x_in: &w.resid[l], acts: cur, prev, above_lax };
             block.backward(&cx, grads, saved, &mut w.dx, &mut w.bg, &mut w.sc);
+            // A block writes its own gradients only.
+            if let Some(f) = ready.as_deref_mut() {
+                f(be, self.layer_bufs[l].start, grads);
+            }
         }
         if let Some(first) = self.first {
             self.embed_backward(first, tp, w);
+        }
+        if let Some(f) = ready {
+            f(&self.be, 0, &self.store.grads);
         }
     }
 }

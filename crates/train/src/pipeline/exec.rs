@@ -3,7 +3,7 @@
 use super::posted::{Staging, Transfers};
 use super::schedule::{Op, max_in_flight};
 use super::stage_io;
-use boost_model::{Batch, LossSum, Model};
+use boost_model::{Batch, GradsReady, LossSum, Model};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut};
 
 /// A stage's executor: its op table and the scratch it reuses every step.
@@ -33,12 +33,27 @@ impl<B: Backend> StageRunner<B> {
         batches: &[Batch],
         grad_scale: f64,
     ) -> LossSum {
+        self.run_with(model, tp, pp, batches, grad_scale, None)
+    }
+
+    /// [`StageRunner::run`], telling `ready` which gradients are final during the table's
+    /// last backward (the earlier ones still accumulate into every buffer).
+    pub fn run_with(
+        &mut self,
+        model: &mut Model<B>,
+        tp: &dyn Collective<B>,
+        pp: &dyn Collective<B>,
+        batches: &[Batch],
+        grad_scale: f64,
+        mut ready: Option<&mut GradsReady<B>>,
+    ) -> LossSum {
         let (stage, stages) = (model.layout.stage, model.layout.stages);
         if pp.overlaps() {
-            return self.run_overlapped(model, tp, pp, batches, grad_scale);
+            return self.run_overlapped(model, tp, pp, batches, grad_scale, ready);
         }
         let mut loss = LossSum::default();
-        for &op in &self.ops {
+        let last_backward = self.ops.iter().rposition(|op| matches!(op, Op::Backward(_)));
+        for (i, &op) in self.ops.iter().enumerate() {
             match op {
                 Op::Forward(k) => {
                     let slot = k % self.slots;
@@ -58,7 +73,8 @@ impl<B: Backend> StageRunner<B> {
                     if stage + 1 < stages {
                         stage_io::recv_grad(model, pp, slot, stage + 1);
                     }
-                    model.backward_stage(tp, slot);
+                    let hook = if Some(i) == last_backward { ready.take() } else { None };
+                    model.backward_stage_with(tp, slot, hook);
                     if stage > 0 {
                         stage_io::send_grad(model, pp, slot, stage - 1);
                     }
@@ -78,9 +94,11 @@ impl<B: Backend> StageRunner<B> {
         pp: &dyn Collective<B>,
         batches: &[Batch],
         grad_scale: f64,
+        mut ready: Option<&mut GradsReady<B>>,
     ) -> LossSum {
         let (stage, stages) = (model.layout.stage, model.layout.stages);
         let mut loss = LossSum::default();
+        let last_backward = self.ops.iter().rposition(|op| matches!(op, Op::Backward(_)));
         let mut io = Transfers::new(pp, &mut self.staging, stage, stages);
         for (i, &op) in self.ops.iter().enumerate() {
             let slot = match op {
@@ -102,7 +120,8 @@ impl<B: Backend> StageRunner<B> {
                     }
                 }
                 Op::Backward(_) => {
-                    model.backward_stage(tp, slot);
+                    let hook = if Some(i) == last_backward { ready.take() } else { None };
+                    model.backward_stage_with(tp, slot, hook);
                     if stage > 0 {
                         io.send(&model.be, model.stage_input_grad(slot), stage - 1);
                     }

@@ -17,11 +17,9 @@ use std::path::Path;
 fn run_options(cfg: &Config) -> RunOptions {
     let link = |group| cfg.parallel.link_of(group).map(|l| Link::new(l.alpha_us, l.gbps));
     let links = Links { world: link("world"), tp: link("tp"), pp: link("pp"), dp: link("dp") };
-    let mut ropts = RunOptions::default().record(true);
-    if links != Links::default() {
-        ropts = ropts.grid(GridOptions::default().record(true).links(links));
-    }
-    ropts
+    // Overlap gives the tp, pp and dp groups progress threads for started calls.
+    let overlap = cfg.parallel.overlap && cfg.parallel.world_size() > 1;
+    RunOptions::default().grid(GridOptions::default().record(true).links(links).overlap(overlap))
 }
 
 /// Train the configured model in this process: one thread per rank of the (dp, pp, tp)

@@ -19,7 +19,8 @@ impl<B: Backend> Learner<B> {
     /// `model` with a fresh optimizer: ZeRO-1 shards under `parallel.zero = 1`, replicated
     /// AdamW otherwise; `dp_rank` is this rank's replica.
     pub fn new(model: Model<B>, par: &ParallelConfig, dp_rank: usize) -> Self {
-        let opt = Optimizer::new(&model.be, &model.store, par.zero == 1, par.dp, dp_rank);
+        let mut opt = Optimizer::new(&model.be, &model.store, par.zero == 1, par.dp, dp_rank);
+        opt.set_overlap(par.overlap);
         Self { model, opt }
     }
 

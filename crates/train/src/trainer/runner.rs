@@ -2,8 +2,9 @@
 //! the data-parallel gradient combination, the global gradient norm and AdamW.
 
 use super::Learner;
-use crate::dp::Groups;
+use crate::dp::{Groups, Optimizer};
 use crate::optim::clip_coef;
+use crate::overlap::SyncPlan;
 use crate::pipeline::StageRunner;
 use crate::pipeline::schedule::table;
 use crate::pipeline::stage_io;
@@ -41,6 +42,8 @@ pub struct StepRunner<B: Backend> {
     targets: Vec<Vec<u32>>,
     stage: StageRunner<B>,
     bucket: Option<B::Buf>,
+    /// The gradient buckets reduced during the backward (`parallel.overlap` with dp > 1).
+    sync: Option<SyncPlan<B>>,
     scalar: B::Buf,
     report: B::Buf,
     cfg: Config,
@@ -57,6 +60,12 @@ impl<B: Backend> StepRunner<B> {
             targets: vec![vec![0; n]; t.accumulation],
             stage: StageRunner::new(table(cfg.parallel.schedule, l.stage, l.stages, t.accumulation)),
             bucket: None,
+            sync: (cfg.parallel.overlap && cfg.parallel.dp > 1).then(|| {
+                // The tied table of a pipeline's end stages is final only once they have
+                // summed it (after the schedule): its bucket waits for that.
+                let tied = model.tied_table().filter(|_| l.stages > 1).map(|s| s.buf);
+                SyncPlan::new(&model.be, &model.store, cfg.parallel.bucket_mb, tied)
+            }),
             scalar: model.be.alloc(1),
             report: model.be.alloc(3),
             cfg: cfg.clone(),
@@ -105,9 +114,28 @@ impl<B: Backend> StepRunner<B> {
         }
         let batches: Vec<Batch> =
             (0..acc).map(|a| Batch { ids: &self.inputs[a], targets: &self.targets[a], batch: mb, seq }).collect();
-        let loss = self.stage.run(&mut l.model, g.tp, g.pp, &batches, 1.0 / global_tokens);
+        let scale = 1.0 / global_tokens;
+        let loss = match self.sync.as_mut() {
+            Some(plan) => {
+                // Buckets start during the last backward; the rest once the schedule is done.
+                let Learner { model, opt } = l;
+                let zero = match opt {
+                    Optimizer::Zero1(z) => Some(z.staging()),
+                    Optimizer::Replicated(_) => None,
+                };
+                let mut sync = plan.begin(g.dp, zero);
+                let mut ready = |be: &B, k: usize, grads: &[B::Buf]| sync.ready(be, k, grads);
+                let loss = self.stage.run_with(model, g.tp, g.pp, &batches, scale, Some(&mut ready));
+                sync.finish(&model.be, &mut model.store);
+                loss
+            }
+            None => {
+                let loss = self.stage.run(&mut l.model, g.tp, g.pp, &batches, scale);
+                l.sync_grads(g.dp, &mut self.bucket);
+                loss
+            }
+        };
         drop(batches);
-        l.sync_grads(g.dp, &mut self.bucket);
         let grad_norm = l.grad_norm(self.dp_rank, g.world, &mut self.scalar);
         Accumulated { loss, grad_norm }
     }

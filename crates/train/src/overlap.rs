@@ -1,0 +1,192 @@
+//! Data-parallel gradient reduction during the backward (`parallel.overlap`), as Megatron's
+//! and PyTorch's DDP do it: the gradient buffers are grouped into buckets of about
+//! `parallel.bucket_mb`, from the last buffer down (the order the backward finishes them);
+//! during the last micro-batch's backward on this stage, each bucket's reduction is started
+//! on the dp group's progress thread as soon as the model reports its buffers final, so it
+//! runs while the layers below compute. [`GradSync::finish`] starts what is left (the tied
+//! table once the stages have summed it), waits for everything and copies the results back.
+//!
+//! Every element is still summed over the replicas in rank order, so the gradients are
+//! bit-identical to the blocking reduction's whatever the buckets.
+
+use boost_model::params::ParamStore;
+use boost_tensor::{Backend, Collective, Handle, Label, Mat, MatMut, ReduceOp};
+
+/// A run of consecutive gradient buffers reduced as one call.
+struct Bucket {
+    bufs: std::ops::Range<usize>,
+    len: usize,
+}
+
+/// Buckets of about `bytes` bytes over buffers of `lens`, from the last buffer down; buffer
+/// `hold` (the tied table of a pipeline's end stages) goes alone and last.
+fn plan(lens: &[usize], elem_bytes: usize, bytes: usize, hold: Option<usize>) -> Vec<Bucket> {
+    let mut out: Vec<Bucket> = Vec::new();
+    let mut open: Option<Bucket> = None;
+    for i in (0..lens.len()).rev() {
+        if Some(i) == hold {
+            out.extend(open.take());
+            continue;
+        }
+        let b = open.get_or_insert(Bucket { bufs: i + 1..i + 1, len: 0 });
+        b.bufs.start = i;
+        b.len += lens[i];
+        if b.len * elem_bytes >= bytes {
+            out.extend(open.take());
+        }
+    }
+    out.extend(open);
+    out.extend(hold.map(|h| Bucket { bufs: h..h + 1, len: lens[h] }));
+    out
+}
+
+/// What a started call will hand back and where it goes.
+enum Flight<'a, B: Backend> {
+    /// A packed bucket (index into the plan): copied back into the gradients.
+    Bucket(usize, Handle<'a, B::Buf>),
+    /// ZeRO-1 staging buffer `i`: kept as the shard's gradient.
+    Stage(usize, Handle<'a, B::Buf>),
+}
+
+/// The reduction state of one step's gradients over `dp`.
+pub struct GradSync<'a, B: Backend> {
+    dp: &'a dyn Collective<B>,
+    buckets: &'a [Bucket],
+    /// Elements of each gradient buffer.
+    lens: &'a [usize],
+    /// Packing buffers per bucket (replicated), reused step after step.
+    packs: &'a mut Vec<Option<B::Buf>>,
+    /// ZeRO-1: the per-buffer staging buffers and chunk sizes; none when replicated.
+    zero: Option<(&'a mut Vec<B::Buf>, &'a [usize])>,
+    /// Buckets started so far (they start in plan order).
+    started: usize,
+    /// The tied table's bucket waits for [`GradSync::finish`].
+    hold: Option<usize>,
+    flights: Vec<Flight<'a, B>>,
+}
+
+/// The bucket plan of a model, kept across steps by the step runner.
+pub struct SyncPlan<B: Backend> {
+    buckets: Vec<Bucket>,
+    lens: Vec<usize>,
+    packs: Vec<Option<B::Buf>>,
+    hold: Option<usize>,
+}
+
+impl<B: Backend> SyncPlan<B> {
+    /// Buckets of `bucket_mb` MB over `store`'s buffers; `hold` as in [`plan`].
+    pub fn new(be: &B, store: &ParamStore<B>, bucket_mb: f64, hold: Option<usize>) -> Self {
+        let lens: Vec<usize> = store.bufs.iter().map(|b| b.len).collect();
+        let bytes = (bucket_mb * 1e6).max(1.0) as usize;
+        let buckets = plan(&lens, be.elem_bytes(), bytes, hold);
+        let packs = buckets.iter().map(|_| None).collect();
+        Self { buckets, lens, packs, hold }
+    }
+
+    /// Start a step's reduction: replicated (`zero` None) or into ZeRO-1's staging buffers
+    /// (each buffer its own reduce-scatter of `dp`·chunk elements).
+    pub fn begin<'a>(
+        &'a mut self,
+        dp: &'a dyn Collective<B>,
+        zero: Option<(&'a mut Vec<B::Buf>, &'a [usize])>,
+    ) -> GradSync<'a, B> {
+        GradSync {
+            dp,
+            buckets: &self.buckets,
+            lens: &self.lens,
+            packs: &mut self.packs,
+            zero,
+            started: 0,
+            hold: self.hold,
+            flights: Vec::new(),
+        }
+    }
+}
+
+impl<'a, B: Backend> GradSync<'a, B> {
+    /// The backward's report: buffers `k..` of `grads` are final. Starts every bucket now
+    /// wholly final (in plan order, so every replica starts the same calls in the same order).
+    pub fn ready(&mut self, be: &B, k: usize, grads: &[B::Buf]) {
+        while let Some(b) = self.buckets.get(self.started) {
+            if b.bufs.start < k || Some(b.bufs.start) == self.hold {
+                break;
+            }
+            self.launch(be, self.started, grads);
+            self.started += 1;
+        }
+    }
+
+    fn launch(&mut self, be: &B, idx: usize, grads: &[B::Buf]) {
+        let b = &self.buckets[idx];
+        let dp = self.dp;
+        if let Some((stage, chunk)) = self.zero.as_mut() {
+            for i in b.bufs.clone() {
+                let (n, c) = (self.lens[i], chunk[i]);
+                let mut s = std::mem::replace(&mut stage[i], be.alloc(0));
+                be.fill(MatMut::new(&mut s, 1, c * dp.size()), 0.0);
+                be.copy(MatMut::at(&mut s, 0, 1, n, n), Mat::new(&grads[i], 1, n));
+                self.flights.push(Flight::Stage(i, dp.start_reduce_scatter(s, 0, c, Label::op("dp.grads"))));
+            }
+            return;
+        }
+        let mut pack = self.packs[idx].take().unwrap_or_else(|| be.alloc(b.len));
+        let mut off = 0;
+        for i in b.bufs.clone() {
+            let n = self.lens[i];
+            be.copy(MatMut::at(&mut pack, off, 1, n, n), Mat::new(&grads[i], 1, n));
+            off += n;
+        }
+        self.flights
+            .push(Flight::Bucket(idx, dp.start_all_reduce(pack, 0, b.len, ReduceOp::Sum, Label::op("dp.grads"))));
+    }
+
+    /// Start what is left, wait for every call (in start order) and put the results in place:
+    /// summed gradients in `store.grads`, or ZeRO-1's shards in its staging buffers.
+    pub fn finish(mut self, be: &B, store: &mut ParamStore<B>) {
+        while self.started < self.buckets.len() {
+            self.launch(be, self.started, &store.grads);
+            self.started += 1;
+        }
+        for f in std::mem::take(&mut self.flights) {
+            match f {
+                Flight::Stage(i, h) => {
+                    let (stage, _) = self.zero.as_mut().expect("ZeRO-1 flights");
+                    stage[i] = h.wait();
+                }
+                Flight::Bucket(idx, h) => {
+                    let pack = h.wait();
+                    let mut off = 0;
+                    for i in self.buckets[idx].bufs.clone() {
+                        let n = store.bufs[i].len;
+                        be.copy(MatMut::new(&mut store.grads[i], 1, n), Mat::at(&pack, off, 1, n, n));
+                        off += n;
+                    }
+                    self.packs[idx] = Some(pack);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spans(b: &[Bucket]) -> Vec<(usize, usize, usize)> {
+        b.iter().map(|b| (b.bufs.start, b.bufs.end, b.len)).collect()
+    }
+
+    #[test]
+    fn buckets_run_from_the_last_buffer_down_and_hold_the_tied_table_for_last() {
+        // 4-byte elements, 40-byte buckets: a bucket closes once it reaches 10 elements.
+        let lens = [8, 3, 4, 12, 2, 5];
+        assert_eq!(spans(&plan(&lens, 4, 40, None)), vec![(3, 6, 19), (0, 3, 15)]);
+        assert_eq!(spans(&plan(&lens, 4, 40, Some(0))), vec![(3, 6, 19), (1, 3, 7), (0, 1, 8)]);
+        // Every buffer exactly once.
+        for hold in [None, Some(0), Some(3)] {
+            let mut seen: Vec<usize> = plan(&lens, 4, 16, hold).iter().flat_map(|b| b.bufs.clone()).collect();
+            seen.sort_unstable();
+            assert_eq!(seen, (0..6).collect::<Vec<_>>(), "hold {hold:?}");
+        }
+    }
+}
