@@ -33,6 +33,8 @@ fn losses_and_gradients_are_bit_identical_with_overlap_on_and_off() {
             })
             .collect();
         let ((loss_on, grads_on), (loss_off, grads_off)) = (&runs[0], &runs[1]);
+        time_split_is_exposed_within_in_flight(&root.path().join(format!("run{i}-true")), true);
+        time_split_is_exposed_within_in_flight(&root.path().join(format!("run{i}-false")), false);
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(loss_on), bits(loss_off), "{sets:?}: losses {loss_on:?} vs {loss_off:?}");
         assert_eq!(grads_on.len(), grads_off.len());
@@ -63,4 +65,22 @@ fn a_rank_failing_with_reductions_in_flight_is_named() {
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("rank 3") && err.contains("injected fault at step 2"), "{err}");
     assert!(t0.elapsed().as_secs() < 60, "the other ranks did not stop promptly");
+}
+
+/// Each step's `time_split`: data-parallel calls were in flight; the step waited for at most
+/// that long (1 ms for the hand-over from the progress thread), and for exactly that long
+/// when every call blocked.
+fn time_split_is_exposed_within_in_flight(run: &std::path::Path, overlap: bool) {
+    let text = std::fs::read_to_string(run.join("metrics.jsonl")).unwrap();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let t = &v["time_split"];
+        let (exposed, flight) = (t["dp_s"].as_f64().unwrap(), t["dp_in_flight_s"].as_f64().unwrap());
+        assert!(flight > 0.0, "{}: no data-parallel time in flight: {t}", run.display());
+        if overlap {
+            assert!(exposed <= flight + 1e-3, "{}: exposed {exposed} > in flight {flight}", run.display());
+        } else {
+            assert_eq!(exposed, flight, "{}: blocking calls are exposed whole", run.display());
+        }
+    }
 }

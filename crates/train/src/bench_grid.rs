@@ -8,7 +8,7 @@ use crate::metrics::TimeSplit;
 use crate::pipeline::schedule::simulate;
 use crate::trainer::{Learner, StepRunner};
 use anyhow::{Context, Result};
-use boost_comm::{Dims, GridOptions, Link, Links, RunOptions, run_ranks_with};
+use boost_comm::{Dims, Link, Links, run_ranks_with};
 use boost_config::Config;
 use boost_data::{Loader, Shard};
 use boost_model::{Layout, Model};
@@ -55,9 +55,11 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
         .collect();
     boost_data::write_shard(&path, &tokens, cfg.model.vocab as u32)?;
     let shard = Shard::open(&path)?;
-    let mut ropts = RunOptions::default().record(true);
+    // The run's own links and overlap (`parallel.link.*`, `parallel.overlap`); `--link`
+    // replaces every kind's link.
+    let mut ropts = crate::trainer::run_options(cfg);
     if let Some(l) = link {
-        ropts = ropts.grid(GridOptions::default().record(true).links(Links::all(l)));
+        ropts.grid = ropts.grid.links(Links::all(l));
     }
     let rows = run_ranks_with(Dims::new(p.dp, p.pp, p.tp), &ropts, |rank, grid| {
         let c = grid.coord;
@@ -79,11 +81,7 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
             if s >= opts.warmup {
                 let sp = TimeSplit::of(dt, &rec.take());
                 times.push(dt);
-                split.compute_s += sp.compute_s / opts.rounds as f64;
-                split.tp_s += sp.tp_s / opts.rounds as f64;
-                split.pp_s += sp.pp_s / opts.rounds as f64;
-                split.dp_s += sp.dp_s / opts.rounds as f64;
-                split.world_s += sp.world_s / opts.rounds as f64;
+                split.add_scaled(&sp, 1.0 / opts.rounds as f64);
             }
         }
         times.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -92,7 +90,7 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
     let bubble = simulate(p.schedule, p.pp, t.accumulation, 1.0, 2.0).bubble_fraction();
     for r in &rows {
         log(format!(
-            "rank {} (dp {}, pp {}, tp {}): {:.3} s/step = compute {:.3} + tp {:.3} + pp {:.3} + dp {:.3} + world {:.3}",
+            "rank {} (dp {}, pp {}, tp {}): {:.3} s/step = compute {:.3} + tp {:.3} + pp {:.3} + dp {:.3} + world {:.3} exposed (in flight: tp {:.3}, pp {:.3}, dp {:.3})",
             r.rank,
             r.dp,
             r.pp,
@@ -102,7 +100,10 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
             r.split.tp_s,
             r.split.pp_s,
             r.split.dp_s,
-            r.split.world_s
+            r.split.world_s,
+            r.split.tp_in_flight_s,
+            r.split.pp_in_flight_s,
+            r.split.dp_in_flight_s,
         ));
     }
     Ok(GridReport { rows, bubble_fraction: bubble, tokens_per_step: per_step * t.seq_len })
@@ -111,13 +112,13 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
 /// Markdown table of a grid bench.
 pub fn table(r: &GridReport) -> String {
     let mut s = format!(
-        "{} tokens per step; schedule bubble with equal stage costs: {:.1}%\n\n| rank | dp | pp | tp | step (median) | compute | tp comm | pp send/recv + bubble | dp comm | grid scalars |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "{} tokens per step; schedule bubble with equal stage costs: {:.1}%\n\n| rank | dp | pp | tp | step (median) | compute | tp exposed / in flight | pp send/recv + bubble, exposed / in flight | dp exposed / in flight | grid scalars |\n|---|---|---|---|---|---|---|---|---|---|\n",
         r.tokens_per_step,
         100.0 * r.bubble_fraction
     );
     for x in &r.rows {
         s += &format!(
-            "| {} | {} | {} | {} | {:.3} s | {:.3} s | {:.3} s | {:.3} s | {:.3} s | {:.3} s |\n",
+            "| {} | {} | {} | {} | {:.3} s | {:.3} s | {:.3} / {:.3} s | {:.3} / {:.3} s | {:.3} / {:.3} s | {:.3} s |\n",
             x.rank,
             x.dp,
             x.pp,
@@ -125,8 +126,11 @@ pub fn table(r: &GridReport) -> String {
             x.step_time_s,
             x.split.compute_s,
             x.split.tp_s,
+            x.split.tp_in_flight_s,
             x.split.pp_s,
+            x.split.pp_in_flight_s,
             x.split.dp_s,
+            x.split.dp_in_flight_s,
             x.split.world_s
         );
     }

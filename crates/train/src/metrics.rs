@@ -39,6 +39,9 @@ pub struct StepMetrics {
     pub flags: Vec<&'static str>,
 }
 
+/// A step's time: computation, and per group kind the time the step waited for its
+/// communication (exposed). Started calls (`parallel.overlap`) are in flight longer than they
+/// are waited for; `*_in_flight_s` is their whole duration, start to completion.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct TimeSplit {
     pub compute_s: f64,
@@ -48,14 +51,42 @@ pub struct TimeSplit {
     pub dp_s: f64,
     /// Grid-wide scalars (gradient norm, loss report).
     pub world_s: f64,
+    pub tp_in_flight_s: f64,
+    pub pp_in_flight_s: f64,
+    pub dp_in_flight_s: f64,
+    pub world_in_flight_s: f64,
 }
 
 impl TimeSplit {
     /// Split `step_s` by a recorder snapshot's per-group times.
     pub fn of(step_s: f64, s: &boost_comm::Snapshot) -> Self {
-        let t = |g: &str| s.group(g).time.as_secs_f64();
-        let (tp, pp, dp, world) = (t("tp"), t("pp"), t("dp"), t("world"));
-        Self { compute_s: (step_s - tp - pp - dp - world).max(0.0), tp_s: tp, pp_s: pp, dp_s: dp, world_s: world }
+        let waited = |g: &str| s.group(g).waited.as_secs_f64();
+        let flight = |g: &str| s.group(g).in_flight.as_secs_f64();
+        let (tp, pp, dp, world) = (waited("tp"), waited("pp"), waited("dp"), waited("world"));
+        Self {
+            compute_s: (step_s - tp - pp - dp - world).max(0.0),
+            tp_s: tp,
+            pp_s: pp,
+            dp_s: dp,
+            world_s: world,
+            tp_in_flight_s: flight("tp"),
+            pp_in_flight_s: flight("pp"),
+            dp_in_flight_s: flight("dp"),
+            world_in_flight_s: flight("world"),
+        }
+    }
+
+    /// `self + o · w`, field by field (means over steps).
+    pub fn add_scaled(&mut self, o: &TimeSplit, w: f64) {
+        self.compute_s += o.compute_s * w;
+        self.tp_s += o.tp_s * w;
+        self.pp_s += o.pp_s * w;
+        self.dp_s += o.dp_s * w;
+        self.world_s += o.world_s * w;
+        self.tp_in_flight_s += o.tp_in_flight_s * w;
+        self.pp_in_flight_s += o.pp_in_flight_s * w;
+        self.dp_in_flight_s += o.dp_in_flight_s * w;
+        self.world_in_flight_s += o.world_in_flight_s * w;
     }
 }
 

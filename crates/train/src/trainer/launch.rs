@@ -14,7 +14,9 @@ use boost_tensor::Backend;
 use boost_tensor::cpu::Cpu;
 use std::path::Path;
 
-fn run_options(cfg: &Config) -> RunOptions {
+/// The in-process grid of a run: its links (`parallel.link.*`), recording, and progress
+/// threads when `parallel.overlap` is on.
+pub(crate) fn run_options(cfg: &Config) -> RunOptions {
     let link = |group| cfg.parallel.link_of(group).map(|l| Link::new(l.alpha_us, l.gbps));
     let links = Links { world: link("world"), tp: link("tp"), pp: link("pp"), dp: link("dp") };
     // Overlap gives the tp, pp and dp groups progress threads for started calls.

@@ -13,6 +13,7 @@ mod sample;
 mod setup;
 mod step;
 
+pub(crate) use launch::run_options;
 pub use launch::{train, train_launched};
 pub use learner::Learner;
 pub use prepare::resolve_vocab;
