@@ -20,15 +20,43 @@ use std::cell::RefCell;
 const BLOCK: usize = 64;
 
 thread_local! {
-    /// Per-thread score tiles, grown on first use and reused (steps allocate nothing after
-    /// the first).
+    /// Per-thread score tiles, grown before a call needs them and reused (steps allocate
+    /// nothing after the first).
     static TILES: RefCell<(Vec<f64>, Vec<f64>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// f64 words holding `n` elements of `T` (f64 storage holds any Scalar with its alignment).
+fn words<T: Scalar>(n: usize) -> usize {
+    (n * std::mem::size_of::<T>()).div_ceil(8)
+}
+
+/// Grow this thread's tiles to `words`; whether they had to grow.
+fn grow(words: usize) -> bool {
+    TILES.with(|t| {
+        let (a, b) = &mut *t.borrow_mut();
+        let short = a.len() < words;
+        if short {
+            a.resize(words, 0.0);
+            b.resize(words, 0.0);
+        }
+        short
+    })
+}
+
+/// Give the calling thread and every thread of the current rayon pool tiles of `n` elements
+/// of `T` before a parallel loop, so no worker grows its tiles in a later step (work stealing
+/// decides which threads a step's blocks reach). The broadcast runs only when the caller's
+/// tiles were too small: once per size.
+fn reserve_tiles<T: Scalar>(n: usize) {
+    let w = words::<T>(n);
+    if grow(w) {
+        rayon::broadcast(|_| grow(w));
+    }
 }
 
 /// Run `f` with two tiles of at least `n` elements of `T` each.
 fn with_tiles<T: Scalar, R>(n: usize, f: impl FnOnce(&mut [T], &mut [T]) -> R) -> R {
-    // f64 storage holds any Scalar (f32 or f64) with its alignment.
-    let words = (n * std::mem::size_of::<T>()).div_ceil(8);
+    let words = words::<T>(n);
     TILES.with(|t| {
         let (a, b) = &mut *t.borrow_mut();
         if a.len() < words {
@@ -93,6 +121,7 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
     let o_ld = out.ld;
     let o_base = SendPtr(out.buf[out.off..].as_mut_ptr());
     let lse_base = SendPtr(lse.as_mut_ptr());
+    reserve_tiles::<T>(BLOCK * l.s);
     (0..sh.batch * sh.heads).into_par_iter().for_each(|unit| {
         let (b, h) = (unit / sh.heads, unit % sh.heads);
         let g = h / l.group;
@@ -167,6 +196,7 @@ pub fn attention_bwd<T: Scalar>(
     let d_base = SendPtr(dqkv.as_mut_ptr());
     let do_ld = dout.ld;
     let do_base = SendPtr(dout.buf[dout.off..].as_ptr() as *mut T);
+    reserve_tiles::<T>(BLOCK * l.s);
     (0..sh.batch * sh.kv_heads).into_par_iter().for_each(|unit| {
         let (b, g) = (unit / sh.kv_heads, unit % sh.kv_heads);
         let row0 = b * l.s;
