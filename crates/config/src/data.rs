@@ -19,6 +19,9 @@ pub struct DataConfig {
     pub val_fraction: f64,
     /// Seed of the document split and of the training order.
     pub seed: u64,
+    /// The layout of `dir`: `auto` (detected from its files), `boost` (`boost data` output),
+    /// `llmc` (llm.c `.bin` shards) or `megatron` (Megatron/nanotron `.bin` + `.idx` pairs).
+    pub format: String,
 }
 
 impl Default for DataConfig {
@@ -30,6 +33,7 @@ impl Default for DataConfig {
             vocab_size: 4096,
             val_fraction: 0.05,
             seed: 1234,
+            format: "auto".into(),
         }
     }
 }
@@ -60,9 +64,18 @@ impl DataConfig {
                 ),
             ));
         }
+        if !FORMATS.contains(&self.format.as_str()) {
+            return Err(ConfigError::new(
+                "data.format",
+                format!("unknown format \"{}\"; use one of {}", self.format, FORMATS.join(", ")),
+            ));
+        }
         Ok(())
     }
 }
+
+/// The values of `data.format`.
+pub const FORMATS: &[&str] = &["auto", "boost", "llmc", "megatron"];
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -57,6 +57,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("data.vocab_size", "BPE vocabulary size"),
     ("data.val_fraction", "fraction of documents held out for validation"),
     ("data.seed", "seed of the split and the BPE sample"),
+    ("data.format", "layout of data.dir: auto (detected), boost, llmc (llm.c .bin shards), megatron (.bin + .idx)"),
     ("parallel.tp", "tensor-parallel degree"),
     ("parallel.pp", "pipeline stages"),
     ("parallel.dp", "data-parallel replicas"),

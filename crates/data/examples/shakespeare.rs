@@ -18,6 +18,6 @@ fn main() -> anyhow::Result<()> {
     let mut x = vec![0u32; 256];
     let mut y = vec![0u32; 256];
     train.fill(0, 1, &mut x, &mut y);
-    println!("first training sequence:\n{}", ds.tokenizer.decode(&x));
+    println!("first training sequence:\n{}", ds.tokenizer.as_ref().unwrap().decode(&x));
     Ok(())
 }

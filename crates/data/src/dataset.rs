@@ -5,12 +5,13 @@ use crate::loader::{Loader, fisher_yates, keyed_rng};
 use crate::shakespeare::CorpusStats;
 use crate::shard::Shard;
 use crate::tokenizer::Tokenizer;
+use crate::tokens::Tokens;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 pub use crate::build::{BuildLimits, DEFAULT_BPE_SAMPLE_BYTES, build, build_into, build_with};
-pub use crate::prepare::prepare;
+pub use crate::prepare::{prepare, prepare_for_model};
 
 /// File names inside a dataset directory.
 pub const TRAIN_BIN: &str = "train.bin";
@@ -143,13 +144,14 @@ pub fn unigram_entropy(tokens: &[u32], vocab: usize) -> f64 {
 pub struct Dataset {
     /// The directory.
     pub dir: PathBuf,
-    /// Training tokens.
-    pub train: Shard,
+    /// Training tokens: one shard, or several read end to end.
+    pub train: Tokens,
     /// Validation tokens.
-    pub val: Shard,
-    /// The tokenizer the shards were made with.
-    pub tokenizer: Tokenizer,
-    /// The build record.
+    pub val: Tokens,
+    /// The tokenizer the shards were made with; `None` for token files that come without one
+    /// ([`crate::foreign`]).
+    pub tokenizer: Option<Tokenizer>,
+    /// The build record (for token files of other tools, what their headers and ids say).
     pub meta: Meta,
 }
 
@@ -218,7 +220,7 @@ impl Dataset {
         let (a, b) = rayon::join(|| train.check_ids(), || val.check_ids());
         a?;
         b?;
-        Ok(Dataset { dir: dir.to_path_buf(), train, val, tokenizer, meta })
+        Ok(Dataset { dir: dir.to_path_buf(), train: train.into(), val: val.into(), tokenizer: Some(tokenizer), meta })
     }
 
     /// The shuffled, infinite training stream of `seq_len`-token sequences.

@@ -42,9 +42,16 @@
 //! other than 2 or 4. Writers write a temporary file in the same directory and rename it into
 //! place, so a shard is never seen half written. [`Shard`] reads shards through a memory map.
 //!
+//! # Token files of other tools
+//!
+//! [`foreign`] reads llm.c `.bin` shards ([`llmc`]) and Megatron/nanotron `.bin` + `.idx`
+//! indexed datasets ([`megatron`]) in place, as `data.format` says (or detects): `*train*` files
+//! are the training stream, `*val*` the validation one, each several files read end to end
+//! ([`Tokens`]). Their vocabulary comes from `model.vocab` ([`prepare_for_model`]).
+//!
 //! # Loader
 //!
-//! [`Loader`] cuts a shard into windows of `S + 1` tokens overlapping by one and serves an
+//! [`Loader`] cuts a token stream (one shard or several, [`Tokens`]) into windows of `S + 1` tokens overlapping by one and serves an
 //! infinite, seeded, epoch-wise shuffled stream of them by position, so a checkpoint needs only
 //! the number of sequences consumed; see the [`loader`] module.
 
@@ -52,8 +59,11 @@ mod atomic;
 mod build;
 pub mod cli;
 pub mod dataset;
+pub mod foreign;
 pub mod input;
+pub mod llmc;
 pub mod loader;
+pub mod megatron;
 pub mod output;
 mod prepare;
 mod progress;
@@ -61,13 +71,16 @@ pub mod sample;
 pub mod shakespeare;
 pub mod shard;
 pub mod tokenizer;
+pub mod tokens;
 
 pub use dataset::{
     BuildLimits, BuildOptions, DEFAULT_BPE_SAMPLE_BYTES, Dataset, Meta, TokenizerChoice, build, build_into, build_with,
-    prepare, split_documents, unigram_entropy,
+    prepare, prepare_for_model, split_documents, unigram_entropy,
 };
+pub use foreign::Format;
 pub use input::{Document, read_inputs};
 pub use loader::{Loader, epoch_permutation};
 pub use output::OutputGuard;
 pub use shard::{Shard, write_shard};
 pub use tokenizer::{EOS, Tokenizer};
+pub use tokens::Tokens;

@@ -8,7 +8,7 @@
 //! `(shard, S, seed, i)`, never on what was read before: a trainer that stores the number of
 //! sequences consumed resumes exactly, and data-parallel ranks can each read their own slice.
 
-use crate::shard::Shard;
+use crate::tokens::Tokens;
 use anyhow::{Result, bail};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
@@ -64,9 +64,9 @@ struct PermCache {
 }
 
 /// Random-access reader of training sequences (shuffled, infinite) and validation windows
-/// (in order) from one shard.
+/// (in order) from one token stream (one shard or several read end to end, [`Tokens`]).
 pub struct Loader {
-    shard: Shard,
+    shard: Tokens,
     seq_len: usize,
     seed: u64,
     n: u64,
@@ -87,7 +87,8 @@ impl std::fmt::Debug for Loader {
 impl Loader {
     /// A loader of sequences of `seq_len` tokens. Fails when the shard has fewer than
     /// `seq_len + 1` tokens.
-    pub fn new(shard: Shard, seq_len: usize, seed: u64) -> Result<Loader> {
+    pub fn new(shard: impl Into<Tokens>, seq_len: usize, seed: u64) -> Result<Loader> {
+        let shard: Tokens = shard.into();
         if seq_len == 0 {
             bail!("train.seq_len must be at least 1");
         }
@@ -95,7 +96,7 @@ impl Loader {
             bail!(
                 "{} has {} tokens, fewer than train.seq_len + 1 = {}: one sequence needs seq_len \
                  inputs and the token after them; lower train.seq_len or use more data",
-                shard.path().display(),
+                shard.describe(),
                 shard.len(),
                 seq_len + 1
             );
@@ -104,7 +105,7 @@ impl Loader {
         if n > u32::MAX as u64 {
             bail!(
                 "{} has {n} windows of train.seq_len = {seq_len}; at most {} are supported",
-                shard.path().display(),
+                shard.describe(),
                 u32::MAX
             );
         }
@@ -121,8 +122,8 @@ impl Loader {
         self.seq_len
     }
 
-    /// The shard read from.
-    pub fn shard(&self) -> &Shard {
+    /// The tokens read from.
+    pub fn shard(&self) -> &Tokens {
         &self.shard
     }
 
@@ -185,7 +186,7 @@ impl Loader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::write_shard;
+    use crate::shard::{Shard, write_shard};
 
     fn shard_of(len: u32, vocab: u32) -> (tempfile::TempDir, Shard) {
         let d = tempfile::tempdir().unwrap();

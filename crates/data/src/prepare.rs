@@ -13,7 +13,17 @@ use std::path::Path;
 /// anything else is refused, naming what it holds and what a dataset needs, and left unchanged.
 /// Progress goes to stderr.
 pub fn prepare(cfg: &boost_config::DataConfig) -> Result<Dataset> {
+    prepare_for_model(cfg, 0)
+}
+
+/// [`prepare`], reading token files of other tools too ([`crate::foreign`], chosen by
+/// `data.format`); `model_vocab` is `model.vocab`, which such files need when no
+/// `tokenizer.json` comes with them (0: unset).
+pub fn prepare_for_model(cfg: &boost_config::DataConfig, model_vocab: usize) -> Result<Dataset> {
     let dir = Path::new(&cfg.dir);
+    if let Some(fmt) = crate::foreign::resolve(&cfg.format, dir)? {
+        return crate::foreign::open(dir, fmt, model_vocab);
+    }
     if Dataset::is_complete(dir) {
         let ds = Dataset::open(dir)?;
         let m = &ds.meta;

@@ -45,8 +45,8 @@ fn the_bpe_sample_bounds_what_training_reads() {
     );
     assert_eq!(a.train_documents + a.val_documents, 40);
     let ds = Dataset::open(d.path().join("a")).unwrap();
-    let text = ds.tokenizer.decode(&ds.train.to_vec());
-    assert!(text.contains("word39") || ds.tokenizer.decode(&ds.val.to_vec()).contains("word39"));
+    let text = ds.tokenizer.as_ref().unwrap().decode(&ds.train.to_vec());
+    assert!(text.contains("word39") || ds.tokenizer.as_ref().unwrap().decode(&ds.val.to_vec()).contains("word39"));
     // A smaller sample learns different merges than the whole corpus.
     let all = build_with(&docs, &common::opts(), &BuildLimits { bpe_sample_bytes: 0 }, &d.path().join("all")).unwrap();
     assert_ne!(

@@ -53,20 +53,24 @@ fn build_from_text_files_and_reopen_with_prepare() {
         vocab_size: 300,
         val_fraction: 0.5,
         seed: 7,
+        format: "auto".into(),
     };
     let ds = prepare(&cfg).unwrap();
     assert_eq!(ds.meta, meta);
     assert_eq!(ds.train.len() as u64, meta.train_tokens);
     assert_eq!(ds.val.len() as u64, meta.val_tokens);
     assert_eq!(ds.train.width(), 2);
-    assert_eq!(ds.tokenizer.vocab_size(), 300);
+    assert_eq!(ds.tokenizer.as_ref().unwrap().vocab_size(), 300);
 
     // Each split is its document followed by the end-of-text id, and decodes back exactly.
     let train = ds.train.to_vec();
     let val = ds.val.to_vec();
-    assert_eq!(*train.last().unwrap(), ds.tokenizer.eos_id());
+    assert_eq!(*train.last().unwrap(), ds.tokenizer.as_ref().unwrap().eos_id());
     assert_eq!(train.iter().filter(|&&t| t == 0).count(), 1);
-    let texts = [ds.tokenizer.decode(&train[..train.len() - 1]), ds.tokenizer.decode(&val[..val.len() - 1])];
+    let texts = [
+        ds.tokenizer.as_ref().unwrap().decode(&train[..train.len() - 1]),
+        ds.tokenizer.as_ref().unwrap().decode(&val[..val.len() - 1]),
+    ];
     let mut texts = texts.to_vec();
     texts.sort();
     let mut want = vec![A.repeat(3), B.repeat(3)];
@@ -158,5 +162,5 @@ fn loaded_tokenizer_and_cli() {
     assert_eq!(ds2.meta.tokenizer, tok_path.display().to_string());
     assert_eq!(ds2.meta.vocab_size, 300);
     let t = Tokenizer::from_file(&tok_path).unwrap();
-    assert_eq!(t.encode("the fox"), ds.tokenizer.encode("the fox"));
+    assert_eq!(t.encode("the fox"), ds.tokenizer.as_ref().unwrap().encode("the fox"));
 }

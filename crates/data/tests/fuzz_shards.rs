@@ -125,8 +125,8 @@ proptest! {
         let (_keep, dir) = damaged_copy("meta.json", &damage);
         match Dataset::open(&dir) {
             Ok(ds) => {
-                read_all(&ds.train);
-                read_all(&ds.val);
+                ds.train.parts().iter().for_each(read_all);
+                ds.val.parts().iter().for_each(read_all);
             }
             Err(e) => {
                 let e = format!("{e:#}");

@@ -58,7 +58,7 @@ pub fn eval_data(ckpt: &Checkpoint, data_dir: Option<&Path>, micro_batch: Option
         cfg.data.dir = d.display().to_string();
         cfg.data.corpus = "none".into();
     }
-    let data = boost_data::prepare(&cfg.data)?;
+    let data = boost_data::prepare_for_model(&cfg.data, cfg.model.vocab)?;
     if data_dir.is_some() {
         same_tokenizer(ckpt, &data.dir)?;
     }

@@ -52,8 +52,10 @@ impl<B: Backend> Job<'_, B> {
             config: cfg.to_toml(),
         };
         let root = self.ctx.run_dir.join("checkpoints");
+        // Token files of other tools may come without a tokenizer; then the checkpoint has none.
         let tokenizer = self.ctx.data.dir.join("tokenizer.json");
-        let dir = checkpoint::save(&root, &tensors, &meta, Some(&tokenizer), t.keep_checkpoints)?;
+        let tokenizer = self.ctx.data.tokenizer.as_ref().map(|_| tokenizer.as_path());
+        let dir = checkpoint::save(&root, &tensors, &meta, tokenizer, t.keep_checkpoints)?;
         self.summary.last_checkpoint = Some(dir);
         Ok(())
     }

@@ -12,7 +12,7 @@ impl<B: Backend> Job<'_, B> {
     /// Whether the step just done prints a sample (rank 0 only; no collective is involved).
     pub(super) fn sample_due(&self) -> bool {
         let every = self.ctx.cfg.train.sample_every as u64;
-        every > 0 && self.rank == 0 && self.at.step.is_multiple_of(every)
+        every > 0 && self.rank == 0 && self.at.step.is_multiple_of(every) && self.ctx.data.tokenizer.is_some()
     }
 
     /// Continue the end-of-text token for [`SAMPLE_TOKENS`] tokens and log the text; a failure
@@ -21,7 +21,7 @@ impl<B: Backend> Job<'_, B> {
         let step = self.at.step;
         let text = (|| {
             let model = cpu_copy(&self.learner.model)?;
-            let tok = self.ctx.data.tokenizer.clone();
+            let tok = self.ctx.data.tokenizer.clone().ok_or_else(|| anyhow::anyhow!("no tokenizer"))?;
             let eot = tok.eos_id();
             let mut generator = Generator::new(model, tok, self.ctx.cfg.train.seq_len);
             let sampling = Sampling { temperature: 0.8, top_k: 0, top_p: 1.0, seed: step };

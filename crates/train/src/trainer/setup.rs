@@ -42,6 +42,9 @@ impl<'a, B: Backend> Job<'a, B> {
         let train = ctx.data.train_loader(t.seq_len, cfg.data.seed)?;
         let val = ctx.data.val_loader(t.seq_len)?;
         log.line(banner(ctx, &layout, world)?);
+        if t.sample_every > 0 && ctx.data.tokenizer.is_none() {
+            log.line(format!("train.sample_every: no samples: {} has no tokenizer.json", ctx.data.dir.display()));
+        }
         let entropy = ctx.data.meta.unigram_entropy_nats;
         log.line(format!(
             "unigram entropy of the training tokens: {entropy:.3} nats (the loss of a model that ignores context)"
