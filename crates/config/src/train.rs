@@ -70,6 +70,9 @@ pub struct TrainConfig {
     pub skip_nonfinite: bool,
     /// On SIGINT/SIGTERM, write a checkpoint at the next step boundary before exiting.
     pub checkpoint_on_signal: bool,
+    /// Write checkpoints from a background thread: each rank copies its state to host
+    /// memory and training continues while the copy is written.
+    pub async_checkpoint: bool,
     /// A timestamped log line every N steps when there is no progress bar (stderr is not a
     /// terminal, as under SLURM, nohup or mpirun, or `run.progress = false`); 0 = none.
     pub log_every: usize,
@@ -103,6 +106,7 @@ impl Default for TrainConfig {
             keep_checkpoints: 3,
             skip_nonfinite: false,
             checkpoint_on_signal: true,
+            async_checkpoint: false,
             log_every: 10,
             sample_every: 0,
             recompute: Recompute::None,

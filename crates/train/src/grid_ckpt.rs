@@ -1,7 +1,9 @@
-//! Checkpoints of a (dp, pp, tp) run: whole canonical tensors assembled on global rank 0 —
-//! gathered over tp within each stage, from every pipeline stage of replica 0, with ZeRO-1
-//! moments gathered over dp first — and loaded back into any layout.
+//! Checkpoints of a (dp, pp, tp) run: loaded into any layout (each rank reading only its
+//! rectangles), and — for the gradient dump — whole canonical tensors assembled on global
+//! rank 0: gathered over tp within each stage, from every pipeline stage of replica 0, with
+//! ZeRO-1 chunks gathered over dp first. Saving is rank by rank ([`crate::owned_part`]).
 
+use crate::checkpoint::shard::rects_in;
 use crate::checkpoint::{Checkpoint, Named, Tensors, gather_sets};
 use crate::dp::{Groups, Optimizer, Zero1};
 use anyhow::Result;
@@ -129,21 +131,23 @@ fn collect_stages<B: Backend, const N: usize>(
 }
 
 /// Load a checkpoint into this rank's model and optimizer (any layout; ZeRO-1 takes its
-/// shard of the moments).
+/// shard of the moments, reading only the rectangles of its chunks).
 pub fn load_run<B: Backend>(ck: &Checkpoint, model: &mut Model<B>, opt: &mut Optimizer<B>) -> Result<()> {
     ck.load_model(model)?;
     match opt {
         Optimizer::Replicated(a) => ck.load_optim(model, a)?,
         Optimizer::Zero1(z) => {
             let be = &model.be;
-            let mut m: Vec<B::Buf> = model.store.bufs.iter().map(|b| be.alloc(b.len)).collect();
-            let mut v: Vec<B::Buf> = model.store.bufs.iter().map(|b| be.alloc(b.len)).collect();
-            ck.load_moments(model, &mut m, &mut v)?;
-            for (i, info) in model.store.bufs.iter().enumerate() {
-                let own = z.owned(i, info.len);
-                let k = own.len();
-                be.copy(MatMut::new(&mut z.m[i], 1, k), Mat::at(&m[i], own.start, 1, k, k));
-                be.copy(MatMut::new(&mut z.v[i], 1, k), Mat::at(&v[i], own.start, 1, k, k));
+            for p in &model.store.pieces {
+                let own = z.owned(p.slot.buf, model.store.bufs[p.slot.buf].len);
+                for r in rects_in(p, own) {
+                    for (key, bufs) in [("m.", &mut z.m), ("v.", &mut z.v)] {
+                        let data =
+                            ck.read_rect(&format!("{key}{}", p.name), &p.shape, r.rows.clone(), r.cols.clone())?;
+                        let dst = MatMut::at(&mut bufs[p.slot.buf], r.at, r.rows.len(), r.cols.len(), r.ld);
+                        be.write_mat(dst, &data);
+                    }
+                }
             }
             z.step = ck.meta.step;
         }

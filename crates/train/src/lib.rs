@@ -23,5 +23,6 @@ pub mod grid_ckpt;
 pub mod guard;
 pub mod import;
 pub mod manifest;
+pub mod owned_part;
 pub mod run_dir;
 pub mod signals;

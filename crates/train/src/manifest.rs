@@ -33,6 +33,12 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Write `dir/SHA256SUMS` over every regular file of `dir` (sorted by name), synced.
 pub fn write(dir: &Path) -> Result<()> {
+    write_known(dir, &std::collections::BTreeMap::new())
+}
+
+/// [`write`], taking the sums of the files in `known` as given (files hashed as they were
+/// written and read back) instead of reading them again.
+pub fn write_known(dir: &Path, known: &std::collections::BTreeMap<String, String>) -> Result<()> {
     let mut names: Vec<String> = fs::read_dir(dir)
         .with_context(|| format!("cannot list {}", dir.display()))?
         .flatten()
@@ -43,7 +49,11 @@ pub fn write(dir: &Path) -> Result<()> {
     names.sort();
     let mut text = String::new();
     for n in &names {
-        text.push_str(&format!("{}  {n}\n", sha256_file(&dir.join(n))?));
+        let sum = match known.get(n) {
+            Some(s) => s.clone(),
+            None => sha256_file(&dir.join(n))?,
+        };
+        text.push_str(&format!("{sum}  {n}\n"));
     }
     let path = dir.join(FILE);
     let mut f = fs::File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;

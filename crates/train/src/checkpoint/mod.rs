@@ -8,15 +8,33 @@
 //! - `meta.json`: [`CheckpointMeta`];
 //! - `tokenizer.json`: the tokenizer of the run's data, when known.
 //!
+//! That is format 1, written by `boost import` and by earlier versions of training. Training
+//! writes format 2, sharded: every rank writes only the rectangles it owns, in parallel —
+//! - `model.safetensors` (pipeline stage 0, tensor rank 0) and `model.ppSS.tpTT.safetensors`:
+//!   the weights of each (stage, tensor rank), written by data-parallel replica 0;
+//! - `optim.safetensors` and `optim.ppSS.tpTT.dpDD.safetensors`: `m.<name>`/`v.<name>`
+//!   rectangles, each replica's ZeRO-1 chunk under `parallel.zero = 1`;
+//! - `shards.json`: every tensor's global shape and which file holds which rectangle;
+//! - `meta.json`, `tokenizer.json` and `SHA256SUMS` as in format 1.
+//!
+//! A tensor-replicated buffer is written by tensor rank 0 only, the tied table's copy on the
+//! last stage not at all, so every element is stored once. Any layout reads either format.
+//!
 //! `<run>/checkpoints/latest` names the newest complete checkpoint.
 
+mod assemble;
+mod finalize;
 mod gather;
+mod part;
 mod prune;
 mod read;
 mod resolve;
+pub mod shard;
 mod write;
 
+pub use finalize::{Grid, begin, complete, tmp_dir};
 pub use gather::{gather, gather_sets, gather_with};
+pub use part::{PartFile, Slice, failed_name, sidecar_name, write_failed, write_part};
 pub use prune::remove_stale;
 pub use read::{Checkpoint, local_slice};
 pub use resolve::{latest, list, resolve};
@@ -24,7 +42,10 @@ pub use write::{save, write_safetensors};
 
 use serde::{Deserialize, Serialize};
 
+/// The single-file format: whole canonical tensors in `model.safetensors`/`optim.safetensors`.
 pub const FORMAT: u32 = 1;
+/// The sharded format: each rank's rectangles in its own files, listed in `shards.json`.
+pub const SHARDED_FORMAT: u32 = 2;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckpointMeta {

@@ -1,14 +1,14 @@
 //! Writing a checkpoint: its files into a temporary directory, each synced, then renamed
 //! into place and named by `latest`.
 
-use super::prune::prune;
+use super::finalize::{publish, sync_dir};
+use super::part::write_synced;
 use super::{CheckpointMeta, Named, Tensors};
 use anyhow::{Context, Result, bail};
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Write a checkpoint under `root` (`<run>/checkpoints`), keep the newest `keep` ones. An
@@ -34,19 +34,11 @@ pub fn save(
     if tmp.exists() {
         fs::remove_dir_all(&tmp).ok();
     }
-    let written = write_into(&tmp, tensors, meta, tokenizer).and_then(|()| {
-        fs::rename(&tmp, &final_dir).with_context(|| format!("cannot move the checkpoint to {}", final_dir.display()))
-    });
-    if let Err(e) = written {
+    if let Err(e) = write_into(&tmp, tensors, meta, tokenizer) {
         fs::remove_dir_all(&tmp).ok();
         return Err(e);
     }
-    let latest_tmp = root.join(".latest.tmp");
-    write_synced(&latest_tmp, name.as_bytes())?;
-    fs::rename(&latest_tmp, root.join("latest")).with_context(|| format!("cannot update {}/latest", root.display()))?;
-    sync_dir(root);
-    prune(root, keep)?;
-    Ok(final_dir)
+    publish(root, &tmp, meta.step, keep)
 }
 
 /// The files of a checkpoint, then their manifest, into the fresh directory `tmp`.
@@ -66,19 +58,6 @@ fn write_into(tmp: &Path, tensors: &Tensors, meta: &CheckpointMeta, tokenizer: O
 
 fn meta_map(meta: &CheckpointMeta) -> HashMap<String, String> {
     HashMap::from([("format".to_string(), meta.format.to_string()), ("step".to_string(), meta.step.to_string())])
-}
-
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    f.write_all(bytes).with_context(|| format!("cannot write {}", path.display()))?;
-    f.sync_all().with_context(|| format!("cannot write {} (sync)", path.display()))?;
-    Ok(())
-}
-
-fn sync_dir(dir: &Path) {
-    if let Ok(f) = fs::File::open(dir) {
-        f.sync_all().ok();
-    }
 }
 
 /// Write named fp32 tensors as safetensors.

@@ -81,7 +81,7 @@ fn write_into(ckpt: &Checkpoint, cfg: &Config, dir: &Path) -> Result<()> {
         let dest = dir.join(name);
         fs::write(&dest, text).with_context(|| format!("cannot write {}", dest.display()))
     };
-    copy(&ckpt.dir.join("model.safetensors"), "model.safetensors")?;
+    ckpt.write_model_file(&dir.join("model.safetensors"))?;
     let tokenizer = match ckpt.tokenizer_path() {
         Some(t) => {
             copy(&t, "tokenizer.json")?;

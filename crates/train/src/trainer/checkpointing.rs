@@ -1,15 +1,63 @@
 //! A run's checkpoint phase: every `train.checkpoint_every` steps, after the last and on a
 //! stop signal, a checkpoint of weights that still give a finite loss; and the gradient dump
 //! of `--dump-grads`.
+//!
+//! Every rank writes its own part of a sharded checkpoint (no collective); global rank 0
+//! then waits for all parts and completes it. Under `train.async_checkpoint` each rank copies
+//! its part to host memory and a background thread writes it while training goes on; the
+//! next checkpoint and the end of the run wait for it.
 
 use super::grads_path;
 use super::run::Job;
-use crate::checkpoint::{self, CheckpointMeta};
+use crate::checkpoint::{self, CheckpointMeta, Grid};
+use crate::dp::Optimizer;
 use crate::metrics::StepMetrics;
+use crate::owned_part::OwnedPart;
 use anyhow::{Result, bail};
 use boost_tensor::Backend;
 use std::collections::HashMap;
 use std::fs;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+/// A background checkpoint write: global rank 0's returns the completed checkpoint.
+pub(super) type Pending = JoinHandle<Result<Option<PathBuf>>>;
+
+/// Everything a part's write needs besides the data.
+struct Target {
+    root: PathBuf,
+    tmp: PathBuf,
+    grid: Grid,
+    coords: (usize, usize, usize),
+    meta: CheckpointMeta,
+    tokenizer: PathBuf,
+    keep: usize,
+    /// Global rank 0 completes the checkpoint.
+    completes: bool,
+}
+
+impl Target {
+    /// Write this rank's part; rank 0 then completes the checkpoint. A failed part leaves a
+    /// marker, so rank 0 stops waiting for it.
+    fn write(&self, part: &OwnedPart, fetch: &mut dyn FnMut(usize, usize) -> Vec<f32>) -> Result<Option<PathBuf>> {
+        let (s, t, d) = self.coords;
+        let kv = [("format", self.meta.format.to_string()), ("step", self.meta.step.to_string())];
+        if let Err(e) = checkpoint::write_part(&self.tmp, &part.files, &checkpoint::sidecar_name(s, t, d), &kv, fetch) {
+            if self.completes {
+                // The checkpoint cannot complete: free the space its parts took (a full disk).
+                fs::remove_dir_all(&self.tmp).ok();
+            } else {
+                checkpoint::write_failed(&self.tmp, &checkpoint::failed_name(s, t, d), &format!("{e:#}"));
+            }
+            return Err(e);
+        }
+        if !self.completes {
+            return Ok(None);
+        }
+        let tok = Some(self.tokenizer.as_path()).filter(|p: &&Path| p.is_file());
+        checkpoint::complete(&self.root, self.grid, &self.meta, tok, self.keep).map(Some)
+    }
+}
 
 impl<B: Backend> Job<'_, B> {
     /// Whether a checkpoint follows the step just done (`last`: it ends the run; `stopping`:
@@ -21,7 +69,7 @@ impl<B: Backend> Job<'_, B> {
         due || (stopping && t.checkpoint_on_signal)
     }
 
-    /// Gather the whole model onto rank 0 and write it with the step `m`'s position.
+    /// Write this rank's part of a checkpoint with the step `m`'s position.
     pub(super) fn checkpoint(&mut self, m: &StepMetrics) -> Result<()> {
         // The weights this checkpoint would hold must give a finite loss: a step can
         // leave finite but useless weights whose next loss is NaN.
@@ -29,6 +77,7 @@ impl<B: Backend> Job<'_, B> {
             Some(v) => v,
             None => self.validate(1),
         };
+        self.drop_comm();
         if !check.is_finite() {
             bail!(
                 "after step {} the model's validation loss is {check}: its checkpoint was not written ({}). Resume from the last good one with a lower rate: `boost train --resume --set train.lr=<lower>`",
@@ -36,14 +85,11 @@ impl<B: Backend> Job<'_, B> {
                 self.last_good("no checkpoint was written in this run: lower train.lr and start again")
             );
         }
-        let tensors = self.learner.gather(self.g, self.dp_rank)?;
-        self.drop_comm();
-        let Some(tensors) = tensors else {
-            return Ok(());
-        };
+        // One background write at a time: the previous one finishes first.
+        self.join_checkpoint()?;
         let (cfg, t) = (self.ctx.cfg, &self.ctx.cfg.train);
         let meta = CheckpointMeta {
-            format: checkpoint::FORMAT,
+            format: checkpoint::SHARDED_FORMAT,
             step: self.at.step,
             tokens: self.at.tokens,
             data_position: self.at.position,
@@ -52,11 +98,43 @@ impl<B: Backend> Job<'_, B> {
             config: cfg.to_toml(),
         };
         let root = self.ctx.run_dir.join("checkpoints");
-        // Token files of other tools may come without a tokenizer; then the checkpoint has none.
-        let tokenizer = self.ctx.data.dir.join("tokenizer.json");
-        let tokenizer = self.ctx.data.tokenizer.as_ref().map(|_| tokenizer.as_path());
-        let dir = checkpoint::save(&root, &tensors, &meta, tokenizer, t.keep_checkpoints)?;
-        self.summary.last_checkpoint = Some(dir);
+        let (model, opt) = (&self.learner.model, &self.learner.opt);
+        let p = &cfg.parallel;
+        let target = Target {
+            tmp: checkpoint::begin(&root, meta.step)?,
+            root,
+            grid: Grid { dp: p.dp, pp: p.pp, tp: p.tp, zero: matches!(opt, Optimizer::Zero1(_)) },
+            coords: (model.layout.stage, model.layout.tp_rank, self.dp_rank),
+            meta,
+            tokenizer: self.ctx.data.dir.join("tokenizer.json"),
+            keep: t.keep_checkpoints,
+            completes: self.rank == 0,
+        };
+        let part = OwnedPart::of(model, opt, self.dp_rank);
+        if t.async_checkpoint {
+            let mut staged = part.stage(model, opt);
+            let write = move || target.write(&part, &mut |f, i| std::mem::take(&mut staged[f][i]));
+            let handle = std::thread::Builder::new().name("checkpoint".into()).spawn(write)?;
+            self.pending = Some(handle);
+            return Ok(());
+        }
+        if let Some(dir) = target.write(&part, &mut |f, i| part.read(model, opt, f, i))? {
+            self.summary.last_checkpoint = Some(dir);
+        }
+        Ok(())
+    }
+
+    /// Wait for the background checkpoint write, if one is under way.
+    pub(super) fn join_checkpoint(&mut self) -> Result<()> {
+        let Some(h) = self.pending.take() else {
+            return Ok(());
+        };
+        match h.join() {
+            Ok(Ok(Some(dir))) => self.summary.last_checkpoint = Some(dir),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => return Err(e.context("the background checkpoint write failed")),
+            Err(_) => bail!("the background checkpoint write panicked"),
+        }
         Ok(())
     }
 

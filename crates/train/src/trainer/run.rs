@@ -44,6 +44,9 @@ pub(super) struct Job<'a, B: Backend> {
     pub(super) summary: Summary,
     pub(super) start: Instant,
     pub(super) tokens_at_start: u64,
+    /// The background write of the last checkpoint (`train.async_checkpoint`): global rank
+    /// 0's returns the checkpoint it completed.
+    pub(super) pending: Option<super::checkpointing::Pending>,
 }
 
 impl<B: Backend> Job<'_, B> {
@@ -69,6 +72,7 @@ impl<B: Backend> Job<'_, B> {
                 break;
             }
         }
+        self.join_checkpoint()?;
         Ok(self.finish())
     }
 

@@ -88,6 +88,7 @@ impl<'a, B: Backend> Job<'a, B> {
             summary,
             start: Instant::now(),
             tokens_at_start: at.tokens,
+            pending: None,
         })
     }
 }
