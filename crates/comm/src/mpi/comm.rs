@@ -152,6 +152,13 @@ impl MpiComm {
     /// Run `body` as the call `desc`: fail at once after a failure, keep the rank's activity
     /// for failure messages, and record an error raised here as this rank's failure.
     pub(super) fn call<R>(&self, desc: CallDesc, body: impl FnOnce(&mut Scratch) -> CommResult<R>) -> CommResult<R> {
+        self.call_bare(desc, || body(&mut lock(&self.scratch)))
+    }
+
+    /// [`MpiComm::call`] without the handle's scratch buffers. A send needs none, and must not
+    /// wait for them: with overlap a progress thread sends on a handle while another of its
+    /// threads waits for a receive holding them.
+    pub(super) fn call_bare<R>(&self, desc: CallDesc, body: impl FnOnce() -> CommResult<R>) -> CommResult<R> {
         let p = self.proc;
         if let Some(f) = p.failure() {
             return Err(CommError::PeerFailed(f));
@@ -161,7 +168,7 @@ impl MpiComm {
         }
         lock(&p.activity).begin(desc);
         let r = match p.reap_sends() {
-            Ok(()) => body(&mut lock(&self.scratch)),
+            Ok(()) => body(),
             Err(e) => Err(self.mpi_failed(&desc, "an earlier send", e)),
         };
         if let Err(e) = &r

@@ -30,7 +30,7 @@ impl MpiComm {
     pub(super) fn send_t<T: CommElem>(&self, buf: &[T], to: usize, tag: u32, label: Label) -> CommResult<()> {
         let mut desc = CallDesc::new(Kind::Send, label).data(T::DTYPE, buf.len()).peer(to);
         desc.tag = tag;
-        self.call(desc, |_| {
+        self.call_bare(desc, || {
             self.check_peer(&desc, to, tag, "destination")?;
             let payload = std::mem::size_of_val(buf);
             let bytes = self.count(&desc, WIRE * 8 + payload)?;

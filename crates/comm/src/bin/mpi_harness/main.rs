@@ -6,6 +6,8 @@
 //!   same inputs (bit-identical in ordered mode; sums within a rounding bound otherwise).
 //! * `grid`: the (dp, pp, tp) grid of the world size (`BOOST_TEST_DIMS=dp,pp,tp`): groups,
 //!   placement, the `Collective` adapter, pipeline send/recv and the recorder.
+//! * `overlap`: started sends and receives (posted first) on pipeline groups with progress
+//!   threads (`BOOST_TEST_DIMS`, two stages).
 //! * `mismatch`, `recv_mismatch`, `error`, `panic`, `exit`, `stall`, `recv_stall`: failures the
 //!   tests expect to end the job with a message.
 //!
@@ -15,6 +17,7 @@ mod collectives;
 mod failures;
 mod grid;
 mod latency;
+mod overlap;
 mod results;
 
 use anyhow::{Context, ensure};
@@ -35,7 +38,7 @@ fn main() -> anyhow::Result<()> {
     ensure!(mpi::launched(), "run me with mpirun");
     let p: usize = std::env::var("OMPI_COMM_WORLD_SIZE").or_else(|_| std::env::var("PMI_SIZE"))?.parse()?;
     let dims = dims_from_env(p)?;
-    let grid_opts = GridOptions::default().record(scenario == "grid");
+    let grid_opts = GridOptions::default().record(scenario == "grid").overlap(scenario == "overlap");
     let opts = MpiOptions::from_env();
     let name = scenario.clone();
     let (rank, info) = mpi::run_mpi_with(dims, &grid_opts, opts, move |rank, grid| {
@@ -43,6 +46,7 @@ fn main() -> anyhow::Result<()> {
             "collectives" => collectives::collectives(rank, grid)?,
             "grid" => grid::grid_scenario(rank, grid)?,
             "latency" => latency::latency(grid)?,
+            "overlap" => overlap::overlap_scenario(rank, grid)?,
             other => failures::failure_scenario(other, rank, grid)?,
         };
         Ok((rank, info))
