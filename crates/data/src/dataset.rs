@@ -1,17 +1,21 @@
 //! The dataset directory: its file names, its build record, the document split, and opening one
 //! (building: [`crate::build`]; the configured dataset: [`crate::prepare`]).
 
-use crate::loader::{Loader, fisher_yates, keyed_rng};
+use crate::loader::Loader;
 use crate::shakespeare::CorpusStats;
 use crate::shard::Shard;
+use crate::split::Split;
 use crate::tokenizer::Tokenizer;
 use crate::tokens::Tokens;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-pub use crate::build::{BuildLimits, DEFAULT_BPE_SAMPLE_BYTES, build, build_into, build_with};
+pub use crate::build::{
+    BuildLimits, Built, DEFAULT_BPE_SAMPLE_BYTES, DEFAULT_SHARD_TOKENS, build, build_from, build_into, build_with,
+};
 pub use crate::prepare::{prepare, prepare_for_model};
+pub use crate::split::split_documents;
 
 /// File names inside a dataset directory.
 pub const TRAIN_BIN: &str = "train.bin";
@@ -88,39 +92,55 @@ pub struct Meta {
     /// Statistics of a built-in corpus (download, deduplication).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub corpus: Option<CorpusStats>,
+    /// The token files, in stream order within each split, with their SHA-256. Empty in
+    /// datasets from before this field: those hold exactly `train.bin` and `val.bin`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shards: Vec<ShardFile>,
 }
 
-/// Splits documents `0..n_docs` into (train, validation) index lists, each in ascending order.
-///
-/// `round(val_fraction · n)` documents, clamped to `1..=n-1`, go to validation: the first ones of
-/// a Fisher–Yates shuffle driven by ChaCha8 keyed by `seed ‖ 0 ‖ "BOOST-split"`. Fails with fewer
-/// than 2 documents.
-pub fn split_documents(n_docs: usize, val_fraction: f64, seed: u64) -> Result<(Vec<usize>, Vec<usize>)> {
-    if n_docs < 2 {
-        bail!(
-            "the corpus has {n_docs} document(s); a train/validation split needs at least 2 \
-             (each text file is one document, each JSONL line one document)"
-        );
+/// One token file of a dataset, as `meta.json` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardFile {
+    /// `"train"` or `"val"`.
+    pub split: String,
+    /// The file name inside the dataset directory.
+    pub file: String,
+    /// Tokens in the file.
+    pub tokens: u64,
+    /// SHA-256 of the whole file (header included), lowercase hex.
+    pub sha256: String,
+}
+
+impl Meta {
+    /// The token files of `split` in stream order, each with the checksum to verify (none for
+    /// datasets from before [`Meta::shards`]).
+    pub fn files_of(&self, split: Split) -> Vec<(String, Option<&ShardFile>)> {
+        if self.shards.is_empty() {
+            let legacy = if split == Split::Train { TRAIN_BIN } else { VAL_BIN };
+            return vec![(legacy.to_string(), None)];
+        }
+        self.shards.iter().filter(|s| s.split == split.name()).map(|s| (s.file.clone(), Some(s))).collect()
     }
-    if !(val_fraction > 0.0 && val_fraction < 1.0) {
-        bail!("data.val_fraction must lie strictly between 0 and 1, got {val_fraction}");
+
+    /// Every file the dataset needs: `meta.json`, `tokenizer.json` and the token files.
+    pub fn required_files(&self) -> Vec<String> {
+        let mut v = vec![META_JSON.to_string(), TOKENIZER_JSON.to_string()];
+        for split in [Split::Train, Split::Val] {
+            v.extend(self.files_of(split).into_iter().map(|(f, _)| f));
+        }
+        v
     }
-    let n_val = ((val_fraction * n_docs as f64).round() as usize).clamp(1, n_docs - 1);
-    let mut order: Vec<usize> = (0..n_docs).collect();
-    fisher_yates(&mut order, &mut keyed_rng(seed, 0, b"BOOST-split\0\0\0\0\0"));
-    let mut val = order[..n_val].to_vec();
-    let mut train = order[n_val..].to_vec();
-    val.sort_unstable();
-    train.sort_unstable();
-    Ok((train, val))
 }
 
 /// Entropy in nats of the token frequencies: `-Σ p ln p`.
 pub fn unigram_entropy(tokens: &[u32], vocab: usize) -> f64 {
-    if tokens.is_empty() {
-        return 0.0;
-    }
     let mut counts = vec![0u64; vocab.max(1)];
+    count_tokens(tokens, &mut counts);
+    entropy_of_counts(&counts)
+}
+
+/// Adds the occurrences of each id in `tokens` to `counts` (grown if an id is past its end).
+pub(crate) fn count_tokens(tokens: &[u32], counts: &mut Vec<u64>) {
     for &t in tokens {
         let t = t as usize;
         if t >= counts.len() {
@@ -128,7 +148,15 @@ pub fn unigram_entropy(tokens: &[u32], vocab: usize) -> f64 {
         }
         counts[t] += 1;
     }
-    let n = tokens.len() as f64;
+}
+
+/// Entropy in nats of the distribution proportional to `counts` (0 when all are zero).
+pub(crate) fn entropy_of_counts(counts: &[u64]) -> f64 {
+    let n: u64 = counts.iter().sum();
+    if n == 0 {
+        return 0.0;
+    }
+    let n = n as f64;
     counts
         .iter()
         .filter(|&&c| c > 0)
@@ -156,30 +184,31 @@ pub struct Dataset {
 }
 
 impl Dataset {
-    /// Whether `dir` holds `meta.json`, both shards and `tokenizer.json`.
+    /// Whether `dir` holds `meta.json`, `tokenizer.json` and every token file `meta.json` lists
+    /// (`train.bin` and `val.bin` when it lists none, or cannot be read: opening it then says why).
     pub fn is_complete(dir: &Path) -> bool {
-        [META_JSON, TRAIN_BIN, VAL_BIN, TOKENIZER_JSON].iter().all(|f| dir.join(f).is_file())
+        let files = match read_meta(dir) {
+            Ok(m) => m.required_files(),
+            Err(_) => [META_JSON, TRAIN_BIN, VAL_BIN, TOKENIZER_JSON].map(String::from).to_vec(),
+        };
+        files.iter().all(|f| dir.join(f).is_file())
     }
 
-    /// Opens a dataset directory and checks that its parts agree: the shard headers against
-    /// `meta.json` and the tokenizer, and every token id against the vocabulary.
+    /// Opens a dataset directory and checks that its parts agree: each token file against the
+    /// SHA-256 `meta.json` records for it, the shard headers against `meta.json` and the
+    /// tokenizer, and every token id against the vocabulary.
     pub fn open(dir: impl AsRef<Path>) -> Result<Dataset> {
         let dir = dir.as_ref();
-        let missing: Vec<&str> =
-            [META_JSON, TRAIN_BIN, VAL_BIN, TOKENIZER_JSON].into_iter().filter(|f| !dir.join(f).is_file()).collect();
-        if !missing.is_empty() {
-            bail!(
-                "{} is not a complete dataset: {} missing; build it with `boost data --input FILE --out {}`",
-                dir.display(),
-                missing.join(", "),
-                dir.display()
-            );
+        let rebuild = format!("build it with `boost data --input FILE --out {}`", dir.display());
+        if !dir.join(META_JSON).is_file() {
+            bail!("{} is not a complete dataset: {META_JSON} missing; {rebuild}", dir.display());
         }
         let meta_path = dir.join(META_JSON);
-        let text =
-            std::fs::read_to_string(&meta_path).with_context(|| format!("cannot read {}", meta_path.display()))?;
-        let meta: Meta =
-            serde_json::from_str(&text).with_context(|| format!("{} is not a valid meta.json", meta_path.display()))?;
+        let meta = read_meta(dir)?;
+        let missing: Vec<String> = meta.required_files().into_iter().filter(|f| !dir.join(f).is_file()).collect();
+        if !missing.is_empty() {
+            bail!("{} is not a complete dataset: {} missing; {rebuild}", dir.display(), missing.join(", "));
+        }
         if meta.format_version != crate::shard::VERSION {
             bail!(
                 "{} has format_version {}, but this build reads shard format version {}; rebuild the \
@@ -189,22 +218,7 @@ impl Dataset {
                 crate::shard::VERSION
             );
         }
-        let train = Shard::open(dir.join(TRAIN_BIN))?;
-        let val = Shard::open(dir.join(VAL_BIN))?;
         let tokenizer = Tokenizer::from_file(dir.join(TOKENIZER_JSON))?;
-        for (sh, want) in [(&train, meta.train_tokens), (&val, meta.val_tokens)] {
-            if sh.vocab() != meta.vocab_size || sh.len() as u64 != want {
-                bail!(
-                    "{} ({} tokens, vocabulary {}) disagrees with {} ({want} tokens, vocabulary {}); \
-                     rebuild the dataset with `boost data`",
-                    sh.path().display(),
-                    sh.len(),
-                    sh.vocab(),
-                    meta_path.display(),
-                    meta.vocab_size
-                );
-            }
-        }
         if tokenizer.vocab_size() as u32 != meta.vocab_size || tokenizer.eos_id() != meta.eos_id {
             bail!(
                 "{} (vocabulary {}, end-of-text id {}) disagrees with {} (vocabulary {}, end-of-text id {}); \
@@ -217,10 +231,9 @@ impl Dataset {
                 meta.eos_id
             );
         }
-        let (a, b) = rayon::join(|| train.check_ids(), || val.check_ids());
-        a?;
-        b?;
-        Ok(Dataset { dir: dir.to_path_buf(), train: train.into(), val: val.into(), tokenizer: Some(tokenizer), meta })
+        let train = open_split(dir, &meta, Split::Train, meta.train_tokens)?;
+        let val = open_split(dir, &meta, Split::Val, meta.val_tokens)?;
+        Ok(Dataset { dir: dir.to_path_buf(), train, val, tokenizer: Some(tokenizer), meta })
     }
 
     /// The shuffled, infinite training stream of `seq_len`-token sequences.
@@ -232,6 +245,65 @@ impl Dataset {
     pub fn val_loader(&self, seq_len: usize) -> Result<Loader> {
         Loader::new(self.val.clone(), seq_len, 0)
     }
+}
+
+/// Reads and parses `dir/meta.json`.
+fn read_meta(dir: &Path) -> Result<Meta> {
+    let meta_path = dir.join(META_JSON);
+    let text = std::fs::read_to_string(&meta_path).with_context(|| format!("cannot read {}", meta_path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not a valid meta.json", meta_path.display()))
+}
+
+/// Opens the token files of one split and checks each (in parallel): its checksum, its header
+/// against `meta.json`, and its ids against the vocabulary; their total must be `want` tokens.
+fn open_split(dir: &Path, meta: &Meta, split: Split, want: u64) -> Result<Tokens> {
+    use rayon::prelude::*;
+    let meta_path = dir.join(META_JSON);
+    let files = meta.files_of(split);
+    let shards: Vec<Shard> = files
+        .par_iter()
+        .map(|(file, entry)| {
+            let path = dir.join(file);
+            if let Some(e) = entry {
+                let got = crate::checksum::sha256_file(&path)?;
+                if got != e.sha256 {
+                    bail!(
+                        "{} has SHA-256 {got}, but {} records {} for it: the file changed after `boost data` \
+                         wrote it; restore it, or rebuild the dataset with `boost data`",
+                        path.display(),
+                        meta_path.display(),
+                        e.sha256
+                    );
+                }
+            }
+            let sh = Shard::open(&path)?;
+            let tokens_ok = entry.is_none_or(|e| e.tokens == sh.len() as u64);
+            if sh.vocab() != meta.vocab_size || !tokens_ok {
+                bail!(
+                    "{} ({} tokens, vocabulary {}) disagrees with {} (vocabulary {}); rebuild the dataset \
+                     with `boost data`",
+                    path.display(),
+                    sh.len(),
+                    sh.vocab(),
+                    meta_path.display(),
+                    meta.vocab_size
+                );
+            }
+            sh.check_ids()?;
+            Ok(sh)
+        })
+        .collect::<Result<_>>()?;
+    let tokens = Tokens::new(shards);
+    if tokens.len() as u64 != want {
+        bail!(
+            "the {} files of {} hold {} tokens but {} records {want}; rebuild the dataset with `boost data`",
+            split.name(),
+            dir.display(),
+            tokens.len(),
+            meta_path.display()
+        );
+    }
+    Ok(tokens)
 }
 
 #[cfg(test)]

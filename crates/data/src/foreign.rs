@@ -205,6 +205,7 @@ pub fn open(dir: &Path, fmt: Format, model_vocab: usize) -> Result<Dataset> {
         unigram_entropy_nats: h,
         unigram_entropy_bits: h / std::f64::consts::LN_2,
         corpus: None,
+        shards: Vec::new(),
     };
     Ok(Dataset { dir: dir.to_path_buf(), train, val, tokenizer, meta })
 }

@@ -57,6 +57,7 @@
 
 mod atomic;
 mod build;
+mod checksum;
 pub mod cli;
 pub mod dataset;
 pub mod foreign;
@@ -70,17 +71,23 @@ mod progress;
 pub mod sample;
 pub mod shakespeare;
 pub mod shard;
+mod shard_writer;
+pub mod source;
+pub mod split;
 pub mod tokenizer;
 pub mod tokens;
 
 pub use dataset::{
-    BuildLimits, BuildOptions, DEFAULT_BPE_SAMPLE_BYTES, Dataset, Meta, TokenizerChoice, build, build_into, build_with,
-    prepare, prepare_for_model, split_documents, unigram_entropy,
+    BuildLimits, BuildOptions, Built, DEFAULT_BPE_SAMPLE_BYTES, DEFAULT_SHARD_TOKENS, Dataset, Meta, ShardFile,
+    TokenizerChoice, build, build_from, build_into, build_with, prepare, prepare_for_model, split_documents,
+    unigram_entropy,
 };
 pub use foreign::Format;
-pub use input::{Document, read_inputs};
+pub use input::{Document, Inputs, read_inputs};
 pub use loader::{Loader, epoch_permutation};
 pub use output::OutputGuard;
 pub use shard::{Shard, write_shard};
+pub use source::Source;
+pub use split::{Split, Splitter};
 pub use tokenizer::{EOS, Tokenizer};
 pub use tokens::Tokens;

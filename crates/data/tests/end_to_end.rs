@@ -139,9 +139,12 @@ fn loaded_tokenizer_and_cli() {
         tokenizer: "bpe".into(),
         vocab_size: 300,
         val_fraction: 0.3,
-        seed: 3,
+        // Holds out a JSON line, so the BPE learns all 300 entries from a.txt.
+        seed: 5,
         text_field: "body".into(),
         bpe_sample_bytes: boost_data::DEFAULT_BPE_SAMPLE_BYTES,
+        shard_tokens: boost_data::DEFAULT_SHARD_TOKENS,
+        json: false,
     };
     cli::run(&args).unwrap();
     let ds = Dataset::open(d.path().join("cli")).unwrap();

@@ -17,6 +17,8 @@ fn cli_args(out: &std::path::Path, inputs: Vec<std::path::PathBuf>) -> cli::Data
         seed: 1,
         text_field: "text".into(),
         bpe_sample_bytes: boost_data::DEFAULT_BPE_SAMPLE_BYTES,
+        shard_tokens: boost_data::DEFAULT_SHARD_TOKENS,
+        json: false,
     }
 }
 
