@@ -88,7 +88,7 @@ fn threads_and_json_mean_the_same_everywhere() {
             }
         }
     }
-    assert_eq!(seen, (5, 2), "--threads on train, eval, generate, plan, bench; --json on plan, bench");
+    assert_eq!(seen, (5, 3), "--threads on train, eval, generate, plan, bench; --json on plan, bench, data");
 }
 
 #[test]

@@ -22,6 +22,34 @@ pub struct DataConfig {
     /// The layout of `dir`: `auto` (detected from its files), `boost` (`boost data` output),
     /// `llmc` (llm.c `.bin` shards) or `megatron` (Megatron/nanotron `.bin` + `.idx` pairs).
     pub format: String,
+    /// Several datasets blended by weight, e.g. `[{ dir = "data/web", weight = 0.7 },
+    /// { dir = "data/code", weight = 0.3 }]`; when set it replaces `dir` (and `corpus` builds
+    /// nothing). Each dataset is validated on its own, under its name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mix: Vec<MixEntry>,
+}
+
+/// One dataset of `data.mix`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixEntry {
+    /// The dataset directory (any `data.format`).
+    pub dir: String,
+    /// Its share of the training sequences (weights are normalised).
+    pub weight: f64,
+    /// The name its validation loss is reported under; default: the directory's last component.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl MixEntry {
+    /// The name validation losses and checkpoints use for this dataset.
+    pub fn label(&self) -> String {
+        self.name.clone().unwrap_or_else(|| {
+            let p = std::path::Path::new(self.dir.trim_end_matches('/'));
+            p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| self.dir.clone())
+        })
+    }
 }
 
 impl Default for DataConfig {
@@ -34,6 +62,7 @@ impl Default for DataConfig {
             val_fraction: 0.05,
             seed: 1234,
             format: "auto".into(),
+            mix: Vec::new(),
         }
     }
 }
@@ -64,6 +93,24 @@ impl DataConfig {
                 ),
             ));
         }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, m) in self.mix.iter().enumerate() {
+            if !(m.weight.is_finite() && m.weight > 0.0) {
+                return Err(ConfigError::new(
+                    format!("data.mix[{i}].weight"),
+                    format!("is {}; a weight must be a positive number, e.g. 0.7", m.weight),
+                ));
+            }
+            if m.dir.is_empty() {
+                return Err(ConfigError::new(format!("data.mix[{i}].dir"), "is empty; name a dataset directory"));
+            }
+            if !names.insert(m.label()) {
+                return Err(ConfigError::new(
+                    format!("data.mix[{i}]"),
+                    format!("repeats the name \"{}\"; give each dataset its own `name`", m.label()),
+                ));
+            }
+        }
         if !FORMATS.contains(&self.format.as_str()) {
             return Err(ConfigError::new(
                 "data.format",
@@ -90,5 +137,32 @@ pub struct RunConfig {
 impl Default for RunConfig {
     fn default() -> Self {
         Self { dir: "runs/demo".into(), progress: true }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Config;
+
+    fn load(sets: &[&str]) -> Result<Config, crate::ConfigError> {
+        Config::load(None, &sets.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_mix_reads_from_set_and_checks_weights_and_names() {
+        let c = load(&[
+            r#"data.mix=[{ dir = "data/web", weight = 0.7 }, { dir = "d/code/", weight = 0.3, name = "src" }]"#,
+        ])
+        .unwrap();
+        let names: Vec<String> = c.data.mix.iter().map(|m| m.label()).collect();
+        assert_eq!(names, ["web", "src"]);
+        assert_eq!(c.data.mix[0].weight, 0.7);
+        let e = load(&[r#"data.mix=[{ dir = "a", weight = 0.0 }]"#]).unwrap_err().to_string();
+        assert!(e.contains("data.mix[0].weight"), "{e}");
+        let e =
+            load(&[r#"data.mix=[{ dir = "x/a", weight = 1 }, { dir = "y/a", weight = 1 }]"#]).unwrap_err().to_string();
+        assert!(e.contains("data.mix[1]") && e.contains("\"a\""), "{e}");
+        let e = load(&[r#"data.mix=[{ dir = "a", weight = 1, share = 2 }]"#]).unwrap_err().to_string();
+        assert!(e.contains("share"), "{e}");
     }
 }

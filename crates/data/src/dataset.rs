@@ -2,6 +2,7 @@
 //! (building: [`crate::build`]; the configured dataset: [`crate::prepare`]).
 
 use crate::loader::Loader;
+use crate::mixture::{Mixture, TrainStream};
 use crate::shakespeare::CorpusStats;
 use crate::shard::Shard;
 use crate::split::Split;
@@ -181,6 +182,24 @@ pub struct Dataset {
     pub tokenizer: Option<Tokenizer>,
     /// The build record (for token files of other tools, what their headers and ids say).
     pub meta: Meta,
+    /// With `data.mix`: every dataset of the blend, this one (the first) included; its
+    /// tokenizer and vocabulary are shared by all. Empty for a single dataset.
+    pub mix: Vec<MixPart>,
+}
+
+/// One dataset of a blend (`data.mix`).
+#[derive(Debug, Clone)]
+pub struct MixPart {
+    /// The name its validation loss and checkpoint position go under.
+    pub name: String,
+    /// Its share of the training sequences (not normalised).
+    pub weight: f64,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its training tokens.
+    pub train: Tokens,
+    /// Its validation tokens.
+    pub val: Tokens,
 }
 
 impl Dataset {
@@ -233,7 +252,7 @@ impl Dataset {
         }
         let train = open_split(dir, &meta, Split::Train, meta.train_tokens)?;
         let val = open_split(dir, &meta, Split::Val, meta.val_tokens)?;
-        Ok(Dataset { dir: dir.to_path_buf(), train, val, tokenizer: Some(tokenizer), meta })
+        Ok(Dataset { dir: dir.to_path_buf(), train, val, tokenizer: Some(tokenizer), meta, mix: Vec::new() })
     }
 
     /// The shuffled, infinite training stream of `seq_len`-token sequences.
@@ -245,6 +264,52 @@ impl Dataset {
     pub fn val_loader(&self, seq_len: usize) -> Result<Loader> {
         Loader::new(self.val.clone(), seq_len, 0)
     }
+
+    /// The training stream: this dataset's loader, or with `data.mix` the blend of every
+    /// dataset's loader (dataset `k` shuffled with `seed + k`), see [`Mixture`].
+    pub fn train_stream(&self, seq_len: usize, seed: u64) -> Result<TrainStream> {
+        if self.mix.is_empty() {
+            return Ok(TrainStream::One(self.train_loader(seq_len, seed)?));
+        }
+        let parts = self
+            .mix
+            .iter()
+            .enumerate()
+            .map(|(k, p)| {
+                let l = Loader::new(p.train.clone(), seq_len, seed.wrapping_add(k as u64))
+                    .with_context(|| format!("data.mix dataset \"{}\" ({})", p.name, p.dir.display()))?;
+                Ok((p.name.clone(), l, p.weight))
+            })
+            .collect::<Result<_>>()?;
+        Ok(TrainStream::Mix(Mixture::new(parts)?))
+    }
+
+    /// The validation sets, each named: `val` for a single dataset, every dataset's name with
+    /// `data.mix`; with their weights (1 for a single dataset).
+    pub fn val_sets(&self, seq_len: usize) -> Result<Vec<ValSet>> {
+        if self.mix.is_empty() {
+            return Ok(vec![ValSet { name: "val".into(), weight: 1.0, loader: self.val_loader(seq_len)? }]);
+        }
+        self.mix
+            .iter()
+            .map(|p| {
+                let loader = Loader::new(p.val.clone(), seq_len, 0)
+                    .with_context(|| format!("data.mix dataset \"{}\" ({})", p.name, p.dir.display()))?;
+                Ok(ValSet { name: p.name.clone(), weight: p.weight, loader })
+            })
+            .collect()
+    }
+}
+
+/// A named validation set.
+#[derive(Debug)]
+pub struct ValSet {
+    /// `val`, or the dataset's name in `data.mix`.
+    pub name: String,
+    /// Its weight in the blend (1 for a single dataset).
+    pub weight: f64,
+    /// Its windows.
+    pub loader: Loader,
 }
 
 /// Reads and parses `dir/meta.json`.

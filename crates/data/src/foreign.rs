@@ -207,5 +207,5 @@ pub fn open(dir: &Path, fmt: Format, model_vocab: usize) -> Result<Dataset> {
         corpus: None,
         shards: Vec::new(),
     };
-    Ok(Dataset { dir: dir.to_path_buf(), train, val, tokenizer, meta })
+    Ok(Dataset { dir: dir.to_path_buf(), train, val, tokenizer, meta, mix: Vec::new() })
 }

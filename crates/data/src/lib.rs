@@ -4,14 +4,19 @@
 //!
 //! `boost data` (module [`cli`]) and [`prepare`] produce a directory holding
 //!
-//! - `train.bin`, `val.bin`: token shards (format below);
+//! - `train.bin`, `val.bin`: token shards (format below); a split larger than
+//!   [`BuildLimits::shard_tokens`] is `train-000000.bin`, `train-000001.bin`, … instead;
 //! - `tokenizer.json`: the Hugging Face tokenizer the shards were made with;
 //! - `meta.json`: the build record ([`Meta`]): token and document counts, vocabulary size,
 //!   end-of-text id, tokenizer kind, sources, split seed, and the unigram entropy of the training
-//!   tokens in nats and bits (the loss of a context-free model: the loss to beat).
+//!   tokens in nats and bits (the loss of a context-free model: the loss to beat), and every token
+//!   file with its SHA-256, checked when the dataset is opened.
+//!
+//! A build streams its inputs ([`Inputs`], [`Source`]) in bounded memory: a counting pass, a
+//! sampling pass for a trained BPE, and a tokenizing pass (see the `build` module).
 //!
 //! The documents are split train/validation at document level, deterministically from the seed
-//! ([`split_documents`]). Each document's tokens are followed by the end-of-text token
+//! and exactly, one document at a time ([`Splitter`]). Each document's tokens are followed by the end-of-text token
 //! `<|endoftext|>`, so the shards are the documents joined with it as separator (plus one at the
 //! end). A trained tokenizer is a byte-level BPE ([`Tokenizer::train_bpe`]) learned on the
 //! training documents only.
@@ -65,6 +70,7 @@ pub mod input;
 pub mod llmc;
 pub mod loader;
 pub mod megatron;
+pub mod mixture;
 pub mod output;
 mod prepare;
 mod progress;
@@ -78,13 +84,14 @@ pub mod tokenizer;
 pub mod tokens;
 
 pub use dataset::{
-    BuildLimits, BuildOptions, Built, DEFAULT_BPE_SAMPLE_BYTES, DEFAULT_SHARD_TOKENS, Dataset, Meta, ShardFile,
-    TokenizerChoice, build, build_from, build_into, build_with, prepare, prepare_for_model, split_documents,
-    unigram_entropy,
+    BuildLimits, BuildOptions, Built, DEFAULT_BPE_SAMPLE_BYTES, DEFAULT_SHARD_TOKENS, Dataset, Meta, MixPart,
+    ShardFile, TokenizerChoice, ValSet, build, build_from, build_into, build_with, prepare, prepare_for_model,
+    split_documents, unigram_entropy,
 };
 pub use foreign::Format;
 pub use input::{Document, Inputs, read_inputs};
 pub use loader::{Loader, epoch_permutation};
+pub use mixture::{Mixture, TrainStream};
 pub use output::OutputGuard;
 pub use shard::{Shard, write_shard};
 pub use source::Source;

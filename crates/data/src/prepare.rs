@@ -1,10 +1,10 @@
 //! Opening the configured dataset, building the demo corpus first if it is missing.
 
 use crate::build::{BuildLimits, build_into};
-use crate::dataset::{BuildOptions, Dataset, META_JSON, TOKENIZER_JSON, TRAIN_BIN, TokenizerChoice, VAL_BIN};
+use crate::dataset::{BuildOptions, Dataset, META_JSON, MixPart, TOKENIZER_JSON, TRAIN_BIN, TokenizerChoice, VAL_BIN};
 use crate::output::{OutputGuard, OutputState, list_names, output_state};
 use crate::shakespeare;
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use std::path::Path;
 
 /// Opens the dataset in `cfg.dir`. A complete dataset is used as it is. Otherwise, with
@@ -20,6 +20,9 @@ pub fn prepare(cfg: &boost_config::DataConfig) -> Result<Dataset> {
 /// `data.format`); `model_vocab` is `model.vocab`, which such files need when no
 /// `tokenizer.json` comes with them (0: unset).
 pub fn prepare_for_model(cfg: &boost_config::DataConfig, model_vocab: usize) -> Result<Dataset> {
+    if !cfg.mix.is_empty() {
+        return open_mix(cfg, model_vocab);
+    }
     let dir = Path::new(&cfg.dir);
     if let Some(fmt) = crate::foreign::resolve(&cfg.format, dir)? {
         return crate::foreign::open(dir, fmt, model_vocab);
@@ -112,4 +115,49 @@ fn refuse_occupied(cfg: &boost_config::DataConfig, dir: &Path, found: &[String])
         list_names(found, 6),
         dir.display()
     )
+}
+
+/// Opens every dataset of `data.mix` (each in its own format; none is built) and checks that
+/// they share one vocabulary and tokenizer; the first carries the blend.
+fn open_mix(cfg: &boost_config::DataConfig, model_vocab: usize) -> Result<Dataset> {
+    let mut first: Option<Dataset> = None;
+    let mut parts = Vec::new();
+    for (i, e) in cfg.mix.iter().enumerate() {
+        let sub =
+            boost_config::DataConfig { dir: e.dir.clone(), corpus: "none".into(), mix: Vec::new(), ..cfg.clone() };
+        let ds = prepare_for_model(&sub, model_vocab)
+            .with_context(|| format!("cannot open data.mix[{i}] (\"{}\", {})", e.label(), e.dir))?;
+        if let Some(f) = &first {
+            let same_tokenizer = match (&f.tokenizer, &ds.tokenizer) {
+                (Some(a), Some(b)) => a.to_json()? == b.to_json()?,
+                _ => true,
+            };
+            if ds.meta.vocab_size != f.meta.vocab_size || ds.meta.eos_id != f.meta.eos_id || !same_tokenizer {
+                bail!(
+                    "data.mix[{i}] ({}: vocabulary {}, end-of-text id {}) was not tokenized like data.mix[0] ({}: \
+                     vocabulary {}, end-of-text id {}{}): the datasets of a mix share one tokenizer; build them \
+                     with `boost data --tokenizer {}`",
+                    ds.dir.display(),
+                    ds.meta.vocab_size,
+                    ds.meta.eos_id,
+                    f.dir.display(),
+                    f.meta.vocab_size,
+                    f.meta.eos_id,
+                    if same_tokenizer { "" } else { ", another tokenizer.json" },
+                    f.dir.join(TOKENIZER_JSON).display()
+                );
+            }
+        }
+        parts.push(MixPart {
+            name: e.label(),
+            weight: e.weight,
+            dir: ds.dir.clone(),
+            train: ds.train.clone(),
+            val: ds.val.clone(),
+        });
+        first.get_or_insert(ds);
+    }
+    let mut ds = first.expect("data.mix is not empty");
+    ds.mix = parts;
+    Ok(ds)
 }

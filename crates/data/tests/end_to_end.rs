@@ -54,6 +54,7 @@ fn build_from_text_files_and_reopen_with_prepare() {
         val_fraction: 0.5,
         seed: 7,
         format: "auto".into(),
+        mix: Vec::new(),
     };
     let ds = prepare(&cfg).unwrap();
     assert_eq!(ds.meta, meta);

@@ -69,6 +69,7 @@ fn main() {
         tokens: 0,
         data_position: 0,
         data_seed: 0,
+        data_mix: Vec::new(),
         loss: None,
         config: cfg.to_toml(),
     };

@@ -10,7 +10,7 @@ use crate::trainer::{Learner, StepRunner};
 use anyhow::{Context, Result};
 use boost_comm::{Dims, Link, Links, run_ranks_with};
 use boost_config::Config;
-use boost_data::{Loader, Shard};
+use boost_data::{Loader, Shard, TrainStream};
 use boost_model::{Layout, Model};
 use boost_tensor::cpu::Cpu;
 use serde::Serialize;
@@ -69,7 +69,7 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
         model.set_recompute(t.recompute);
         model.set_recompute_layers(t.recompute_layers);
         let mut learner = Learner::new(model, p, c.dp);
-        let loader = Loader::new(shard.clone(), t.seq_len, 1)?;
+        let loader = TrainStream::One(Loader::new(shard.clone(), t.seq_len, 1)?);
         let mut runner = StepRunner::new(cfg, &learner.model, c.dp);
         let rec = grid.recorder().context("recording")?;
         let (mut times, mut split) = (Vec::new(), TimeSplit::default());

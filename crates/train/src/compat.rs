@@ -19,6 +19,7 @@ pub fn check_resume(ck: &Checkpoint, cfg: &Config, data: &Dataset) -> Result<()>
             ck.dir.display()
         );
     }
+    check_mix(ck, &saved, cfg, data)?;
     let ours = data.dir.join("tokenizer.json");
     if let Some(theirs) = ck.tokenizer_path()
         && ours.is_file()
@@ -34,6 +35,42 @@ pub fn check_resume(ck: &Checkpoint, cfg: &Config, data: &Dataset) -> Result<()>
                 theirs.display()
             );
         }
+    }
+    Ok(())
+}
+
+/// A resume continues the same blend: `data.mix` keeps its datasets (by name) and weights, and
+/// the positions recomputed from the checkpoint's sequence count are the ones it recorded.
+fn check_mix(ck: &Checkpoint, saved: &Config, cfg: &Config, data: &Dataset) -> Result<()> {
+    let spec = |c: &Config| c.data.mix.iter().map(|m| (m.label(), m.weight)).collect::<Vec<_>>();
+    let (was, now) = (spec(saved), spec(cfg));
+    if was != now {
+        let show = |v: &[(String, f64)]| {
+            if v.is_empty() {
+                "unset".to_string()
+            } else {
+                v.iter().map(|(n, w)| format!("{n}={w}")).collect::<Vec<_>>().join(", ")
+            }
+        };
+        bail!(
+            "`data.mix` is [{}] in the checkpoint {} but [{}] in this run; a resume continues the same blend of datasets: restore data.mix (or start a new run with `--set run.dir=<new dir>`)",
+            show(&was),
+            ck.dir.display(),
+            show(&now)
+        );
+    }
+    if now.is_empty() {
+        return Ok(());
+    }
+    let stream = data.train_stream(cfg.train.seq_len, cfg.data.seed)?;
+    let recorded: Vec<(String, u64)> = ck.meta.data_mix.iter().map(|p| (p.name.clone(), p.position)).collect();
+    let computed = stream.positions(ck.meta.data_position);
+    if recorded != computed {
+        bail!(
+            "`data.mix`: the checkpoint {} records the positions {recorded:?} after {} sequences, but this build's blend gives {computed:?}; the datasets' order would not continue: resume with the build that wrote it, or start a new run",
+            ck.dir.display(),
+            ck.meta.data_position
+        );
     }
     Ok(())
 }
@@ -60,7 +97,7 @@ fn first_difference(path: &str, a: &Value, b: &Value) -> Option<(String, String,
 pub fn check_data(cfg: &Config, data: &Dataset, warn: bool) -> Result<()> {
     let t = &cfg.train;
     let global = (t.accumulation * cfg.parallel.dp * t.micro_batch) as u64;
-    let train = data.train_loader(t.seq_len, cfg.data.seed)?.windows();
+    let train = data.train_stream(t.seq_len, cfg.data.seed)?.windows();
     if train < global {
         bail!(
             "data.dir = {} holds {train} training sequences of train.seq_len = {} tokens, fewer than one global batch of {global} (train.accumulation {} × parallel.dp {} × train.micro_batch {}); lower train.micro_batch or train.seq_len, or use more data",
@@ -74,16 +111,18 @@ pub fn check_data(cfg: &Config, data: &Dataset, warn: bool) -> Result<()> {
     if !warn {
         return Ok(());
     }
-    let val = data.val_loader(t.seq_len)?.windows();
-    let asked = (t.eval_batches * t.micro_batch) as u64;
-    if asked > val {
-        eprintln!(
-            "warning: train.eval_batches = {} × train.micro_batch = {} asks for {asked} validation sequences, but {} holds {val}; each evaluation repeats some (lower train.eval_batches to {})",
-            t.eval_batches,
-            t.micro_batch,
-            data.dir.display(),
-            (val / t.micro_batch.max(1) as u64).max(1)
-        );
+    for set in data.val_sets(t.seq_len)? {
+        let val = set.loader.windows();
+        let asked = (t.eval_batches * t.micro_batch) as u64;
+        if asked > val {
+            eprintln!(
+                "warning: train.eval_batches = {} × train.micro_batch = {} asks for {asked} validation sequences, but {} holds {val}; each evaluation repeats some (lower train.eval_batches to {})",
+                t.eval_batches,
+                t.micro_batch,
+                set.loader.shard().describe(),
+                (val / t.micro_batch.max(1) as u64).max(1)
+            );
+        }
     }
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     if t.threads > cores {

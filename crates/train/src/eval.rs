@@ -57,6 +57,14 @@ pub fn eval_data(ckpt: &Checkpoint, data_dir: Option<&Path>, micro_batch: Option
     if let Some(d) = data_dir {
         cfg.data.dir = d.display().to_string();
         cfg.data.corpus = "none".into();
+        cfg.data.mix.clear();
+    } else if !cfg.data.mix.is_empty() {
+        let dirs: Vec<&str> = cfg.data.mix.iter().map(|m| m.dir.as_str()).collect();
+        bail!(
+            "{} was trained on data.mix ({}); choose the validation data to score with --data DIR",
+            ckpt.dir.display(),
+            dirs.join(", ")
+        );
     }
     let data = boost_data::prepare_for_model(&cfg.data, cfg.model.vocab)?;
     if data_dir.is_some() {

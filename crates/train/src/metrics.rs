@@ -24,6 +24,10 @@ pub struct StepMetrics {
     pub val_loss: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub val_ppl: Option<f64>,
+    /// With `data.mix`: each dataset's validation loss, by name (`val_loss` is their mean
+    /// weighted by the mix).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub val_losses: Option<std::collections::BTreeMap<String, f64>>,
     /// Collectives issued this step on this rank, and their payload bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub comm_calls: Option<u64>,

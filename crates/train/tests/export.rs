@@ -88,6 +88,7 @@ fn case(root: &Path, sets: &[&str], peers: Peers, tokenizer: Option<&Path>) {
         tokens: 0,
         data_position: 0,
         data_seed: 0,
+        data_mix: Vec::new(),
         loss: None,
         config: cfg.to_toml(),
     };

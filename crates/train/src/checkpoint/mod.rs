@@ -58,10 +58,22 @@ pub struct CheckpointMeta {
     pub data_position: u64,
     /// Seed of the data order (the only randomness in a step).
     pub data_seed: u64,
+    /// With `data.mix`: each dataset's position in its own stream at `data_position`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data_mix: Vec<MixPosition>,
     /// Mean training loss of the last step.
     pub loss: Option<f64>,
     /// The run's resolved configuration, TOML.
     pub config: String,
+}
+
+/// A dataset of `data.mix` and the sequences the run has taken from it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MixPosition {
+    /// Its name in `data.mix`.
+    pub name: String,
+    /// Sequences taken from it.
+    pub position: u64,
 }
 
 /// Whole canonical tensors of a model and its AdamW moments, ready to write.

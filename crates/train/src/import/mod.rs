@@ -80,6 +80,7 @@ pub fn import(opts: &ImportOptions, log: &dyn Fn(String)) -> Result<(PathBuf, Ve
         tokens: 0,
         data_position: 0,
         data_seed: cfg.data.seed,
+        data_mix: Vec::new(),
         loss: None,
         config: cfg.to_toml(),
     };

@@ -94,6 +94,12 @@ impl<B: Backend> Job<'_, B> {
             tokens: self.at.tokens,
             data_position: self.at.position,
             data_seed: cfg.data.seed,
+            data_mix: self
+                .train
+                .positions(self.at.position)
+                .into_iter()
+                .map(|(name, position)| checkpoint::MixPosition { name, position })
+                .collect(),
             loss: Some(m.loss),
             config: cfg.to_toml(),
         };

@@ -14,17 +14,36 @@ impl<B: Backend> Job<'_, B> {
 
     /// Evaluate over `train.eval_batches` micro-batches and report it with the step `m`.
     pub(super) fn eval(&mut self, m: &mut StepMetrics) {
-        let vl = self.validate(self.ctx.cfg.train.eval_batches);
+        let (vl, each) = self.validate_each(self.ctx.cfg.train.eval_batches);
         m.val_loss = Some(vl);
         m.val_ppl = Some(vl.exp());
         self.summary.val.push((m.step, vl));
-        self.warn(format!("step {}: loss {:.4}, val loss {vl:.4} (ppl {:.1})", m.step, m.loss, vl.exp()));
+        let mut line = format!("step {}: loss {:.4}, val loss {vl:.4} (ppl {:.1})", m.step, m.loss, vl.exp());
+        if self.val.len() > 1 {
+            let parts: Vec<String> = each.iter().map(|(n, l)| format!("{n} {l:.4}")).collect();
+            line += &format!(" [{}]", parts.join(", "));
+            m.val_losses = Some(each.into_iter().collect());
+        }
+        self.warn(line);
     }
 
-    /// Mean validation loss over the first `batches` micro-batches.
+    /// Validation loss over the first `batches` micro-batches of each validation set: their
+    /// mean weighted as `data.mix` weighs them (the one set's loss without a mix).
     pub(super) fn validate(&mut self, batches: usize) -> f64 {
-        let vl = self.runner.evaluate(&mut self.learner.model, self.g, &self.val, batches);
+        self.validate_each(batches).0
+    }
+
+    /// The weighted mean and each set's loss, by name.
+    fn validate_each(&mut self, batches: usize) -> (f64, Vec<(String, f64)>) {
+        let mut each = Vec::with_capacity(self.val.len());
+        let (mut sum, mut weights) = (0.0, 0.0);
+        for v in &self.val {
+            let l = self.runner.evaluate(&mut self.learner.model, self.g, &v.loader, batches);
+            sum += v.weight * l;
+            weights += v.weight;
+            each.push((v.name.clone(), l));
+        }
         self.drop_comm();
-        vl
+        (sum / weights, each)
     }
 }

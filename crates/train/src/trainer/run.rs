@@ -8,7 +8,7 @@ use crate::guard::Guard;
 use crate::metrics::MetricsWriter;
 use anyhow::Result;
 use boost_comm::Recorder;
-use boost_data::Loader;
+use boost_data::{TrainStream, ValSet};
 use boost_tensor::Backend;
 use indicatif::ProgressBar;
 use std::time::Instant;
@@ -31,8 +31,9 @@ pub(super) struct Job<'a, B: Backend> {
     pub(super) recorder: Option<&'a Recorder>,
     pub(super) learner: Learner<B>,
     pub(super) runner: StepRunner<B>,
-    pub(super) train: Loader,
-    pub(super) val: Loader,
+    pub(super) train: TrainStream,
+    /// The validation set, or one per dataset of `data.mix`.
+    pub(super) val: Vec<ValSet>,
     /// Rank 0's `metrics.jsonl`.
     pub(super) metrics: Option<MetricsWriter>,
     pub(super) bar: ProgressBar,

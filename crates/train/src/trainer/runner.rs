@@ -10,7 +10,7 @@ use crate::pipeline::schedule::table;
 use crate::pipeline::stage_io;
 use crate::schedule::lr_at;
 use boost_config::Config;
-use boost_data::Loader;
+use boost_data::{Loader, TrainStream};
 use boost_model::{Batch, LossSum, Model};
 use boost_tensor::{Backend, Label, Mat, MatMut, ReduceOp};
 
@@ -96,14 +96,14 @@ impl<B: Backend> StepRunner<B> {
     /// One optimizer step from stream position `position` (sequences consumed so far): this
     /// replica trains on sequences `position + (dp_rank·acc + a)·mb`, for a < acc, so a global
     /// batch holds the same sequences whatever the layout.
-    pub fn step(&mut self, l: &mut Learner<B>, g: &Groups<B>, data: &Loader, step: u64, position: u64) -> StepOut {
+    pub fn step(&mut self, l: &mut Learner<B>, g: &Groups<B>, data: &TrainStream, step: u64, position: u64) -> StepOut {
         let acc = self.accumulate(l, g, data, position);
         self.apply(l, g, step, acc, false)
     }
 
     /// The first half of [`StepRunner::step`]: every micro-batch's forward and backward, the
     /// data-parallel gradient combination and the global gradient norm.
-    pub fn accumulate(&mut self, l: &mut Learner<B>, g: &Groups<B>, data: &Loader, position: u64) -> Accumulated {
+    pub fn accumulate(&mut self, l: &mut Learner<B>, g: &Groups<B>, data: &TrainStream, position: u64) -> Accumulated {
         let t = &self.cfg.train;
         let (mb, seq, acc, dp) = (t.micro_batch, t.seq_len, t.accumulation, self.cfg.parallel.dp);
         let global_tokens = (acc * dp * mb * seq) as f64;

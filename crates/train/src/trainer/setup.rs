@@ -39,8 +39,8 @@ impl<'a, B: Backend> Job<'a, B> {
             at = Stream { step: ck.meta.step, position: ck.meta.data_position, tokens: ck.meta.tokens };
             log.line(format!("resumed from {} at step {}", ck.dir.display(), at.step));
         }
-        let train = ctx.data.train_loader(t.seq_len, cfg.data.seed)?;
-        let val = ctx.data.val_loader(t.seq_len)?;
+        let train = ctx.data.train_stream(t.seq_len, cfg.data.seed)?;
+        let val = ctx.data.val_sets(t.seq_len)?;
         log.line(banner(ctx, &layout, world)?);
         if t.sample_every > 0 && ctx.data.tokenizer.is_none() {
             log.line(format!("train.sample_every: no samples: {} has no tokenizer.json", ctx.data.dir.display()));
@@ -125,7 +125,21 @@ fn banner(ctx: &RankCtx, layout: &Layout, world: usize) -> Result<String> {
             / 1e6,
         ctx.data.train.len(),
         ctx.data.val.len()
-    ))
+    ) + &mix_desc(ctx.data))
+}
+
+/// The blend of `data.mix`, after the first dataset's sizes in the banner.
+fn mix_desc(data: &boost_data::Dataset) -> String {
+    if data.mix.is_empty() {
+        return String::new();
+    }
+    let total: f64 = data.mix.iter().map(|p| p.weight).sum();
+    let parts: Vec<String> = data
+        .mix
+        .iter()
+        .map(|p| format!("{} {:.0}% ({} train tokens)", p.name, 100.0 * p.weight / total, p.train.len()))
+        .collect();
+    format!(" (the first of data.mix: {})", parts.join(", "))
 }
 
 fn progress(opts: &TrainOptions, steps: u64, at: u64) -> ProgressBar {

@@ -81,6 +81,7 @@ impl<B: Backend> Job<'_, B> {
             elapsed_s: self.start.elapsed().as_secs_f64(),
             val_loss: None,
             val_ppl: None,
+            val_losses: None,
             comm_calls: comm.as_ref().map(|c| c.calls()),
             comm_bytes: comm.as_ref().map(|c| c.bytes()),
             time_split: comm.as_ref().filter(|_| self.world > 1).map(|c| TimeSplit::of(dt, c)),
