@@ -65,6 +65,7 @@ mod build;
 mod checksum;
 pub mod cli;
 pub mod dataset;
+mod entropy;
 pub mod foreign;
 pub mod input;
 pub mod llmc;
