@@ -90,8 +90,10 @@ fn main() {
                     let tmp = checkpoint::begin(root, 1).unwrap();
                     let kv = [("format", "2".to_string())];
                     let name = checkpoint::sidecar_name(stage, tp, 0);
-                    checkpoint::write_part(&tmp, &part.files, &name, &kv, &mut |f, i| part.read(&model, &opt, f, i))
-                        .unwrap();
+                    checkpoint::write_part(&tmp, &part.files, &name, &kv, &mut |f, i, rows| {
+                        part.read(&model, &opt, (f, i), rows)
+                    })
+                    .unwrap();
                     if (stage, tp) == (0, 0) {
                         checkpoint::complete(root, grid, meta, None, 0).unwrap();
                     }

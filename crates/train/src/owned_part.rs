@@ -8,6 +8,7 @@ use crate::checkpoint::{PartFile, Slice};
 use crate::dp::Optimizer;
 use boost_model::Model;
 use boost_tensor::{Backend, Mat};
+use std::ops::Range;
 
 #[derive(Debug, Clone, Copy)]
 enum Set {
@@ -87,8 +88,15 @@ impl OwnedPart {
         Self { files: vec![w, o], srcs: vec![ws, os] }
     }
 
-    /// The row-major data of slice `i` of file `f`, read from the device.
-    pub fn read<B: Backend>(&self, model: &Model<B>, opt: &Optimizer<B>, f: usize, i: usize) -> Vec<f32> {
+    /// The row-major data of rows `rows` (counted from its first) of slice `i` of file `f`,
+    /// read from the device.
+    pub fn read<B: Backend>(
+        &self,
+        model: &Model<B>,
+        opt: &Optimizer<B>,
+        (f, i): (usize, usize),
+        rows: Range<usize>,
+    ) -> Vec<f32> {
         let s = &self.srcs[f][i];
         let buf = match (s.set, opt) {
             (Set::Values, _) => &model.store.values[s.buf],
@@ -98,12 +106,13 @@ impl OwnedPart {
             (Set::V, Optimizer::Zero1(z)) => &z.v[s.buf],
         };
         let r = &s.rect;
-        model.be.read_mat(Mat::at(buf, r.at, r.rows.len(), r.cols.len(), r.ld))
+        model.be.read_mat(Mat::at(buf, r.at + rows.start * r.ld, rows.len(), r.cols.len(), r.ld))
     }
 
     /// Every slice copied to host memory (the staging copy of a background write).
     pub fn stage<B: Backend>(&self, model: &Model<B>, opt: &Optimizer<B>) -> Vec<Vec<Vec<f32>>> {
-        (0..self.files.len()).map(|f| (0..self.srcs[f].len()).map(|i| self.read(model, opt, f, i)).collect()).collect()
+        let whole = |f: usize, i: usize| self.read(model, opt, (f, i), 0..self.srcs[f][i].rect.rows.len());
+        (0..self.files.len()).map(|f| (0..self.srcs[f].len()).map(|i| whole(f, i)).collect()).collect()
     }
 
     /// Bytes of state this rank owns in the checkpoint (its slices, fp32).

@@ -1,5 +1,6 @@
 //! A whole `model.safetensors` from a sharded checkpoint (for `boost export`): streamed one
-//! canonical tensor at a time from the mapped rectangles, so memory holds one tensor.
+//! canonical tensor at a time, in blocks of rows, from the mapped rectangles, so memory
+//! holds one block.
 
 use super::Checkpoint;
 use super::part::{Slice, write_file};
@@ -23,11 +24,12 @@ pub fn write_whole(ck: &Checkpoint, dest: &Path) -> Result<()> {
     let keys: Vec<String> = slices.iter().map(|s| s.name.clone()).collect();
     let meta = [("format", "1".to_string()), ("step", ck.meta.step.to_string())];
     let mut failed = None;
-    let mut fetch = |i: usize| {
+    let mut fetch = |i: usize, rows: std::ops::Range<usize>| {
         let s: &Slice = &slices[i];
-        ck.read_rect(&s.name, &s.shape, s.rows.clone(), s.cols.clone()).unwrap_or_else(|e| {
+        let global = s.rows.start + rows.start..s.rows.start + rows.end;
+        ck.read_rect(&s.name, &s.shape, global, s.cols.clone()).unwrap_or_else(|e| {
             failed.get_or_insert(e);
-            vec![0.0; s.rows.len() * s.cols.len()]
+            vec![0.0; rows.len() * s.cols.len()]
         })
     };
     let written = write_file(dest, &slices, &keys, &meta, &mut fetch);

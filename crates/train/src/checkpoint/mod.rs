@@ -77,6 +77,7 @@ pub struct MixPosition {
 }
 
 /// Whole canonical tensors of a model and its AdamW moments, ready to write.
+#[derive(Debug, PartialEq)]
 pub struct Tensors {
     pub weights: Vec<Named>,
     /// `m.<name>` and `v.<name>`.

@@ -3,7 +3,7 @@
 //! the hash), and a sidecar `part.*.json` listing them, written last so its presence means
 //! the part is complete.
 
-use super::shard::SliceRef;
+use super::shard::{SliceRef, row_blocks};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -61,14 +61,15 @@ fn test_delay() -> Option<std::time::Duration> {
     Some(std::time::Duration::from_millis(ms))
 }
 
-/// Write `files` into `dir` and then the sidecar `sidecar`. `fetch(f, i)` gives the
-/// row-major data of slice `i` of file `f`, taken once, as it is written.
+/// Write `files` into `dir` and then the sidecar `sidecar`. `fetch(f, i, rows)` gives the
+/// row-major data of rows `rows` (counted from the rectangle's first) of slice `i` of file
+/// `f`, taken once, in blocks of at most [`BLOCK`](super::shard::BLOCK) elements as they are written.
 pub fn write_part(
     dir: &Path,
     files: &[PartFile],
     sidecar: &str,
     meta: &[(&str, String)],
-    fetch: &mut dyn FnMut(usize, usize) -> Vec<f32>,
+    fetch: &mut dyn FnMut(usize, usize, Range<usize>) -> Vec<f32>,
 ) -> Result<()> {
     let mut sums = Vec::new();
     let mut slices = Vec::new();
@@ -77,7 +78,7 @@ pub fn write_part(
             continue;
         }
         let keys = keys_of(&pf.slices);
-        let sum = write_file(&dir.join(&pf.file), &pf.slices, &keys, meta, &mut |i| fetch(f, i))?;
+        let sum = write_file(&dir.join(&pf.file), &pf.slices, &keys, meta, &mut |i, rows| fetch(f, i, rows))?;
         verify_file(dir, &sum)?;
         sums.push(sum);
         for (s, key) in pf.slices.iter().zip(keys) {
@@ -166,7 +167,7 @@ pub(super) fn write_file(
     slices: &[Slice],
     keys: &[String],
     meta: &[(&str, String)],
-    fetch: &mut dyn FnMut(usize) -> Vec<f32>,
+    fetch: &mut dyn FnMut(usize, Range<usize>) -> Vec<f32>,
 ) -> Result<FileSum> {
     let f = fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut w = Hashing { inner: BufWriter::with_capacity(1 << 20, f), hash: Sha256::new(), bytes: 0 };
@@ -176,23 +177,25 @@ pub(super) fn write_file(
     w.write_all(&head).map_err(err)?;
     let mut scratch = Vec::with_capacity(1 << 16);
     for (i, s) in slices.iter().enumerate() {
-        let data = fetch(i);
-        if data.len() != s.rows.len() * s.cols.len() {
-            bail!(
-                "{}: {} has {} values, its rectangle {} (internal error)",
-                path.display(),
-                s.name,
-                data.len(),
-                s.rows.len() * s.cols.len()
-            );
+        let cols = s.cols.len();
+        for rows in row_blocks(s.rows.len(), cols) {
+            let data = fetch(i, rows.clone());
+            if data.len() != rows.len() * cols {
+                bail!(
+                    "{}: rows {rows:?} of {} have {} values, not {} (internal error)",
+                    path.display(),
+                    s.name,
+                    data.len(),
+                    rows.len() * cols
+                );
+            }
+            // Converted to little-endian bytes through a small scratch buffer.
+            for chunk in data.chunks(1 << 14) {
+                scratch.clear();
+                scratch.extend(chunk.iter().flat_map(|x| x.to_le_bytes()));
+                w.write_all(&scratch).map_err(err)?;
+            }
         }
-        // Converted to little-endian bytes through a small scratch buffer, not a second copy.
-        for chunk in data.chunks(1 << 14) {
-            scratch.clear();
-            scratch.extend(chunk.iter().flat_map(|x| x.to_le_bytes()));
-            w.write_all(&scratch).map_err(err)?;
-        }
-        drop(data);
         if i == 0
             && let Some(d) = test_delay()
         {

@@ -2,13 +2,13 @@
 //! (never read whole), and the rectangles a model or optimizer of any layout needs copied
 //! straight out of the mapped files.
 
-use super::shard::{MANIFEST, Manifest, SliceRef, TensorEntry, overlap};
+use super::shard::{MANIFEST, Manifest, SliceRef, TensorEntry, overlap, row_blocks};
 use super::{CheckpointMeta, FORMAT, SHARDED_FORMAT, list};
 use crate::optim::AdamW;
 use anyhow::{Context, Result, bail};
 use boost_model::Model;
 use boost_model::params::Piece;
-use boost_tensor::Backend;
+use boost_tensor::{Backend, MatMut};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::{BTreeMap, HashMap};
@@ -204,16 +204,23 @@ impl Checkpoint {
         Ok(out)
     }
 
-    /// The model's piece `p` (its rectangle, row-major) of the set `prefix` ("", "m.", "v.").
-    pub fn read_piece(&self, prefix: &str, p: &Piece) -> Result<Vec<f32>> {
-        self.read_rect(&format!("{prefix}{}", p.name), &p.shape, p.rows.clone(), p.cols.clone())
+    /// Copy the model's piece `p` of the set `prefix` ("", "m.", "v.") into its slot of
+    /// `bufs`, in blocks of rows: memory holds one block, not the tensor.
+    fn load_piece<B: Backend>(&self, be: &B, prefix: &str, p: &Piece, bufs: &mut [B::Buf]) -> Result<()> {
+        let (name, s) = (format!("{prefix}{}", p.name), p.slot);
+        for rows in row_blocks(p.rows.len(), p.cols.len()) {
+            let global = p.rows.start + rows.start..p.rows.start + rows.end;
+            let data = self.read_rect(&name, &p.shape, global, p.cols.clone())?;
+            be.write_mat(MatMut::at(&mut bufs[s.buf], s.off + rows.start * s.ld, rows.len(), s.cols, s.ld), &data);
+        }
+        Ok(())
     }
 
     /// Fill the model's parameters (any layout: each rank takes its slice).
     pub fn load_model<B: Backend>(&self, model: &mut Model<B>) -> Result<()> {
-        for p in model.store.pieces.clone() {
-            let local = self.read_piece("", &p)?;
-            model.be.write_mat(p.slot.of_mut(&mut model.store.values), &local);
+        let store = &mut model.store;
+        for p in &store.pieces {
+            self.load_piece(&model.be, "", p, &mut store.values)?;
         }
         Ok(())
     }
@@ -229,8 +236,7 @@ impl Checkpoint {
     pub fn load_moments<B: Backend>(&self, model: &Model<B>, m: &mut [B::Buf], v: &mut [B::Buf]) -> Result<()> {
         for p in &model.store.pieces {
             for (key, bufs) in [("m.", &mut *m), ("v.", &mut *v)] {
-                let local = self.read_piece(key, p)?;
-                model.be.write_mat(p.slot.of_mut(bufs), &local);
+                self.load_piece(&model.be, key, p, bufs)?;
             }
         }
         Ok(())

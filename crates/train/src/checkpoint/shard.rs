@@ -20,6 +20,17 @@ pub struct Rect {
     pub ld: usize,
 }
 
+/// Elements moved at a time when a rectangle is saved or loaded (4 MiB of fp32): a save or
+/// a load holds one block, never a whole tensor (a vocabulary table is hundreds of MB).
+pub const BLOCK: usize = 1 << 20;
+
+/// The row ranges (relative to its first row) of a `rows × cols` rectangle in blocks of at
+/// most [`BLOCK`] elements, or of one row where a row is longer.
+pub fn row_blocks(rows: usize, cols: usize) -> impl Iterator<Item = Range<usize>> {
+    let step = (BLOCK / cols.max(1)).max(1);
+    (0..rows).step_by(step).map(move |a| a..(a + step).min(rows))
+}
+
 /// The rectangles of `p` among the buffer elements `range`, stored from element
 /// `range.start` on.
 pub fn rects_in(p: &Piece, range: Range<usize>) -> Vec<Rect> {

@@ -17,6 +17,7 @@ use anyhow::{Result, bail};
 use boost_tensor::Backend;
 use std::collections::HashMap;
 use std::fs;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
@@ -39,7 +40,11 @@ struct Target {
 impl Target {
     /// Write this rank's part; rank 0 then completes the checkpoint. A failed part leaves a
     /// marker, so rank 0 stops waiting for it.
-    fn write(&self, part: &OwnedPart, fetch: &mut dyn FnMut(usize, usize) -> Vec<f32>) -> Result<Option<PathBuf>> {
+    fn write(
+        &self,
+        part: &OwnedPart,
+        fetch: &mut dyn FnMut(usize, usize, Range<usize>) -> Vec<f32>,
+    ) -> Result<Option<PathBuf>> {
         let (s, t, d) = self.coords;
         let kv = [("format", self.meta.format.to_string()), ("step", self.meta.step.to_string())];
         if let Err(e) = checkpoint::write_part(&self.tmp, &part.files, &checkpoint::sidecar_name(s, t, d), &kv, fetch) {
@@ -119,12 +124,23 @@ impl<B: Backend> Job<'_, B> {
         let part = OwnedPart::of(model, opt, self.dp_rank);
         if t.async_checkpoint {
             let mut staged = part.stage(model, opt);
-            let write = move || target.write(&part, &mut |f, i| std::mem::take(&mut staged[f][i]));
+            let write = move || {
+                // Each staged slice is freed once its last block is written.
+                let mut take = |f: usize, i: usize, rows: Range<usize>| {
+                    let cols = part.files[f].slices[i].cols.len();
+                    let block = staged[f][i][rows.start * cols..rows.end * cols].to_vec();
+                    if rows.end * cols == staged[f][i].len() {
+                        staged[f][i] = Vec::new();
+                    }
+                    block
+                };
+                target.write(&part, &mut take)
+            };
             let handle = std::thread::Builder::new().name("checkpoint".into()).spawn(write)?;
             self.pending = Some(handle);
             return Ok(());
         }
-        if let Some(dir) = target.write(&part, &mut |f, i| part.read(model, opt, f, i))? {
+        if let Some(dir) = target.write(&part, &mut |f, i, rows| part.read(model, opt, (f, i), rows))? {
             self.summary.last_checkpoint = Some(dir);
         }
         Ok(())
