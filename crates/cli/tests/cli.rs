@@ -100,3 +100,25 @@ fn dumped_gradients_agree_across_layouts() {
     let zero = boost().arg("train").args(["--dump-grads", "0"]).output().unwrap();
     assert!(!zero.status.success() && String::from_utf8_lossy(&zero.stderr).contains("--dump-grads"));
 }
+
+#[test]
+fn a_resume_that_changes_the_global_batch_says_so() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
+    run(boost().arg("train").args(tiny(&data, &a, &["train.checkpoint_every=2"])).arg("--quiet"));
+    let ck = a.join("checkpoints/step-00000002");
+    // The same batch: no note.
+    let same = run(boost().arg("train").args(tiny(&data, &b, &["train.steps=6"])).arg("--resume").arg(&ck));
+    assert!(!String::from_utf8_lossy(&same.stderr).contains("global batch"), "no change, no note");
+    // Twice the micro-batches per step: named with both sizes and the keys.
+    let c = root.path().join("c");
+    let more = run(boost()
+        .arg("train")
+        .args(tiny(&data, &c, &["train.steps=6", "train.accumulation=2", "train.seq_len=8"]))
+        .arg("--resume")
+        .arg(&ck));
+    let err = String::from_utf8_lossy(&more.stderr);
+    assert!(err.contains("global batch changes from 4 sequences") && err.contains("to 8"), "{err}");
+    assert!(err.contains("train.accumulation") && err.contains("train.seq_len changes from 16"), "{err}");
+}

@@ -39,6 +39,39 @@ pub fn check_resume(ck: &Checkpoint, cfg: &Config, data: &Dataset) -> Result<()>
     Ok(())
 }
 
+/// What a resume changes that the run may not mean to: the global batch (sequences per
+/// optimizer step) or the sequence length. Both are allowed (a batch-size schedule is a
+/// choice), but the losses then no longer continue the saved run's, so the run says so.
+pub fn resume_notes(ck: &Checkpoint, cfg: &Config) -> Result<Vec<String>> {
+    let saved = Config::from_toml_str(&ck.meta.config)
+        .with_context(|| format!("the config saved in {}/meta.json", ck.dir.display()))?;
+    let batch = |c: &Config| c.train.micro_batch * c.train.accumulation * c.parallel.dp;
+    let mut notes = Vec::new();
+    if batch(&saved) != batch(cfg) {
+        notes.push(format!(
+            "note: the global batch changes from {} sequences in the checkpoint {} to {} (train.micro_batch × train.accumulation × parallel.dp: {} × {} × {} → {} × {} × {}); set them back to continue the saved run exactly",
+            batch(&saved),
+            ck.dir.display(),
+            batch(cfg),
+            saved.train.micro_batch,
+            saved.train.accumulation,
+            saved.parallel.dp,
+            cfg.train.micro_batch,
+            cfg.train.accumulation,
+            cfg.parallel.dp
+        ));
+    }
+    if saved.train.seq_len != cfg.train.seq_len {
+        notes.push(format!(
+            "note: train.seq_len changes from {} in the checkpoint {} to {}",
+            saved.train.seq_len,
+            ck.dir.display(),
+            cfg.train.seq_len
+        ));
+    }
+    Ok(notes)
+}
+
 /// A resume continues the same blend: `data.mix` keeps its datasets (by name) and weights, and
 /// the positions recomputed from the checkpoint's sequence count are the ones it recorded.
 fn check_mix(ck: &Checkpoint, saved: &Config, cfg: &Config, data: &Dataset) -> Result<()> {

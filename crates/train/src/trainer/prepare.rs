@@ -48,6 +48,10 @@ pub(super) fn prepare(mut cfg: Config, opts: &TrainOptions, lead: bool) -> Resul
     cfg.validate()?;
     if let Some(ck) = &resume {
         compat::check_resume(ck, &cfg, &data)?;
+        let log = Log { on: lead && !opts.quiet };
+        for note in compat::resume_notes(ck, &cfg)? {
+            log.line(note);
+        }
     }
     compat::check_data(&cfg, &data, lead && !opts.quiet)?;
     let run_dir = PathBuf::from(&cfg.run.dir);
