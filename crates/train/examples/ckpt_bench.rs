@@ -91,16 +91,7 @@ fn save(cfg: &Config, root: &Path, (stage, tp): (usize, usize), ready: &dyn Fn()
 }
 
 fn meta(cfg: &Config) -> CheckpointMeta {
-    CheckpointMeta {
-        format: checkpoint::SHARDED_FORMAT,
-        step: 1,
-        tokens: 0,
-        data_position: 0,
-        data_seed: 0,
-        data_mix: Vec::new(),
-        loss: None,
-        config: cfg.to_toml(),
-    }
+    CheckpointMeta::outside_training(checkpoint::SHARDED_FORMAT, 1, cfg)
 }
 
 /// Load rank `r` of `ranks` (4: tp2·pp2, 2: dp2 ZeRO-1) from `ck`, timed, with its peak

@@ -37,16 +37,7 @@ fn config(sets: &[&str]) -> Config {
 }
 
 fn meta(cfg: &Config) -> CheckpointMeta {
-    CheckpointMeta {
-        format: checkpoint::SHARDED_FORMAT,
-        step: 1,
-        tokens: 0,
-        data_position: 0,
-        data_seed: 0,
-        data_mix: Vec::new(),
-        loss: None,
-        config: cfg.to_toml(),
-    }
+    CheckpointMeta::outside_training(checkpoint::SHARDED_FORMAT, 1, cfg)
 }
 
 /// Write this rank's part, every fetch checked to ask for at most one block.

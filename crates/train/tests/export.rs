@@ -82,16 +82,7 @@ fn case(root: &Path, sets: &[&str], peers: Peers, tokenizer: Option<&Path>) {
     let dir = root.join(&name);
     let mut m = Model::new(Cpu::<f32>::new(), &cfg.model, Layout::single(&cfg.model), 11).unwrap();
     let opt = AdamW::new(&m.be, &m.store);
-    let meta = CheckpointMeta {
-        format: checkpoint::FORMAT,
-        step: 1,
-        tokens: 0,
-        data_position: 0,
-        data_seed: 0,
-        data_mix: Vec::new(),
-        loss: None,
-        config: cfg.to_toml(),
-    };
+    let meta = CheckpointMeta::outside_training(checkpoint::FORMAT, 1, &cfg);
     let tensors = checkpoint::gather(&m, &opt, &boost_tensor::Solo).unwrap();
     let ck_dir = checkpoint::save(&dir.join("ckpt"), &tensors, &meta, tokenizer, 0).unwrap();
     let out = dir.join("export");

@@ -67,6 +67,23 @@ pub struct CheckpointMeta {
     pub config: String,
 }
 
+impl CheckpointMeta {
+    /// The meta of a checkpoint written outside training (an import, a benchmark, a test):
+    /// no tokens seen, no loss, the data stream at its start under `config`'s seed.
+    pub fn outside_training(format: u32, step: u64, config: &boost_config::Config) -> Self {
+        CheckpointMeta {
+            format,
+            step,
+            tokens: 0,
+            data_position: 0,
+            data_seed: config.data.seed,
+            data_mix: Vec::new(),
+            loss: None,
+            config: config.to_toml(),
+        }
+    }
+}
+
 /// A dataset of `data.mix` and the sequences the run has taken from it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MixPosition {

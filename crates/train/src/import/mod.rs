@@ -74,16 +74,7 @@ pub fn import(opts: &ImportOptions, log: &dyn Fn(String)) -> Result<(PathBuf, Ve
         };
         model.be.write_mat(p.slot.of_mut(&mut model.store.values), &values);
     }
-    let meta = CheckpointMeta {
-        format: checkpoint::FORMAT,
-        step: 0,
-        tokens: 0,
-        data_position: 0,
-        data_seed: cfg.data.seed,
-        data_mix: Vec::new(),
-        loss: None,
-        config: cfg.to_toml(),
-    };
+    let meta = CheckpointMeta::outside_training(checkpoint::FORMAT, 0, &cfg);
     let opt = AdamW::new(&model.be, &model.store);
     let tensors = checkpoint::gather(&model, &opt, &Solo)?;
     let tokenizer = opts.hf.join("tokenizer.json");
