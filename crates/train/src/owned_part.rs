@@ -1,6 +1,6 @@
 //! What one rank of a (dp, pp, tp) run writes into a sharded checkpoint: the rectangles of
 //! its weights (replica 0) and of its AdamW moments (replica 0, or every replica's ZeRO-1
-//! chunk), read from the device one rectangle at a time, or all copied to host memory first
+//! chunk), read from the device one block of rows at a time, or all copied to host memory first
 //! for a background write.
 
 use crate::checkpoint::shard::{Rect, rects_in};

@@ -1,5 +1,5 @@
 //! One rank's part of a sharded checkpoint: safetensors files of the rectangles it owns,
-//! streamed to disk one rectangle at a time (hashed as they go, synced, then re-read to check
+//! streamed to disk one block of rows at a time (hashed as they go, synced, then re-read to check
 //! the hash), and a sidecar `part.*.json` listing them, written last so its presence means
 //! the part is complete.
 
