@@ -179,6 +179,7 @@ void emu_syncthreads() {
 
 #include "act.cu"
 #include "adamw.cu"
+#include "attention.cu"
 #include "elementwise.cu"
 #include "embed.cu"
 #include "kron.cu"

@@ -138,6 +138,14 @@ impl Backend for Cuda {
     fn sync(&self) {
         self.dev().sync()
     }
+    /// One log-sum-exp per row (and D per row in scratch) for the flash kernels; the whole
+    /// probability matrices for heads wider than they take.
+    fn attention_saved_len(&self, sh: &AttnShape) -> usize {
+        if crate::ops::flash_takes(sh) { sh.rows_len() } else { sh.probs_len() }
+    }
+    fn attention_scratch_len(&self, sh: &AttnShape) -> usize {
+        self.attention_saved_len(sh)
+    }
     fn alloc_ids(&self, n: usize) -> CudaIds {
         CudaIds { mem: self.dev().alloc(4 * n), host: vec![0; n] }
     }

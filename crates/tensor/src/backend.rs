@@ -98,8 +98,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
         self.alloc(n)
     }
     /// Elements of what `attention_fwd` saves for the backward (its `probs` operand): the whole
-    /// probability matrices, unless the backend recomputes them (the CPU keeps one
-    /// log-sum-exp per row).
+    /// probability matrices, unless the backend recomputes them (the CPU, and CUDA for heads
+    /// of at most 128, keep one log-sum-exp per row).
     fn attention_saved_len(&self, sh: &AttnShape) -> usize {
         sh.probs_len()
     }

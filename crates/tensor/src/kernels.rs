@@ -99,8 +99,9 @@ macro_rules! kernel_table {
             [Other] fn rope(x: MatMut<Self::Buf>, table: &Self::Buf, seq: usize, head_dim: usize, inverse: bool);
             /// Causal softmax attention. `qkv` holds three row-major blocks one after the other:
             /// q (`T × heads·d_h`), k and v (`T × kv_heads·d_h` each). `probs` receives what the
-            /// backward needs, `attention_saved_len` elements: the probabilities, or (CPU) each
-            /// row's log-sum-exp, from which the backward recomputes them.
+            /// backward needs, `attention_saved_len` elements: each row's log-sum-exp, from which
+            /// the backward recomputes the probabilities (or, for CUDA heads wider than 128, the
+            /// probabilities themselves).
             [Attention] fn attention_fwd(
                 out: MatMut<Self::Buf>,
                 probs: &mut Self::Buf,

@@ -1,5 +1,7 @@
-//! Causal attention with GQA: cuBLAS strided-batched GEMMs for the products, the softmax
-//! kernels of kernels/softmax.cu for the rows.
+//! Causal attention with GQA. Heads of at most `FLASH_MAX_HEAD_DIM` take the kernels of
+//! `flash.rs`, which keep one log-sum-exp per row; wider heads take the path below: cuBLAS
+//! strided-batched GEMMs for the products, the softmax kernels of kernels/softmax.cu for the
+//! rows, and the whole probability matrices kept for the backward.
 //!
 //! `qkv` holds q (T × heads·d_h), k and v (T × kv_heads·d_h each) one after the other.
 //! Probabilities are [batch][head][query][key]. For sequence `b` and `j < heads/kv_heads`,
@@ -67,6 +69,9 @@ fn softmax_rows(be: &Cuda, kernel: &'static str, rows: usize, s: usize, v0: Tv, 
 }
 
 pub(crate) fn attention_fwd(be: &Cuda, out: MatMut<CudaBuf>, probs: &mut CudaBuf, qkv: &CudaBuf, sh: AttnShape) {
+    if super::flash::takes(&sh) {
+        return super::flash::fwd(be, out, probs, qkv, sh);
+    }
     let g = Geom::new(&sh, qkv.len());
     assert_eq!((out.rows, out.cols), (sh.tokens(), g.qw), "attention: output shape");
     assert!(probs.len() >= sh.probs_len(), "attention: probs hold {} < {}", probs.len(), sh.probs_len());
@@ -103,6 +108,9 @@ pub(crate) fn attention_bwd(
     qkv: &CudaBuf,
     sh: AttnShape,
 ) {
+    if super::flash::takes(&sh) {
+        return super::flash::bwd(be, dqkv, dout, probs, scratch, qkv, sh);
+    }
     let g = Geom::new(&sh, qkv.len());
     Geom::new(&sh, dqkv.len());
     assert_eq!((dout.rows, dout.cols), (sh.tokens(), g.qw), "attention: dout shape");

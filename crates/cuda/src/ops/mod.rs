@@ -4,6 +4,7 @@
 mod act;
 mod attention;
 mod dense;
+mod flash;
 mod kron;
 mod loss;
 mod norm;
@@ -11,4 +12,5 @@ mod optim;
 mod rope;
 
 // A kernel added to any of these files is found by the generated impl without more edits.
+pub(crate) use flash::takes as flash_takes;
 pub(crate) use {act::*, attention::*, dense::*, kron::*, loss::*, norm::*, optim::*, rope::*};

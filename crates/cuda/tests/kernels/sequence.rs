@@ -20,13 +20,16 @@ case!(rope_forward_and_inverse, rope_case);
 
 fn attention_case<B: Backend>(be: &B, act: bool) -> Outs {
     let mut outs = Vec::new();
-    for (batch, seq, heads, kv_heads, head_dim) in [(2, 5, 4, 2, 4), (1, 7, 3, 3, 6), (2, 3, 4, 1, 2)] {
+    // Seq 70 crosses the CUDA kernels' 32-row tiles and 64-row blocks; head_dim 160 takes
+    // the path that keeps the probabilities (the flash kernels take up to 128).
+    let shapes = [(2, 5, 4, 2, 4), (1, 7, 3, 3, 6), (2, 3, 4, 1, 2), (2, 70, 4, 2, 8), (1, 6, 2, 1, 160)];
+    for (batch, seq, heads, kv_heads, head_dim) in shapes {
         let sh = AttnShape { batch, seq, heads, kv_heads, head_dim };
         let t = sh.tokens();
         let qkv = buf(be, act, &rnd(sh.qkv_len(), 70));
         let mut out = buf(be, act, &vec![0.0; t * sh.q_width()]);
-        // What each backend saves is its own (the CPU: log-sum-exps; CUDA: probabilities):
-        // the outputs and gradients are compared.
+        // What each backend saves is its own (log-sum-exps, or CUDA's probabilities for wide
+        // heads): the outputs and gradients are compared.
         let mut probs = f32buf(be, &vec![0.0; be.attention_saved_len(&sh)]);
         be.attention_fwd(MatMut::new(&mut out, t, sh.q_width()), &mut probs, &qkv, sh);
         let dout = buf(be, act, &rnd(t * sh.q_width(), 71));

@@ -1,0 +1,75 @@
+//! Causal attention without the S×S matrix (kernels/attention.cu): the forward keeps one
+//! log-sum-exp per (sequence, head, query row), the backward recomputes the probabilities
+//! from it, with D = Σ_j P·dP per row in `scratch`. Used for head_dim ≤
+//! [`FLASH_MAX_HEAD_DIM`]; wider heads take the cuBLAS path of `attention.rs`.
+
+use crate::backend::Cuda;
+use crate::buf::{CudaBuf, DType};
+use crate::device::{Launch, P};
+use crate::launch::{tv, tv_f32, tv_of, tvm};
+use boost_tensor::{AttnShape, DeviceBuf, Mat, MatMut};
+
+/// `FA_DH` in kernels/attention.cu.
+pub(crate) const FLASH_MAX_HEAD_DIM: usize = 128;
+/// `FA_ROWS`: query (or key) rows per block.
+const ROWS: usize = 64;
+
+/// Whether the flash kernels take this shape.
+pub(crate) fn takes(sh: &AttnShape) -> bool {
+    sh.head_dim <= FLASH_MAX_HEAD_DIM
+}
+
+/// The shape, the scale and `qkv` (v0) in a parameter block; `views` follow from v1 on.
+fn params(sh: &AttnShape, qkv: &CudaBuf, views: &[crate::device::Tv]) -> P {
+    assert!(qkv.len() >= sh.qkv_len(), "attention: q, k, v need {} elements, buffer has {}", sh.qkv_len(), qkv.len());
+    assert!(
+        sh.kv_heads > 0 && sh.heads.is_multiple_of(sh.kv_heads),
+        "attention: {} heads over {} kv heads",
+        sh.heads,
+        sh.kv_heads
+    );
+    let mut p = P::of(&[tv_of(qkv, 0, 0)]);
+    p.v[1..=views.len()].copy_from_slice(views);
+    p.n[..5].copy_from_slice(&[sh.batch, sh.seq, sh.heads, sh.kv_heads, sh.head_dim].map(|x| x as i64));
+    p.f[0] = 1.0 / (sh.head_dim as f64).sqrt();
+    p
+}
+
+/// A per-row fp32 statistic buffer (log-sum-exps, D) of at least `rows_len` elements.
+fn stats(b: &CudaBuf, sh: &AttnShape, what: &str) -> crate::device::Tv {
+    assert!(b.dtype() == DType::F32, "attention: the {what} buffer must be fp32");
+    assert!(b.len() >= sh.rows_len(), "attention: {what} needs {} elements, buffer has {}", sh.rows_len(), b.len());
+    tv_f32(b.ptr(0), 1)
+}
+
+fn grid(be: &Cuda, kernel: &'static str, heads: usize, sh: &AttnShape, p: &P) {
+    let blocks = sh.seq.div_ceil(ROWS) as u32;
+    be.launch(kernel, Launch { grid: (blocks, heads as u32, sh.batch as u32), block: (ROWS as u32, 1, 1) }, p);
+}
+
+pub(crate) fn fwd(be: &Cuda, out: MatMut<CudaBuf>, lse: &mut CudaBuf, qkv: &CudaBuf, sh: AttnShape) {
+    assert_eq!((out.rows, out.cols), (sh.tokens(), sh.q_width()), "attention: output shape");
+    let p = params(&sh, qkv, &[tvm(&out), stats(lse, &sh, "log-sum-exp")]);
+    grid(be, "k_attn_fwd", sh.heads, &sh, &p);
+    be.touched(&out);
+}
+
+pub(crate) fn bwd(
+    be: &Cuda,
+    dqkv: &mut CudaBuf,
+    dout: Mat<CudaBuf>,
+    lse: &CudaBuf,
+    d: &mut CudaBuf,
+    qkv: &CudaBuf,
+    sh: AttnShape,
+) {
+    assert!(dqkv.len() >= sh.qkv_len(), "attention: dq, dk, dv need {} elements", sh.qkv_len());
+    assert!(dqkv.dtype() == qkv.dtype(), "attention: qkv and dqkv differ in dtype");
+    assert_eq!((dout.rows, dout.cols), (sh.tokens(), sh.q_width()), "attention: dout shape");
+    let views = [tv(&dout), stats(lse, &sh, "log-sum-exp"), stats(d, &sh, "scratch"), tv_of(dqkv, 0, 0)];
+    let p = params(&sh, qkv, &views);
+    // dQ and D first; the key side reads D (kernels run in order on the stream).
+    grid(be, "k_attn_bwd_q", sh.heads, &sh, &p);
+    grid(be, "k_attn_bwd_kv", sh.kv_heads, &sh, &p);
+    be.touched_all(dqkv);
+}
