@@ -67,6 +67,47 @@ fn a_failing_process_stops_the_others_and_is_named() {
     assert!(t0.elapsed().as_secs() < 60, "took {:?}", t0.elapsed());
 }
 
+/// `parallel.overlap` under mpirun: a dp2·pp2 grid of processes (gradient buckets reduced
+/// during the backward by the MPI progress threads, pipeline receives posted ahead) gives the
+/// losses and gradients of the blocking order bit for bit, and a process failing while its
+/// replicas' buckets are in flight stops every process, named.
+#[test]
+fn overlap_is_bit_identical_and_hides_no_failure_under_mpirun() {
+    let Some(_) = mpirun(4) else { return };
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let grid = ["parallel.dp=2", "parallel.pp=2", "train.accumulation=2", "parallel.bucket_mb=0.001"];
+    let runs: Vec<_> = ["true", "false"]
+        .iter()
+        .map(|on| {
+            let dir = root.path().join(format!("overlap-{on}"));
+            let overlap = format!("parallel.overlap={on}");
+            let sets: Vec<&str> = grid.iter().copied().chain([overlap.as_str()]).collect();
+            let mut mpi = mpirun(4).expect("mpirun");
+            run(mpi.arg("train").args(tiny(&data, &dir, &sets)).args(["--quiet", "--dump-grads", "3"]));
+            (losses(&dir), grads(&dir, 3))
+        })
+        .collect();
+    let ((loss_on, grads_on), (loss_off, grads_off)) = (&runs[0], &runs[1]);
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(loss_on), bits(loss_off), "losses {loss_on:?} vs {loss_off:?}");
+    assert_grads_close(grads_on, grads_off, 0.0);
+
+    let t0 = Instant::now();
+    let sets: Vec<&str> = grid.iter().copied().chain(["parallel.overlap=true"]).collect();
+    let out = mpirun(4)
+        .expect("mpirun")
+        .arg("train")
+        .args(tiny(&data, &root.path().join("fail"), &sets))
+        .args(["--quiet", "--inject-fault", "3:2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("rank 3") && err.contains("injected fault at step 2"), "{err}");
+    assert!(t0.elapsed().as_secs() < 60, "took {:?}", t0.elapsed());
+}
+
 /// The MPI link calibration of `boost plan` times real MPI all-reduces between two processes.
 #[test]
 fn plan_measures_the_mpi_links() {
