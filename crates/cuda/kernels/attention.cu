@@ -42,6 +42,17 @@ __device__ __forceinline__ float dot_n(const float* a, const float* b, long long
     return s;
 }
 
+// Stage key rows j0..j0+FA_TILE of kv head g of sequence b (zeros past the sequence) into
+// shared memory, the block's threads sharing the copy.
+__device__ __forceinline__ void load_kv_tile(float (*ks)[FA_DH], float (*vs)[FA_DH], const Qkv& x, long long b,
+                                             long long S, long long g, long long dh, long long j0) {
+    for (long long e = threadIdx.x; e < FA_TILE * dh; e += FA_ROWS) {
+        long long jj = e / dh, d = e % dh, j = j0 + jj;
+        ks[jj][d] = j < S ? ld(x.k, b * S + j, g * dh + d) : 0.0f;
+        vs[jj][d] = j < S ? ld(x.v, b * S + j, g * dh + d) : 0.0f;
+    }
+}
+
 // Forward. v1 = out (T × heads·d_h), v2 = log-sum-exps (fp32). Grid: (⌈seq/FA_ROWS⌉, heads,
 // batch); thread = query row i of head h, which reads kv head h / (heads / kv_heads).
 KERNEL(k_attn_fwd) {
@@ -61,11 +72,7 @@ KERNEL(k_attn_fwd) {
     }
     float m = NEG_INF, l = 0.0f;
     for (long long j0 = 0; j0 <= last; j0 += FA_TILE) {
-        for (long long e = threadIdx.x; e < FA_TILE * dh; e += FA_ROWS) {
-            long long jj = e / dh, d = e % dh, j = j0 + jj;
-            ks[jj][d] = j < S ? ld(x.k, b * S + j, g * dh + d) : 0.0f;
-            vs[jj][d] = j < S ? ld(x.v, b * S + j, g * dh + d) : 0.0f;
-        }
+        load_kv_tile(ks, vs, x, b, S, g, dh, j0);
         __syncthreads();
         if (live && j0 <= i) {
             long long n = min_ll(FA_TILE, i - j0 + 1);
@@ -119,11 +126,7 @@ KERNEL(k_attn_bwd_q) {
     float dsum = 0.0f;
     for (int pass = 0; pass < 2; pass++) {
         for (long long j0 = 0; j0 <= last; j0 += FA_TILE) {
-            for (long long e = threadIdx.x; e < FA_TILE * dh; e += FA_ROWS) {
-                long long jj = e / dh, d = e % dh, j = j0 + jj;
-                ks[jj][d] = j < S ? ld(x.k, b * S + j, g * dh + d) : 0.0f;
-                vs[jj][d] = j < S ? ld(x.v, b * S + j, g * dh + d) : 0.0f;
-            }
+            load_kv_tile(ks, vs, x, b, S, g, dh, j0);
             __syncthreads();
             if (live && j0 <= i) {
                 long long n = min_ll(FA_TILE, i - j0 + 1);
