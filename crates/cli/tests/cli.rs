@@ -122,3 +122,16 @@ fn a_resume_that_changes_the_global_batch_says_so() {
     assert!(err.contains("global batch changes from 4 sequences") && err.contains("to 8"), "{err}");
     assert!(err.contains("train.accumulation") && err.contains("train.seq_len changes from 16"), "{err}");
 }
+
+#[test]
+fn bench_names_the_cpu_and_the_simd_paths_it_ran() {
+    let quick = ["--model", "demo", "--arch", "cola", "--seq", "32", "--micro-batch", "2", "--rounds", "1"];
+    let out = run(boost().arg("bench").args(quick).args(["--warmup", "0", "--no-torch", "--json"]));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (cpu, simd) = (r["cpu"].as_str().unwrap(), r["simd"].as_str().unwrap());
+    assert!(!cpu.is_empty() && simd.starts_with("GEMM ") && simd.contains(", element-wise "), "{cpu}; {simd}");
+    // The table starts with the same line.
+    let out = run(boost().arg("bench").args(quick).args(["--warmup", "0", "--no-torch"]));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.starts_with(&format!("{cpu}; {simd}\n")), "{table}");
+}

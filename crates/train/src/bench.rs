@@ -43,6 +43,9 @@ pub struct ArchResult {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
+    /// The CPU model and the SIMD paths of the GEMM and element-wise kernels on it.
+    pub cpu: String,
+    pub simd: String,
     pub threads: usize,
     pub seq: usize,
     pub micro_batch: usize,
@@ -210,6 +213,7 @@ fn measure(opts: &BenchOptions, cfg: &ModelConfig, rounds: usize) -> Result<Meas
 
 pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
     let peak = gemm_peak();
+    log(boost_tensor::cpu::simd_paths().line());
     log(format!("GEMM peak (f32, {} threads): {peak:.1} GFLOP/s", opts.threads));
     let mut results = Vec::new();
     for cfg in &opts.models {
@@ -275,7 +279,10 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
     let tps = |a: Arch| results.iter().find(|r| r.arch == a.name()).map(|r| r.tokens_per_sec);
     let lowrank_speedup =
         results.iter().find(|r| r.arch != "full").map(|r| r.tokens_per_sec).zip(tps(Arch::Full)).map(|(l, f)| l / f);
+    let paths = boost_tensor::cpu::simd_paths();
     Ok(BenchReport {
+        cpu: paths.cpu.clone(),
+        simd: format!("GEMM {}, element-wise {}", paths.gemm, paths.elementwise),
         threads: opts.threads,
         seq: opts.seq,
         micro_batch: opts.micro_batch,
@@ -288,8 +295,8 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
 /// The report as a Markdown table.
 pub fn table(r: &BenchReport) -> String {
     let mut s = format!(
-        "seq {} × micro-batch {}, {} threads, GEMM peak {:.1} GFLOP/s (f32)\n\n| arch | params | step (median) | tokens/s | GEMM | attention | other | MFU | peak RSS | PyTorch tokens/s | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
-        r.seq, r.micro_batch, r.threads, r.gemm_peak_gflops
+        "{}; {}\nseq {} × micro-batch {}, {} threads, GEMM peak {:.1} GFLOP/s (f32)\n\n| arch | params | step (median) | tokens/s | GEMM | attention | other | MFU | peak RSS | PyTorch tokens/s | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        r.cpu, r.simd, r.seq, r.micro_batch, r.threads, r.gemm_peak_gflops
     );
     for a in &r.results {
         let pt = a.torch.as_ref().and_then(|v| v["tokens_per_sec"].as_f64());

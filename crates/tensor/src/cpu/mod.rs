@@ -7,12 +7,14 @@ mod elementwise;
 mod embed;
 pub mod gemm;
 mod kron;
+mod machine;
 mod norm;
 mod optim;
 pub mod par;
 mod rope;
 
 pub use embed::IGNORE;
+pub use machine::{SimdPaths, simd_paths};
 
 use crate::backend::{AttnShape, Backend};
 use crate::scalar::Scalar;
