@@ -213,7 +213,8 @@ fn measure(opts: &BenchOptions, cfg: &ModelConfig, rounds: usize) -> Result<Meas
 
 pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
     let peak = gemm_peak();
-    log(boost_tensor::cpu::simd_paths().line());
+    let paths = boost_tensor::cpu::simd_paths();
+    log(paths.line());
     log(format!("GEMM peak (f32, {} threads): {peak:.1} GFLOP/s", opts.threads));
     let mut results = Vec::new();
     for cfg in &opts.models {
@@ -279,10 +280,9 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
     let tps = |a: Arch| results.iter().find(|r| r.arch == a.name()).map(|r| r.tokens_per_sec);
     let lowrank_speedup =
         results.iter().find(|r| r.arch != "full").map(|r| r.tokens_per_sec).zip(tps(Arch::Full)).map(|(l, f)| l / f);
-    let paths = boost_tensor::cpu::simd_paths();
     Ok(BenchReport {
-        cpu: paths.cpu.clone(),
-        simd: format!("GEMM {}, element-wise {}", paths.gemm, paths.elementwise),
+        simd: paths.kernels(),
+        cpu: paths.cpu,
         threads: opts.threads,
         seq: opts.seq,
         micro_batch: opts.micro_batch,

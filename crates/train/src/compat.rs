@@ -8,8 +8,9 @@ use boost_config::Config;
 use boost_data::Dataset;
 use serde_json::Value;
 
-/// Refuse a resume whose model or tokenizer differs from the checkpoint's.
-pub fn check_resume(ck: &Checkpoint, cfg: &Config, data: &Dataset) -> Result<()> {
+/// Refuse a resume whose model or tokenizer differs from the checkpoint's; what it changes
+/// that is allowed but worth saying comes back as notes ([`resume_notes`]).
+pub fn check_resume(ck: &Checkpoint, cfg: &Config, data: &Dataset) -> Result<Vec<String>> {
     let saved = Config::from_toml_str(&ck.meta.config)
         .with_context(|| format!("the config saved in {}/meta.json", ck.dir.display()))?;
     let (a, b) = (serde_json::to_value(&saved.model)?, serde_json::to_value(&cfg.model)?);
@@ -36,21 +37,19 @@ pub fn check_resume(ck: &Checkpoint, cfg: &Config, data: &Dataset) -> Result<()>
             );
         }
     }
-    Ok(())
+    Ok(resume_notes(ck, &saved, cfg))
 }
 
 /// What a resume changes that the run may not mean to: the global batch (sequences per
 /// optimizer step) or the sequence length. Both are allowed (a batch-size schedule is a
 /// choice), but the losses then no longer continue the saved run's, so the run says so.
-pub fn resume_notes(ck: &Checkpoint, cfg: &Config) -> Result<Vec<String>> {
-    let saved = Config::from_toml_str(&ck.meta.config)
-        .with_context(|| format!("the config saved in {}/meta.json", ck.dir.display()))?;
+fn resume_notes(ck: &Checkpoint, saved: &Config, cfg: &Config) -> Vec<String> {
     let batch = |c: &Config| c.train.micro_batch * c.train.accumulation * c.parallel.dp;
     let mut notes = Vec::new();
-    if batch(&saved) != batch(cfg) {
+    if batch(saved) != batch(cfg) {
         notes.push(format!(
             "note: the global batch changes from {} sequences in the checkpoint {} to {} (train.micro_batch × train.accumulation × parallel.dp: {} × {} × {} → {} × {} × {}); set them back to continue the saved run exactly",
-            batch(&saved),
+            batch(saved),
             ck.dir.display(),
             batch(cfg),
             saved.train.micro_batch,
@@ -69,7 +68,7 @@ pub fn resume_notes(ck: &Checkpoint, cfg: &Config) -> Result<Vec<String>> {
             cfg.train.seq_len
         ));
     }
-    Ok(notes)
+    notes
 }
 
 /// A resume continues the same blend: `data.mix` keeps its datasets (by name) and weights, and

@@ -3,7 +3,7 @@
 //! rank 0: gathered over tp within each stage, from every pipeline stage of replica 0, with
 //! ZeRO-1 chunks gathered over dp first. Saving is rank by rank ([`crate::owned_part`]).
 
-use crate::checkpoint::shard::{rects_in, row_blocks};
+use crate::checkpoint::shard::rects_in;
 use crate::checkpoint::{Checkpoint, Named, Tensors, gather_sets};
 use crate::dp::{Groups, Optimizer, Zero1};
 use anyhow::Result;
@@ -142,13 +142,7 @@ pub fn load_run<B: Backend>(ck: &Checkpoint, model: &mut Model<B>, opt: &mut Opt
                 let own = z.owned(p.slot.buf, model.store.bufs[p.slot.buf].len);
                 for r in rects_in(p, own) {
                     for (key, bufs) in [("m.", &mut z.m), ("v.", &mut z.v)] {
-                        // In blocks of rows: memory holds one block, not the chunk.
-                        for rows in row_blocks(r.rows.len(), r.cols.len()) {
-                            let global = r.rows.start + rows.start..r.rows.start + rows.end;
-                            let data = ck.read_rect(&format!("{key}{}", p.name), &p.shape, global, r.cols.clone())?;
-                            let at = r.at + rows.start * r.ld;
-                            be.write_mat(MatMut::at(&mut bufs[p.slot.buf], at, rows.len(), r.cols.len(), r.ld), &data);
-                        }
+                        ck.load_rect(be, &format!("{key}{}", p.name), &p.shape, &r, &mut bufs[p.slot.buf])?;
                     }
                 }
             }

@@ -14,9 +14,13 @@ pub struct SimdPaths {
 }
 
 impl SimdPaths {
+    /// The kernels' paths: "GEMM AVX2+FMA, element-wise AVX-512".
+    pub fn kernels(&self) -> String {
+        format!("GEMM {}, element-wise {}", self.gemm, self.elementwise)
+    }
     /// One line: "AMD EPYC; GEMM AVX2+FMA, element-wise AVX-512".
     pub fn line(&self) -> String {
-        format!("{}; GEMM {}, element-wise {}", self.cpu, self.gemm, self.elementwise)
+        format!("{}; {}", self.cpu, self.kernels())
     }
 }
 

@@ -2,7 +2,7 @@
 //! (never read whole), and the rectangles a model or optimizer of any layout needs copied
 //! straight out of the mapped files.
 
-use super::shard::{MANIFEST, Manifest, SliceRef, TensorEntry, overlap, row_blocks};
+use super::shard::{MANIFEST, Manifest, Rect, SliceRef, TensorEntry, overlap, row_blocks};
 use super::{CheckpointMeta, FORMAT, SHARDED_FORMAT, list};
 use crate::optim::AdamW;
 use anyhow::{Context, Result, bail};
@@ -204,16 +204,22 @@ impl Checkpoint {
         Ok(out)
     }
 
-    /// Copy the model's piece `p` of the set `prefix` ("", "m.", "v.") into its slot of
-    /// `bufs`, in blocks of rows: memory holds one block, not the tensor.
-    fn load_piece<B: Backend>(&self, be: &B, prefix: &str, p: &Piece, bufs: &mut [B::Buf]) -> Result<()> {
-        let (name, s) = (format!("{prefix}{}", p.name), p.slot);
-        for rows in row_blocks(p.rows.len(), p.cols.len()) {
-            let global = p.rows.start + rows.start..p.rows.start + rows.end;
-            let data = self.read_rect(&name, &p.shape, global, p.cols.clone())?;
-            be.write_mat(MatMut::at(&mut bufs[s.buf], s.off + rows.start * s.ld, rows.len(), s.cols, s.ld), &data);
+    /// Copy rectangle `r` of the canonical tensor `name` (of global `shape`) into `buf`, where
+    /// it lives from element `r.at` with row stride `r.ld`, in blocks of rows: memory holds one
+    /// block, not the tensor.
+    pub fn load_rect<B: Backend>(&self, be: &B, name: &str, shape: &[usize], r: &Rect, buf: &mut B::Buf) -> Result<()> {
+        for rows in row_blocks(r.rows.len(), r.cols.len()) {
+            let global = r.rows.start + rows.start..r.rows.start + rows.end;
+            let data = self.read_rect(name, shape, global, r.cols.clone())?;
+            be.write_mat(MatMut::at(buf, r.at + rows.start * r.ld, rows.len(), r.cols.len(), r.ld), &data);
         }
         Ok(())
+    }
+
+    /// Copy the model's piece `p` of the set `prefix` ("", "m.", "v.") into its slot of `bufs`.
+    fn load_piece<B: Backend>(&self, be: &B, prefix: &str, p: &Piece, bufs: &mut [B::Buf]) -> Result<()> {
+        let r = Rect { rows: p.rows.clone(), cols: p.cols.clone(), at: p.slot.off, ld: p.slot.ld };
+        self.load_rect(be, &format!("{prefix}{}", p.name), &p.shape, &r, &mut bufs[p.slot.buf])
     }
 
     /// Fill the model's parameters (any layout: each rank takes its slice).

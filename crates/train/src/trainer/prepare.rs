@@ -47,9 +47,8 @@ pub(super) fn prepare(mut cfg: Config, opts: &TrainOptions, lead: bool) -> Resul
     resolve_vocab(&mut cfg, &data)?;
     cfg.validate()?;
     if let Some(ck) = &resume {
-        compat::check_resume(ck, &cfg, &data)?;
         let log = Log { on: lead && !opts.quiet };
-        for note in compat::resume_notes(ck, &cfg)? {
+        for note in compat::check_resume(ck, &cfg, &data)? {
             log.line(note);
         }
     }
