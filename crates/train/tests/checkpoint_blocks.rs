@@ -62,6 +62,16 @@ fn whole(model: &Model<Be>, opt: &Optimizer<Be>) -> Tensors {
     checkpoint::gather(model, a, &Solo).unwrap()
 }
 
+/// Complete the checkpoint `grid` wrote under `root` with `cfg`, and load it into one rank
+/// of `single`: its whole tensors.
+fn complete_into_one(root: &Path, grid: Grid, cfg: &Config, single: &Config) -> Tensors {
+    let back = Checkpoint::open(&checkpoint::complete(root, grid, &meta(cfg), None, 0).unwrap()).unwrap();
+    let mut one = Model::declare(Be::new(), &single.model, Layout::single(&single.model)).unwrap();
+    let mut o1 = Optimizer::new(&one.be, &one.store, false, 1, 0);
+    load_run(&back, &mut one, &mut o1).unwrap();
+    whole(&one, &o1)
+}
+
 fn find<'a>(t: &'a Tensors, name: &str) -> &'a [f32] {
     &t.weights.iter().chain(&t.moments).find(|x| x.0 == name).unwrap_or_else(|| panic!("{name}")).2
 }
@@ -114,11 +124,7 @@ fn tensors_larger_than_a_block_reshard_exactly_through_blocked_saves_and_loads()
         write_part(&from_grid, m, o, 0);
     }
     let grid = Grid { dp: 1, pp: 2, tp: 2, zero: false };
-    let back = Checkpoint::open(&checkpoint::complete(&from_grid, grid, &meta(&tp2pp2), None, 0).unwrap()).unwrap();
-    let mut one = Model::declare(be, &single.model, Layout::single(&single.model)).unwrap();
-    let mut o1 = Optimizer::new(&one.be, &one.store, false, 1, 0);
-    load_run(&back, &mut one, &mut o1).unwrap();
-    assert!(whole(&one, &o1) == original, "tp2·pp2 → one rank");
+    assert!(complete_into_one(&from_grid, grid, &tp2pp2, &single) == original, "tp2·pp2 → one rank");
 
     // Into dp2 ZeRO-1: each replica's moment chunks are its range of the original buffers.
     let dp2 = config(&["parallel.dp=2", "parallel.zero=1"]);
@@ -143,9 +149,5 @@ fn tensors_larger_than_a_block_reshard_exactly_through_blocked_saves_and_loads()
         write_part(&from_dp, m, o, r);
     }
     let grid = Grid { dp: 2, pp: 1, tp: 1, zero: true };
-    let back = Checkpoint::open(&checkpoint::complete(&from_dp, grid, &meta(&dp2), None, 0).unwrap()).unwrap();
-    let mut one = Model::declare(be, &single.model, Layout::single(&single.model)).unwrap();
-    let mut o1 = Optimizer::new(&one.be, &one.store, false, 1, 0);
-    load_run(&back, &mut one, &mut o1).unwrap();
-    assert!(whole(&one, &o1) == original, "dp2 ZeRO-1 → one rank");
+    assert!(complete_into_one(&from_dp, grid, &dp2, &single) == original, "dp2 ZeRO-1 → one rank");
 }
