@@ -31,6 +31,17 @@ impl Slot {
     pub fn of_mut<'a, Buf: DeviceBuf>(&self, bufs: &'a mut [Buf]) -> MatMut<'a, Buf> {
         MatMut::at(&mut bufs[self.buf], self.off, self.rows, self.cols, self.ld)
     }
+    /// A contiguous 1×n row (a norm's γ) as an n×1 column: the per-row factor of `mul_rows`
+    /// and the output of `row_dot`.
+    pub fn col<'a, Buf: DeviceBuf>(&self, bufs: &'a [Buf]) -> Mat<'a, Buf> {
+        assert_eq!(self.rows, 1, "a column view of a {}×{} slot", self.rows, self.cols);
+        Mat::at(&bufs[self.buf], self.off, self.cols, 1, 1)
+    }
+    /// Mutable [`Slot::col`].
+    pub fn col_mut<'a, Buf: DeviceBuf>(&self, bufs: &'a mut [Buf]) -> MatMut<'a, Buf> {
+        assert_eq!(self.rows, 1, "a column view of a {}×{} slot", self.rows, self.cols);
+        MatMut::at(&mut bufs[self.buf], self.off, self.cols, 1, 1)
+    }
     pub fn len(&self) -> usize {
         self.rows * self.cols
     }

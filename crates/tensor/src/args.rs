@@ -23,7 +23,8 @@ pub struct RmsNormBwd<'a, Buf> {
 /// [`crate::Backend::online_norm_bwd`]: `dx (+)= gamma⊙g + 2·ds[i]·x`; `dgamma += Σ_i x⊙g`.
 pub struct OnlineNormBwd<'a, Buf> {
     pub dx: MatMut<'a, Buf>,
-    pub dgamma: MatMut<'a, Buf>,
+    /// None when the caller has dγ another way (γ folded into the next GEMM's weight).
+    pub dgamma: Option<MatMut<'a, Buf>>,
     pub g: Mat<'a, Buf>,
     pub x: Mat<'a, Buf>,
     pub gamma: Mat<'a, Buf>,

@@ -75,11 +75,13 @@ pub(crate) fn row_dot(
 
 pub(crate) fn online_norm_bwd(be: &Cuda, args: OnlineNormBwd<CudaBuf>) {
     let OnlineNormBwd { dx, dgamma, g, x, gamma, ds, accumulate } = args;
-    assert_eq!((dgamma.rows, dgamma.cols), (1, x.cols), "online_norm_bwd: dgamma is 1×{}", x.cols);
     same_shape((dx.rows, dx.cols), &x, "online_norm_bwd");
-    let mut p = P::of(&[tvm(&dgamma), tv(&x), tv(&g)]);
-    be.per_col("k_online_norm_dgamma", x.rows, x.cols, &mut p);
-    be.touched(&dgamma);
+    if let Some(dgamma) = dgamma {
+        assert_eq!((dgamma.rows, dgamma.cols), (1, x.cols), "online_norm_bwd: dgamma is 1×{}", x.cols);
+        let mut p = P::of(&[tvm(&dgamma), tv(&x), tv(&g)]);
+        be.per_col("k_online_norm_dgamma", x.rows, x.cols, &mut p);
+        be.touched(&dgamma);
+    }
     let mut p = P::of(&[tvm(&dx), tv(&g), tv(&x), tv(&gamma), tv(&ds)]);
     p.n[3] = accumulate as i64;
     be.ew("k_online_norm_bwd_dx", dx.rows, dx.cols, &mut p);

@@ -70,7 +70,7 @@ fn online_norm_case<B: Backend>(be: &B, act: bool) -> Outs {
     for acc in [true, false, true] {
         be.online_norm_bwd(OnlineNormBwd {
             dx: MatMut::new(&mut dx, t, d),
-            dgamma: MatMut::new(&mut dg, 1, d),
+            dgamma: Some(MatMut::new(&mut dg, 1, d)),
             g: Mat::new(&a, t, d),
             x: Mat::new(&b, t, d),
             gamma: Mat::new(&gamma, 1, d),
@@ -78,6 +78,16 @@ fn online_norm_case<B: Backend>(be: &B, act: bool) -> Outs {
             accumulate: acc,
         });
     }
+    // Without dγ (γ folded into the next GEMM): dx only.
+    be.online_norm_bwd(OnlineNormBwd {
+        dx: MatMut::new(&mut dx, t, d),
+        dgamma: None,
+        g: Mat::new(&a, t, d),
+        x: Mat::new(&b, t, d),
+        gamma: Mat::new(&gamma, 1, d),
+        ds: Mat::new(&row, t, 1),
+        accumulate: true,
+    });
     vec![
         ("row_dot (row², acc)", with_row),
         ("row_dot", read(be, Mat::new(&out, t, 1))),

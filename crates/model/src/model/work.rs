@@ -102,6 +102,13 @@ impl<B: Backend> Model<B> {
         let groups = self.blocks.iter().flat_map(|b| b.groups());
         let max_in = groups.clone().map(|g| g.d_in_loc).max().unwrap_or(0);
         let max_lat = groups.clone().map(|g| g.geom(t).len()).max().unwrap_or(0);
+        // diag(γ)·A and xᵀ·dP of a group whose online norm's γ is folded into A.
+        let max_wa = groups
+            .clone()
+            .filter(|g| g.folds_gamma(self.plan.norm))
+            .map(|g| g.d_in_loc * g.c * g.r_loc)
+            .max()
+            .unwrap_or(0);
         let kron = if self.cfg.arch == Arch::Lax && self.cfg.lax.gate == LaxGate::Kron {
             let (a, b) = self.cfg.kron_factors();
             3 * max_lat + 64 * (a * a + b * b)
@@ -143,6 +150,7 @@ impl<B: Backend> Model<B> {
             lstats: head(2 * t),
             sc: Scratch {
                 h: be.alloc(t * max_in),
+                wa: be.alloc(max_wa),
                 dh: be.alloc(t * max_in),
                 dlat: be.alloc(t + max_lat),
                 dlat2: be.alloc(t + max_lat),

@@ -42,15 +42,19 @@ impl ProjGroup {
         let (be, t, din) = (cx.be, cx.t, self.d_in_loc);
         let placement = cx.plan.norm;
         let online = self.norm.is_some() && placement == NormPlacement::ShardedOnline;
-        let Scratch { h, dh, dlat, dlat2, row, kron } = sc;
+        let fold = self.folds_gamma(cx.plan.norm);
+        let Scratch { h, wa, dh, dlat, dlat2, row, kron } = sc;
         // Gradient w.r.t. the GEMM input lands in `dh` when a norm follows, else in `dx`.
         let has_norm = self.norm.is_some();
 
-        // The GEMM input as the forward saw it (recomputed: x, norm(x), or x ⊙ γ).
+        // The GEMM input as the forward saw it (recomputed: x, norm(x), or x ⊙ γ; x itself
+        // when γ is folded into A).
         if let Some(gamma) = self.norm {
             let stat = self.stat(&acts.lat, t);
             if online {
-                be.mul_cols(MatMut::new(h, t, din), x, gamma.of(cx.params));
+                if !fold {
+                    be.mul_cols(MatMut::new(h, t, din), x, gamma.of(cx.params));
+                }
             } else {
                 be.rmsnorm_apply(MatMut::new(h, t, din), x, gamma.of(cx.params), stat);
             }
@@ -158,18 +162,30 @@ impl ProjGroup {
                         be.mul_rows(geo.comp_mut(dp, t, j), stat);
                     }
                 }
-                let input = if has_norm { Mat::new(&*h, t, din) } else { x };
+                let input = if has_norm && !fold { Mat::new(&*h, t, din) } else { x };
                 let gin = if has_norm { &mut *dh } else { &mut *dx };
                 let a_comp = |j: usize| Mat::at(&cx.params[a.buf], a.off + j * r, din, r, a.ld);
+                // dA's GEMM: into the grads, or, with γ folded, xᵀ·dP into `wa` first.
+                let (da_buf, da_off, da_ld) =
+                    if fold { (&mut *wa, 0, a.cols) } else { (&mut grads[a.buf], a.off, a.ld) };
                 if self.grouped {
                     be.gemm(MatMut::new(gin, t, din), geo.whole_mat(dp, t), a.of(cx.params).t(), 1.0, false);
-                    be.gemm(a.of_mut(grads), input.t(), geo.whole_mat(dp, t), 1.0, true);
+                    let da = MatMut::at(da_buf, da_off, din, a.cols, da_ld);
+                    be.gemm(da, input.t(), geo.whole_mat(dp, t), 1.0, !fold);
                 } else {
                     for j in 0..self.c {
                         be.gemm(MatMut::new(gin, t, din), geo.comp_mat(dp, t, j), a_comp(j).t(), 1.0, j > 0);
-                        let ga = MatMut::at(&mut grads[a.buf], a.off + j * r, din, r, a.ld);
-                        be.gemm(ga, input.t(), geo.comp_mat(dp, t, j), 1.0, true);
+                        let da = MatMut::at(&mut *da_buf, da_off + j * r, din, r, da_ld);
+                        be.gemm(da, input.t(), geo.comp_mat(dp, t, j), 1.0, !fold);
                     }
+                }
+                if fold {
+                    // With A' = diag(γ)·A: dA += diag(γ)·(xᵀ·dP) and dγ_j += Σ_k A_jk·(xᵀ·dP)_jk.
+                    let gamma = self.norm.expect("a folded group has a norm");
+                    let xt_dp = MatMut::new(&mut *wa, din, a.cols);
+                    be.row_dot(gamma.col_mut(grads), a.of(cx.params), xt_dp.as_ref(), None, 1.0, true);
+                    be.mul_rows(MatMut::new(&mut *wa, din, a.cols), gamma.col(cx.params));
+                    be.axpy(a.of_mut(grads), Mat::new(&*wa, din, a.cols), 1.0);
                 }
             }
         }
@@ -184,7 +200,8 @@ impl ProjGroup {
             if online {
                 be.online_norm_bwd(OnlineNormBwd {
                     dx: MatMut::new(dx, t, din),
-                    dgamma: gamma.of_mut(grads),
+                    // Folded: dγ came from A's gradient above.
+                    dgamma: (!fold).then(|| gamma.of_mut(grads)),
                     g: gy,
                     x,
                     gamma: g,

@@ -70,6 +70,12 @@ impl ProjGroup {
         }
     }
 
+    /// Whether the online norm's γ is folded into A (`Scratch::wa`): a low-rank group fed by
+    /// the online norm.
+    pub fn folds_gamma(&self, placement: NormPlacement) -> bool {
+        self.norm.is_some() && placement == NormPlacement::ShardedOnline && self.is_low_rank()
+    }
+
     pub fn is_low_rank(&self) -> bool {
         matches!(self.w, Weights::LowRank { .. })
     }

@@ -45,14 +45,21 @@ impl ProjGroup {
         let (be, t, din) = (cx.be, cx.t, self.d_in_loc);
         assert_eq!((x.rows, x.cols), (t, din), "group input shape");
         let online = self.norm.is_some() && cx.plan.norm == NormPlacement::ShardedOnline;
+        let fold = self.folds_gamma(cx.plan.norm);
         let lat = &mut acts.lat;
 
         // The GEMM input: x, its RMSNorm, or x ⊙ γ (online: the norm is finished after the
-        // all-reduce, which also sums the statistic).
+        // all-reduce, which also sums the statistic). A low-rank group folds γ into A instead:
+        // (x ⊙ γ)·A = x·(diag(γ)·A), a d_in × c·r pass rather than a t × d_in one.
         if let Some(gamma) = self.norm {
             let g = gamma.of(cx.params);
             be.row_sumsq(MatMut::at(lat, 0, t, 1, 1), x);
-            if online {
+            if fold {
+                let Weights::LowRank { a, .. } = &self.w else { unreachable!("only low-rank groups fold γ") };
+                let mut wa = MatMut::new(&mut sc.wa, din, a.cols);
+                be.copy(wa.rb(), a.of(cx.params));
+                be.mul_rows(wa, gamma.col(cx.params));
+            } else if online {
                 be.mul_cols(MatMut::new(&mut sc.h, t, din), x, g);
             } else {
                 if cx.plan.norm == NormPlacement::ShardedSync {
@@ -62,7 +69,7 @@ impl ProjGroup {
                 be.rmsnorm_apply(MatMut::new(&mut sc.h, t, din), x, g, Mat::at(lat, 0, t, 1, 1));
             }
         }
-        let input = if self.norm.is_some() { Mat::new(&sc.h, t, din) } else { x };
+        let input = if self.norm.is_some() && !fold { Mat::new(&sc.h, t, din) } else { x };
 
         let a = match &self.w {
             Weights::Full { w } => {
@@ -79,17 +86,12 @@ impl ProjGroup {
         };
         let geo = self.geom(t);
         let r = self.r_loc;
+        let (a_buf, a_off, a_ld) = if fold { (&sc.wa, 0, a.cols) } else { (&cx.params[a.buf], a.off, a.ld) };
         if self.grouped {
-            be.gemm(geo.whole_mut(lat, t), input, a.of(cx.params), 1.0, false);
+            be.gemm(geo.whole_mut(lat, t), input, Mat::at(a_buf, a_off, din, a.cols, a_ld), 1.0, false);
         } else {
             for j in 0..self.c {
-                be.gemm(
-                    geo.comp_mut(lat, t, j),
-                    input,
-                    Mat::at(&cx.params[a.buf], a.off + j * r, din, r, a.ld),
-                    1.0,
-                    false,
-                );
+                be.gemm(geo.comp_mut(lat, t, j), input, Mat::at(a_buf, a_off + j * r, din, r, a_ld), 1.0, false);
             }
         }
         // Row-parallel A (BTP): g = all-reduce of the partial latent (with the norm statistic

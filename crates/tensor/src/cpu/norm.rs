@@ -85,11 +85,13 @@ pub fn row_dot<T: Scalar>(
 pub fn online_norm_bwd<T: Scalar>(args: OnlineNormBwd<Vec<T>>) {
     let OnlineNormBwd { dx, dgamma, g, x, gamma, ds, accumulate } = args;
     let gm = row(&gamma, 0);
-    col_reduce(dgamma, x.rows, |i, j0, acc| {
-        for ((a, v), gv) in acc.iter_mut().zip(&row(&x, i)[j0..]).zip(&row(&g, i)[j0..]) {
-            *a = *a + *v * *gv;
-        }
-    });
+    if let Some(dgamma) = dgamma {
+        col_reduce(dgamma, x.rows, |i, j0, acc| {
+            for ((a, v), gv) in acc.iter_mut().zip(&row(&x, i)[j0..]).zip(&row(&g, i)[j0..]) {
+                *a = *a + *v * *gv;
+            }
+        });
+    }
     let two = T::of(2.0);
     par_rows(dx).for_each(|(i, o)| {
         let s = two * row(&ds, i)[0];

@@ -85,7 +85,7 @@ fn online_norm_matches_its_derivation() {
     let mut dg = vec![0.0; d];
     CPU.online_norm_bwd(OnlineNormBwd {
         dx: mat_mut(&mut dx, t, d),
-        dgamma: mat_mut(&mut dg, 1, d),
+        dgamma: Some(mat_mut(&mut dg, 1, d)),
         g: mat(&gm, t, d),
         x: mat(&x, t, d),
         gamma: mat(&g, 1, d),
@@ -97,6 +97,74 @@ fn online_norm_matches_its_derivation() {
     check("online dx", &x, &dx, |p| dot(&fwd(&p.to_vec(), &g, &a).0, &w));
     check("online dgamma", &g, &dg, |p| dot(&fwd(&x, &p.to_vec(), &a).0, &w));
     check("online dA", &a, &da, |p| dot(&fwd(&x, &g, &p.to_vec()).0, &w));
+}
+
+#[test]
+fn online_norm_with_gamma_folded_into_a_matches_its_derivation() {
+    // The same Y, computed as x·(diag(γ)·A) · rstd(x); the backward reads x, not x ⊙ γ:
+    // dA = diag(γ)·(xᵀ·dH), dγ_j = Σ_k A_jk·(xᵀ·dH)_jk, dx = γ ⊙ (dH·Aᵀ) + 2·dS·x.
+    let (t, d, r) = (4, 10, 6);
+    let mut rng = ChaCha8Rng::seed_from_u64(5);
+    let x = rnd(&mut rng, t * d, 1.0);
+    let g = rnd(&mut rng, d, 1.0).iter().map(|v| 1.0 + 0.3 * v).collect::<Vec<_>>();
+    let a = rnd(&mut rng, d * r, 0.5);
+    let w = rnd(&mut rng, t * r, 1.0);
+    let eps = 1e-6;
+    let fwd = |x: &Vec<f64>, g: &Vec<f64>, a: &Vec<f64>| {
+        let mut ag = a.clone();
+        CPU.mul_rows(mat_mut(&mut ag, d, r), mat(g, d, 1));
+        let mut y = vec![0.0; t * r];
+        CPU.gemm(mat_mut(&mut y, t, r), mat(x, t, d), mat(&ag, d, r), 1.0, false);
+        let mut s = vec![0.0; t];
+        CPU.row_sumsq(mat_mut(&mut s, t, 1), mat(x, t, d));
+        CPU.rstd_from_sumsq(mat_mut(&mut s, t, 1), d, eps);
+        CPU.mul_rows(mat_mut(&mut y, t, r), mat(&s, t, 1));
+        (y, s)
+    };
+    // The folded forward is the unfolded one: (x ⊙ γ)·A.
+    let (y, rstd) = fwd(&x, &g, &a);
+    let mut xg = vec![0.0; t * d];
+    CPU.mul_cols(mat_mut(&mut xg, t, d), mat(&x, t, d), mat(&g, 1, d));
+    let mut y_unfolded = vec![0.0; t * r];
+    CPU.gemm(mat_mut(&mut y_unfolded, t, r), mat(&xg, t, d), mat(&a, d, r), 1.0, false);
+    CPU.mul_rows(mat_mut(&mut y_unfolded, t, r), mat(&rstd, t, 1));
+    let worst = y.iter().zip(&y_unfolded).fold(0.0f64, |m, (p, q)| m.max((p - q).abs()));
+    assert!(worst < 1e-13, "folded and unfolded forwards differ by {worst:e}");
+
+    let mut dh = w.clone();
+    CPU.mul_rows(mat_mut(&mut dh, t, r), mat(&rstd, t, 1));
+    let mut ds = vec![0.0; t];
+    CPU.row_dot(
+        mat_mut(&mut ds, t, 1),
+        mat(&w, t, r),
+        mat(&y, t, r),
+        Some(mat(&rstd, t, 1)),
+        -1.0 / (2.0 * d as f64),
+        false,
+    );
+    let mut gm = vec![0.0; t * d];
+    CPU.gemm(mat_mut(&mut gm, t, d), mat(&dh, t, r), mat(&a, d, r).t(), 1.0, false);
+    // Accumulating onto non-zero gradients checks the accumulation paths too.
+    let (dx0, dg0, da0) = (rnd(&mut rng, t * d, 1.0), rnd(&mut rng, d, 1.0), rnd(&mut rng, d * r, 1.0));
+    let (mut dx, mut dg, mut da) = (dx0.clone(), dg0.clone(), da0.clone());
+    CPU.online_norm_bwd(OnlineNormBwd {
+        dx: mat_mut(&mut dx, t, d),
+        dgamma: None,
+        g: mat(&gm, t, d),
+        x: mat(&x, t, d),
+        gamma: mat(&g, 1, d),
+        ds: mat(&ds, t, 1),
+        accumulate: true,
+    });
+    let mut xt_dh = vec![0.0; d * r];
+    CPU.gemm(mat_mut(&mut xt_dh, d, r), mat(&x, t, d).t(), mat(&dh, t, r), 1.0, false);
+    CPU.row_dot(mat_mut(&mut dg, d, 1), mat(&a, d, r), mat(&xt_dh, d, r), None, 1.0, true);
+    CPU.mul_rows(mat_mut(&mut xt_dh, d, r), mat(&g, d, 1));
+    CPU.axpy(mat_mut(&mut da, d, r), mat(&xt_dh, d, r), 1.0);
+    let minus = |v: &[f64], v0: &[f64]| v.iter().zip(v0).map(|(p, q)| p - q).collect::<Vec<_>>();
+    check("folded dx", &x, &minus(&dx, &dx0), |p| dot(&fwd(&p.to_vec(), &g, &a).0, &w));
+    check("folded dgamma", &g, &minus(&dg, &dg0), |p| dot(&fwd(&x, &p.to_vec(), &a).0, &w));
+    check("folded dA", &a, &minus(&da, &da0), |p| dot(&fwd(&x, &g, &p.to_vec()).0, &w));
 }
 
 #[test]
