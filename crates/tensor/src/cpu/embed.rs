@@ -1,6 +1,6 @@
 //! Token embedding lookup and the cross-entropy loss.
 
-use super::par::{COL_BLOCK, par_rows, row};
+use super::par::{COL_BLOCK, par_rows, par_rows_of_work, row};
 use crate::args::XentFinish;
 use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
@@ -54,7 +54,7 @@ pub fn cross_entropy<T: Scalar>(
     assert_eq!(logits.rows, targets.len());
     assert_eq!((losses.rows, losses.cols), (targets.len(), 1));
     let v = logits.cols;
-    par_rows(logits).zip(par_rows(losses)).for_each(|((i, r), (_, l))| {
+    par_rows(logits).zip(par_rows_of_work(losses, v)).for_each(|((i, r), (_, l))| {
         let t = targets[i];
         if t == IGNORE {
             l[0] = T::zero();
@@ -86,7 +86,7 @@ pub fn cross_entropy<T: Scalar>(
 
 pub fn row_max<T: Scalar>(max: MatMut<Vec<T>>, logits: Mat<Vec<T>>) {
     assert_eq!((max.rows, max.cols), (logits.rows, 1));
-    par_rows(max).for_each(|(i, o)| o[0] = T::max_of(row(&logits, i)));
+    par_rows_of_work(max, logits.cols).for_each(|(i, o)| o[0] = T::max_of(row(&logits, i)));
 }
 
 pub fn xent_partials<T: Scalar>(
@@ -98,7 +98,7 @@ pub fn xent_partials<T: Scalar>(
 ) {
     assert_eq!((stats.rows, stats.cols), (logits.rows, 2));
     let v = logits.cols;
-    par_rows(stats).for_each(|(i, o)| {
+    par_rows_of_work(stats, v).for_each(|(i, o)| {
         let r = row(&logits, i);
         let m = row(&max, i)[0];
         o[0] = r.iter().fold(T::zero(), |s, x| s + (*x - m).exp_fast());
@@ -110,7 +110,7 @@ pub fn xent_partials<T: Scalar>(
 pub fn xent_finish<T: Scalar>(args: XentFinish<Vec<T>, Vec<u32>>) {
     let XentFinish { losses, logits, max, stats, targets, first, grad_scale } = args;
     let v = logits.cols;
-    par_rows(logits).zip(par_rows(losses)).for_each(|((i, r), (_, l))| {
+    par_rows(logits).zip(par_rows_of_work(losses, v)).for_each(|((i, r), (_, l))| {
         let (m, st) = (row(&max, i)[0], row(&stats, i));
         if targets[i] == IGNORE {
             l[0] = T::zero();

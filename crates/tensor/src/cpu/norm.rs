@@ -1,6 +1,6 @@
 //! RMSNorm (plain and over a hidden shard) and LayerNorm, forward and backward.
 // Each kernel takes the operands of its `Backend` method, however many.
-use super::par::{col_reduce, par_rows, row};
+use super::par::{col_reduce, par_rows, par_rows_of_work, row};
 use crate::args::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd};
 use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 pub fn row_sumsq<T: Scalar>(out: MatMut<Vec<T>>, x: Mat<Vec<T>>) {
     assert_eq!((out.rows, out.cols), (x.rows, 1));
-    par_rows(out).for_each(|(i, o)| {
+    par_rows_of_work(out, x.cols).for_each(|(i, o)| {
         let r = row(&x, i);
         o[0] = T::dot(r, r);
     });
@@ -38,7 +38,7 @@ pub fn rmsnorm_apply<T: Scalar>(y: MatMut<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Ve
 
 pub fn rmsnorm_bwd_dot<T: Scalar>(dot: MatMut<Vec<T>>, dy: Mat<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>) {
     let g = row(&gamma, 0);
-    par_rows(dot).for_each(|(i, o)| o[0] = T::dot3(row(&dy, i), row(&x, i), g));
+    par_rows_of_work(dot, x.cols).for_each(|(i, o)| o[0] = T::dot3(row(&dy, i), row(&x, i), g));
 }
 
 pub fn rmsnorm_bwd<T: Scalar>(args: RmsNormBwd<Vec<T>>) {
@@ -71,7 +71,7 @@ pub fn row_dot<T: Scalar>(
     accumulate: bool,
 ) {
     let alpha = T::of(alpha);
-    par_rows(out).for_each(|(i, o)| {
+    par_rows_of_work(out, a.cols).for_each(|(i, o)| {
         let s = T::dot(row(&a, i), row(&b, i));
         let f = scale_rows.as_ref().map_or(T::one(), |r| {
             let v = row(r, i)[0];
@@ -108,17 +108,20 @@ pub fn layernorm_fwd<T: Scalar>(args: LayerNormFwd<Vec<T>>) {
     let n = T::of(x.cols as f64);
     let eps = T::of(eps);
     let (wr, br) = (row(&w, 0), row(&b, 0));
-    par_rows(y).zip(par_rows(mean)).zip(par_rows(rstd)).for_each(|(((i, yr), (_, m)), (_, r))| {
-        let xr = row(&x, i);
-        let mu = T::total(xr) / n;
-        let var = xr.iter().fold(T::zero(), |s, v| s + (*v - mu) * (*v - mu)) / n;
-        let rs = T::one() / (var + eps).sqrt();
-        m[0] = mu;
-        r[0] = rs;
-        for (((o, v), wj), bj) in yr.iter_mut().zip(xr).zip(wr).zip(br) {
-            *o = (*v - mu) * rs * *wj + *bj;
-        }
-    });
+    let w = x.cols;
+    par_rows(y).zip(par_rows_of_work(mean, w)).zip(par_rows_of_work(rstd, w)).for_each(
+        |(((i, yr), (_, m)), (_, r))| {
+            let xr = row(&x, i);
+            let mu = T::total(xr) / n;
+            let var = xr.iter().fold(T::zero(), |s, v| s + (*v - mu) * (*v - mu)) / n;
+            let rs = T::one() / (var + eps).sqrt();
+            m[0] = mu;
+            r[0] = rs;
+            for (((o, v), wj), bj) in yr.iter_mut().zip(xr).zip(wr).zip(br) {
+                *o = (*v - mu) * rs * *wj + *bj;
+            }
+        },
+    );
 }
 
 pub fn layernorm_bwd<T: Scalar>(args: LayerNormBwd<Vec<T>>) {

@@ -29,10 +29,21 @@ pub fn contiguous<'a, T: crate::Scalar>(m: &Mat<'a, Vec<T>>) -> Option<&'a [T]> 
 pub fn par_rows<'a, T: Send + Sync>(
     m: MatMut<'a, Vec<T>>,
 ) -> impl IndexedParallelIterator<Item = (usize, &'a mut [T])> {
+    let cols = m.cols;
+    par_rows_of_work(m, cols)
+}
+
+/// [`par_rows`] for a row whose work spans `work` elements (a per-row result of a wide
+/// input, such as a row's sum of squares): tasks get at least 16,384 elements of work. Sizing
+/// them by the output's one column would put every row of a long sequence into one task.
+pub fn par_rows_of_work<'a, T: Send + Sync>(
+    m: MatMut<'a, Vec<T>>,
+    work: usize,
+) -> impl IndexedParallelIterator<Item = (usize, &'a mut [T])> {
     let (rows, cols, ld) = (m.rows, m.cols, m.ld.max(1));
     let range = span(m.off, rows, cols, ld);
     let slice = &mut m.buf[range];
-    let min_len = (16384 / cols.max(1)).max(1);
+    let min_len = (16384 / work.max(1)).max(1);
     slice.par_chunks_mut(ld).map(move |c| &mut c[..cols]).enumerate().with_min_len(min_len)
 }
 
