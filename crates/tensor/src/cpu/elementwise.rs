@@ -52,6 +52,31 @@ pub fn mul_cols<T: Scalar>(y: MatMut<Vec<T>>, x: Mat<Vec<T>>, col: Mat<Vec<T>>) 
 /// Number of fixed chunks a full reduction is split into (independent of threads).
 const CHUNKS: usize = 64;
 
+/// Independent accumulators of [`lane_sum`].
+const LANES: usize = 8;
+
+/// `Σ f(v)` over a slice with element k going to accumulator k mod 8, the accumulators then
+/// combined pairwise and the tail added in order: a fixed order, and no chain of dependent
+/// additions for the CPU to wait on (one accumulator made the gradient norm latency-bound).
+#[inline]
+fn lane_sum<T: Scalar>(x: &[T], f: &impl Fn(T) -> f64) -> f64 {
+    let mut acc = [0.0f64; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *a += f(*v);
+        }
+    }
+    let mut w = LANES;
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            acc[i] += acc[i + w];
+        }
+    }
+    chunks.remainder().iter().fold(acc[0], |s, v| s + f(*v))
+}
+
 /// `Σ f(element)` in f64 over a view: 64 fixed row chunks, summed in order.
 fn reduce<T: Scalar>(x: Mat<Vec<T>>, f: impl Fn(T) -> f64 + Sync) -> f64 {
     let mut partial = [0.0f64; CHUNKS];
@@ -64,13 +89,13 @@ fn reduce<T: Scalar>(x: Mat<Vec<T>>, f: impl Fn(T) -> f64 + Sync) -> f64 {
         partial.par_iter_mut().enumerate().for_each(|(c, p)| {
             let lo = (c * per).min(flat.len());
             let hi = ((c + 1) * per).min(flat.len());
-            *p = flat[lo..hi].iter().map(|v| f(*v)).sum();
+            *p = lane_sum(&flat[lo..hi], &f);
         });
     } else {
         partial.par_iter_mut().enumerate().for_each(|(c, p)| {
             let lo = (c * per).min(rows);
             let hi = ((c + 1) * per).min(rows);
-            *p = (lo..hi).map(|i| row(&x, i).iter().map(|v| f(*v)).sum::<f64>()).sum();
+            *p = (lo..hi).map(|i| lane_sum(row(&x, i), &f)).sum();
         });
     }
     partial.iter().sum()
