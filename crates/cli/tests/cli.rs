@@ -130,6 +130,17 @@ fn bench_names_the_cpu_and_the_simd_paths_it_ran() {
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let (cpu, simd) = (r["cpu"].as_str().unwrap(), r["simd"].as_str().unwrap());
     assert!(!cpu.is_empty() && simd.starts_with("GEMM ") && simd.contains(", element-wise "), "{cpu}; {simd}");
+    // MFU is taken against the GEMM peak measured beside the model's steps: four peaks, their
+    // upper median, and the MFU that follows from it.
+    let a = &r["results"][0];
+    let mut peaks: Vec<f64> = a["gemm_peaks_gflops"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    assert_eq!(peaks.len(), 4, "{a}");
+    assert!(peaks.iter().all(|p| *p > 0.0), "{peaks:?}");
+    peaks.sort_by(|x, y| x.partial_cmp(y).unwrap());
+    let peak = a["gemm_peak_gflops"].as_f64().unwrap();
+    assert_eq!(peak, peaks[2]);
+    let want = a["model_flops_per_token"].as_f64().unwrap() * a["tokens_per_sec"].as_f64().unwrap() / (peak * 1e9);
+    assert!((a["mfu"].as_f64().unwrap() - want).abs() <= 1e-12 * want.max(1.0), "{a}");
     // The table starts with the same line.
     let out = run(boost().arg("bench").args(quick).args(["--warmup", "0", "--no-torch"]));
     let table = String::from_utf8_lossy(&out.stdout);

@@ -32,6 +32,12 @@ pub struct ArchResult {
     pub other_s: f64,
     pub gemm_gflops: f64,
     pub model_flops_per_token: f64,
+    /// The GEMM peak measured right before and right after each of this model's two blocks
+    /// of steps (four values): a shared machine's speed drifts, so one peak from the start of
+    /// the run can put MFU far off (even above 100 %).
+    pub gemm_peaks_gflops: Vec<f64>,
+    /// Their median (the higher of the middle two), which `mfu` is taken against.
+    pub gemm_peak_gflops: f64,
     pub mfu: f64,
     pub mfu_full_attention: f64,
     pub peak_rss_mib: f64,
@@ -49,6 +55,8 @@ pub struct BenchReport {
     pub threads: usize,
     pub seq: usize,
     pub micro_batch: usize,
+    /// The GEMM peak measured at the start (each model's MFU uses its own, see
+    /// [`ArchResult::gemm_peak_gflops`]).
     pub gemm_peak_gflops: f64,
     pub results: Vec<ArchResult>,
     /// Low-rank tokens/s over full-rank tokens/s, when both ran.
@@ -219,8 +227,11 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
     let mut results = Vec::new();
     for cfg in &opts.models {
         let name = cfg.arch.name().to_string();
-        // Ours, the peer, ours again: the ratio compares medians taken around the peer.
+        // Ours, the peer, ours again: the ratio compares medians taken around the peer. The
+        // GEMM peak is measured next to each block of our steps.
+        let mut peaks = vec![gemm_peak()];
         let first = measure(opts, cfg, opts.rounds)?;
+        peaks.push(gemm_peak());
         let torch = match &opts.python {
             Some(_) => match peer(opts, cfg) {
                 Ok(v) => Some(v),
@@ -231,7 +242,10 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
             },
             None => None,
         };
+        peaks.push(gemm_peak());
         let second = measure(opts, cfg, opts.rounds)?;
+        peaks.push(gemm_peak());
+        let peak = median(&peaks);
         let (k1, k2, mm) = (first.kernels, second.kernels, first.matmul_params);
         let times: Vec<f64> = first.times.iter().chain(&second.times).copied().collect();
         let steps = times.len() as f64;
@@ -258,6 +272,8 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
             other_s: sec(k1.other + k2.other),
             gemm_gflops: (k1.gemm_flops + k2.gemm_flops) / (k1.gemm + k2.gemm).as_secs_f64() / 1e9,
             model_flops_per_token: flops,
+            gemm_peaks_gflops: peaks.clone(),
+            gemm_peak_gflops: peak,
             mfu: flops * tps / (peak * 1e9),
             mfu_full_attention: flops_full * tps / (peak * 1e9),
             peak_rss_mib: peak_rss_mib(),
@@ -295,13 +311,13 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
 /// The report as a Markdown table.
 pub fn table(r: &BenchReport) -> String {
     let mut s = format!(
-        "{}; {}\nseq {} × micro-batch {}, {} threads, GEMM peak {:.1} GFLOP/s (f32)\n\n| arch | params | step (median) | tokens/s | GEMM | attention | other | MFU | peak RSS | PyTorch tokens/s | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "{}; {}\nseq {} × micro-batch {}, {} threads, GEMM peak {:.1} GFLOP/s (f32) at the start\n\n| arch | params | step (median) | tokens/s | GEMM | attention | other | MFU (against the peak beside its steps) | peak RSS | PyTorch tokens/s | ratio |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         r.cpu, r.simd, r.seq, r.micro_batch, r.threads, r.gemm_peak_gflops
     );
     for a in &r.results {
         let pt = a.torch.as_ref().and_then(|v| v["tokens_per_sec"].as_f64());
         s += &format!(
-            "| {} | {:.1}M | {:.3} s | {:.0} | {:.0}% | {:.0}% | {:.0}% | {:.1}% | {:.0} MiB | {} | {} |\n",
+            "| {} | {:.1}M | {:.3} s | {:.0} | {:.0}% | {:.0}% | {:.0}% | {:.1}% ({:.0} GFLOP/s) | {:.0} MiB | {} | {} |\n",
             a.arch,
             a.params as f64 / 1e6,
             a.step_time_s,
@@ -310,6 +326,7 @@ pub fn table(r: &BenchReport) -> String {
             100.0 * a.attention_s / a.step_time_s,
             100.0 * a.other_s / a.step_time_s,
             100.0 * a.mfu,
+            a.gemm_peak_gflops,
             a.peak_rss_mib,
             pt.map(|x| format!("{x:.0}")).unwrap_or("—".into()),
             a.torch_ratio.map(|x| format!("{x:.2}×")).unwrap_or("—".into()),
