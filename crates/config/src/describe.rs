@@ -77,6 +77,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "overlap communication with computation (dp gradient buckets during the backward); false = blocking",
     ),
     ("parallel.bucket_mb", "data-parallel gradient bucket size in MB when overlapping (> 0)"),
+    (
+        "parallel.gpu_collectives",
+        "GPU runs with several ranks: nccl (one GPU per mpirun process), host (staged through host memory; ranks may share a GPU), auto = nccl under mpirun when NCCL loads on every rank, else host",
+    ),
     ("run.dir", "run directory: metrics, config and checkpoints"),
     ("run.progress", "progress bar when stderr is a terminal; false prints log lines instead"),
 ];

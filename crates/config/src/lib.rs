@@ -15,7 +15,9 @@ pub use describe::{KEYS, describe};
 pub use error::{ConfigError, choices, divisors};
 pub use model::{Arch, LaxConfig, LaxFlavour, LaxGate, ModelConfig, PRESETS, Phi, Preset, preset, preset_names};
 pub use overrides::apply_set;
-pub use parallel::{GroupLinks, LinkSpec, NormMode, ParallelConfig, PipeSchedule, Scheme, SchemeChoice, parse_link};
+pub use parallel::{
+    GpuCollectives, GroupLinks, LinkSpec, NormMode, ParallelConfig, PipeSchedule, Scheme, SchemeChoice, parse_link,
+};
 pub use train::{Device, Recompute, Schedule, TrainConfig, parse_device};
 
 use serde::{Deserialize, Serialize};

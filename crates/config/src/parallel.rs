@@ -66,6 +66,19 @@ pub enum PipeSchedule {
     OneFOneB,
 }
 
+/// How the collectives of a GPU run with several ranks travel (`parallel.gpu_collectives`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuCollectives {
+    /// NCCL when the ranks are mpirun processes and NCCL loads on every one; host otherwise.
+    #[default]
+    Auto,
+    /// NCCL (one GPU per mpirun process); an error where it cannot run.
+    Nccl,
+    /// Staged through host memory over the CPU communicators (ranks may share a GPU).
+    Host,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ParallelConfig {
@@ -91,6 +104,8 @@ pub struct ParallelConfig {
     pub overlap: bool,
     /// Size of a data-parallel gradient bucket in MB (10⁶ bytes) when overlapping.
     pub bucket_mb: f64,
+    /// With `train.device = cuda` and several ranks: NCCL or host-staged collectives.
+    pub gpu_collectives: GpuCollectives,
 }
 
 /// Emulated links of the tp, pp and dp groups, each `"ALPHA_US,GBPS"` (e.g. `"2,300"` for a
@@ -148,6 +163,7 @@ impl Default for ParallelConfig {
             link: GroupLinks::default(),
             overlap: true,
             bucket_mb: 25.0,
+            gpu_collectives: GpuCollectives::Auto,
         }
     }
 }

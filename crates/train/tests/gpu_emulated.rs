@@ -60,3 +60,24 @@ fn gpu_runs_follow_the_cpu_loss_curve() {
         }
     }
 }
+
+#[test]
+fn nccl_collectives_are_refused_where_they_cannot_run() {
+    // parallel.gpu_collectives = nccl needs mpirun processes on GPUs of their own; here the
+    // ranks are threads on the emulator, which has no NCCL: an error naming the key and the
+    // way out, before any step. `auto` (the default) stages through host memory instead, as
+    // the test above shows, and `host` is accepted.
+    let root = tempfile::tempdir().unwrap();
+    common::build_dataset(&root.path().join("data"));
+    let run = |name: &str, choice: &str| {
+        let dir = format!("run.dir={}", root.path().join(name).display());
+        let gc = format!("parallel.gpu_collectives={choice}");
+        let sets = ["train.device=cuda", "parallel.tp=2", "train.steps=2", "model.heads=4", gc.as_str(), dir.as_str()];
+        train(common::config(root.path(), &sets), TrainOptions { quiet: true, ..Default::default() })
+    };
+    let err = format!("{:#}", run("nccl", "nccl").err().expect("nccl on the emulator is refused"));
+    assert!(err.contains("parallel.gpu_collectives = nccl") && err.contains("\"host\""), "{err}");
+    assert_eq!(run("host", "host").expect("host-staged collectives run").losses.len(), 2);
+    let bad = boost_config::Config::load(None, &["parallel.gpu_collectives=gloo".to_string()]).err().unwrap();
+    assert!(bad.to_string().contains("parallel.gpu_collectives"), "{bad}");
+}

@@ -130,9 +130,9 @@ impl RankCtx<'_> {
     }
 
     /// The rank loop on GPU `n`, bf16 with fp32 master weights. Collectives of a parallel
-    /// run go through host memory over the grid's communicators (`HostStaged`: in-process
-    /// ranks may share the GPU; MPI ranks take one each), recorded like the CPU groups' when
-    /// the grid records.
+    /// run go through NCCL or through host memory over the grid's communicators
+    /// (`parallel.gpu_collectives`, see [`Self::nccl_groups`]; `HostStaged`: in-process ranks
+    /// may share the GPU), recorded like the CPU groups' when the grid records.
     #[cfg(any(feature = "cuda", feature = "emulate"))]
     fn run_gpu(&self, rank: usize, grid: Grid, n: usize) -> Result<Option<Summary>> {
         use boost_cuda::{Cuda, HostStaged, Precision};
@@ -153,6 +153,30 @@ impl RankCtx<'_> {
             return self.run_with(rank, grid.coord, 1, be, &g, None);
         }
         let recorder = grid.recorder().cloned();
+        #[cfg(feature = "cuda")]
+        if let Some([tp, pp, dp, all]) = self.nccl_groups(rank, &grid, &be)? {
+            // NCCL moves each buffer in its own dtype; recorded as fp32 like the staged path.
+            let rec = |g: boost_cuda::NcclGroup, name| -> Box<dyn boost_tensor::Collective<Cuda>> {
+                match &recorder {
+                    Some(r) => Box::new(boost_comm::Recorded::new(g, name, boost_comm::DType::F32, r.clone())),
+                    None => Box::new(g),
+                }
+            };
+            let (tp, pp, dp, all) = (
+                rec(tp, grid.tp.name()),
+                rec(pp, grid.pp.name()),
+                rec(dp, grid.dp.name()),
+                rec(all, grid.world.name()),
+            );
+            let g = Groups::<Cuda> { tp: &*tp, pp: &*pp, dp: &*dp, world: &*all };
+            return self.run_with(rank, grid.coord, world, be.clone(), &g, recorder.as_deref());
+        }
+        #[cfg(not(feature = "cuda"))]
+        if self.cfg.parallel.gpu_collectives == boost_config::GpuCollectives::Nccl {
+            bail!(
+                "parallel.gpu_collectives = nccl: this run is on the CUDA emulator, which has no NCCL; use \"host\" or \"auto\""
+            );
+        }
         // Staged through host memory as fp32, so recorded as fp32 payloads.
         let staged = |group: &boost_comm::Group| -> Box<dyn boost_tensor::Collective<Cuda>> {
             let s = HostStaged::new(group.comm().clone(), &be);
@@ -164,6 +188,66 @@ impl RankCtx<'_> {
         let (tp, pp, dp, all) = (staged(&grid.tp), staged(&grid.pp), staged(&grid.dp), staged(&grid.world));
         let g = Groups::<Cuda> { tp: &*tp, pp: &*pp, dp: &*dp, world: &*all };
         self.run_with(rank, grid.coord, world, be.clone(), &g, recorder.as_deref())
+    }
+
+    /// NCCL communicators for the tp, pp and dp groups and the world, when
+    /// `parallel.gpu_collectives` allows it and the ranks are mpirun processes, each on its own
+    /// GPU (NCCL refuses two ranks on one GPU; in-process ranks share one). Under `auto` every
+    /// rank first learns whether NCCL loads on all of them, so they all choose the same path;
+    /// None: stage through host memory. Each group's rank 0 makes the NCCL id and broadcasts it
+    /// over the group's CPU communicator.
+    #[cfg(feature = "cuda")]
+    fn nccl_groups(
+        &self,
+        rank: usize,
+        grid: &Grid,
+        be: &boost_cuda::Cuda,
+    ) -> Result<Option<[boost_cuda::NcclGroup; 4]>> {
+        use boost_config::GpuCollectives;
+        use boost_cuda::{NcclGroup, Rendezvous};
+        use boost_tensor::{Collective, Label, ReduceOp};
+        let choice = self.cfg.parallel.gpu_collectives;
+        let key = "parallel.gpu_collectives";
+        let processes = boost_comm::mpi::launched();
+        match choice {
+            GpuCollectives::Host => return Ok(None),
+            GpuCollectives::Auto if !processes => return Ok(None),
+            GpuCollectives::Nccl if !processes => bail!(
+                "{key} = nccl: NCCL needs one process per GPU (mpirun -np {}); in-process ranks share a GPU, use \"host\" or \"auto\"",
+                grid.dims.world()
+            ),
+            _ => {}
+        }
+        // Does NCCL load here, and on every rank?
+        let here = NcclGroup::unique_id().map(|_| ());
+        let mut missing = vec![if here.is_ok() { 0.0f32 } else { 1.0 }];
+        Collective::<Cpu<f32>>::all_reduce(&grid.world, &mut missing, 0, 1, ReduceOp::Max, Label::op("nccl_probe"));
+        if missing[0] > 0.0 {
+            if choice == GpuCollectives::Nccl {
+                bail!(
+                    "{key} = nccl: NCCL is not usable on every rank ({})",
+                    here.err().unwrap_or_else(|| "on another rank".into())
+                );
+            }
+            if rank == 0 && !self.opts.quiet {
+                eprintln!("note: {key} = auto: NCCL is not usable on every rank; collectives go through host memory");
+            }
+            return Ok(None);
+        }
+        let open = |group: &boost_comm::Group| -> Result<NcclGroup> {
+            let (r, size) = (Collective::<Cpu<f32>>::rank(group), Collective::<Cpu<f32>>::size(group));
+            // The 128-byte id as 128 f32 values (0..=255, exact).
+            let mut id = vec![0.0f32; 128];
+            if r == 0 {
+                let made = NcclGroup::unique_id().map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
+                id.iter_mut().zip(made).for_each(|(v, b)| *v = b as f32);
+            }
+            Collective::<Cpu<f32>>::broadcast(group, &mut id, 0, 128, 0, Label::op("nccl_id"));
+            let id: [u8; 128] = std::array::from_fn(|i| id[i] as u8);
+            NcclGroup::new(be, r, size, Rendezvous::Id(id), std::time::Duration::from_secs(120))
+                .map_err(|e| anyhow::anyhow!("{key}: NCCL group {}: {e}", group.name()))
+        };
+        Ok(Some([open(&grid.tp)?, open(&grid.pp)?, open(&grid.dp)?, open(&grid.world)?]))
     }
 
     #[cfg(not(any(feature = "cuda", feature = "emulate")))]
