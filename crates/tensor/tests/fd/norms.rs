@@ -45,6 +45,32 @@ fn rmsnorm() {
     check("rmsnorm dgamma", &g, &dg, |gp| dot(&fwd(&x, &gp.to_vec()).0, &w));
 }
 
+/// The online norm's backward through the statistic and A, from dY = w (spec §3):
+/// dH = dY·rstd, dS = −Σ(dY ⊙ Y)·rstd² / (2d), and dH·Aᵀ (the gradient of A's input).
+struct Latent {
+    dh: Vec<f64>,
+    ds: Vec<f64>,
+    gm: Vec<f64>,
+}
+
+fn latent_backward(w: &[f64], y: &[f64], rstd: &[f64], a: &[f64], (t, d, r): (usize, usize, usize)) -> Latent {
+    let (w, y, rstd, a) = (w.to_vec(), y.to_vec(), rstd.to_vec(), a.to_vec());
+    let mut dh = w.clone();
+    CPU.mul_rows(mat_mut(&mut dh, t, r), mat(&rstd, t, 1));
+    let mut ds = vec![0.0; t];
+    CPU.row_dot(
+        mat_mut(&mut ds, t, 1),
+        mat(&w, t, r),
+        mat(&y, t, r),
+        Some(mat(&rstd, t, 1)),
+        -1.0 / (2.0 * d as f64),
+        false,
+    );
+    let mut gm = vec![0.0; t * d];
+    CPU.gemm(mat_mut(&mut gm, t, d), mat(&dh, t, r), mat(&a, d, r).t(), 1.0, false);
+    Latent { dh, ds, gm }
+}
+
 #[test]
 fn online_norm_matches_its_derivation() {
     // Y = ((x ⊙ γ)·A) · rstd(x); the backward of spec §3, on one shard.
@@ -67,20 +93,7 @@ fn online_norm_matches_its_derivation() {
         (y, s, xg)
     };
     let (y, rstd, xg) = fwd(&x, &g, &a);
-    // dH = dY·rstd ; dS = −Σ(dY ⊙ Y)·rstd² / (2d)
-    let mut dh = w.clone();
-    CPU.mul_rows(mat_mut(&mut dh, t, r), mat(&rstd, t, 1));
-    let mut ds = vec![0.0; t];
-    CPU.row_dot(
-        mat_mut(&mut ds, t, 1),
-        mat(&w, t, r),
-        mat(&y, t, r),
-        Some(mat(&rstd, t, 1)),
-        -1.0 / (2.0 * d as f64),
-        false,
-    );
-    let mut gm = vec![0.0; t * d];
-    CPU.gemm(mat_mut(&mut gm, t, d), mat(&dh, t, r), mat(&a, d, r).t(), 1.0, false);
+    let Latent { dh, ds, gm } = latent_backward(&w, &y, &rstd, &a, (t, d, r));
     let mut dx = vec![0.0; t * d];
     let mut dg = vec![0.0; d];
     CPU.online_norm_bwd(OnlineNormBwd {
@@ -131,19 +144,7 @@ fn online_norm_with_gamma_folded_into_a_matches_its_derivation() {
     let worst = y.iter().zip(&y_unfolded).fold(0.0f64, |m, (p, q)| m.max((p - q).abs()));
     assert!(worst < 1e-13, "folded and unfolded forwards differ by {worst:e}");
 
-    let mut dh = w.clone();
-    CPU.mul_rows(mat_mut(&mut dh, t, r), mat(&rstd, t, 1));
-    let mut ds = vec![0.0; t];
-    CPU.row_dot(
-        mat_mut(&mut ds, t, 1),
-        mat(&w, t, r),
-        mat(&y, t, r),
-        Some(mat(&rstd, t, 1)),
-        -1.0 / (2.0 * d as f64),
-        false,
-    );
-    let mut gm = vec![0.0; t * d];
-    CPU.gemm(mat_mut(&mut gm, t, d), mat(&dh, t, r), mat(&a, d, r).t(), 1.0, false);
+    let Latent { dh, ds, gm } = latent_backward(&w, &y, &rstd, &a, (t, d, r));
     // Accumulating onto non-zero gradients checks the accumulation paths too.
     let (dx0, dg0, da0) = (rnd(&mut rng, t * d, 1.0), rnd(&mut rng, d, 1.0), rnd(&mut rng, d * r, 1.0));
     let (mut dx, mut dg, mut da) = (dx0.clone(), dg0.clone(), da0.clone());
