@@ -45,6 +45,52 @@ fn rmsnorm() {
     check("rmsnorm dgamma", &g, &dg, |gp| dot(&fwd(&x, &gp.to_vec()).0, &w));
 }
 
+/// Shapes of the online-norm tests: t tokens, a d-wide shard, r outputs.
+const T: usize = 4;
+const D: usize = 10;
+const R: usize = 6;
+const EPS: f64 = 1e-6;
+
+/// Inputs of an online-norm test: x (T×D), γ near 1, A (D×R) and dY (T×R), and the generator
+/// for anything more.
+fn online_inputs(seed: u64) -> (ChaCha8Rng, [Vec<f64>; 4]) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let x = rnd(&mut rng, T * D, 1.0);
+    let g = rnd(&mut rng, D, 1.0).iter().map(|v| 1.0 + 0.3 * v).collect::<Vec<_>>();
+    let a = rnd(&mut rng, D * R, 0.5);
+    let w = rnd(&mut rng, T * R, 1.0);
+    (rng, [x, g, a, w])
+}
+
+/// `y ← y·rstd(x)` row by row; returns rstd (the statistic taken over the shard's D features).
+fn times_rstd(y: &mut Vec<f64>, x: &Vec<f64>) -> Vec<f64> {
+    let mut s = vec![0.0; T];
+    CPU.row_sumsq(mat_mut(&mut s, T, 1), mat(x, T, D));
+    CPU.rstd_from_sumsq(mat_mut(&mut s, T, 1), D, EPS);
+    CPU.mul_rows(mat_mut(y, T, R), mat(&s, T, 1));
+    s
+}
+
+/// Y = ((x ⊙ γ)·A)·rstd(x); also returns rstd and x ⊙ γ.
+fn online_forward(x: &Vec<f64>, g: &Vec<f64>, a: &Vec<f64>) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let mut xg = vec![0.0; T * D];
+    CPU.mul_cols(mat_mut(&mut xg, T, D), mat(x, T, D), mat(g, 1, D));
+    let mut y = vec![0.0; T * R];
+    CPU.gemm(mat_mut(&mut y, T, R), mat(&xg, T, D), mat(a, D, R), 1.0, false);
+    let s = times_rstd(&mut y, x);
+    (y, s, xg)
+}
+
+/// The same Y as x·(diag(γ)·A)·rstd(x); also returns rstd.
+fn folded_forward(x: &Vec<f64>, g: &Vec<f64>, a: &[f64]) -> (Vec<f64>, Vec<f64>) {
+    let mut ag = a.to_vec();
+    CPU.mul_rows(mat_mut(&mut ag, D, R), mat(g, D, 1));
+    let mut y = vec![0.0; T * R];
+    CPU.gemm(mat_mut(&mut y, T, R), mat(x, T, D), mat(&ag, D, R), 1.0, false);
+    let s = times_rstd(&mut y, x);
+    (y, s)
+}
+
 /// The online norm's backward through the statistic and A, from dY = w (spec §3):
 /// dH = dY·rstd, dS = −Σ(dY ⊙ Y)·rstd² / (2d), and dH·Aᵀ (the gradient of A's input).
 struct Latent {
@@ -53,47 +99,31 @@ struct Latent {
     gm: Vec<f64>,
 }
 
-fn latent_backward(w: &[f64], y: &[f64], rstd: &[f64], a: &[f64], (t, d, r): (usize, usize, usize)) -> Latent {
-    let (w, y, rstd, a) = (w.to_vec(), y.to_vec(), rstd.to_vec(), a.to_vec());
+fn latent_backward(w: &Vec<f64>, y: &Vec<f64>, rstd: &Vec<f64>, a: &Vec<f64>) -> Latent {
     let mut dh = w.clone();
-    CPU.mul_rows(mat_mut(&mut dh, t, r), mat(&rstd, t, 1));
-    let mut ds = vec![0.0; t];
+    CPU.mul_rows(mat_mut(&mut dh, T, R), mat(rstd, T, 1));
+    let mut ds = vec![0.0; T];
     CPU.row_dot(
-        mat_mut(&mut ds, t, 1),
-        mat(&w, t, r),
-        mat(&y, t, r),
-        Some(mat(&rstd, t, 1)),
-        -1.0 / (2.0 * d as f64),
+        mat_mut(&mut ds, T, 1),
+        mat(w, T, R),
+        mat(y, T, R),
+        Some(mat(rstd, T, 1)),
+        -1.0 / (2.0 * D as f64),
         false,
     );
-    let mut gm = vec![0.0; t * d];
-    CPU.gemm(mat_mut(&mut gm, t, d), mat(&dh, t, r), mat(&a, d, r).t(), 1.0, false);
+    let mut gm = vec![0.0; T * D];
+    CPU.gemm(mat_mut(&mut gm, T, D), mat(&dh, T, R), mat(a, D, R).t(), 1.0, false);
     Latent { dh, ds, gm }
 }
 
 #[test]
 fn online_norm_matches_its_derivation() {
     // Y = ((x ⊙ γ)·A) · rstd(x); the backward of spec §3, on one shard.
-    let (t, d, r) = (4, 10, 6);
-    let mut rng = ChaCha8Rng::seed_from_u64(2);
-    let x = rnd(&mut rng, t * d, 1.0);
-    let g = rnd(&mut rng, d, 1.0).iter().map(|v| 1.0 + 0.3 * v).collect::<Vec<_>>();
-    let a = rnd(&mut rng, d * r, 0.5);
-    let w = rnd(&mut rng, t * r, 1.0);
-    let eps = 1e-6;
-    let fwd = |x: &Vec<f64>, g: &Vec<f64>, a: &Vec<f64>| {
-        let mut xg = vec![0.0; t * d];
-        CPU.mul_cols(mat_mut(&mut xg, t, d), mat(x, t, d), mat(g, 1, d));
-        let mut y = vec![0.0; t * r];
-        CPU.gemm(mat_mut(&mut y, t, r), mat(&xg, t, d), mat(a, d, r), 1.0, false);
-        let mut s = vec![0.0; t];
-        CPU.row_sumsq(mat_mut(&mut s, t, 1), mat(x, t, d));
-        CPU.rstd_from_sumsq(mat_mut(&mut s, t, 1), d, eps);
-        CPU.mul_rows(mat_mut(&mut y, t, r), mat(&s, t, 1));
-        (y, s, xg)
-    };
+    let (_, [x, g, a, w]) = online_inputs(2);
+    let (t, d, r) = (T, D, R);
+    let fwd = online_forward;
     let (y, rstd, xg) = fwd(&x, &g, &a);
-    let Latent { dh, ds, gm } = latent_backward(&w, &y, &rstd, &a, (t, d, r));
+    let Latent { dh, ds, gm } = latent_backward(&w, &y, &rstd, &a);
     let mut dx = vec![0.0; t * d];
     let mut dg = vec![0.0; d];
     CPU.online_norm_bwd(OnlineNormBwd {
@@ -116,35 +146,16 @@ fn online_norm_matches_its_derivation() {
 fn online_norm_with_gamma_folded_into_a_matches_its_derivation() {
     // The same Y, computed as x·(diag(γ)·A) · rstd(x); the backward reads x, not x ⊙ γ:
     // dA = diag(γ)·(xᵀ·dH), dγ_j = Σ_k A_jk·(xᵀ·dH)_jk, dx = γ ⊙ (dH·Aᵀ) + 2·dS·x.
-    let (t, d, r) = (4, 10, 6);
-    let mut rng = ChaCha8Rng::seed_from_u64(5);
-    let x = rnd(&mut rng, t * d, 1.0);
-    let g = rnd(&mut rng, d, 1.0).iter().map(|v| 1.0 + 0.3 * v).collect::<Vec<_>>();
-    let a = rnd(&mut rng, d * r, 0.5);
-    let w = rnd(&mut rng, t * r, 1.0);
-    let eps = 1e-6;
-    let fwd = |x: &Vec<f64>, g: &Vec<f64>, a: &Vec<f64>| {
-        let mut ag = a.clone();
-        CPU.mul_rows(mat_mut(&mut ag, d, r), mat(g, d, 1));
-        let mut y = vec![0.0; t * r];
-        CPU.gemm(mat_mut(&mut y, t, r), mat(x, t, d), mat(&ag, d, r), 1.0, false);
-        let mut s = vec![0.0; t];
-        CPU.row_sumsq(mat_mut(&mut s, t, 1), mat(x, t, d));
-        CPU.rstd_from_sumsq(mat_mut(&mut s, t, 1), d, eps);
-        CPU.mul_rows(mat_mut(&mut y, t, r), mat(&s, t, 1));
-        (y, s)
-    };
+    let (mut rng, [x, g, a, w]) = online_inputs(5);
+    let (t, d, r) = (T, D, R);
+    let fwd = folded_forward;
     // The folded forward is the unfolded one: (x ⊙ γ)·A.
     let (y, rstd) = fwd(&x, &g, &a);
-    let mut xg = vec![0.0; t * d];
-    CPU.mul_cols(mat_mut(&mut xg, t, d), mat(&x, t, d), mat(&g, 1, d));
-    let mut y_unfolded = vec![0.0; t * r];
-    CPU.gemm(mat_mut(&mut y_unfolded, t, r), mat(&xg, t, d), mat(&a, d, r), 1.0, false);
-    CPU.mul_rows(mat_mut(&mut y_unfolded, t, r), mat(&rstd, t, 1));
+    let (y_unfolded, _, _) = online_forward(&x, &g, &a);
     let worst = y.iter().zip(&y_unfolded).fold(0.0f64, |m, (p, q)| m.max((p - q).abs()));
     assert!(worst < 1e-13, "folded and unfolded forwards differ by {worst:e}");
 
-    let Latent { dh, ds, gm } = latent_backward(&w, &y, &rstd, &a, (t, d, r));
+    let Latent { dh, ds, gm } = latent_backward(&w, &y, &rstd, &a);
     // Accumulating onto non-zero gradients checks the accumulation paths too.
     let (dx0, dg0, da0) = (rnd(&mut rng, t * d, 1.0), rnd(&mut rng, d, 1.0), rnd(&mut rng, d * r, 1.0));
     let (mut dx, mut dg, mut da) = (dx0.clone(), dg0.clone(), da0.clone());
@@ -165,7 +176,7 @@ fn online_norm_with_gamma_folded_into_a_matches_its_derivation() {
     let minus = |v: &[f64], v0: &[f64]| v.iter().zip(v0).map(|(p, q)| p - q).collect::<Vec<_>>();
     check("folded dx", &x, &minus(&dx, &dx0), |p| dot(&fwd(&p.to_vec(), &g, &a).0, &w));
     check("folded dgamma", &g, &minus(&dg, &dg0), |p| dot(&fwd(&x, &p.to_vec(), &a).0, &w));
-    check("folded dA", &a, &minus(&da, &da0), |p| dot(&fwd(&x, &g, &p.to_vec()).0, &w));
+    check("folded dA", &a, &minus(&da, &da0), |p| dot(&fwd(&x, &g, p).0, &w));
 }
 
 #[test]
