@@ -75,7 +75,7 @@ fn nccl_collectives_are_refused_where_they_cannot_run() {
         let sets = ["train.device=cuda", "parallel.tp=2", "train.steps=2", "model.heads=4", gc.as_str(), dir.as_str()];
         train(common::config(root.path(), &sets), TrainOptions { quiet: true, ..Default::default() })
     };
-    let err = format!("{:#}", run("nccl", "nccl").err().expect("nccl on the emulator is refused"));
+    let err = format!("{:#}", run("nccl", "nccl").expect_err("nccl on the emulator is refused"));
     assert!(err.contains("parallel.gpu_collectives = nccl") && err.contains("\"host\""), "{err}");
     assert_eq!(run("host", "host").expect("host-staged collectives run").losses.len(), 2);
     let bad = boost_config::Config::load(None, &["parallel.gpu_collectives=gloo".to_string()]).err().unwrap();

@@ -153,49 +153,58 @@ impl RankCtx<'_> {
             return self.run_with(rank, grid.coord, 1, be, &g, None);
         }
         let recorder = grid.recorder().cloned();
-        #[cfg(feature = "cuda")]
-        if let Some([tp, pp, dp, all]) = self.nccl_groups(rank, &grid, &be)? {
-            // NCCL moves each buffer in its own dtype; recorded as fp32 like the staged path.
-            let rec = |g: boost_cuda::NcclGroup, name| -> Box<dyn boost_tensor::Collective<Cuda>> {
-                match &recorder {
-                    Some(r) => Box::new(boost_comm::Recorded::new(g, name, boost_comm::DType::F32, r.clone())),
-                    None => Box::new(g),
-                }
-            };
-            let (tp, pp, dp, all) = (
-                rec(tp, grid.tp.name()),
-                rec(pp, grid.pp.name()),
-                rec(dp, grid.dp.name()),
-                rec(all, grid.world.name()),
-            );
-            let g = Groups::<Cuda> { tp: &*tp, pp: &*pp, dp: &*dp, world: &*all };
-            return self.run_with(rank, grid.coord, world, be.clone(), &g, recorder.as_deref());
-        }
-        #[cfg(not(feature = "cuda"))]
-        if self.cfg.parallel.gpu_collectives == boost_config::GpuCollectives::Nccl {
-            bail!(
-                "parallel.gpu_collectives = nccl: this run is on the CUDA emulator, which has no NCCL; use \"host\" or \"auto\""
-            );
-        }
-        // Staged through host memory as fp32, so recorded as fp32 payloads.
-        let staged = |group: &boost_comm::Group| -> Box<dyn boost_tensor::Collective<Cuda>> {
-            let s = HostStaged::new(group.comm().clone(), &be);
-            match &recorder {
-                Some(r) => Box::new(boost_comm::Recorded::new(s, group.name(), boost_comm::DType::F32, r.clone())),
-                None => Box::new(s),
-            }
+        let kinds = [&grid.tp, &grid.pp, &grid.dp, &grid.world];
+        let [tp, pp, dp, all] = match self.nccl_groups(rank, &grid, &be)? {
+            #[cfg(feature = "cuda")]
+            Some([tp, pp, dp, all]) => [
+                recorded(tp, grid.tp.name(), &recorder),
+                recorded(pp, grid.pp.name(), &recorder),
+                recorded(dp, grid.dp.name(), &recorder),
+                recorded(all, grid.world.name(), &recorder),
+            ],
+            _ => kinds.map(|k| recorded(HostStaged::new(k.comm().clone(), &be), k.name(), &recorder)),
         };
-        let (tp, pp, dp, all) = (staged(&grid.tp), staged(&grid.pp), staged(&grid.dp), staged(&grid.world));
         let g = Groups::<Cuda> { tp: &*tp, pp: &*pp, dp: &*dp, world: &*all };
         self.run_with(rank, grid.coord, world, be.clone(), &g, recorder.as_deref())
     }
 
+    /// Whether this run's collectives go through NCCL (`parallel.gpu_collectives`): never for
+    /// `host`, nor for in-process ranks under `auto` (they share a GPU, which NCCL refuses);
+    /// `nccl` where it cannot run is an error naming the key. True asks [`Self::nccl_groups`]
+    /// to try.
+    #[cfg(any(feature = "cuda", feature = "emulate"))]
+    fn wants_nccl(&self, grid: &Grid) -> Result<bool> {
+        use boost_config::GpuCollectives;
+        let key = "parallel.gpu_collectives";
+        let choice = self.cfg.parallel.gpu_collectives;
+        let processes = boost_comm::mpi::launched();
+        match choice {
+            GpuCollectives::Host => Ok(false),
+            GpuCollectives::Nccl if !cfg!(feature = "cuda") => {
+                bail!("{key} = nccl: this run is on the CUDA emulator, which has no NCCL; use \"host\" or \"auto\"")
+            }
+            GpuCollectives::Nccl if !processes => bail!(
+                "{key} = nccl: NCCL needs one process per GPU (mpirun -np {}); in-process ranks share a GPU, use \"host\" or \"auto\"",
+                grid.dims.world()
+            ),
+            GpuCollectives::Auto => Ok(processes && cfg!(feature = "cuda")),
+            GpuCollectives::Nccl => Ok(true),
+        }
+    }
+
+    /// The emulator has no NCCL: always host staging (after [`Self::wants_nccl`] has refused
+    /// `nccl`).
+    #[cfg(all(feature = "emulate", not(feature = "cuda")))]
+    fn nccl_groups(&self, _: usize, grid: &Grid, _: &boost_cuda::Cuda) -> Result<Option<std::convert::Infallible>> {
+        self.wants_nccl(grid)?;
+        Ok(None)
+    }
+
     /// NCCL communicators for the tp, pp and dp groups and the world, when
-    /// `parallel.gpu_collectives` allows it and the ranks are mpirun processes, each on its own
-    /// GPU (NCCL refuses two ranks on one GPU; in-process ranks share one). Under `auto` every
-    /// rank first learns whether NCCL loads on all of them, so they all choose the same path;
-    /// None: stage through host memory. Each group's rank 0 makes the NCCL id and broadcasts it
-    /// over the group's CPU communicator.
+    /// [`Self::wants_nccl`] says so: the ranks are mpirun processes, each on its own GPU.
+    /// Under `auto` every rank first learns whether NCCL loads on all of them, so they all
+    /// choose the same path; None: stage through host memory. Each group's rank 0 makes the
+    /// NCCL id and broadcasts it over the group's CPU communicator.
     #[cfg(feature = "cuda")]
     fn nccl_groups(
         &self,
@@ -206,24 +215,16 @@ impl RankCtx<'_> {
         use boost_config::GpuCollectives;
         use boost_cuda::{NcclGroup, Rendezvous};
         use boost_tensor::{Collective, Label, ReduceOp};
-        let choice = self.cfg.parallel.gpu_collectives;
-        let key = "parallel.gpu_collectives";
-        let processes = boost_comm::mpi::launched();
-        match choice {
-            GpuCollectives::Host => return Ok(None),
-            GpuCollectives::Auto if !processes => return Ok(None),
-            GpuCollectives::Nccl if !processes => bail!(
-                "{key} = nccl: NCCL needs one process per GPU (mpirun -np {}); in-process ranks share a GPU, use \"host\" or \"auto\"",
-                grid.dims.world()
-            ),
-            _ => {}
+        if !self.wants_nccl(grid)? {
+            return Ok(None);
         }
+        let key = "parallel.gpu_collectives";
         // Does NCCL load here, and on every rank?
         let here = NcclGroup::unique_id().map(|_| ());
         let mut missing = vec![if here.is_ok() { 0.0f32 } else { 1.0 }];
         Collective::<Cpu<f32>>::all_reduce(&grid.world, &mut missing, 0, 1, ReduceOp::Max, Label::op("nccl_probe"));
         if missing[0] > 0.0 {
-            if choice == GpuCollectives::Nccl {
+            if self.cfg.parallel.gpu_collectives == GpuCollectives::Nccl {
                 bail!(
                     "{key} = nccl: NCCL is not usable on every rank ({})",
                     here.err().unwrap_or_else(|| "on another rank".into())
@@ -267,6 +268,20 @@ impl RankCtx<'_> {
         recorder: Option<&Recorder>,
     ) -> Result<Option<Summary>> {
         Job::setup(self, rank, c, world, be, g, recorder)?.run()
+    }
+}
+
+/// A GPU group's collectives, recorded under `name` when the grid records, as fp32 payloads
+/// like the CPU groups' (host staging moves fp32; NCCL moves each buffer in its own dtype).
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+fn recorded<C: boost_tensor::Collective<boost_cuda::Cuda> + 'static>(
+    c: C,
+    name: &'static str,
+    recorder: &Option<std::sync::Arc<Recorder>>,
+) -> Box<dyn boost_tensor::Collective<boost_cuda::Cuda>> {
+    match recorder {
+        Some(r) => Box::new(boost_comm::Recorded::new(c, name, boost_comm::DType::F32, r.clone())),
+        None => Box::new(c),
     }
 }
 
