@@ -182,8 +182,8 @@ impl ProjGroup {
                 if fold {
                     // With A' = diag(γ)·A: dA += diag(γ)·(xᵀ·dP) and dγ_j += Σ_k A_jk·(xᵀ·dP)_jk.
                     let gamma = self.norm.expect("a folded group has a norm");
-                    let xt_dp = MatMut::new(&mut *wa, din, a.cols);
-                    be.row_dot(gamma.col_mut(grads), a.of(cx.params), xt_dp.as_ref(), None, 1.0, true);
+                    let xt_dp = Mat::new(&*wa, din, a.cols);
+                    be.row_dot(gamma.col_mut(grads), a.of(cx.params), xt_dp, None, 1.0, true);
                     be.mul_rows(MatMut::new(&mut *wa, din, a.cols), gamma.col(cx.params));
                     be.axpy(a.of_mut(grads), Mat::new(&*wa, din, a.cols), 1.0);
                 }
