@@ -70,6 +70,9 @@ impl<T: CommElem> Pending<Vec<T>> for Finished<T> {
         }
         self.0
     }
+    fn done_at_start(&self) -> bool {
+        true
+    }
 }
 
 impl Group {

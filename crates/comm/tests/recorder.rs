@@ -196,3 +196,42 @@ fn a_recorded_collective_counts_what_a_recording_group_counts() {
         assert_eq!(by_group, by_wrapper);
     }
 }
+
+#[test]
+fn a_recorded_collective_records_started_calls_when_they_are_waited_for() {
+    // A call still in flight after its start (a group with a progress thread) is recorded
+    // when it is waited for: in flight at least the time between its start and its wait,
+    // plus the wait. A call that completed inside its start (no progress thread) is
+    // recorded as a blocking call: waited for all the time it was in flight.
+    use boost_comm::{Group, Recorded, Recorder};
+    use std::sync::Arc;
+    let pause = Duration::from_millis(100);
+    let opts = RunOptions::default().deadline(Duration::from_secs(60));
+    let out = run_ranks_with(Dims::new(1, 1, 2), &opts, |rank, grid| {
+        let rec = Arc::new(Recorder::with_log(8));
+        let mut overlapped = Group::new("dp", grid.tp.comm().clone());
+        overlapped.enable_overlap()?;
+        let dp = Recorded::new(overlapped, "dp", DType::F32, rec.clone());
+        let call = dp.start_all_reduce(vec![rank as f32 + 1.0; 8], 0, 8, ReduceOp::Sum, Label::op("dp.grads"));
+        std::thread::sleep(pause);
+        assert_eq!(call.wait(), vec![3.0; 8], "the started sum");
+        let plain = Recorded::new(Group::new("dp", grid.tp.comm().clone()), "dp", DType::F32, rec.clone());
+        let call = plain.start_all_reduce(vec![1.0f32; 4], 0, 4, ReduceOp::Sum, Label::op("dp.norm"));
+        std::thread::sleep(pause);
+        assert_eq!(call.wait(), vec![2.0; 4], "the sum done at its start");
+        Ok(rec.take().events)
+    })
+    .unwrap();
+    for events in out {
+        assert_eq!(events.len(), 2, "{events:?}");
+        let (started, blocking) = (&events[0], &events[1]);
+        assert_eq!((started.key.label, started.elements), (Label::op("dp.grads"), 8));
+        assert!(
+            started.in_flight >= pause + started.waited,
+            "in flight from the start to the end of the wait: {started:?}"
+        );
+        assert_eq!(blocking.key.label, Label::op("dp.norm"));
+        assert_eq!(blocking.waited, blocking.in_flight, "a call done at its start is exposed whole: {blocking:?}");
+        assert!(blocking.in_flight < started.in_flight, "not in flight during the pause: {blocking:?}");
+    }
+}

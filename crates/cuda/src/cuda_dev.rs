@@ -1,5 +1,6 @@
-//! The GPU device through cudarc: one context, one stream (event tracking off: everything is
-//! ordered on that stream), cuBLAS on the stream, and the kernels loaded from the embedded
+//! The GPU device through cudarc: one context, one compute stream (event tracking off: the
+//! kernels are ordered on that stream, and NCCL groups order their own streams against it
+//! with events, see `nccl.rs`), cuBLAS on the stream, and the kernels loaded from the embedded
 //! cubin (sm_90) or PTX (compute_80), else compiled by NVRTC for the device.
 
 use crate::device::{Compute, DType, Device, Gemm, Launch, Mem, P};
@@ -69,7 +70,8 @@ fn nvrtc_images(arch: &str) -> Result<Vec<(&'static str, Ptx)>, String> {
 impl CudaDev {
     pub fn new(info: DeviceInfo) -> Result<Self, String> {
         let ctx = CudaContext::new(info.ordinal).map_err(err("creating the CUDA context"))?;
-        // SAFETY: all work is queued on one stream, so no cross-stream events are needed.
+        // SAFETY: all kernels and copies are queued on one stream; the only other streams
+        // (NCCL groups') are ordered against it by explicit events.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream().map_err(err("creating a stream"))?;
         let blas = CudaBlas::new(stream.clone()).map_err(err("creating the cuBLAS handle"))?;

@@ -1,5 +1,13 @@
-//! [`NcclGroup`]: NCCL collectives on the backend's stream, implementing
+//! [`NcclGroup`]: NCCL collectives on a stream of the group's own, implementing
 //! [`Collective<Cuda>`], and the rendezvous that gives every rank the NCCL unique id.
+//!
+//! Every call of a group is queued on the group's stream behind an event recorded on the
+//! backend's compute stream (so it sees what the kernels before it wrote), and the compute
+//! stream waits for the event that ends it before using the buffer again. A blocking call
+//! queues that wait at once; a started call (`start_*`, with overlap on) queues it when its
+//! handle is waited for, so the kernels issued in between (the rest of the backward pass)
+//! run beside the collective. The host never blocks on either. One stream per group keeps
+//! each communicator's calls in issue order on every rank, as NCCL requires.
 //!
 //! NCCL needs one GPU per rank: two ranks on one GPU are refused, so on a one-GPU machine
 //! only groups of one rank run. A group's calls must come from the thread that owns its
@@ -8,8 +16,8 @@
 use crate::backend::Cuda;
 use crate::buf::{CudaBuf, DType};
 use crate::cuda_dev::CudaDev;
-use boost_tensor::{Collective, DeviceBuf, Label, ReduceOp};
-use cudarc::driver::CudaStream;
+use boost_tensor::{Collective, DeviceBuf, Handle, Label, Pending, ReduceOp};
+use cudarc::driver::{CudaEvent, CudaStream};
 use cudarc::nccl::{result as nr, sys as ns};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -33,11 +41,16 @@ pub enum Rendezvous {
 /// Magic bytes that open a TCP rendezvous message.
 const MAGIC: &[u8; 8] = b"BOOSTNCL";
 
-/// One rank's NCCL communicator, queuing collectives on its backend's stream.
+/// One rank's NCCL communicator, queuing collectives on a stream of its own.
 pub struct NcclGroup {
     comm: ns::ncclComm_t,
     be: Cuda,
+    /// The backend's stream, where the kernels run.
+    compute: Arc<CudaStream>,
+    /// This group's stream, where its NCCL calls run.
     stream: Arc<CudaStream>,
+    /// Whether started calls leave their completion to the handle's wait (see the module).
+    overlap: bool,
     rank: usize,
     size: usize,
     one: CudaBuf,
@@ -51,6 +64,7 @@ unsafe impl Sync for NcclGroup {}
 impl Drop for NcclGroup {
     fn drop(&mut self) {
         let _ = self.stream.synchronize();
+        let _ = self.compute.synchronize();
         // SAFETY: the communicator is valid and no longer used.
         unsafe {
             let _ = nr::comm_destroy(self.comm);
@@ -94,11 +108,12 @@ impl NcclGroup {
 
     /// Join group `rank` of `size` on `be`'s GPU, learning the id through `rv`; waits at
     /// most `timeout` for the rendezvous (NCCL's own initialisation then waits for every
-    /// rank).
+    /// rank). Started calls complete when they are started until [`Self::overlapping`].
     pub fn new(be: &Cuda, rank: usize, size: usize, rv: Rendezvous, timeout: Duration) -> Result<Self, String> {
         assert!(rank < size, "NCCL rank {rank} of a group of {size}");
         nccl_loaded()?;
-        let stream = stream_of(be)?;
+        let compute = stream_of(be)?;
+        let stream = compute.fork().map_err(|e| format!("creating the NCCL group's stream: {e:?}"))?;
         let id = rv.exchange(rank, size, timeout, NcclGroup::unique_id)?;
         let uid = ns::ncclUniqueId { internal: id.map(|b| b as _) };
         stream.context().bind_to_thread().map_err(|e| format!("binding the CUDA context: {e:?}"))?;
@@ -106,7 +121,15 @@ impl NcclGroup {
         // SAFETY: `comm` receives the new communicator.
         unsafe { nr::comm_init_rank(&mut comm, size as i32, uid, rank as i32) }
             .map_err(|e| format!("ncclCommInitRank (rank {rank} of {size}): {e:?}"))?;
-        Ok(Self { comm, be: be.clone(), stream, rank, size, one: be.alloc_dtype(1, DType::F32, false) })
+        let one = be.alloc_dtype(1, DType::F32, false);
+        Ok(Self { comm, be: be.clone(), compute, stream, overlap: false, rank, size, one })
+    }
+
+    /// With `on`, a started call's completion is queued on the compute stream only when its
+    /// handle is waited for, so it overlaps the kernels issued before that (`parallel.overlap`).
+    pub fn overlapping(mut self, on: bool) -> Self {
+        self.overlap = on;
+        self
     }
 
     /// The group of the ranks that pass the same `color`, ordered by `key`
@@ -125,7 +148,9 @@ impl NcclGroup {
         }
         let be = self.be.clone();
         let one = be.alloc_dtype(1, DType::F32, false);
-        Ok(Self { comm, be, stream: self.stream.clone(), rank: r as usize, size: n as usize, one })
+        let stream = self.compute.fork().map_err(|e| format!("creating the NCCL group's stream: {e:?}"))?;
+        let (compute, overlap) = (self.compute.clone(), self.overlap);
+        Ok(Self { comm, be, compute, stream, overlap, rank: r as usize, size: n as usize, one })
     }
 
     fn raw_stream(&self) -> ns::cudaStream_t {
@@ -136,6 +161,89 @@ impl NcclGroup {
         if let Err(e) = r {
             panic!("NCCL {what} at {label} failed on rank {} of {}: {e:?}", self.rank, self.size);
         }
+    }
+
+    fn cuda<T>(&self, what: &str, label: Label, r: Result<T, cudarc::driver::DriverError>) -> T {
+        r.unwrap_or_else(|e| panic!("CUDA {what} for NCCL at {label} on rank {} of {}: {e:?}", self.rank, self.size))
+    }
+
+    /// Queue one NCCL call on the group's stream after the work queued so far on the compute
+    /// stream; the event returned marks its end.
+    fn issue(
+        &self,
+        what: &str,
+        label: Label,
+        call: impl FnOnce(ns::cudaStream_t) -> Result<nr::NcclStatus, nr::NcclError>,
+    ) -> CudaEvent {
+        let inputs = self.cuda("recording an event", label, self.compute.record_event(None));
+        self.cuda("ordering the group's stream", label, self.stream.wait(&inputs));
+        self.ok(what, label, call(self.raw_stream()));
+        self.cuda("recording an event", label, self.stream.record_event(None))
+    }
+
+    /// The compute stream's work from now on comes after the call that `done` ends; `shadow`
+    /// is the range whose bf16 copy is then refreshed (the call wrote it).
+    fn join(&self, done: &CudaEvent, buf: &CudaBuf, shadow: Option<(usize, usize)>, label: Label) {
+        self.cuda("waiting for NCCL", label, self.compute.wait(done));
+        if let Some((off, n)) = shadow {
+            self.be.resync(buf, off, 1, n, n);
+        }
+    }
+
+    /// A started call: its completion is joined now, or by the handle's wait with overlap on.
+    fn started(
+        &self,
+        buf: CudaBuf,
+        done: CudaEvent,
+        shadow: Option<(usize, usize)>,
+        label: Label,
+    ) -> Handle<'_, CudaBuf> {
+        let call = InFlight { group: self, buf: Some(buf), done, shadow, label };
+        if self.overlap { Box::new(call) } else { Box::new(boost_tensor::Ready(Box::new(call).wait())) }
+    }
+
+    fn all_reduce_call(&self, buf: &CudaBuf, off: usize, n: usize, op: ReduceOp, label: Label) -> CudaEvent {
+        self.range(buf, off, n, "all_reduce");
+        let op = match op {
+            ReduceOp::Sum => ns::ncclRedOp_t::ncclSum,
+            ReduceOp::Max => ns::ncclRedOp_t::ncclMax,
+        };
+        let p = buf.ptr(off) as *mut std::ffi::c_void;
+        // SAFETY: in place over a checked range of a live buffer, ordered after its writers.
+        self.issue("all_reduce", label, |s| unsafe { nr::all_reduce(p, p, n, dtype(buf), op, self.comm, s) })
+    }
+
+    fn all_gather_call(&self, buf: &CudaBuf, off: usize, n: usize, label: Label) -> CudaEvent {
+        self.range(buf, off, self.size * n, "all_gather");
+        let recv = buf.ptr(off) as *mut std::ffi::c_void;
+        let send = buf.ptr(off + self.rank * n) as *const std::ffi::c_void;
+        // SAFETY: NCCL's in-place form (send = recv + rank·n).
+        self.issue("all_gather", label, |s| unsafe { nr::all_gather(send, recv, n, dtype(buf), self.comm, s) })
+    }
+
+    fn reduce_scatter_call(&self, buf: &CudaBuf, off: usize, n: usize, label: Label) -> CudaEvent {
+        self.range(buf, off, self.size * n, "reduce_scatter");
+        let send = buf.ptr(off) as *const std::ffi::c_void;
+        let recv = buf.ptr(off + self.rank * n) as *mut std::ffi::c_void;
+        let sum = ns::ncclRedOp_t::ncclSum;
+        // SAFETY: NCCL's in-place form (recv = send + rank·n).
+        self.issue("reduce_scatter", label, |s| unsafe {
+            nr::reduce_scatter(send, recv, n, dtype(buf), sum, self.comm, s)
+        })
+    }
+
+    fn send_call(&self, buf: &CudaBuf, off: usize, n: usize, to: usize, label: Label) -> CudaEvent {
+        self.range(buf, off, n, "send");
+        let p = buf.ptr(off) as *const std::ffi::c_void;
+        // SAFETY: a checked range of a live buffer.
+        self.issue("send", label, |s| unsafe { nr::send(p, n, dtype(buf), to as i32, self.comm, s) })
+    }
+
+    fn recv_call(&self, buf: &CudaBuf, off: usize, n: usize, from: usize, label: Label) -> CudaEvent {
+        self.range(buf, off, n, "recv");
+        let p = buf.ptr(off) as *mut std::ffi::c_void;
+        // SAFETY: a checked range of a live buffer.
+        self.issue("recv", label, |s| unsafe { nr::recv(p, n, dtype(buf), from as i32, self.comm, s) })
     }
 
     fn range(&self, buf: &CudaBuf, off: usize, n: usize, what: &str) {
@@ -151,77 +259,95 @@ impl Collective<Cuda> for NcclGroup {
         self.size
     }
     fn all_reduce(&self, buf: &mut CudaBuf, off: usize, n: usize, op: ReduceOp, label: Label) {
-        self.range(buf, off, n, "all_reduce");
-        let op = match op {
-            ReduceOp::Sum => ns::ncclRedOp_t::ncclSum,
-            ReduceOp::Max => ns::ncclRedOp_t::ncclMax,
-        };
-        let p = buf.ptr(off) as *mut std::ffi::c_void;
-        // SAFETY: in place over a checked range of a live buffer, on the backend's stream.
-        let r = unsafe { nr::all_reduce(p, p, n, dtype(buf), op, self.comm, self.raw_stream()) };
-        self.ok("all_reduce", label, r);
-        self.be.resync(buf, off, 1, n, n);
+        let done = self.all_reduce_call(buf, off, n, op, label);
+        self.join(&done, buf, Some((off, n)), label);
     }
     fn all_gather(&self, buf: &mut CudaBuf, off: usize, n: usize, label: Label) {
-        self.range(buf, off, self.size * n, "all_gather");
-        let recv = buf.ptr(off) as *mut std::ffi::c_void;
-        let send = buf.ptr(off + self.rank * n) as *const std::ffi::c_void;
-        // SAFETY: NCCL's in-place form (send = recv + rank·n).
-        let r = unsafe { nr::all_gather(send, recv, n, dtype(buf), self.comm, self.raw_stream()) };
-        self.ok("all_gather", label, r);
-        self.be.resync(buf, off, 1, self.size * n, self.size * n);
+        let done = self.all_gather_call(buf, off, n, label);
+        self.join(&done, buf, Some((off, self.size * n)), label);
     }
     fn reduce_scatter(&self, buf: &mut CudaBuf, off: usize, n: usize, label: Label) {
-        self.range(buf, off, self.size * n, "reduce_scatter");
-        let send = buf.ptr(off) as *const std::ffi::c_void;
-        let recv = buf.ptr(off + self.rank * n) as *mut std::ffi::c_void;
-        // SAFETY: NCCL's in-place form (recv = send + rank·n).
-        let r = unsafe {
-            nr::reduce_scatter(send, recv, n, dtype(buf), ns::ncclRedOp_t::ncclSum, self.comm, self.raw_stream())
-        };
-        self.ok("reduce_scatter", label, r);
-        self.be.resync(buf, off + self.rank * n, 1, n, n);
+        let done = self.reduce_scatter_call(buf, off, n, label);
+        self.join(&done, buf, Some((off + self.rank * n, n)), label);
     }
     fn broadcast(&self, buf: &mut CudaBuf, off: usize, n: usize, root: usize, label: Label) {
         self.range(buf, off, n, "broadcast");
         let p = buf.ptr(off) as *mut std::ffi::c_void;
         // SAFETY: in place over a checked range.
-        let r = unsafe { nr::broadcast(p, p, n, dtype(buf), root as i32, self.comm, self.raw_stream()) };
-        self.ok("broadcast", label, r);
-        self.be.resync(buf, off, 1, n, n);
+        let done = self
+            .issue("broadcast", label, |s| unsafe { nr::broadcast(p, p, n, dtype(buf), root as i32, self.comm, s) });
+        self.join(&done, buf, Some((off, n)), label);
     }
     fn send(&self, buf: &CudaBuf, off: usize, n: usize, to: usize, label: Label) {
-        self.range(buf, off, n, "send");
-        let p = buf.ptr(off) as *const std::ffi::c_void;
-        // SAFETY: a checked range of a live buffer.
-        let r = unsafe { nr::send(p, n, dtype(buf), to as i32, self.comm, self.raw_stream()) };
-        self.ok("send", label, r);
+        let done = self.send_call(buf, off, n, to, label);
+        self.join(&done, buf, None, label);
     }
     fn recv(&self, buf: &mut CudaBuf, off: usize, n: usize, from: usize, label: Label) {
-        self.range(buf, off, n, "recv");
-        let p = buf.ptr(off) as *mut std::ffi::c_void;
-        // SAFETY: a checked range of a live buffer.
-        let r = unsafe { nr::recv(p, n, dtype(buf), from as i32, self.comm, self.raw_stream()) };
-        self.ok("recv", label, r);
-        self.be.resync(buf, off, 1, n, n);
+        let done = self.recv_call(buf, off, n, from, label);
+        self.join(&done, buf, Some((off, n)), label);
     }
     fn barrier(&self) {
+        let label = Label::op("barrier");
         let p = self.one.ptr(0) as *mut std::ffi::c_void;
+        let (f32, sum) = (ns::ncclDataType_t::ncclFloat32, ns::ncclRedOp_t::ncclSum);
         // SAFETY: one element of the group's own buffer.
-        let r = unsafe {
-            nr::all_reduce(
-                p,
-                p,
-                1,
-                ns::ncclDataType_t::ncclFloat32,
-                ns::ncclRedOp_t::ncclSum,
-                self.comm,
-                self.raw_stream(),
-            )
-        };
-        self.ok("barrier", Label::op("barrier"), r);
+        let done = self.issue("barrier", label, |s| unsafe { nr::all_reduce(p, p, 1, f32, sum, self.comm, s) });
+        self.join(&done, &self.one, None, label);
         if let Err(e) = self.stream.synchronize() {
             panic!("NCCL barrier on rank {}: {e:?}", self.rank);
+        }
+    }
+
+    // Started calls run on the group's stream beside the kernels issued after them. Sends
+    // and receives are not posted ahead (`overlaps` is false): with one stream per group, a
+    // receive queued ahead of a send its peer waits for would stall both ranks, where a
+    // host progress thread buffers the send.
+    fn start_all_reduce(&self, buf: CudaBuf, off: usize, n: usize, op: ReduceOp, label: Label) -> Handle<'_, CudaBuf> {
+        let done = self.all_reduce_call(&buf, off, n, op, label);
+        self.started(buf, done, Some((off, n)), label)
+    }
+    fn start_reduce_scatter(&self, buf: CudaBuf, off: usize, n: usize, label: Label) -> Handle<'_, CudaBuf> {
+        let done = self.reduce_scatter_call(&buf, off, n, label);
+        self.started(buf, done, Some((off + self.rank * n, n)), label)
+    }
+    fn start_all_gather(&self, buf: CudaBuf, off: usize, n: usize, label: Label) -> Handle<'_, CudaBuf> {
+        let done = self.all_gather_call(&buf, off, n, label);
+        self.started(buf, done, Some((off, self.size * n)), label)
+    }
+    fn start_send(&self, buf: CudaBuf, off: usize, n: usize, to: usize, label: Label) -> Handle<'_, CudaBuf> {
+        let done = self.send_call(&buf, off, n, to, label);
+        self.started(buf, done, None, label)
+    }
+    fn start_recv(&self, buf: CudaBuf, off: usize, n: usize, from: usize, label: Label) -> Handle<'_, CudaBuf> {
+        let done = self.recv_call(&buf, off, n, from, label);
+        self.started(buf, done, Some((off, n)), label)
+    }
+}
+
+/// A call queued on a group's stream; it owns the buffer until the compute stream is made
+/// to wait for it.
+struct InFlight<'a> {
+    group: &'a NcclGroup,
+    buf: Option<CudaBuf>,
+    done: CudaEvent,
+    shadow: Option<(usize, usize)>,
+    label: Label,
+}
+
+impl Pending<CudaBuf> for InFlight<'_> {
+    fn wait(mut self: Box<Self>) -> CudaBuf {
+        let buf = self.buf.take().expect("an unwaited call owns its buffer");
+        self.group.join(&self.done, &buf, self.shadow, self.label);
+        buf
+    }
+}
+
+impl Drop for InFlight<'_> {
+    /// A handle dropped unwaited (a panic unwinding) still orders the compute stream after
+    /// the call, so the buffer's memory is not freed (on that stream) while NCCL uses it.
+    fn drop(&mut self) {
+        if self.buf.is_some() {
+            let _ = self.group.compute.wait(&self.done);
         }
     }
 }

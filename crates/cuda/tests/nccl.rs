@@ -1,5 +1,6 @@
 //! NCCL groups: the rendezvous (runs anywhere), a group of one rank (one GPU), and groups of
-//! every GPU of the machine (two or more GPUs; skipped otherwise).
+//! every GPU of the machine (two or more GPUs; skipped otherwise), with blocking and started
+//! calls.
 #![cfg(feature = "cuda")]
 
 use boost_cuda::{Cuda, NcclGroup, Precision, Rendezvous};
@@ -71,6 +72,16 @@ fn group_of_one_rank_on_one_gpu() {
     g.broadcast(&mut b, 0, 10, 0, Label::op("t"));
     g.barrier();
     assert_eq!(be.read_mat::<f64>(Mat::new(&b, 1, 10)), data);
+    // Started calls on the group's stream, with kernels queued on the compute stream while
+    // they are in flight; the buffer comes back as it went.
+    let g = g.overlapping(true);
+    let call = g.start_all_reduce(b, 0, 10, ReduceOp::Sum, Label::op("t"));
+    let mut other = be.alloc(10);
+    be.write_mat(MatMut::new(&mut other, 1, 10), &data);
+    let call2 = g.start_all_gather(other, 0, 10, Label::op("t"));
+    let (b, other) = (call.wait(), call2.wait());
+    assert_eq!(be.read_mat::<f64>(Mat::new(&b, 1, 10)), data);
+    assert_eq!(be.read_mat::<f64>(Mat::new(&other, 1, 10)), data);
 }
 
 /// One thread per GPU, one NCCL group over all of them: sums, maxima, gathers, scatters,
@@ -106,6 +117,17 @@ fn group_over_every_gpu() {
                 let from1: Vec<f64> = (0..n * k).map(|i| (100 + i) as f64).collect();
                 assert_eq!(be.read_mat::<f64>(Mat::new(&b, 1, n * k)), from1);
                 g.barrier();
+                // Started on the group's stream: two sums in flight at once, each the same
+                // bits as the blocking sum.
+                let g = g.overlapping(true);
+                be.write_mat(MatMut::new(&mut b, 1, n * k), &mine);
+                let mut c = be.alloc(n * k);
+                be.write_mat(MatMut::new(&mut c, 1, n * k), &mine);
+                let first = g.start_all_reduce(b, 0, n * k, ReduceOp::Sum, Label::op("sum"));
+                let second = g.start_reduce_scatter(c, 0, k, Label::op("rs"));
+                let (b, c) = (first.wait(), second.wait());
+                assert_eq!(be.read_mat::<f64>(Mat::new(&b, 1, n * k)), sum);
+                assert_eq!(be.read_mat::<f64>(Mat::at(&c, r * k, 1, k, k)), sum[r * k..(r + 1) * k]);
             });
         }
     });

@@ -7,6 +7,11 @@
 /// blocking call gives (naming the call, the group and the failed rank).
 pub trait Pending<Buf>: Send {
     fn wait(self: Box<Self>) -> Buf;
+    /// Whether the call completed inside its start (nothing is left in flight), so a
+    /// recorder counts it as a blocking call.
+    fn done_at_start(&self) -> bool {
+        false
+    }
 }
 
 /// A call that completed when it was started (backends without a progress thread).
@@ -15,6 +20,9 @@ pub struct Ready<Buf>(pub Buf);
 impl<Buf: Send> Pending<Buf> for Ready<Buf> {
     fn wait(self: Box<Self>) -> Buf {
         self.0
+    }
+    fn done_at_start(&self) -> bool {
+        true
     }
 }
 

@@ -204,7 +204,9 @@ impl RankCtx<'_> {
     /// [`Self::wants_nccl`] says so: the ranks are mpirun processes, each on its own GPU.
     /// Under `auto` every rank first learns whether NCCL loads on all of them, so they all
     /// choose the same path; None: stage through host memory. Each group's rank 0 makes the
-    /// NCCL id and broadcasts it over the group's CPU communicator.
+    /// NCCL id and broadcasts it over the group's CPU communicator. With `parallel.overlap`,
+    /// started calls (the data-parallel buckets and ZeRO-1 gathers) run on each group's own
+    /// stream beside the backward pass.
     #[cfg(feature = "cuda")]
     fn nccl_groups(
         &self,
@@ -246,6 +248,7 @@ impl RankCtx<'_> {
             Collective::<Cpu<f32>>::broadcast(group, &mut id, 0, 128, 0, Label::op("nccl_id"));
             let id: [u8; 128] = std::array::from_fn(|i| id[i] as u8);
             NcclGroup::new(be, r, size, Rendezvous::Id(id), std::time::Duration::from_secs(120))
+                .map(|g| g.overlapping(self.cfg.parallel.overlap))
                 .map_err(|e| anyhow::anyhow!("{key}: NCCL group {}: {e}", group.name()))
         };
         Ok(Some([open(&grid.tp)?, open(&grid.pp)?, open(&grid.dp)?, open(&grid.world)?]))
