@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <ucontext.h>
 
 #include <map>
@@ -15,7 +16,7 @@
 
 #include "common.cuh"
 
-EmuDim3 emu_block_idx, emu_block_dim, emu_grid_dim;
+EmuDim3 emu_block_idx, emu_block_dim, emu_grid_dim, emu_thread_idx;
 
 namespace {
 
@@ -59,9 +60,13 @@ emu_switch:
 #endif
 
 struct Fibers {
-    std::vector<char> stacks;
+    // The fibers' stacks, STACK bytes each (see grow_stacks).
+    char* stacks = nullptr;
     // 0: runnable, 1: waiting at a barrier, 2: finished.
     std::vector<int> state;
+    // threadIdx of each thread of the block (computed once per launch).
+    std::vector<EmuDim3> tidx;
+    int n = 0;
     int cur = 0;
     Fn fn = nullptr;
     const P* p = nullptr;
@@ -79,46 +84,92 @@ struct Fibers {
 Fibers F;
 std::mutex LOCK;
 
+// Stacks for `bytes`, in huge pages where the kernel gives them: every switch lands on
+// another fiber's stack, and with 4 KiB pages each of them would need its own TLB entry.
+void grow_stacks(size_t bytes) {
+    const size_t huge = 2u << 20;
+    free(F.stacks);
+    void* p = nullptr;
+    if (posix_memalign(&p, huge, (bytes + huge - 1) / huge * huge) != 0) {
+        fprintf(stderr, "emulator: out of memory for %zu bytes of fiber stacks\n", bytes);
+        abort();
+    }
+#ifdef MADV_HUGEPAGE
+    madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE);
+#endif
+    F.stacks = (char*)p;
+}
+
+// Makes thread `t` of the block the running one (F.cur and threadIdx).
+void set_current(int t) {
+    F.cur = t;
+    emu_thread_idx = F.tidx[t];
+}
+
+// Saves the running context in `from` (-1: the scheduler) and resumes `to` (-1: the scheduler).
+#if defined(__x86_64__)
+void switch_fibers(int from, int to) {
+    emu_switch(from < 0 ? &F.sched_sp : &F.sp[from], to < 0 ? F.sched_sp : F.sp[to]);
+}
+#else
+void switch_fibers(int from, int to) {
+    swapcontext(from < 0 ? &F.sched : &F.ctx[from], to < 0 ? &F.sched : &F.ctx[to]);
+}
+#endif
+
+// The thread that runs after `t` in a round (the next one not finished), or -1 when the
+// round is over.
+int next_in_round(int t) {
+    for (int u = t + 1; u < F.n; u++)
+        if (F.state[u] != 2) return u;
+    return -1;
+}
+
+// Leaves the running fiber for the next one of the round, or the scheduler after the last:
+// a direct switch, so a barrier costs one switch per thread rather than two.
+void pass_on() {
+    int from = F.cur, to = next_in_round(from);
+    if (to >= 0) {
+        F.state[to] = 0;
+        set_current(to);
+    }
+    switch_fibers(from, to);
+}
+
 void fiber_body() {
     F.fn(F.p);
     F.state[F.cur] = 2;
+    pass_on();  // never resumed: the next block starts its fibers afresh
 }
 
 #if defined(__x86_64__)
-void fiber_entry() {
-    fiber_body();
-    void* dead;
-    emu_switch(&dead, F.sched_sp);
-}
-
 void start(int t) {
-    char* top = &F.stacks[(size_t)(t + 1) * STACK];
+    // Tops staggered by a cache line, so that the fibers' saved registers do not all fall in
+    // one cache set.
+    char* top = F.stacks + (size_t)(t + 1) * STACK - (size_t)(t % 64) * 64;
     top = (char*)((uintptr_t)top & ~(uintptr_t)15);
     void** s = (void**)top;
     *--s = nullptr;               // the entry function's return address (never used)
-    *--s = (void*)&fiber_entry;   // where the first switch returns to
+    *--s = (void*)&fiber_body;    // where the first switch returns to
     for (int i = 0; i < 6; i++) *--s = nullptr;  // rbp rbx r12 r13 r14 r15
     F.sp[t] = s;
 }
-void resume(int t) { emu_switch(&F.sched_sp, F.sp[t]); }
-void yield() { emu_switch(&F.sp[F.cur], F.sched_sp); }
 #else
 void start(int t) {
     getcontext(&F.ctx[t]);
-    F.ctx[t].uc_stack.ss_sp = &F.stacks[(size_t)t * STACK];
+    F.ctx[t].uc_stack.ss_sp = F.stacks + (size_t)t * STACK;
     F.ctx[t].uc_stack.ss_size = STACK;
     F.ctx[t].uc_link = &F.sched;
     makecontext(&F.ctx[t], fiber_body, 0);
 }
-void resume(int t) { swapcontext(&F.sched, &F.ctx[t]); }
-void yield() { swapcontext(&F.ctx[F.cur], &F.sched); }
 #endif
 
 // Runs one block as fibers; returns 0, or -2 when threads of the block disagree on a barrier.
+// A round runs every unfinished thread in order up to its next barrier or its end.
 int run_block_fibers(int n) {
     if ((int)F.state.size() < n) {
         F.state.resize(n);
-        F.stacks.assign((size_t)n * STACK, 0);
+        grow_stacks((size_t)n * STACK);
 #if defined(__x86_64__)
         F.sp.resize(n);
 #else
@@ -126,17 +177,17 @@ int run_block_fibers(int n) {
 #endif
     }
     F.fibers = true;
+    F.n = n;
     for (int t = 0; t < n; t++) {
         start(t);
         F.state[t] = 0;
     }
     for (;;) {
-        for (int t = 0; t < n; t++) {
-            if (F.state[t] == 2) continue;
-            F.state[t] = 0;
-            F.cur = t;
-            resume(t);
-        }
+        int first = next_in_round(-1);
+        if (first < 0) return 0;
+        F.state[first] = 0;
+        set_current(first);
+        switch_fibers(-1, first);
         int done = 0, waiting = 0;
         for (int t = 0; t < n; t++) {
             done += F.state[t] == 2;
@@ -151,7 +202,7 @@ int run_block_fibers(int n) {
 void run_block_plain(int n) {
     F.fibers = false;
     for (int t = 0; t < n; t++) {
-        F.cur = t;
+        set_current(t);
         F.fn(F.p);
     }
 }
@@ -163,18 +214,13 @@ int emu_register(const char* name, Fn fn) {
     return 0;
 }
 
-EmuDim3 emu_thread_idx() {
-    unsigned t = (unsigned)F.cur, bx = emu_block_dim.x, by = emu_block_dim.y;
-    return EmuDim3{t % bx, (t / bx) % by, t / (bx * by)};
-}
-
 void emu_syncthreads() {
     if (!F.fibers) {
         fprintf(stderr, "emulator: a kernel launched as barrier-free reached __syncthreads()\n");
         abort();
     }
     F.state[F.cur] = 1;
-    yield();
+    pass_on();
 }
 
 #include "act.cu"
@@ -203,6 +249,9 @@ extern "C" int boost_emu_launch(const char* name, const unsigned* grid, const un
     emu_grid_dim = EmuDim3{grid[0], grid[1], grid[2]};
     emu_block_dim = EmuDim3{block[0], block[1], block[2]};
     int n = (int)(block[0] * block[1] * block[2]);
+    F.tidx.resize(n);
+    for (unsigned t = 0; t < (unsigned)n; t++)
+        F.tidx[t] = EmuDim3{t % block[0], (t / block[0]) % block[1], t / (block[0] * block[1])};
     for (unsigned z = 0; z < grid[2]; z++)
         for (unsigned y = 0; y < grid[1]; y++)
             for (unsigned x = 0; x < grid[0]; x++) {

@@ -9,14 +9,15 @@ struct EmuDim3 {
     unsigned x, y, z;
 };
 
-extern EmuDim3 emu_block_idx, emu_block_dim, emu_grid_dim;
-EmuDim3 emu_thread_idx();
+// The running thread's index is set by the launcher each time it switches threads (a read
+// of threadIdx is a load, not a call: kernels read it in their inner loops).
+extern EmuDim3 emu_block_idx, emu_block_dim, emu_grid_dim, emu_thread_idx;
 void emu_syncthreads();
 
 #define blockIdx emu_block_idx
 #define blockDim emu_block_dim
 #define gridDim emu_grid_dim
-#define threadIdx (emu_thread_idx())
+#define threadIdx emu_thread_idx
 #define __syncthreads() emu_syncthreads()
 #define __global__
 #define __device__
