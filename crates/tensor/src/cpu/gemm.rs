@@ -1,6 +1,7 @@
 //! GEMM through the `gemm` crate. Work is split over output panels only and K is walked in a
 //! fixed order, so results are identical for any thread count.
 
+use super::par::SendPtr;
 use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
 use gemm::Parallelism;
@@ -18,6 +19,11 @@ pub struct Operand<T> {
     pub rs: isize,
     pub cs: isize,
 }
+// SAFETY: an operand is only read, and `gemm_raw`'s caller guarantees nothing writes it
+// during the call (the panel tasks share it).
+unsafe impl<T> Send for Operand<T> {}
+// SAFETY: as Send.
+unsafe impl<T> Sync for Operand<T> {}
 
 impl<T> Operand<T> {
     /// Operand for `op(v)` of a view.
@@ -64,9 +70,9 @@ pub unsafe fn gemm_raw<T: Scalar>(
         // elsewhere about the same (`examples/gemm_panels.rs`). The crate's K
         // blocking depends only on K and the cache sizes, so every element is summed exactly
         // as in one serial call, for any number of panels.
-        let (c, a, b) = (Shared(c), Shared(a), Shared(b));
+        let c = SendPtr(c);
         (0..panels).into_par_iter().for_each(|p| {
-            let (c, a, b) = (c.get(), a.get(), b.get());
+            let c = c.get();
             let side = if along_m { m } else { n };
             let (lo, hi) = (panel_edge(side, panels, p), panel_edge(side, panels, p + 1));
             // SAFETY: the panels are disjoint parts of `c` and of `a`'s rows or `b`'s columns.
@@ -137,20 +143,6 @@ unsafe fn gemm_serial<T: Scalar>(
             false,
             Parallelism::None,
         );
-    }
-}
-
-/// A pointer (or an operand holding one) shared with the panel tasks, which touch disjoint
-/// parts of what it addresses.
-#[derive(Clone, Copy)]
-struct Shared<P>(P);
-// SAFETY: the tasks read the operands and write disjoint panels of `c` (see gemm_raw).
-unsafe impl<P> Send for Shared<P> {}
-// SAFETY: as Send.
-unsafe impl<P> Sync for Shared<P> {}
-impl<P: Copy> Shared<P> {
-    fn get(self) -> P {
-        self.0
     }
 }
 
