@@ -169,11 +169,11 @@ class Block(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x), lat)
 
 
-def rope_tables(seq, dh, theta, dtype):
+def rope_tables(seq, dh, theta, dtype, device=None):
     inv_freq = 1.0 / (theta ** (torch.arange(0, dh, 2, dtype=torch.float64) / dh))
     ang = torch.outer(torch.arange(seq, dtype=torch.float64), inv_freq)
     ang = torch.cat([ang, ang], dim=-1)
-    return ang.cos().to(dtype), ang.sin().to(dtype)
+    return ang.cos().to(device, dtype), ang.sin().to(device, dtype)
 
 
 def rotate_half(x):
@@ -209,7 +209,7 @@ class BoostLM(nn.Module):
     def forward(self, ids):
         S = ids.shape[1]
         x = self.model.embed_tokens(ids)
-        cos, sin = rope_tables(S, self.cfg["d"] // self.cfg["heads"], self.cfg["rope_theta"], x.dtype)
+        cos, sin = rope_tables(S, self.cfg["d"] // self.cfg["heads"], self.cfg["rope_theta"], x.dtype, x.device)
         lat = {}
         for block in self.model.layers:
             x = block(x, cos, sin, lat)

@@ -4,12 +4,13 @@
 //! ```text
 //! cargo run --release -p boost-cuda --features cuda --example cuda_bench -- \
 //!     --arch cola --d 512 --d-ff 1376 --layers 8 --heads 8 --rank 128 --vocab 8192 \
-//!     --seq 256 --micro-batch 8 [--kv-heads K] [--dtype bf16|fp32] [--warmup 3] [--rounds 10]
+//!     --seq 256 --micro-batch 8 [--kv-heads K] [--dtype bf16|fp32] [--warmup 3] [--rounds 10] [--profile N]
 //! python3 bench/torch_peer_cuda.py --device cuda --dtype bf16 <the same shape flags> --json
 //! ```
 //!
 //! A step is zero grads, forward/backward of one fixed random micro-batch, the global
-//! gradient norm and AdamW; each is timed from a device synchronize to the next.
+//! gradient norm and AdamW; each is timed from a device synchronize to the next. `--profile N`
+//! then runs N more steps with every kernel timed (`Profiled`) and prints the kernels' totals.
 //! `--emulate` runs on the kernel emulator (feature `emulate`): a smoke test, not a timing.
 
 #[cfg(not(any(feature = "cuda", feature = "emulate")))]
@@ -31,6 +32,7 @@ mod bench {
     use boost_config::{Arch, ModelConfig};
     use boost_cuda::{Cuda, Precision};
     use boost_model::{Batch, Layout, Model};
+    use boost_tensor::profile::Profiled;
     use boost_tensor::{AdamStep, AdamUpdate, Backend, Mat, Solo};
     use std::collections::HashMap;
     use std::time::Instant;
@@ -91,9 +93,6 @@ mod bench {
             x => return Err(format!("--dtype {x}: bf16 or fp32")),
         };
         let be = backend(emulate, num("device", Some(0))?, prec)?;
-        let mut model = Model::new(be.clone(), &cfg, Layout::single(&cfg), 1).map_err(|e| e.to_string())?;
-        let mut m: Vec<_> = model.store.bufs.iter().map(|b| be.alloc(b.len)).collect();
-        let mut v: Vec<_> = model.store.bufs.iter().map(|b| be.alloc(b.len)).collect();
         let t = seq * mb;
         let mut s = 0x2545_F491_4F6C_DD1Du64;
         let mut next = || {
@@ -104,17 +103,69 @@ mod bench {
         };
         let ids: Vec<u32> = (0..t).map(|_| next()).collect();
         let targets: Vec<u32> = (0..t).map(|_| next()).collect();
+        let batch = Batch { ids: &ids, targets: &targets, batch: mb, seq };
+        let mut run = Trainer::new(be.clone(), &cfg)?;
         let mut times = Vec::new();
         let mut loss = 0.0;
         for step in 0..warmup + rounds {
-            be.sync();
+            let (dt, l) = run.step(&batch);
+            loss = l;
+            eprintln!("{} {step}: {:.2} ms, loss {loss:.4}", if step < warmup { "warmup" } else { "step" }, dt * 1e3);
+            if step >= warmup {
+                times.push(dt);
+            }
+        }
+        let params = run.model.store.global_len();
+        drop(run);
+        let profiled = num("profile", Some(0))?;
+        if profiled > 0 {
+            profile(be.clone(), &cfg, &batch, profiled)?;
+        }
+        let mut sorted = times.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        println!(
+            "{{\"step_time_s\": {median}, \"step_times_s\": {times:?}, \"step_time_min_s\": {}, \"tokens_per_sec\": {}, \
+             \"tokens_per_step\": {t}, \"device\": \"{}\", \"backend\": \"{}\", \"kernels\": \"{}\", \"params\": {}, \
+             \"last_loss\": {loss}, \"peak_memory_bytes\": {}}}",
+            sorted[0],
+            t as f64 / median,
+            be.info().name,
+            be.name(),
+            be.kernel_source(),
+            params,
+            be.peak_memory_bytes().map_or("null".to_string(), |b| b.to_string())
+        );
+        Ok(())
+    }
+
+    /// A model, its AdamW state and the step count.
+    struct Trainer<B: Backend> {
+        model: Model<B>,
+        m: Vec<B::Buf>,
+        v: Vec<B::Buf>,
+        done: usize,
+    }
+
+    impl<B: Backend> Trainer<B> {
+        fn new(be: B, cfg: &ModelConfig) -> Result<Self, String> {
+            let model = Model::new(be, cfg, Layout::single(cfg), 1).map_err(|e| e.to_string())?;
+            let m = model.store.bufs.iter().map(|b| model.be.alloc(b.len)).collect();
+            let v = model.store.bufs.iter().map(|b| model.be.alloc(b.len)).collect();
+            Ok(Self { model, m, v, done: 0 })
+        }
+
+        /// One step, timed from a synchronize to the next: (seconds, loss).
+        fn step(&mut self, batch: &Batch) -> (f64, f64) {
+            let Self { model, m, v, done } = self;
+            model.be.sync();
             let t0 = Instant::now();
             model.store.zero_grads(&model.be);
-            let b = Batch { ids: &ids, targets: &targets, batch: mb, seq };
-            let l = model.forward_backward(&Solo, &b, 1.0 / t as f64);
-            let st = &mut model.store;
+            let l = model.forward_backward(&Solo, batch, 1.0 / batch.ids.len() as f64);
+            let (be, st) = (&model.be, &mut model.store);
             let sq: f64 = st.grads.iter().zip(&st.bufs).map(|(g, i)| be.sumsq(Mat::new(g, 1, i.len))).sum();
-            let k = (step + 1) as i32;
+            *done += 1;
+            let k = *done as i32;
             let adam = AdamStep {
                 lr: 1e-3,
                 beta1: 0.9,
@@ -139,27 +190,37 @@ mod bench {
                 });
             }
             be.sync();
-            let dt = t0.elapsed().as_secs_f64();
-            loss = l.sum / l.tokens as f64;
-            eprintln!("{} {step}: {:.2} ms, loss {loss:.4}", if step < warmup { "warmup" } else { "step" }, dt * 1e3);
-            if step >= warmup {
-                times.push(dt);
-            }
+            (t0.elapsed().as_secs_f64(), l.sum / l.tokens as f64)
         }
-        let mut sorted = times.clone();
-        sorted.sort_by(f64::total_cmp);
-        let median = sorted[sorted.len() / 2];
-        println!(
-            "{{\"step_time_s\": {median}, \"step_times_s\": {times:?}, \"step_time_min_s\": {}, \"tokens_per_sec\": {}, \
-             \"tokens_per_step\": {t}, \"device\": \"{}\", \"backend\": \"{}\", \"kernels\": \"{}\", \"params\": {}, \
-             \"last_loss\": {loss}}}",
-            sorted[0],
-            t as f64 / median,
-            be.info().name,
-            be.name(),
-            be.kernel_source(),
-            model.store.global_len()
+    }
+
+    /// `n` steps (after one warm-up) with every kernel timed from its launch to the end of a
+    /// synchronize after it: per-kernel totals on stderr, beside the step time; the difference
+    /// is the host's share (allocation, transfers, synchronisation, launch gaps).
+    fn profile(be: Cuda, cfg: &ModelConfig, batch: &Batch, n: usize) -> Result<(), String> {
+        let mut run = Trainer::new(Profiled::new(be), cfg)?;
+        run.step(batch);
+        run.model.be.take_detail();
+        let step: f64 = (0..n).map(|_| run.step(batch).0).sum::<f64>() / n as f64;
+        let mut d = run.model.be.take_detail();
+        d.sort_by_key(|e| std::cmp::Reverse(e.1));
+        let total = d.iter().map(|e| e.1.as_secs_f64()).sum::<f64>() / n as f64;
+        let calls = d.iter().map(|e| e.2).sum::<u64>() / n as u64;
+        eprintln!(
+            "profile: {n} steps, {:.2} ms a step, kernels {:.2} ms in {calls} calls a step ({:.1} us a call)",
+            step * 1e3,
+            total * 1e3,
+            total / calls as f64 * 1e6
         );
+        for (name, t, c) in d.iter().take(25) {
+            let t = t.as_secs_f64();
+            eprintln!(
+                "  {name:24} {:8.3} ms a step {:6} calls {:7.1} us a call",
+                t / n as f64 * 1e3,
+                c / n as u64,
+                t / *c as f64 * 1e6
+            );
+        }
         Ok(())
     }
 }

@@ -8,12 +8,32 @@
 // Common parameters: v0 = qkv (q: T × heads·d_h, then k and v: T × kv_heads·d_h each, one
 // after the other, all of v0's dtype; T = batch·seq), n[0..5] = batch, seq, heads, kv_heads,
 // head_dim, f[0] = the score scale. Log-sum-exps and D are fp32, row (b, h, i) at
-// (b·heads + h)·seq + i. One thread per query row (or key row) of a tile; head_dim ≤ FA_DH.
+// (b·heads + h)·seq + i; head_dim ≤ FA_DH.
+//
+// A block of FA_NT threads owns a tile of R rows (fa_rows: 32 for head_dim ≤ 64, 16 for 128)
+// and stages tiles of R rows of the other side in shared memory, rows padded to head_dim + 1
+// floats so that the threads of a warp reading one column of different rows hit different
+// banks. Each R×R block of scores is computed in 2×2 micro-tiles, one per thread, into shared
+// memory; a thread per row then updates that row's statistics, and each thread accumulates
+// the R×head_dim tile elements it owns (e = thread + FA_NT·k) in registers. Sums over keys
+// (or queries) run in index order, one tile after another.
+#define FA_NT 256  // threads per block
+// Two blocks per multiprocessor: without the bound the kernels take 128-142 registers a
+// thread, which leaves room for one. (The emulator includes every kernel file in one unit.)
+#undef KERNEL_BOUNDS
+#define KERNEL_BOUNDS __launch_bounds__(FA_NT, 2)
 #include "common.cuh"
 
-#define FA_ROWS 64  // threads per block: query rows (forward, dQ) or key rows (dK, dV)
-#define FA_TILE 32  // rows of K/V (or Q/dO) staged in shared memory at a time
-#define FA_DH 128   // largest head_dim
+#define FA_BUF 2080                              // floats per staged tile: R × (head_dim + 1)
+#define FA_R 32                                  // most rows per tile
+#define FA_DH 128                                // largest head_dim
+#define FA_PER ((FA_BUF + FA_NT - 1) / FA_NT)    // tile elements a thread owns
+
+// Rows per tile for head_dim dh (the host's flash::rows).
+__device__ __forceinline__ long long fa_rows(long long dh) {
+    long long r = FA_BUF / (dh + 1);
+    return r < FA_R ? r : FA_R;
+}
 
 struct Qkv {
     Tv q, k, v;
@@ -36,176 +56,285 @@ __device__ __forceinline__ Qkv qkv_views(const Tv& base, long long t, long long 
 
 __device__ __forceinline__ long long min_ll(long long a, long long b) { return a < b ? a : b; }
 
-__device__ __forceinline__ float dot_n(const float* a, const float* b, long long n) {
-    float s = 0.0f;
-    for (long long d = 0; d < n; d++) s += a[d] * b[d];
-    return s;
+// The 2×2 block of dot products a_r·b_c (r, c ∈ {0, 1}) over n elements: four sums from four
+// loads per element instead of eight (the score tiles are bound by shared-memory loads).
+__device__ __forceinline__ void dots2x2(const float* a0, const float* a1, const float* b0, const float* b1,
+                                        long long n, float s[4]) {
+    float s00 = 0.0f, s01 = 0.0f, s10 = 0.0f, s11 = 0.0f;
+    for (long long d = 0; d < n; d++) {
+        float x0 = a0[d], x1 = a1[d], y0 = b0[d], y1 = b1[d];
+        s00 += x0 * y0;
+        s01 += x0 * y1;
+        s10 += x1 * y0;
+        s11 += x1 * y1;
+    }
+    s[0] = s00;
+    s[1] = s01;
+    s[2] = s10;
+    s[3] = s11;
 }
 
-// Stage key rows j0..j0+FA_TILE of kv head g of sequence b (zeros past the sequence) into
-// shared memory, the block's threads sharing the copy.
-__device__ __forceinline__ void load_kv_tile(float (*ks)[FA_DH], float (*vs)[FA_DH], const Qkv& x, long long b,
-                                             long long S, long long g, long long dh, long long j0) {
-    for (long long e = threadIdx.x; e < FA_TILE * dh; e += FA_ROWS) {
-        long long jj = e / dh, d = e % dh, j = j0 + jj;
-        ks[jj][d] = j < S ? ld(x.k, b * S + j, g * dh + d) : 0.0f;
-        vs[jj][d] = j < S ? ld(x.v, b * S + j, g * dh + d) : 0.0f;
+// The 2×2 micro-tile of an R×R score tile that this thread computes: rows r and r + half,
+// columns c and c + half (half = ⌈R/2⌉); false for threads past the tile. Element q of the
+// micro-tile (q = 2·row part + column part) is (r + half·(q / 2), c + half·(q % 2)).
+__device__ __forceinline__ bool micro_tile(long long R, long long* r, long long* c, long long* half) {
+    long long hf = (R + 1) / 2, e = threadIdx.x;
+    *half = hf;
+    *r = e / hf;
+    *c = e % hf;
+    return e < hf * hf;
+}
+
+// acc[k] += Σ_jj a[row][jj] · t[jj][col] over jj < R, in order, for the tile elements this
+// thread owns (e = thread + FA_NT·k < n, row = e / dh, col = e % dh; t's rows padded to dh + 1).
+// When dh divides FA_NT all of them share the column thread % dh, so t is read once per jj.
+__device__ __forceinline__ void tile_accumulate(float acc[FA_PER], const float (*a)[FA_R + 1], const float* t,
+                                                long long R, long long dh, long long n) {
+    long long tid = threadIdx.x, ld1 = dh + 1;
+    int row[FA_PER];
+    for (int k = 0; k < FA_PER; k++) {
+        long long e = tid + (long long)FA_NT * k;
+        row[k] = e < n ? (int)(e / dh) : -1;
+    }
+    if (FA_NT % dh == 0) {
+        long long c = tid % dh;
+        for (long long jj = 0; jj < R; jj++) {
+            float tv = t[jj * ld1 + c];
+            for (int k = 0; k < FA_PER; k++)
+                if (row[k] >= 0) acc[k] += a[row[k]][jj] * tv;
+        }
+    } else {
+        for (long long jj = 0; jj < R; jj++)
+            for (int k = 0; k < FA_PER; k++)
+                if (row[k] >= 0) acc[k] += a[row[k]][jj] * t[jj * ld1 + (tid + (long long)FA_NT * k) % dh];
     }
 }
 
-// Forward. v1 = out (T × heads·d_h), v2 = log-sum-exps (fp32). Grid: (⌈seq/FA_ROWS⌉, heads,
-// batch); thread = query row i of head h, which reads kv head h / (heads / kv_heads).
+// Stage rows r0..r0+R of head column block c (c·dh ..) of view x for sequence b into a padded
+// shared tile (zeros past the sequence), times `mul`; the block's threads share the copy.
+__device__ __forceinline__ void stage(float* tile, const Tv& x, long long b, long long S, long long c, long long dh,
+                                      long long r0, long long R, float mul) {
+    for (long long e = threadIdx.x; e < R * dh; e += FA_NT) {
+        long long rr = e / dh, d = e % dh, r = r0 + rr;
+        tile[rr * (dh + 1) + d] = r < S ? ld(x, b * S + r, c * dh + d) * mul : 0.0f;
+    }
+}
+
+// Forward. v1 = out (T × heads·d_h), v2 = log-sum-exps (fp32). Grid: (⌈seq/R⌉, heads,
+// batch); the block owns query rows i0..i0+R of head h, which reads kv head h / (heads /
+// kv_heads).
 KERNEL(k_attn_fwd) {
-    __shared__ float ks[FA_TILE][FA_DH];
-    __shared__ float vs[FA_TILE][FA_DH];
-    long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4];
+    __shared__ float qs[FA_BUF];
+    __shared__ float ks[FA_BUF];
+    __shared__ float vs[FA_BUF];
+    __shared__ float ss[FA_R][FA_R + 1];
+    __shared__ float ms[FA_R], ls[FA_R], cs[FA_R];
+    long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], R = fa_rows(dh), ld1 = dh + 1;
     Qkv x = qkv_views(p.v[0], p.n[0] * S, H * dh, HK * dh);
     long long b = blockIdx.z, h = blockIdx.y, g = h / (H / HK);
-    long long i0 = (long long)blockIdx.x * FA_ROWS, i = i0 + threadIdx.x;
-    long long last = min_ll(i0 + FA_ROWS, S) - 1;
-    bool live = i < S;
-    float scale = (float)p.f[0];
-    float q[FA_DH], o[FA_DH], sc[FA_TILE];
-    for (long long d = 0; d < dh; d++) {
-        q[d] = live ? ld(x.q, b * S + i, h * dh + d) * scale : 0.0f;
-        o[d] = 0.0f;
+    long long i0 = (long long)blockIdx.x * R, nq = min_ll(R, S - i0);
+    long long tid = threadIdx.x;
+    stage(qs, x.q, b, S, h, dh, i0, R, (float)p.f[0]);
+    if (tid < R) {
+        ms[tid] = NEG_INF;
+        ls[tid] = 0.0f;
     }
-    float m = NEG_INF, l = 0.0f;
-    for (long long j0 = 0; j0 <= last; j0 += FA_TILE) {
-        load_kv_tile(ks, vs, x, b, S, g, dh, j0);
+    float o[FA_PER];
+    for (int k = 0; k < FA_PER; k++) o[k] = 0.0f;
+    for (long long j0 = 0; j0 < i0 + nq; j0 += R) {
+        stage(ks, x.k, b, S, g, dh, j0, R, 1.0f);
+        stage(vs, x.v, b, S, g, dh, j0, R, 1.0f);
         __syncthreads();
-        if (live && j0 <= i) {
-            long long n = min_ll(FA_TILE, i - j0 + 1);
-            float mt = m;
-            for (long long jj = 0; jj < n; jj++) {
-                sc[jj] = dot_n(q, ks[jj], dh);
-                mt = fmaxf(mt, sc[jj]);
+        long long r, c, hf;
+        if (micro_tile(R, &r, &c, &hf)) {
+            long long r1 = r + hf < R ? r + hf : r, c1 = c + hf < R ? c + hf : c;
+            float sc[4];
+            dots2x2(&qs[r * ld1], &qs[r1 * ld1], &ks[c * ld1], &ks[c1 * ld1], dh, sc);
+            for (int q = 0; q < 4; q++) {
+                long long ii = q / 2 ? r + hf : r, jj = q % 2 ? c + hf : c;
+                if (ii < R && jj < R) ss[ii][jj] = j0 + jj > i0 + ii ? NEG_INF : sc[q];
             }
-            // Rescale what the earlier tiles gave to the new maximum (0 before the first).
-            float corr = expf(m - mt);
-            l *= corr;
-            for (long long d = 0; d < dh; d++) o[d] *= corr;
-            for (long long jj = 0; jj < n; jj++) {
-                float pj = expf(sc[jj] - mt);
-                l += pj;
-                for (long long d = 0; d < dh; d++) o[d] += pj * vs[jj][d];
-            }
-            m = mt;
         }
         __syncthreads();
+        // Rescale what the earlier tiles gave to the new maximum (0 before the first); every
+        // row has a key in its first tile, so the maximum is finite from then on.
+        if (tid < R) {
+            float m = ms[tid], mt = m;
+            for (long long jj = 0; jj < R; jj++) mt = fmaxf(mt, ss[tid][jj]);
+            float l = 0.0f;
+            for (long long jj = 0; jj < R; jj++) {
+                float pj = expf(ss[tid][jj] - mt);
+                ss[tid][jj] = pj;
+                l += pj;
+            }
+            float corr = expf(m - mt);
+            ls[tid] = ls[tid] * corr + l;
+            ms[tid] = mt;
+            cs[tid] = corr;
+        }
+        __syncthreads();
+        for (int k = 0; k < FA_PER; k++) {
+            long long e = tid + (long long)FA_NT * k;
+            if (e < R * dh) o[k] *= cs[e / dh];
+        }
+        tile_accumulate(o, ss, vs, R, dh, R * dh);
+        __syncthreads();
     }
-    if (live) {
-        float inv = 1.0f / l;
-        for (long long d = 0; d < dh; d++) st(p.v[1], b * S + i, h * dh + d, o[d] * inv);
-        ((float*)p.v[2].p)[(b * H + h) * S + i] = m + logf(l);
+    for (int k = 0; k < FA_PER; k++) {
+        long long e = tid + (long long)FA_NT * k;
+        if (e < nq * dh) {
+            long long ii = e / dh, d = e % dh;
+            st(p.v[1], b * S + i0 + ii, h * dh + d, o[k] * (1.0f / ls[ii]));
+        }
     }
+    if (tid < nq) ((float*)p.v[2].p)[(b * H + h) * S + i0 + tid] = ms[tid] + logf(ls[tid]);
 }
 
 // Backward, query side. v1 = dout, v2 = log-sum-exps, v3 = D (fp32, written), v4 = dqkv (its
-// q block is written). Grid as the forward's. Two passes over the keys: D_i, then
-// dQ_i = scale·Σ_j P_ij·(dP_ij − D_i)·k_j with dP_ij = dO_i·v_j.
+// q block is written). Grid as the forward's. Two passes over the keys: D_i = Σ_j P_ij·dP_ij,
+// then dQ_i = scale·Σ_j P_ij·(dP_ij − D_i)·k_j, with dP_ij = dO_i·v_j.
 KERNEL(k_attn_bwd_q) {
-    __shared__ float ks[FA_TILE][FA_DH];
-    __shared__ float vs[FA_TILE][FA_DH];
-    long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], T = p.n[0] * S;
+    __shared__ float qs[FA_BUF];
+    __shared__ float dos[FA_BUF];
+    __shared__ float ks[FA_BUF];
+    __shared__ float vs[FA_BUF];
+    __shared__ float ss[FA_R][FA_R + 1];
+    __shared__ float lse[FA_R], dsum[FA_R];
+    long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], T = p.n[0] * S, R = fa_rows(dh), ld1 = dh + 1;
     Qkv x = qkv_views(p.v[0], T, H * dh, HK * dh);
     Qkv dx = qkv_views(p.v[4], T, H * dh, HK * dh);
     long long b = blockIdx.z, h = blockIdx.y, g = h / (H / HK);
-    long long i0 = (long long)blockIdx.x * FA_ROWS, i = i0 + threadIdx.x;
-    long long last = min_ll(i0 + FA_ROWS, S) - 1;
-    bool live = i < S;
+    long long i0 = (long long)blockIdx.x * R, nq = min_ll(R, S - i0);
+    long long tid = threadIdx.x;
     float scale = (float)p.f[0];
-    long long row = (b * H + h) * S + i;
-    float lse = live ? ((const float*)p.v[2].p)[row] : 0.0f;
-    float q[FA_DH], dout[FA_DH], dq[FA_DH];
-    for (long long d = 0; d < dh; d++) {
-        q[d] = live ? ld(x.q, b * S + i, h * dh + d) * scale : 0.0f;
-        dout[d] = live ? ld(p.v[1], b * S + i, h * dh + d) : 0.0f;
-        dq[d] = 0.0f;
+    stage(qs, x.q, b, S, h, dh, i0, R, scale);
+    stage(dos, p.v[1], b, S, h, dh, i0, R, 1.0f);
+    if (tid < R) {
+        lse[tid] = tid < nq ? ((const float*)p.v[2].p)[(b * H + h) * S + i0 + tid] : 0.0f;
+        dsum[tid] = 0.0f;
     }
-    float dsum = 0.0f;
+    float dq[FA_PER];
+    for (int k = 0; k < FA_PER; k++) dq[k] = 0.0f;
     for (int pass = 0; pass < 2; pass++) {
-        for (long long j0 = 0; j0 <= last; j0 += FA_TILE) {
-            load_kv_tile(ks, vs, x, b, S, g, dh, j0);
+        for (long long j0 = 0; j0 < i0 + nq; j0 += R) {
+            stage(ks, x.k, b, S, g, dh, j0, R, 1.0f);
+            stage(vs, x.v, b, S, g, dh, j0, R, 1.0f);
             __syncthreads();
-            if (live && j0 <= i) {
-                long long n = min_ll(FA_TILE, i - j0 + 1);
-                for (long long jj = 0; jj < n; jj++) {
-                    float pj = expf(dot_n(q, ks[jj], dh) - lse);
-                    float dp = dot_n(dout, vs[jj], dh);
-                    if (pass == 0) {
-                        dsum += pj * dp;
-                    } else {
-                        float ds = pj * (dp - dsum) * scale;
-                        for (long long d = 0; d < dh; d++) dq[d] += ds * ks[jj][d];
+            long long r, c, hf;
+            if (micro_tile(R, &r, &c, &hf)) {
+                long long r1 = r + hf < R ? r + hf : r, c1 = c + hf < R ? c + hf : c;
+                float sc[4], dp[4];
+                dots2x2(&qs[r * ld1], &qs[r1 * ld1], &ks[c * ld1], &ks[c1 * ld1], dh, sc);
+                dots2x2(&dos[r * ld1], &dos[r1 * ld1], &vs[c * ld1], &vs[c1 * ld1], dh, dp);
+                for (int q = 0; q < 4; q++) {
+                    long long ii = q / 2 ? r + hf : r, jj = q % 2 ? c + hf : c;
+                    if (ii >= R || jj >= R) continue;
+                    float v = 0.0f;
+                    if (j0 + jj <= i0 + ii) {
+                        float pj = expf(sc[q] - lse[ii]);
+                        v = pass == 0 ? pj * dp[q] : pj * (dp[q] - dsum[ii]) * scale;
                     }
+                    ss[ii][jj] = v;
                 }
+            }
+            __syncthreads();
+            if (pass == 0) {
+                if (tid < R) {
+                    float acc = dsum[tid];
+                    for (long long jj = 0; jj < R; jj++) acc += ss[tid][jj];
+                    dsum[tid] = acc;
+                }
+            } else {
+                tile_accumulate(dq, ss, ks, R, dh, R * dh);
             }
             __syncthreads();
         }
     }
-    if (live) {
-        ((float*)p.v[3].p)[row] = dsum;
-        for (long long d = 0; d < dh; d++) st(dx.q, b * S + i, h * dh + d, dq[d]);
+    for (int k = 0; k < FA_PER; k++) {
+        long long e = tid + (long long)FA_NT * k;
+        if (e < nq * dh) {
+            long long ii = e / dh, d = e % dh;
+            st(dx.q, b * S + i0 + ii, h * dh + d, dq[k]);
+        }
     }
+    if (tid < nq) ((float*)p.v[3].p)[(b * H + h) * S + i0 + tid] = dsum[tid];
 }
 
 // Backward, key side. v1 = dout, v2 = log-sum-exps, v3 = D (from k_attn_bwd_q), v4 = dqkv
-// (its k and v blocks are written). Grid: (⌈seq/FA_ROWS⌉, kv_heads, batch); thread = key row
-// j of kv head g: dK_j = scale·Σ_h Σ_{i≥j} dS_ij·q_i, dV_j = Σ_h Σ_{i≥j} P_ij·dO_i over the
-// heads h of g in order.
+// (its k and v blocks are written). Grid: (⌈seq/R⌉, kv_heads, batch); the block owns key rows
+// j0..j0+R of kv head g: dK_j = scale·Σ_h Σ_{i≥j} dS_ij·q_i, dV_j = Σ_h Σ_{i≥j} P_ij·dO_i over
+// the heads h of g in order, query tiles from the block's own (the earlier rows see none of
+// its keys).
 KERNEL(k_attn_bwd_kv) {
-    __shared__ float qs[FA_TILE][FA_DH];
-    __shared__ float dos[FA_TILE][FA_DH];
-    __shared__ float lses[FA_TILE];
-    __shared__ float dsums[FA_TILE];
-    long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], T = p.n[0] * S;
+    __shared__ float ks[FA_BUF];
+    __shared__ float vs[FA_BUF];
+    __shared__ float qs[FA_BUF];
+    __shared__ float dos[FA_BUF];
+    __shared__ float ss[FA_R][FA_R + 1];
+    __shared__ float lse[FA_R], dsum[FA_R];
+    long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], T = p.n[0] * S, R = fa_rows(dh), ld1 = dh + 1;
     Qkv x = qkv_views(p.v[0], T, H * dh, HK * dh);
     Qkv dx = qkv_views(p.v[4], T, H * dh, HK * dh);
     long long b = blockIdx.z, g = blockIdx.y, group = H / HK;
-    long long j0 = (long long)blockIdx.x * FA_ROWS, j = j0 + threadIdx.x;
-    bool live = j < S;
+    long long j0 = (long long)blockIdx.x * R, nk = min_ll(R, S - j0);
+    long long tid = threadIdx.x;
     float scale = (float)p.f[0];
-    float k[FA_DH], v[FA_DH], dk[FA_DH], dv[FA_DH];
-    for (long long d = 0; d < dh; d++) {
-        k[d] = live ? ld(x.k, b * S + j, g * dh + d) * scale : 0.0f;
-        v[d] = live ? ld(x.v, b * S + j, g * dh + d) : 0.0f;
-        dk[d] = 0.0f;
-        dv[d] = 0.0f;
+    stage(ks, x.k, b, S, g, dh, j0, R, scale);
+    stage(vs, x.v, b, S, g, dh, j0, R, 1.0f);
+    float dk[FA_PER], dv[FA_PER], ds[4];
+    for (int k = 0; k < FA_PER; k++) {
+        dk[k] = 0.0f;
+        dv[k] = 0.0f;
     }
-    // Query rows before the block's first key row see none of its keys.
     for (long long h = g * group; h < (g + 1) * group; h++) {
-        for (long long t0 = j0 - j0 % FA_TILE; t0 < S; t0 += FA_TILE) {
-            for (long long e = threadIdx.x; e < FA_TILE * dh; e += FA_ROWS) {
-                long long ii = e / dh, d = e % dh, i = t0 + ii;
-                qs[ii][d] = i < S ? ld(x.q, b * S + i, h * dh + d) : 0.0f;
-                dos[ii][d] = i < S ? ld(p.v[1], b * S + i, h * dh + d) : 0.0f;
-            }
-            for (long long ii = threadIdx.x; ii < FA_TILE; ii += FA_ROWS) {
-                long long i = t0 + ii, row = (b * H + h) * S + i;
-                lses[ii] = i < S ? ((const float*)p.v[2].p)[row] : 0.0f;
-                dsums[ii] = i < S ? ((const float*)p.v[3].p)[row] : 0.0f;
+        for (long long t0 = j0; t0 < S; t0 += R) {
+            stage(qs, x.q, b, S, h, dh, t0, R, 1.0f);
+            stage(dos, p.v[1], b, S, h, dh, t0, R, 1.0f);
+            if (tid < R) {
+                long long i = t0 + tid, row = (b * H + h) * S + i;
+                lse[tid] = i < S ? ((const float*)p.v[2].p)[row] : 0.0f;
+                dsum[tid] = i < S ? ((const float*)p.v[3].p)[row] : 0.0f;
             }
             __syncthreads();
-            if (live) {
-                for (long long ii = 0; ii < FA_TILE; ii++) {
-                    long long i = t0 + ii;
-                    if (i < j || i >= S) continue;
-                    float pj = expf(dot_n(k, qs[ii], dh) - lses[ii]);
-                    float dp = dot_n(v, dos[ii], dh);
-                    float ds = pj * (dp - dsums[ii]) * scale;
-                    for (long long d = 0; d < dh; d++) {
-                        dk[d] += ds * qs[ii][d];
-                        dv[d] += pj * dos[ii][d];
+            // P (kept in shared memory for dV) and dS (kept in registers until dV is done), a
+            // 2×2 micro-tile (key rows jj, query rows ii) per thread.
+            long long r, c, hf;
+            bool mine = micro_tile(R, &r, &c, &hf);
+            if (mine) {
+                long long r1 = r + hf < R ? r + hf : r, c1 = c + hf < R ? c + hf : c;
+                float sc[4], dp[4];
+                dots2x2(&ks[r * ld1], &ks[r1 * ld1], &qs[c * ld1], &qs[c1 * ld1], dh, sc);
+                dots2x2(&vs[r * ld1], &vs[r1 * ld1], &dos[c * ld1], &dos[c1 * ld1], dh, dp);
+                for (int q = 0; q < 4; q++) {
+                    long long jj = q / 2 ? r + hf : r, ii = q % 2 ? c + hf : c, i = t0 + ii;
+                    float pj = 0.0f, d = 0.0f;
+                    if (jj < R && ii < R && i >= j0 + jj && i < S) {
+                        pj = expf(sc[q] - lse[ii]);
+                        d = pj * (dp[q] - dsum[ii]) * scale;
                     }
+                    if (jj < R && ii < R) ss[jj][ii] = pj;
+                    ds[q] = d;
                 }
             }
             __syncthreads();
+            tile_accumulate(dv, ss, dos, R, dh, R * dh);
+            __syncthreads();
+            if (mine)
+                for (int q = 0; q < 4; q++) {
+                    long long jj = q / 2 ? r + hf : r, ii = q % 2 ? c + hf : c;
+                    if (jj < R && ii < R) ss[jj][ii] = ds[q];
+                }
+            __syncthreads();
+            tile_accumulate(dk, ss, qs, R, dh, R * dh);
+            __syncthreads();
         }
     }
-    if (live)
-        for (long long d = 0; d < dh; d++) {
-            st(dx.k, b * S + j, g * dh + d, dk[d]);
-            st(dx.v, b * S + j, g * dh + d, dv[d]);
+    for (int k = 0; k < FA_PER; k++) {
+        long long e = tid + (long long)FA_NT * k;
+        if (e < nk * dh) {
+            long long jj = e / dh, d = e % dh;
+            st(dx.k, b * S + j0 + jj, g * dh + d, dk[k]);
+            st(dx.v, b * S + j0 + jj, g * dh + d, dv[k]);
         }
+    }
 }

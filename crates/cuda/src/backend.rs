@@ -81,6 +81,11 @@ impl Cuda {
     pub fn is_emulated(&self) -> bool {
         self.inner.emulated
     }
+    /// The most bytes of device buffers held at once so far (the GPU's memory pool; None on
+    /// the emulator).
+    pub fn peak_memory_bytes(&self) -> Option<u64> {
+        self.dev().peak_bytes()
+    }
     /// Where the kernels came from (sm_90 cubin, PTX or NVRTC, and the compiler version).
     pub fn kernel_source(&self) -> String {
         self.inner.dev.kernel_source()

@@ -230,4 +230,20 @@ impl Device for CudaDev {
         self.bind();
         self.check("synchronize", self.stream.synchronize());
     }
+    /// The high-water mark of the device's default memory pool, which every buffer comes
+    /// from (stream-ordered allocation): all backends of this process on the device, not
+    /// cuBLAS's or NCCL's own workspaces.
+    fn peak_bytes(&self) -> Option<u64> {
+        if !self.ctx.has_async_alloc() {
+            return None;
+        }
+        let mut v = 0u64;
+        let attr = cudarc::driver::sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH;
+        // SAFETY: the device is the context's own; the attribute is a u64 (cuuint64_t).
+        unsafe {
+            let pool = result::device::get_default_mem_pool(self.ctx.cu_device()).ok()?;
+            result::mem_pool::get_attribute(pool, attr, (&mut v as *mut u64).cast()).ok()?;
+        }
+        Some(v)
+    }
 }

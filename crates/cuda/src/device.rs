@@ -108,4 +108,8 @@ pub(crate) trait Device: Send + Sync {
     fn gemm(&self, g: &Gemm);
     /// Wait for all queued work.
     fn sync(&self);
+    /// The most bytes of buffers held at once so far, where the device keeps count.
+    fn peak_bytes(&self) -> Option<u64> {
+        None
+    }
 }

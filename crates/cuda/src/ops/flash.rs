@@ -11,8 +11,16 @@ use boost_tensor::{AttnShape, DeviceBuf, Mat, MatMut};
 
 /// `FA_DH` in kernels/attention.cu.
 pub(crate) const FLASH_MAX_HEAD_DIM: usize = 128;
-/// `FA_ROWS`: query (or key) rows per block.
-const ROWS: usize = 64;
+/// `FA_NT`: threads per block.
+const THREADS: u32 = 256;
+
+/// Rows of a block's tile (`fa_rows` of kernels/attention.cu): as many as fit `FA_BUF` floats
+/// at head_dim + 1 a row, at most `FA_R`.
+fn rows(head_dim: usize) -> usize {
+    const FA_BUF: usize = 2080;
+    const FA_R: usize = 32;
+    (FA_BUF / (head_dim + 1)).min(FA_R)
+}
 
 /// Whether the flash kernels take this shape.
 pub(crate) fn takes(sh: &AttnShape) -> bool {
@@ -43,8 +51,8 @@ fn stats(b: &CudaBuf, sh: &AttnShape, what: &str) -> crate::device::Tv {
 }
 
 fn grid(be: &Cuda, kernel: &'static str, heads: usize, sh: &AttnShape, p: &P) {
-    let blocks = sh.seq.div_ceil(ROWS) as u32;
-    be.launch(kernel, Launch { grid: (blocks, heads as u32, sh.batch as u32), block: (ROWS as u32, 1, 1) }, p);
+    let blocks = sh.seq.div_ceil(rows(sh.head_dim)) as u32;
+    be.launch(kernel, Launch { grid: (blocks, heads as u32, sh.batch as u32), block: (THREADS, 1, 1) }, p);
 }
 
 pub(crate) fn fwd(be: &Cuda, out: MatMut<CudaBuf>, lse: &mut CudaBuf, qkv: &CudaBuf, sh: AttnShape) {

@@ -2,8 +2,8 @@
 
 use crate::backend::Cuda;
 use crate::buf::{CudaBuf, CudaIds};
-use crate::device::P;
-use crate::launch::{tv, tvm};
+use crate::device::{Launch, P};
+use crate::launch::{NT, tv, tvm};
 use boost_tensor::XentFinish;
 use boost_tensor::cpu::IGNORE;
 use boost_tensor::{Mat, MatMut};
@@ -22,12 +22,44 @@ pub(crate) fn embed(be: &Cuda, out: MatMut<CudaBuf>, table: Mat<CudaBuf>, ids: &
 pub(crate) fn embed_bwd(be: &Cuda, dtable: MatMut<CudaBuf>, dout: Mat<CudaBuf>, ids: &CudaIds, first: usize) {
     assert_eq!(dout.rows, ids.len(), "embed_bwd: one row per id");
     assert_eq!(dtable.cols, dout.cols, "embed_bwd: width");
+    let (starts, positions) = id_runs(&ids.host, first, dtable.rows);
+    if starts.len() < 2 {
+        return;
+    }
+    // Run starts, then positions, as one u32 array on the device.
+    let table: Vec<u8> = starts.iter().chain(&positions).flat_map(|v| v.to_le_bytes()).collect();
+    let mem = be.dev().alloc(table.len());
+    be.dev().upload(mem.ptr, &table);
     let mut p = P::of(&[tvm(&dtable), tv(&dout)]);
     p.v[2].p = ids.ptr();
-    p.n = [dout.rows as i64, dout.cols as i64, first as i64, dtable.rows as i64, 0, 0];
-    // One thread per column walks the ids in order, so repeated ids add up deterministically.
-    be.blocks("k_embed_bwd", dout.cols.div_ceil(crate::launch::NT as usize), &p);
+    p.v[3].p = mem.ptr;
+    let nruns = starts.len() - 1;
+    p.n = [dout.rows as i64, dout.cols as i64, first as i64, dtable.rows as i64, nruns as i64, 0];
+    // One block row per distinct id, one thread per column: each sum walks that id's
+    // positions in order, so repeated ids add up deterministically, and in parallel.
+    let cols = dout.cols.div_ceil(NT as usize) as u32;
+    be.launch("k_embed_bwd", Launch { grid: (nruns as u32, cols, 1), block: (NT, 1, 1) }, &p);
     be.touched(&dtable);
+    // `mem` is freed in stream order, after the kernel.
+    drop(mem);
+}
+
+/// The positions of the ids in `first..first + rows`, grouped by id in increasing order and
+/// in position order within an id, and where each id's run starts (plus the end).
+fn id_runs(ids: &[u32], first: usize, rows: usize) -> (Vec<u32>, Vec<u32>) {
+    let in_range = |id: u32| (id as usize) >= first && (id as usize) < first + rows;
+    let mut positions: Vec<u32> = (0..ids.len() as u32).filter(|&i| in_range(ids[i as usize])).collect();
+    positions.sort_by_key(|&i| ids[i as usize]); // stable: each id keeps its position order
+    let mut starts = vec![0u32];
+    for k in 1..positions.len() {
+        if ids[positions[k] as usize] != ids[positions[k - 1] as usize] {
+            starts.push(k as u32);
+        }
+    }
+    if !positions.is_empty() {
+        starts.push(positions.len() as u32);
+    }
+    (starts, positions)
 }
 
 pub(crate) fn cross_entropy(

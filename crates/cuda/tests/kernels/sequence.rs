@@ -20,9 +20,18 @@ case!(rope_forward_and_inverse, rope_case);
 
 fn attention_case<B: Backend>(be: &B, act: bool) -> Outs {
     let mut outs = Vec::new();
-    // Seq 70 crosses the CUDA kernels' 32-row tiles and 64-row blocks; head_dim 160 takes
-    // the path that keeps the probabilities (the flash kernels take up to 128).
-    let shapes = [(2, 5, 4, 2, 4), (1, 7, 3, 3, 6), (2, 3, 4, 1, 2), (2, 70, 4, 2, 8), (1, 6, 2, 1, 160)];
+    // The CUDA flash kernels' tiles have 32 rows up to head_dim 63, 32 at 64 (the padded
+    // rows fill the tile), 16 at 128: seq 70, 33 and 40 cross tiles at each; head_dim 160
+    // takes the path that keeps the probabilities (the flash kernels take up to 128).
+    let shapes = [
+        (2, 5, 4, 2, 4),
+        (1, 7, 3, 3, 6),
+        (2, 3, 4, 1, 2),
+        (2, 70, 4, 2, 8),
+        (1, 33, 2, 2, 64),
+        (1, 40, 4, 2, 128),
+        (1, 6, 2, 1, 160),
+    ];
     for (batch, seq, heads, kv_heads, head_dim) in shapes {
         let sh = AttnShape { batch, seq, heads, kv_heads, head_dim };
         let t = sh.tokens();

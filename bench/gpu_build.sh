@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds what bench/gpu_check.sh runs on a GPU machine, here, into DIR (default .gpu, ignored
+# by git): the boost-cuda test binaries, `boost` and examples/cuda_bench, all with the `cuda`
+# feature and the kernels compiled ahead by nvcc 13.0 (crates/cuda/compile-kernels.sh),
+# stripped, and packed with the demo corpus into DIR.tar.xz to travel light.
+#
+#   bench/gpu_build.sh [DIR]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+dir=${1:-$root/.gpu}
+cd "$root"
+eval "$(bash crates/cuda/compile-kernels.sh)"
+rm -rf "$dir" && mkdir -p "$dir/tests"
+cargo test --release -p boost-cuda --features cuda --no-run --message-format=json 2>/dev/null |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        kind = m["target"]["kind"]
+        if kind == ["test"] or kind == ["lib"]:
+            print("unit" if kind == ["lib"] else m["target"]["name"], m["executable"])
+' | while read -r name exe; do
+    cp "$exe" "$dir/tests/$name"
+done
+cargo build --release -p boost-cli --features cuda
+cargo build --release -p boost-cuda --features cuda --example cuda_bench
+cp target/release/boost target/release/examples/cuda_bench "$dir/"
+strip -s "$dir"/boost "$dir"/cuda_bench "$dir"/tests/*
+echo "$root" >"$dir/BUILT_AT"
+# One compressed bundle to carry: the binaries and, when built, the demo corpus (a GPU machine
+# may have no network to fetch it).
+tar -C "$root" -cJf "$dir.tar.xz" "$(basename "$dir")" $(test -d data/shakespeare && echo data/shakespeare)
+du -sh "$dir" "$dir.tar.xz"

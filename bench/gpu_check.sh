@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# The GPU checks of the CUDA backend, run on a machine with an NVIDIA GPU from binaries built
+# on another one (a GPU machine may have no Rust toolchain). Build them with
+# bench/gpu_build.sh, which fills BIN_DIR; then, on the GPU machine, from the repository root:
+#
+#   bench/gpu_check.sh BIN_DIR OUT_DIR [env] [tests] [train] [bench]     (default: all four)
+#
+#   env    nvidia-smi, the libraries found, the probe
+#   tests  every boost-cuda test binary (they pick the GPU when probe() finds one)
+#   train  `boost train` on the demo corpus (data/ must be there): cuda against cpu, one rank,
+#          and a tp2 grid whose ranks share the GPU (collectives staged through the host)
+#   bench  examples/cuda_bench against bench/torch_peer_cuda.py, same shape, same GPU
+#
+# cuBLAS and NCCL are taken from the Python environment's nvidia wheels (PyTorch's); NCCL's
+# libnccl.so.2 is linked as libnccl.so, the name cudarc looks for. Logs go to OUT_DIR.
+set -u
+bin=$(cd "$1" && pwd)
+out=$(mkdir -p "$2" && cd "$2" && pwd)
+shift 2
+stages=${*:-env tests train bench}
+root=$(pwd)
+
+sp=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+libs=$(mktemp -d)
+for name in libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13; do
+    f=$(find "$sp/nvidia" -name "$name" 2>/dev/null | head -1)
+    [ -n "$f" ] && ln -sf "$f" "$libs/$name"
+done
+f=$(find "$sp/nvidia" -name 'libnccl.so.2' 2>/dev/null | head -1)
+[ -n "$f" ] && ln -sf "$f" "$libs/libnccl.so" && ln -sf "$f" "$libs/libnccl.so.2"
+export LD_LIBRARY_PATH=$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# The test binaries find the fixtures at the path they were built in.
+built_at=$(cat "$bin/BUILT_AT")
+if [ ! -e "$built_at" ]; then
+    mkdir -p "$(dirname "$built_at")" && ln -s "$root" "$built_at"
+fi
+
+summary=$out/summary.txt
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+
+has() { case " $stages " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+if has env; then
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/env.txt"
+    ls -l "$libs" >>"$out/env.txt"
+    python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())' >>"$out/env.txt" 2>&1
+    lscpu | grep -E 'Model name|^CPU\(s\)' >>"$out/env.txt"
+    note "libraries: $(ls "$libs" | tr '\n' ' ')"
+fi
+
+if has tests; then
+    for t in "$bin"/tests/*; do
+        name=$(basename "$t")
+        start=$EPOCHREALTIME
+        (cd "$root/crates/cuda" && timeout 240 "$t" --test-threads=4 --nocapture >"$out/test-$name.log" 2>&1)
+        rc=$?
+        took=$(python3 -c "print(f'{$EPOCHREALTIME - $start:.1f}')")
+        res=$(grep -E '^test result:' "$out/test-$name.log" | tail -1)
+        note "test $name: rc $rc, $took s: $res"
+        grep -E '^test .* FAILED$|panicked at' "$out/test-$name.log" | head -8 | sed 's/^/    /' | tee -a "$summary"
+    done
+fi
+
+# One training run; prints its losses' file.
+train_run() {
+    local dir=$1
+    shift
+    rm -rf "$dir"
+    "$bin/boost" train --quiet --set run.dir="$dir" "$@" >"$dir.log" 2>&1
+    echo $?
+}
+
+if has train; then
+    steps=${TRAIN_STEPS:-300}
+    common=(--set train.steps=$steps --set train.eval_every=100)
+    for run in "cpu:--set train.device=cpu" "cuda:--set train.device=cuda" \
+        "cpu-tp2:--set train.device=cpu --set parallel.tp=2" "cuda-tp2:--set train.device=cuda --set parallel.tp=2"; do
+        name=${run%%:*}
+        read -r -a args <<<"${run#*:}"
+        s=$(date +%s)
+        rc=$(train_run "/tmp/gpu-check-$name" "${common[@]}" "${args[@]}")
+        cp "/tmp/gpu-check-$name/metrics.jsonl" "$out/metrics-$name.jsonl" 2>/dev/null
+        cp "/tmp/gpu-check-$name.log" "$out/train-$name.log"
+        note "train $name: rc $rc, $(($(date +%s) - s)) s"
+        [ "$rc" = 0 ] || tail -5 "/tmp/gpu-check-$name.log" | sed 's/^/    /' | tee -a "$summary"
+    done
+    python3 - "$out" <<'EOF' | tee -a "$summary"
+import json, sys, statistics
+out = sys.argv[1]
+def load(n):
+    try:
+        return [json.loads(l) for l in open(f"{out}/metrics-{n}.jsonl")]
+    except OSError:
+        return None
+for a, b in [("cpu", "cuda"), ("cpu-tp2", "cuda-tp2"), ("cpu", "cpu-tp2"), ("cuda", "cuda-tp2")]:
+    x, y = load(a), load(b)
+    if not x or not y:
+        print(f"{a} vs {b}: missing")
+        continue
+    n = min(len(x), len(y))
+    rel = [abs(x[i]["loss"] - y[i]["loss"]) / abs(x[i]["loss"]) for i in range(n)]
+    vx = [r["val_loss"] for r in x[:n] if "val_loss" in r]
+    vy = [r["val_loss"] for r in y[:n] if "val_loss" in r]
+    tx = statistics.median(r["tokens_per_sec"] for r in x[n // 2:n])
+    ty = statistics.median(r["tokens_per_sec"] for r in y[n // 2:n])
+    print(f"{a} vs {b}: {n} steps; train loss rel. diff max {max(rel):.2e}, last {rel[-1]:.2e}; "
+          f"losses {x[0]['loss']:.4f}->{x[n-1]['loss']:.4f} / {y[0]['loss']:.4f}->{y[n-1]['loss']:.4f}; "
+          f"val {vx[-1] if vx else '-'} / {vy[-1] if vy else '-'}; tok/s {tx:.0f} / {ty:.0f}")
+EOF
+fi
+
+if has bench; then
+    # Configurations arch:micro_batch:dtype[:seq] (BENCH_CONFIGS), each run BENCH_REPEAT times,
+    # boost and PyTorch alternated.
+    configs=${BENCH_CONFIGS:-cola:8:bf16 cola:8:fp32 cola:32:bf16 cola:32:fp32 full:8:bf16 full:8:fp32 full:32:bf16 full:32:fp32}
+    shape=(--d 512 --d-ff 1376 --layers 8 --heads 8 --rank 128 --vocab 8192)
+    for cfg in $configs; do
+        IFS=: read -r arch mb dtype seq <<<"$cfg"
+        seq=${seq:-256}
+        for rep in $(seq 1 "${BENCH_REPEAT:-1}"); do
+            tag=$arch-$mb-$dtype-$seq-$rep
+            flags=(--arch $arch "${shape[@]}" --seq $seq --micro-batch $mb --dtype $dtype --warmup 5 --rounds 20)
+            "$bin/cuda_bench" "${flags[@]}" >"$out/bench-$tag.json" 2>"$out/bench-$tag.log"
+            # An earlier build beside it (cuda_bench_base), for the A/B of a change.
+            if [ -x "$bin/cuda_bench_base" ]; then
+                "$bin/cuda_bench_base" "${flags[@]}" >"$out/bench-$tag-base.json" 2>>"$out/bench-$tag.log"
+            fi
+            python3 "$root/bench/torch_peer_cuda.py" --device cuda "${flags[@]}" --json \
+                >"$out/bench-$tag-torch.json" 2>>"$out/bench-$tag.log"
+            python3 - "$out" "$tag" <<'EOF2' | tee -a "$summary"
+import json, sys
+out, tag = sys.argv[1:]
+def load(k):
+    try:
+        return json.loads(open(f"{out}/bench-{tag}{k}.json").read().strip().splitlines()[-1])
+    except Exception:
+        return None
+r, b, p = load(""), load("-base"), load("-torch")
+line = f"bench {tag}: "
+line += f"boost {r['step_time_s']*1e3:.2f} ms ({r['tokens_per_sec']:.0f} tok/s)" if r else "boost failed"
+if b:
+    line += f", earlier build {b['step_time_s']*1e3:.2f} ms"
+line += f", torch {p['step_time_s']*1e3:.2f} ms ({p['tokens_per_sec']:.0f} tok/s, peak {p.get('peak_memory_bytes', 0)/2**20:.0f} MiB)" if p else ", torch failed"
+if r and p:
+    line += f"; boost/torch speed {p['step_time_s']/r['step_time_s']:.2f}x"
+print(line + f" (see bench-{tag}.log)")
+EOF2
+        done
+    done
+    # Where the time of one configuration goes, kernel by kernel.
+    "$bin/cuda_bench" --arch cola "${shape[@]}" --seq 256 --micro-batch 8 --warmup 3 --rounds 3 --profile 5 2>&1 >/dev/null |
+        grep -A30 '^profile:' | tee -a "$summary"
+fi
+
+# The logs as one file (a device tool may bring back only a few files).
+(cd "$out" && ls *.log *.json >/dev/null 2>&1 && tar -czf logs.tar.gz --remove-files $(ls *.log *.json 2>/dev/null))
