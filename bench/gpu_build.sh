@@ -9,8 +9,15 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-$root/.gpu}
 cd "$root"
+# Replace only what an earlier run of this script made (it leaves BUILT_AT in DIR).
+for p in "$dir" "$dir.tar.xz"; do
+    if [ -e "$p" ] && [ ! -f "$dir/BUILT_AT" ]; then
+        echo "gpu_build.sh: $p exists and was not made by this script; choose another DIR" >&2
+        exit 1
+    fi
+done
 eval "$(bash crates/cuda/compile-kernels.sh)"
-rm -rf "$dir" && mkdir -p "$dir/tests"
+rm -rf "$dir" "$dir.tar.xz" && mkdir -p "$dir/tests"
 cargo test --release -p boost-cuda --features cuda --no-run --message-format=json 2>/dev/null |
     python3 -c '
 import json, sys

@@ -15,8 +15,14 @@
 # libnccl.so.2 is linked as libnccl.so, the name cudarc looks for. Logs go to OUT_DIR.
 set -u
 bin=$(cd "$1" && pwd)
+# OUT_DIR must be new or empty: the logs are packed (and removed) from it at the end.
+if [ -e "$2" ] && [ -n "$(ls -A "$2")" ]; then
+    echo "gpu_check.sh: $2 is not empty; name a new or empty folder for the results" >&2
+    exit 1
+fi
 out=$(mkdir -p "$2" && cd "$2" && pwd)
 shift 2
+runs=$(mktemp -d)   # the training runs' directories
 stages=${*:-env tests train bench}
 root=$(pwd)
 
@@ -66,7 +72,6 @@ fi
 train_run() {
     local dir=$1
     shift
-    rm -rf "$dir"
     "$bin/boost" train --quiet --set run.dir="$dir" "$@" >"$dir.log" 2>&1
     echo $?
 }
@@ -79,11 +84,11 @@ if has train; then
         name=${run%%:*}
         read -r -a args <<<"${run#*:}"
         s=$(date +%s)
-        rc=$(train_run "/tmp/gpu-check-$name" "${common[@]}" "${args[@]}")
-        cp "/tmp/gpu-check-$name/metrics.jsonl" "$out/metrics-$name.jsonl" 2>/dev/null
-        cp "/tmp/gpu-check-$name.log" "$out/train-$name.log"
+        rc=$(train_run "$runs/$name" "${common[@]}" "${args[@]}")
+        cp "$runs/$name/metrics.jsonl" "$out/metrics-$name.jsonl" 2>/dev/null
+        cp "$runs/$name.log" "$out/train-$name.log"
         note "train $name: rc $rc, $(($(date +%s) - s)) s"
-        [ "$rc" = 0 ] || tail -5 "/tmp/gpu-check-$name.log" | sed 's/^/    /' | tee -a "$summary"
+        [ "$rc" = 0 ] || tail -5 "$runs/$name.log" | sed 's/^/    /' | tee -a "$summary"
     done
     python3 - "$out" <<'EOF' | tee -a "$summary"
 import json, sys, statistics
