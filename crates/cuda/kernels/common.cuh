@@ -25,8 +25,13 @@ struct P {
     double f[10];
 };
 
+// Launch bounds for every kernel of a file, which may define KERNEL_BOUNDS before including
+// this header (e.g. __launch_bounds__(256, 2): registers for two blocks per multiprocessor).
+#ifndef KERNEL_BOUNDS
+#define KERNEL_BOUNDS
+#endif
 #ifndef KERNEL
-#define KERNEL(name) extern "C" __global__ void name(const P p)
+#define KERNEL(name) extern "C" __global__ void KERNEL_BOUNDS name(const P p)
 #endif
 
 // Threads per block of the row kernels (one block per row) and full reductions.
