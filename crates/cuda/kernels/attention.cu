@@ -76,15 +76,57 @@ __device__ __forceinline__ void dots2x2(const float* a0, const float* a1, const 
     s[3] = s11;
 }
 
-// The 2×2 micro-tile of an R×R score tile that this thread computes: rows r and r + half,
-// columns c and c + half (half = ⌈R/2⌉); false for threads past the tile. Element q of the
-// micro-tile (q = 2·row part + column part) is (r + half·(q / 2), c + half·(q % 2)).
-__device__ __forceinline__ bool micro_tile(long long R, long long* r, long long* c, long long* half) {
-    long long hf = (R + 1) / 2, e = threadIdx.x;
-    *half = hf;
-    *r = e / hf;
-    *c = e % hf;
-    return e < hf * hf;
+// The 2×2 micro-tile of an R×R score tile that a thread computes: rows r and r + half,
+// columns c and c + half (half = ⌈R/2⌉). Element q (0..3) is (row(q), col(q)), inside the
+// tile when has(q); `live` is false for threads past the tile.
+struct Micro {
+    long long r, c, half, R;
+    bool live;
+    __device__ long long row(int q) const { return q / 2 ? r + half : r; }
+    __device__ long long col(int q) const { return q % 2 ? c + half : c; }
+    __device__ bool has(int q) const { return row(q) < R && col(q) < R; }
+    // The four dot products (a row)·(b row) of two padded tiles, rows row(q) of a and col(q)
+    // of b; a row past the tile reads row r (or c) again, and its sums are never stored.
+    __device__ void dots(const float* a, const float* b, long long dh, float s[4]) const {
+        long long ld1 = dh + 1, r1 = r + half < R ? r + half : r, c1 = c + half < R ? c + half : c;
+        dots2x2(&a[r * ld1], &a[r1 * ld1], &b[c * ld1], &b[c1 * ld1], dh, s);
+    }
+};
+
+__device__ __forceinline__ Micro micro_tile(long long R) {
+    Micro m;
+    long long e = threadIdx.x;
+    m.half = (R + 1) / 2;
+    m.r = e / m.half;
+    m.c = e % m.half;
+    m.R = R;
+    m.live = e < m.half * m.half;
+    return m;
+}
+
+// acc[k] *= by[row] for the tile elements this thread owns (as tile_accumulate's), e < n.
+__device__ __forceinline__ void tile_scale_rows(float acc[FA_PER], const float* by, long long dh, long long n) {
+    for (int k = 0; k < FA_PER; k++) {
+        long long e = threadIdx.x + (long long)FA_NT * k;
+        if (e < n) acc[k] *= by[e / dh];
+    }
+}
+
+// Write the tile elements this thread owns (as tile_accumulate's) of the first `rows` rows
+// to view v at (r0 + row, c0 + col).
+__device__ __forceinline__ void tile_store(const Tv& v, long long r0, long long c0, long long rows, long long dh,
+                                           const float acc[FA_PER]) {
+    for (int k = 0; k < FA_PER; k++) {
+        long long e = threadIdx.x + (long long)FA_NT * k;
+        if (e < rows * dh) st(v, r0 + e / dh, c0 + e % dh, acc[k]);
+    }
+}
+
+// dst[i] = the fp32 statistic of row r0 + i (rows at base + row in src), 0 past the sequence.
+__device__ __forceinline__ void stage_stats(float* dst, const Tv& src, long long base, long long r0, long long R,
+                                            long long S) {
+    long long i = threadIdx.x;
+    if (i < R) dst[i] = r0 + i < S ? ((const float*)src.p)[base + r0 + i] : 0.0f;
 }
 
 // acc[k] += Σ_jj a[row][jj] · t[jj][col] over jj < R, in order, for the tile elements this
@@ -131,7 +173,7 @@ KERNEL(k_attn_fwd) {
     __shared__ float vs[FA_BUF];
     __shared__ float ss[FA_R][FA_R + 1];
     __shared__ float ms[FA_R], ls[FA_R], cs[FA_R];
-    long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], R = fa_rows(dh), ld1 = dh + 1;
+    long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], R = fa_rows(dh);
     Qkv x = qkv_views(p.v[0], p.n[0] * S, H * dh, HK * dh);
     long long b = blockIdx.z, h = blockIdx.y, g = h / (H / HK);
     long long i0 = (long long)blockIdx.x * R, nq = min_ll(R, S - i0);
@@ -143,18 +185,17 @@ KERNEL(k_attn_fwd) {
     }
     float o[FA_PER];
     for (int k = 0; k < FA_PER; k++) o[k] = 0.0f;
+    Micro mic = micro_tile(R);
     for (long long j0 = 0; j0 < i0 + nq; j0 += R) {
         stage(ks, x.k, b, S, g, dh, j0, R, 1.0f);
         stage(vs, x.v, b, S, g, dh, j0, R, 1.0f);
         __syncthreads();
-        long long r, c, hf;
-        if (micro_tile(R, &r, &c, &hf)) {
-            long long r1 = r + hf < R ? r + hf : r, c1 = c + hf < R ? c + hf : c;
+        if (mic.live) {
             float sc[4];
-            dots2x2(&qs[r * ld1], &qs[r1 * ld1], &ks[c * ld1], &ks[c1 * ld1], dh, sc);
+            mic.dots(qs, ks, dh, sc);
             for (int q = 0; q < 4; q++) {
-                long long ii = q / 2 ? r + hf : r, jj = q % 2 ? c + hf : c;
-                if (ii < R && jj < R) ss[ii][jj] = j0 + jj > i0 + ii ? NEG_INF : sc[q];
+                long long ii = mic.row(q), jj = mic.col(q);
+                if (mic.has(q)) ss[ii][jj] = j0 + jj > i0 + ii ? NEG_INF : sc[q];
             }
         }
         __syncthreads();
@@ -175,20 +216,14 @@ KERNEL(k_attn_fwd) {
             cs[tid] = corr;
         }
         __syncthreads();
-        for (int k = 0; k < FA_PER; k++) {
-            long long e = tid + (long long)FA_NT * k;
-            if (e < R * dh) o[k] *= cs[e / dh];
-        }
+        tile_scale_rows(o, cs, dh, R * dh);
         tile_accumulate(o, ss, vs, R, dh, R * dh);
         __syncthreads();
     }
-    for (int k = 0; k < FA_PER; k++) {
-        long long e = tid + (long long)FA_NT * k;
-        if (e < nq * dh) {
-            long long ii = e / dh, d = e % dh;
-            st(p.v[1], b * S + i0 + ii, h * dh + d, o[k] * (1.0f / ls[ii]));
-        }
-    }
+    if (tid < R) cs[tid] = 1.0f / ls[tid];
+    __syncthreads();
+    tile_scale_rows(o, cs, dh, nq * dh);
+    tile_store(p.v[1], b * S + i0, h * dh, nq, dh, o);
     if (tid < nq) ((float*)p.v[2].p)[(b * H + h) * S + i0 + tid] = ms[tid] + logf(ls[tid]);
 }
 
@@ -202,7 +237,7 @@ KERNEL(k_attn_bwd_q) {
     __shared__ float vs[FA_BUF];
     __shared__ float ss[FA_R][FA_R + 1];
     __shared__ float lse[FA_R], dsum[FA_R];
-    long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], T = p.n[0] * S, R = fa_rows(dh), ld1 = dh + 1;
+    long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], T = p.n[0] * S, R = fa_rows(dh);
     Qkv x = qkv_views(p.v[0], T, H * dh, HK * dh);
     Qkv dx = qkv_views(p.v[4], T, H * dh, HK * dh);
     long long b = blockIdx.z, h = blockIdx.y, g = h / (H / HK);
@@ -211,26 +246,23 @@ KERNEL(k_attn_bwd_q) {
     float scale = (float)p.f[0];
     stage(qs, x.q, b, S, h, dh, i0, R, scale);
     stage(dos, p.v[1], b, S, h, dh, i0, R, 1.0f);
-    if (tid < R) {
-        lse[tid] = tid < nq ? ((const float*)p.v[2].p)[(b * H + h) * S + i0 + tid] : 0.0f;
-        dsum[tid] = 0.0f;
-    }
+    stage_stats(lse, p.v[2], (b * H + h) * S, i0, R, S);
+    if (tid < R) dsum[tid] = 0.0f;
     float dq[FA_PER];
     for (int k = 0; k < FA_PER; k++) dq[k] = 0.0f;
+    Micro mic = micro_tile(R);
     for (int pass = 0; pass < 2; pass++) {
         for (long long j0 = 0; j0 < i0 + nq; j0 += R) {
             stage(ks, x.k, b, S, g, dh, j0, R, 1.0f);
             stage(vs, x.v, b, S, g, dh, j0, R, 1.0f);
             __syncthreads();
-            long long r, c, hf;
-            if (micro_tile(R, &r, &c, &hf)) {
-                long long r1 = r + hf < R ? r + hf : r, c1 = c + hf < R ? c + hf : c;
+            if (mic.live) {
                 float sc[4], dp[4];
-                dots2x2(&qs[r * ld1], &qs[r1 * ld1], &ks[c * ld1], &ks[c1 * ld1], dh, sc);
-                dots2x2(&dos[r * ld1], &dos[r1 * ld1], &vs[c * ld1], &vs[c1 * ld1], dh, dp);
+                mic.dots(qs, ks, dh, sc);
+                mic.dots(dos, vs, dh, dp);
                 for (int q = 0; q < 4; q++) {
-                    long long ii = q / 2 ? r + hf : r, jj = q % 2 ? c + hf : c;
-                    if (ii >= R || jj >= R) continue;
+                    long long ii = mic.row(q), jj = mic.col(q);
+                    if (!mic.has(q)) continue;
                     float v = 0.0f;
                     if (j0 + jj <= i0 + ii) {
                         float pj = expf(sc[q] - lse[ii]);
@@ -252,13 +284,7 @@ KERNEL(k_attn_bwd_q) {
             __syncthreads();
         }
     }
-    for (int k = 0; k < FA_PER; k++) {
-        long long e = tid + (long long)FA_NT * k;
-        if (e < nq * dh) {
-            long long ii = e / dh, d = e % dh;
-            st(dx.q, b * S + i0 + ii, h * dh + d, dq[k]);
-        }
-    }
+    tile_store(dx.q, b * S + i0, h * dh, nq, dh, dq);
     if (tid < nq) ((float*)p.v[3].p)[(b * H + h) * S + i0 + tid] = dsum[tid];
 }
 
@@ -274,69 +300,55 @@ KERNEL(k_attn_bwd_kv) {
     __shared__ float dos[FA_BUF];
     __shared__ float ss[FA_R][FA_R + 1];
     __shared__ float lse[FA_R], dsum[FA_R];
-    long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], T = p.n[0] * S, R = fa_rows(dh), ld1 = dh + 1;
+    long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], T = p.n[0] * S, R = fa_rows(dh);
     Qkv x = qkv_views(p.v[0], T, H * dh, HK * dh);
     Qkv dx = qkv_views(p.v[4], T, H * dh, HK * dh);
     long long b = blockIdx.z, g = blockIdx.y, group = H / HK;
     long long j0 = (long long)blockIdx.x * R, nk = min_ll(R, S - j0);
-    long long tid = threadIdx.x;
     float scale = (float)p.f[0];
     stage(ks, x.k, b, S, g, dh, j0, R, scale);
     stage(vs, x.v, b, S, g, dh, j0, R, 1.0f);
-    float dk[FA_PER], dv[FA_PER], ds[4];
+    float dk[FA_PER], dv[FA_PER], ds[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int k = 0; k < FA_PER; k++) {
         dk[k] = 0.0f;
         dv[k] = 0.0f;
     }
+    Micro mic = micro_tile(R);
     for (long long h = g * group; h < (g + 1) * group; h++) {
         for (long long t0 = j0; t0 < S; t0 += R) {
             stage(qs, x.q, b, S, h, dh, t0, R, 1.0f);
             stage(dos, p.v[1], b, S, h, dh, t0, R, 1.0f);
-            if (tid < R) {
-                long long i = t0 + tid, row = (b * H + h) * S + i;
-                lse[tid] = i < S ? ((const float*)p.v[2].p)[row] : 0.0f;
-                dsum[tid] = i < S ? ((const float*)p.v[3].p)[row] : 0.0f;
-            }
+            stage_stats(lse, p.v[2], (b * H + h) * S, t0, R, S);
+            stage_stats(dsum, p.v[3], (b * H + h) * S, t0, R, S);
             __syncthreads();
             // P (kept in shared memory for dV) and dS (kept in registers until dV is done), a
             // 2×2 micro-tile (key rows jj, query rows ii) per thread.
-            long long r, c, hf;
-            bool mine = micro_tile(R, &r, &c, &hf);
-            if (mine) {
-                long long r1 = r + hf < R ? r + hf : r, c1 = c + hf < R ? c + hf : c;
+            if (mic.live) {
                 float sc[4], dp[4];
-                dots2x2(&ks[r * ld1], &ks[r1 * ld1], &qs[c * ld1], &qs[c1 * ld1], dh, sc);
-                dots2x2(&vs[r * ld1], &vs[r1 * ld1], &dos[c * ld1], &dos[c1 * ld1], dh, dp);
+                mic.dots(ks, qs, dh, sc);
+                mic.dots(vs, dos, dh, dp);
                 for (int q = 0; q < 4; q++) {
-                    long long jj = q / 2 ? r + hf : r, ii = q % 2 ? c + hf : c, i = t0 + ii;
+                    long long jj = mic.row(q), ii = mic.col(q), i = t0 + ii;
                     float pj = 0.0f, d = 0.0f;
-                    if (jj < R && ii < R && i >= j0 + jj && i < S) {
+                    if (mic.has(q) && i >= j0 + jj && i < S) {
                         pj = expf(sc[q] - lse[ii]);
                         d = pj * (dp[q] - dsum[ii]) * scale;
                     }
-                    if (jj < R && ii < R) ss[jj][ii] = pj;
+                    if (mic.has(q)) ss[jj][ii] = pj;
                     ds[q] = d;
                 }
             }
             __syncthreads();
             tile_accumulate(dv, ss, dos, R, dh, R * dh);
             __syncthreads();
-            if (mine)
-                for (int q = 0; q < 4; q++) {
-                    long long jj = q / 2 ? r + hf : r, ii = q % 2 ? c + hf : c;
-                    if (jj < R && ii < R) ss[jj][ii] = ds[q];
-                }
+            if (mic.live)
+                for (int q = 0; q < 4; q++)
+                    if (mic.has(q)) ss[mic.row(q)][mic.col(q)] = ds[q];
             __syncthreads();
             tile_accumulate(dk, ss, qs, R, dh, R * dh);
             __syncthreads();
         }
     }
-    for (int k = 0; k < FA_PER; k++) {
-        long long e = tid + (long long)FA_NT * k;
-        if (e < nk * dh) {
-            long long jj = e / dh, d = e % dh;
-            st(dx.k, b * S + j0 + jj, g * dh + d, dk[k]);
-            st(dx.v, b * S + j0 + jj, g * dh + d, dv[k]);
-        }
-    }
+    tile_store(dx.k, b * S + j0, g * dh, nk, dh, dk);
+    tile_store(dx.v, b * S + j0, g * dh, nk, dh, dv);
 }
