@@ -6,7 +6,7 @@ use crate::device::{Launch, P};
 use crate::launch::{NT, tv, tvm};
 use boost_tensor::XentFinish;
 use boost_tensor::cpu::IGNORE;
-use boost_tensor::{Mat, MatMut};
+use boost_tensor::{Backend, Mat, MatMut};
 
 pub(crate) fn embed(be: &Cuda, out: MatMut<CudaBuf>, table: Mat<CudaBuf>, ids: &CudaIds, first: usize) {
     assert_eq!(out.rows, ids.len(), "embed: one row per id");
@@ -27,12 +27,11 @@ pub(crate) fn embed_bwd(be: &Cuda, dtable: MatMut<CudaBuf>, dout: Mat<CudaBuf>, 
         return;
     }
     // Run starts, then positions, as one u32 array on the device.
-    let table: Vec<u8> = starts.iter().chain(&positions).flat_map(|v| v.to_le_bytes()).collect();
-    let mem = be.dev().alloc(table.len());
-    be.dev().upload(mem.ptr, &table);
+    let mut runs = be.alloc_ids(starts.len() + positions.len());
+    be.write_ids(&mut runs, &[starts.as_slice(), &positions].concat());
     let mut p = P::of(&[tvm(&dtable), tv(&dout)]);
     p.v[2].p = ids.ptr();
-    p.v[3].p = mem.ptr;
+    p.v[3].p = runs.ptr();
     let nruns = starts.len() - 1;
     p.n = [dout.rows as i64, dout.cols as i64, first as i64, dtable.rows as i64, nruns as i64, 0];
     // One block row per distinct id, one thread per column: each sum walks that id's
@@ -40,8 +39,8 @@ pub(crate) fn embed_bwd(be: &Cuda, dtable: MatMut<CudaBuf>, dout: Mat<CudaBuf>, 
     let cols = dout.cols.div_ceil(NT as usize) as u32;
     be.launch("k_embed_bwd", Launch { grid: (nruns as u32, cols, 1), block: (NT, 1, 1) }, &p);
     be.touched(&dtable);
-    // `mem` is freed in stream order, after the kernel.
-    drop(mem);
+    // `runs` is freed in stream order, after the kernel.
+    drop(runs);
 }
 
 /// The positions of the ids in `first..first + rows`, grouped by id in increasing order and
