@@ -29,11 +29,12 @@ fn main() {
 
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod bench {
-    use boost_config::{Arch, ModelConfig};
+    use boost_config::{Arch, ModelConfig, TrainConfig};
     use boost_cuda::{Cuda, Precision};
     use boost_model::{Batch, Layout, Model};
     use boost_tensor::profile::Profiled;
-    use boost_tensor::{AdamStep, AdamUpdate, Backend, Mat, Solo};
+    use boost_tensor::{Backend, Solo};
+    use boost_train::optim::{AdamW, clip_coef, grad_norm};
     use std::collections::HashMap;
     use std::time::Instant;
 
@@ -139,56 +140,31 @@ mod bench {
         Ok(())
     }
 
-    /// A model, its AdamW state and the step count.
+    /// A model and its AdamW state.
     struct Trainer<B: Backend> {
         model: Model<B>,
-        m: Vec<B::Buf>,
-        v: Vec<B::Buf>,
-        done: usize,
+        adam: AdamW<B>,
+        train: TrainConfig,
     }
 
     impl<B: Backend> Trainer<B> {
         fn new(be: B, cfg: &ModelConfig) -> Result<Self, String> {
             let model = Model::new(be, cfg, Layout::single(cfg), 1).map_err(|e| e.to_string())?;
-            let m = model.store.bufs.iter().map(|b| model.be.alloc(b.len)).collect();
-            let v = model.store.bufs.iter().map(|b| model.be.alloc(b.len)).collect();
-            Ok(Self { model, m, v, done: 0 })
+            let adam = AdamW::new(&model.be, &model.store);
+            Ok(Self { model, adam, train: TrainConfig::default() })
         }
 
-        /// One step, timed from a synchronize to the next: (seconds, loss).
+        /// One step, timed from a synchronize to the next: (seconds, loss). The trainer's
+        /// update at lr 1e-3: clipping at 1.0, AdamW with `TrainConfig`'s defaults.
         fn step(&mut self, batch: &Batch) -> (f64, f64) {
-            let Self { model, m, v, done } = self;
+            let Self { model, adam, train } = self;
             model.be.sync();
             let t0 = Instant::now();
             model.store.zero_grads(&model.be);
             let l = model.forward_backward(&Solo, batch, 1.0 / batch.ids.len() as f64);
             let (be, st) = (&model.be, &mut model.store);
-            let sq: f64 = st.grads.iter().zip(&st.bufs).map(|(g, i)| be.sumsq(Mat::new(g, 1, i.len))).sum();
-            *done += 1;
-            let k = *done as i32;
-            let adam = AdamStep {
-                lr: 1e-3,
-                beta1: 0.9,
-                beta2: 0.999,
-                eps: 1e-8,
-                weight_decay: 0.01,
-                bias_corr1: 1.0 - 0.9f64.powi(k),
-                bias_corr2: 1.0 - 0.999f64.powi(k),
-                grad_scale: (1.0 / (sq.sqrt() + 1e-6)).min(1.0),
-            };
-            for i in 0..st.bufs.len() {
-                let (len, decay) = (st.bufs[i].len, st.bufs[i].decay);
-                be.adamw(AdamUpdate {
-                    p: &mut st.values[i],
-                    g: &st.grads[i],
-                    m: &mut m[i],
-                    v: &mut v[i],
-                    off: 0,
-                    n: len,
-                    step: &adam,
-                    decay,
-                });
-            }
+            let coef = clip_coef(grad_norm(be, st, 0, &Solo), 1.0);
+            adam.update(be, st, train, 1e-3, coef);
             be.sync();
             (t0.elapsed().as_secs_f64(), l.sum / l.tokens as f64)
         }

@@ -8,11 +8,12 @@
 
 mod common;
 
-use boost_config::{Arch, LaxGate, ModelConfig};
+use boost_config::{Arch, LaxGate, ModelConfig, TrainConfig};
 use boost_cuda::Precision;
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::cpu::Cpu;
-use boost_tensor::{AdamStep, AdamUpdate, Backend, Mat, Solo};
+use boost_tensor::{Backend, Solo};
+use boost_train::optim::{AdamW, clip_coef, grad_norm};
 
 const VOCAB: usize = 64;
 const BATCH: usize = 4;
@@ -39,17 +40,15 @@ fn batch(step: usize) -> (Vec<u32>, Vec<u32>) {
 
 struct Trainer<B: Backend> {
     model: Model<B>,
-    m: Vec<B::Buf>,
-    v: Vec<B::Buf>,
-    step: i32,
+    adam: AdamW<B>,
+    train: TrainConfig,
 }
 
 impl<B: Backend> Trainer<B> {
     fn new(be: B, cfg: &ModelConfig) -> Self {
         let model = Model::new(be, cfg, Layout::single(cfg), 7).unwrap();
-        let m = model.store.bufs.iter().map(|b| model.be.alloc(b.len)).collect();
-        let v = model.store.bufs.iter().map(|b| model.be.alloc(b.len)).collect();
-        Self { model, m, v, step: 0 }
+        let adam = AdamW::new(&model.be, &model.store);
+        Self { model, adam, train: TrainConfig::default() }
     }
 
     /// Gradients of micro-batch `step` (zeroed first); returns the mean loss.
@@ -61,35 +60,12 @@ impl<B: Backend> Trainer<B> {
         l.sum / l.tokens as f64
     }
 
+    /// The trainer's update: clipping at 1.0, then AdamW with `TrainConfig`'s defaults
+    /// (β 0.9/0.999, ε 1e-8, decay 0.01).
     fn update(&mut self, lr: f64) {
-        let be = &self.model.be;
-        let st = &mut self.model.store;
-        let sq: f64 = st.grads.iter().zip(&st.bufs).map(|(g, i)| be.sumsq(Mat::new(g, 1, i.len))).sum();
-        let coef = (1.0 / (sq.sqrt() + 1e-6)).min(1.0);
-        self.step += 1;
-        let s = AdamStep {
-            lr,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.01,
-            bias_corr1: 1.0 - 0.9f64.powi(self.step),
-            bias_corr2: 1.0 - 0.999f64.powi(self.step),
-            grad_scale: coef,
-        };
-        for i in 0..st.bufs.len() {
-            let (len, decay) = (st.bufs[i].len, st.bufs[i].decay);
-            be.adamw(AdamUpdate {
-                p: &mut st.values[i],
-                g: &st.grads[i],
-                m: &mut self.m[i],
-                v: &mut self.v[i],
-                off: 0,
-                n: len,
-                step: &s,
-                decay,
-            });
-        }
+        let (be, st) = (&self.model.be, &mut self.model.store);
+        let coef = clip_coef(grad_norm(be, st, 0, &Solo), 1.0);
+        self.adam.update(be, st, &self.train, lr, coef);
     }
 
     fn grad_vectors(&self) -> Vec<(String, Vec<f64>)> {
