@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds what bench/gpu_check.sh runs on a GPU machine, here, into DIR (default .gpu, ignored
 # by git): the boost-cuda test binaries, `boost` and examples/cuda_bench, all with the `cuda`
-# feature and the kernels compiled ahead by nvcc 13.0 (crates/cuda/compile-kernels.sh),
-# stripped, and packed with the demo corpus into DIR.tar.xz to travel light.
+# feature and the kernels compiled ahead by nvcc 13.0 (crates/cuda/compile-kernels.sh), and
+# the boost-tensor test binaries; `boost` and those tests also with `avx512` (the gemm crate's
+# AVX-512 kernels, for the machine's CPU). Stripped, and packed with the demo corpus into
+# DIR.tar.xz to travel light.
 #
 #   bench/gpu_build.sh [DIR]
 set -euo pipefail
@@ -17,9 +19,13 @@ for p in "$dir" "$dir.tar.xz"; do
     fi
 done
 eval "$(bash crates/cuda/compile-kernels.sh)"
-rm -rf "$dir" "$dir.tar.xz" && mkdir -p "$dir/tests"
-cargo test --release -p boost-cuda --features cuda --no-run --message-format=json 2>/dev/null |
-    python3 -c '
+rm -rf "$dir" "$dir.tar.xz" && mkdir -p "$dir/tests" "$dir/cpu-tests"
+# Copy the test binaries that `cargo test ARGS --no-run` builds into DEST (the lib's as "unit").
+collect_tests() {
+    local dest=$1
+    shift
+    cargo test --release "$@" --no-run --message-format=json 2>/dev/null |
+        python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -28,12 +34,17 @@ for line in sys.stdin:
         if kind == ["test"] or kind == ["lib"]:
             print("unit" if kind == ["lib"] else m["target"]["name"], m["executable"])
 ' | while read -r name exe; do
-    cp "$exe" "$dir/tests/$name"
-done
-cargo build --release -p boost-cli --features cuda
+        cp "$exe" "$dest/$name"
+    done
+}
+collect_tests "$dir/tests" -p boost-cuda --features cuda
+# The CPU backend's own tests with the gemm crate's AVX-512 kernels built in: a GPU machine's
+# host CPU usually has AVX-512, which the development machines may lack (the `cpu` stage).
+collect_tests "$dir/cpu-tests" -p boost-tensor --features avx512
+cargo build --release -p boost-cli --features cuda,avx512
 cargo build --release -p boost-cuda --features cuda --example cuda_bench
 cp target/release/boost target/release/examples/cuda_bench "$dir/"
-strip -s "$dir"/boost "$dir"/cuda_bench "$dir"/tests/*
+strip -s "$dir"/boost "$dir"/cuda_bench "$dir"/tests/* "$dir"/cpu-tests/*
 echo "$root" >"$dir/BUILT_AT"
 # One compressed bundle to carry: the binaries and, when built, the demo corpus (a GPU machine
 # may have no network to fetch it).

@@ -3,13 +3,16 @@
 # on another one (a GPU machine may have no Rust toolchain). Build them with
 # bench/gpu_build.sh, which fills BIN_DIR; then, on the GPU machine, from the repository root:
 #
-#   bench/gpu_check.sh BIN_DIR OUT_DIR [env] [tests] [train] [bench]     (default: all four)
+#   bench/gpu_check.sh BIN_DIR OUT_DIR [env] [tests] [train] [bench] [cpu]   (default: all five)
 #
 #   env    nvidia-smi, the libraries found, the probe
 #   tests  every boost-cuda test binary (they pick the GPU when probe() finds one)
 #   train  `boost train` on the demo corpus (data/ must be there): cuda against cpu, one rank,
 #          and a tp2 grid whose ranks share the GPU (collectives staged through the host)
 #   bench  examples/cuda_bench against bench/torch_peer_cuda.py, same shape, same GPU
+#   cpu    the host CPU: the boost-tensor tests with the gemm crate's AVX-512 kernels built in,
+#          then `boost bench --arch cola,full --threads 2` (CPU_BENCH_REPEAT times, default 3)
+#          against the PyTorch CPU peer; it names the SIMD paths that ran
 #
 # cuBLAS and NCCL are taken from the Python environment's nvidia wheels (PyTorch's); NCCL's
 # libnccl.so.2 is linked as libnccl.so, the name cudarc looks for. Logs go to OUT_DIR.
@@ -23,7 +26,7 @@ fi
 out=$(mkdir -p "$2" && cd "$2" && pwd)
 shift 2
 runs=$(mktemp -d)   # the training runs' directories
-stages=${*:-env tests train bench}
+stages=${*:-env tests train bench cpu}
 root=$(pwd)
 
 sp=$(python3 -c 'import site; print(site.getsitepackages()[0])')
@@ -55,17 +58,22 @@ if has env; then
     note "libraries: $(ls "$libs" | tr '\n' ' ')"
 fi
 
-if has tests; then
-    for t in "$bin"/tests/*; do
+# Every test binary in BIN_DIR/$1, run from crates/$2, logged as $3-NAME.log.
+run_tests() {
+    for t in "$bin/$1"/*; do
         name=$(basename "$t")
         start=$EPOCHREALTIME
-        (cd "$root/crates/cuda" && timeout 240 "$t" --test-threads=4 --nocapture >"$out/test-$name.log" 2>&1)
+        (cd "$root/crates/$2" && timeout 240 "$t" --test-threads=4 --nocapture >"$out/$3-$name.log" 2>&1)
         rc=$?
         took=$(python3 -c "print(f'{$EPOCHREALTIME - $start:.1f}')")
-        res=$(grep -E '^test result:' "$out/test-$name.log" | tail -1)
-        note "test $name: rc $rc, $took s: $res"
-        grep -E '^test .* FAILED$|panicked at' "$out/test-$name.log" | head -8 | sed 's/^/    /' | tee -a "$summary"
+        res=$(grep -E '^test result:' "$out/$3-$name.log" | tail -1)
+        note "$3 $name: rc $rc, $took s: $res"
+        grep -E '^test .* FAILED$|panicked at' "$out/$3-$name.log" | head -8 | sed 's/^/    /' | tee -a "$summary"
     done
+}
+
+if has tests; then
+    run_tests tests cuda test
 fi
 
 # One training run; prints its losses' file.
@@ -156,6 +164,29 @@ EOF2
     # Where the time of one configuration goes, kernel by kernel.
     "$bin/cuda_bench" --arch cola "${shape[@]}" --seq 256 --micro-batch 8 --warmup 3 --rounds 3 --profile 5 2>&1 >/dev/null |
         grep -A30 '^profile:' | tee -a "$summary"
+fi
+
+if has cpu; then
+    note "cpu: $(lscpu | grep -E 'Model name' | sed 's/ \+/ /g'), avx512f: $(grep -c avx512f /proc/cpuinfo) of $(nproc) cpus"
+    run_tests cpu-tests tensor cpu-test
+    for rep in $(seq 1 "${CPU_BENCH_REPEAT:-3}"); do
+        "$bin/boost" bench --arch cola,full --threads 2 --json >"$out/cpu-bench-$rep.json" 2>"$out/cpu-bench-$rep.log"
+        python3 - "$out/cpu-bench-$rep.json" "$rep" <<'EOF3' | tee -a "$summary"
+import json, sys
+path, rep = sys.argv[1:]
+try:
+    r = json.load(open(path))
+except Exception as e:
+    print(f"cpu bench {rep}: failed ({e}); see cpu-bench-{rep}.log")
+    sys.exit()
+line = f"cpu bench {rep}: {r['cpu']}, {r['simd']}, {r['threads']} threads, GEMM peak {r['gemm_peak_gflops']:.1f} GFLOP/s"
+for x in r["results"]:
+    t = x.get("torch_ratio")
+    line += (f"; {x['arch']} {x['step_time_s']:.3f} s/step, {x['tokens_per_sec']:.0f} tok/s, "
+             f"MFU {100 * x['mfu']:.1f} %, vs PyTorch " + (f"{t:.2f}x" if t else "-"))
+print(line)
+EOF3
+    done
 fi
 
 # The logs as one file (a device tool may bring back only a few files).

@@ -6,7 +6,8 @@
 pub struct SimdPaths {
     /// `model name` from /proc/cpuinfo ("unknown" elsewhere).
     pub cpu: String,
-    /// The `gemm` crate's kernels: built without its `x86-v4` feature, so AVX2+FMA at best.
+    /// The `gemm` crate's kernels: AVX-512 when built with the `avx512` feature (the crate's
+    /// `x86-v4`) on a CPU with AVX-512F, else AVX2+FMA at best.
     pub gemm: &'static str,
     /// The element-wise kernels (`scalar.rs`), compiled for AVX-512 and AVX2+FMA and chosen
     /// at run time, else generic.
@@ -46,9 +47,17 @@ fn avx2_fma() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
+/// The gemm crate's own dispatch (gemm-common's `init_gemm_fn`): AVX-512F first when built
+/// in, then FMA.
 #[cfg(target_arch = "x86_64")]
 fn gemm_path() -> &'static str {
-    if avx2_fma() { "AVX2+FMA" } else { "SSE2/scalar" }
+    if cfg!(feature = "avx512") && std::arch::is_x86_feature_detected!("avx512f") {
+        "AVX-512"
+    } else if avx2_fma() {
+        "AVX2+FMA"
+    } else {
+        "SSE2/scalar"
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -88,11 +97,14 @@ mod tests {
     fn the_report_line_names_the_cpu_and_both_paths() {
         let p = simd_paths();
         assert!(!p.cpu.is_empty());
-        assert!(["AVX2+FMA", "SSE2/scalar", "native"].contains(&p.gemm), "{}", p.gemm);
+        assert!(["AVX-512", "AVX2+FMA", "SSE2/scalar", "native"].contains(&p.gemm), "{}", p.gemm);
         assert!(["AVX-512", "AVX2+FMA", "generic"].contains(&p.elementwise), "{}", p.elementwise);
-        // AVX-512 machines have AVX2 too: the GEMM path is never below the element-wise one.
-        if p.elementwise != "generic" {
-            assert_eq!(p.gemm, "AVX2+FMA");
+        // Where the element-wise kernels found AVX-512 (F and more), the GEMM takes it when
+        // built in; without the feature it stays on AVX2+FMA, which such CPUs have.
+        match (p.elementwise, cfg!(feature = "avx512")) {
+            ("AVX-512", true) => assert_eq!(p.gemm, "AVX-512"),
+            ("AVX-512" | "AVX2+FMA", false) => assert_eq!(p.gemm, "AVX2+FMA"),
+            _ => {}
         }
         assert_eq!(p.line(), format!("{}; GEMM {}, element-wise {}", p.cpu, p.gemm, p.elementwise));
     }
