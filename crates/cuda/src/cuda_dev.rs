@@ -1,6 +1,6 @@
 //! The GPU device through cudarc: one context, one compute stream (event tracking off: the
 //! kernels are ordered on that stream, and NCCL groups order their own streams against it
-//! with events, see `nccl.rs`), cuBLAS on the stream, and the kernels loaded from the embedded
+//! with events, see `nccl/`), cuBLAS on the stream, and the kernels loaded from the embedded
 //! cubin (sm_90) or PTX (compute_80), else compiled by NVRTC for the device.
 
 use crate::device::{Compute, DType, Device, Gemm, Launch, Mem, P};

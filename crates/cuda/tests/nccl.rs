@@ -1,6 +1,6 @@
-//! NCCL groups: the rendezvous (runs anywhere), a group of one rank (one GPU), and groups of
-//! every GPU of the machine (two or more GPUs; skipped otherwise), with blocking and started
-//! calls.
+//! NCCL groups: the rendezvous (runs anywhere); a group of one rank, and a rank left alone by
+//! its peer (one GPU); groups of every GPU of the machine (two or more GPUs; skipped
+//! otherwise), with blocking and started calls.
 #![cfg(feature = "cuda")]
 
 use boost_cuda::{Cuda, NcclGroup, Precision, Rendezvous};
@@ -131,4 +131,31 @@ fn group_over_every_gpu() {
             });
         }
     });
+}
+
+/// A rank whose peer never joins (rank 0 of a group of two, alone on the GPU) gets an error
+/// naming the initialisation within the deadline, instead of waiting forever in NCCL; a
+/// group made afterwards works (the aborted one left nothing behind).
+#[test]
+fn a_rank_whose_peer_never_joins_stops_at_the_deadline() {
+    if gpus() == 0 {
+        eprintln!("SKIPPED: no GPU");
+        return;
+    }
+    let be = Cuda::new(0, Precision::F32).unwrap();
+    let deadline = Duration::from_secs(3);
+    let t0 = std::time::Instant::now();
+    let e = match NcclGroup::new(&be, 0, 2, Rendezvous::Id(NcclGroup::unique_id().unwrap()), deadline) {
+        Ok(_) => panic!("a group of two initialised with one rank"),
+        Err(e) => e,
+    };
+    let took = t0.elapsed();
+    assert!(e.contains("ncclCommInitRankConfig (rank 0 of 2)"), "{e}");
+    assert!(e.contains("did not complete within"), "{e}");
+    assert!(took >= deadline && took < deadline + Duration::from_secs(30), "{took:?}");
+    let g = NcclGroup::new(&be, 0, 1, Rendezvous::Id(NcclGroup::unique_id().unwrap()), T).unwrap();
+    let mut b = be.alloc(4);
+    be.write_mat(MatMut::new(&mut b, 1, 4), &[1.0, 2.0, 3.0, 4.0]);
+    g.all_reduce(&mut b, 0, 4, ReduceOp::Sum, Label::op("t"));
+    assert_eq!(be.read_mat::<f64>(Mat::new(&b, 1, 4)), vec![1.0, 2.0, 3.0, 4.0]);
 }

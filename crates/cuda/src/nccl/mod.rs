@@ -9,6 +9,10 @@
 //! run beside the collective. The host never blocks on either. One stream per group keeps
 //! each communicator's calls in issue order on every rank, as NCCL requires.
 //!
+//! Communicators are non-blocking, each NCCL call polled against the group's deadline and
+//! the communicator aborted past it (`progress`), so a rank that never joins or dies during
+//! set-up stops the others with an error instead of a hang.
+//!
 //! NCCL needs one GPU per rank: two ranks on one GPU are refused, so on a one-GPU machine
 //! only groups of one rank run. A group's calls must come from the thread that owns its
 //! rank (as with every `Collective`).
@@ -19,27 +23,14 @@ use crate::cuda_dev::CudaDev;
 use boost_tensor::{Collective, DeviceBuf, Handle, Label, Pending, ReduceOp};
 use cudarc::driver::{CudaEvent, CudaStream};
 use cudarc::nccl::{result as nr, sys as ns};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use progress::{ConfigV2_17, await_done, poll_comm};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-/// How the ranks of a new group learn NCCL's unique id (created by rank 0).
-#[derive(Debug, Clone)]
-pub enum Rendezvous {
-    /// Rank 0 writes the id to this file (a temporary file, then a rename); the others wait
-    /// for it. Use a fresh path per run on a file system every rank sees.
-    File(PathBuf),
-    /// Rank 0 listens on this address and sends the id to each of the other ranks.
-    Tcp(SocketAddr),
-    /// The id itself, from [`NcclGroup::unique_id`] on one rank, carried by any other
-    /// channel (an MPI broadcast, or shared memory between threads).
-    Id([u8; 128]),
-}
-
-/// Magic bytes that open a TCP rendezvous message.
-const MAGIC: &[u8; 8] = b"BOOSTNCL";
+mod progress;
+mod rendezvous;
+pub use rendezvous::Rendezvous;
 
 /// One rank's NCCL communicator, queuing collectives on a stream of its own.
 pub struct NcclGroup {
@@ -54,6 +45,10 @@ pub struct NcclGroup {
     rank: usize,
     size: usize,
     one: CudaBuf,
+    /// How long one NCCL call's background work may take before the group is aborted.
+    timeout: Duration,
+    /// Set once the communicator was aborted: it is gone, and `Drop` leaves it alone.
+    aborted: AtomicBool,
 }
 
 // SAFETY: the communicator is used by the thread that owns the rank; NCCL calls on one
@@ -63,11 +58,22 @@ unsafe impl Sync for NcclGroup {}
 
 impl Drop for NcclGroup {
     fn drop(&mut self) {
+        if self.aborted.load(Ordering::Acquire) {
+            return;
+        }
         let _ = self.stream.synchronize();
         let _ = self.compute.synchronize();
+        // A non-blocking communicator is finalised (its pending work flushed, polled to the
+        // deadline) before it is destroyed.
+        let comm = self.comm;
         // SAFETY: the communicator is valid and no longer used.
-        unsafe {
-            let _ = nr::comm_destroy(self.comm);
+        let started = unsafe { ns::ncclCommFinalize(comm) }.result().is_ok();
+        let what = format!("ncclCommFinalize (rank {} of {})", self.rank, self.size);
+        if started && await_done(&what, self.timeout, || poll_comm(comm), || progress::abort_comm(comm)).is_ok() {
+            // SAFETY: finalised, and no longer used.
+            unsafe {
+                let _ = ns::ncclCommDestroy(comm);
+            }
         }
     }
 }
@@ -106,9 +112,11 @@ impl NcclGroup {
         Ok(id.internal.map(|c| c as u8))
     }
 
-    /// Join group `rank` of `size` on `be`'s GPU, learning the id through `rv`; waits at
-    /// most `timeout` for the rendezvous (NCCL's own initialisation then waits for every
-    /// rank). Started calls complete when they are started until [`Self::overlapping`].
+    /// Join group `rank` of `size` on `be`'s GPU, learning the id through `rv`. Waits at most
+    /// `timeout` for the rendezvous, as long again for NCCL's initialisation (which needs
+    /// every rank), and as long for any later call's set-up; past it the communicator is
+    /// aborted and the error says which call. Started calls complete when they are started
+    /// until [`Self::overlapping`].
     pub fn new(be: &Cuda, rank: usize, size: usize, rv: Rendezvous, timeout: Duration) -> Result<Self, String> {
         assert!(rank < size, "NCCL rank {rank} of a group of {size}");
         nccl_loaded()?;
@@ -118,11 +126,16 @@ impl NcclGroup {
         let uid = ns::ncclUniqueId { internal: id.map(|b| b as _) };
         stream.context().bind_to_thread().map_err(|e| format!("binding the CUDA context: {e:?}"))?;
         let mut comm = std::ptr::null_mut();
-        // SAFETY: `comm` receives the new communicator.
-        unsafe { nr::comm_init_rank(&mut comm, size as i32, uid, rank as i32) }
-            .map_err(|e| format!("ncclCommInitRank (rank {rank} of {size}): {e:?}"))?;
+        let mut config = ConfigV2_17::non_blocking();
+        let what = format!("ncclCommInitRankConfig (rank {rank} of {size})");
+        // SAFETY: `comm` receives the new communicator; NCCL copies the config.
+        unsafe { ns::ncclCommInitRankConfig(&mut comm, size as i32, uid, rank as i32, config.as_ptr()) }
+            .result()
+            .map_err(|e| format!("{what}: {e:?}"))?;
+        await_done(&what, timeout, || poll_comm(comm), || progress::abort_comm(comm))?;
         let one = be.alloc_dtype(1, DType::F32, false);
-        Ok(Self { comm, be: be.clone(), compute, stream, overlap: false, rank, size, one })
+        let aborted = AtomicBool::new(false);
+        Ok(Self { comm, be: be.clone(), compute, stream, overlap: false, rank, size, one, timeout, aborted })
     }
 
     /// With `on`, a started call's completion is queued on the compute stream only when its
@@ -133,13 +146,17 @@ impl NcclGroup {
     }
 
     /// The group of the ranks that pass the same `color`, ordered by `key`
-    /// (`ncclCommSplit`; every rank of this group must call it).
+    /// (`ncclCommSplit`; every rank of this group must call it). It is non-blocking too,
+    /// with this group's deadline.
     pub fn split(&self, color: usize, key: usize) -> Result<Self, String> {
         let mut comm = std::ptr::null_mut();
-        // SAFETY: a valid communicator; a null config inherits this one's.
+        let what = format!("ncclCommSplit (rank {} of {}, color {color})", self.rank, self.size);
+        // SAFETY: a valid communicator; a null config inherits this one's (non-blocking).
         unsafe { ns::ncclCommSplit(self.comm, color as i32, key as i32, &mut comm, std::ptr::null_mut()) }
             .result()
-            .map_err(|e| format!("ncclCommSplit: {e:?}"))?;
+            .map_err(|e| format!("{what}: {e:?}"))?;
+        // The new communicator is the one to poll (NCCL's rule for a non-blocking split).
+        await_done(&what, self.timeout, || poll_comm(comm), || progress::abort_comm(comm))?;
         let (mut n, mut r) = (0, 0);
         // SAFETY: a valid communicator.
         unsafe {
@@ -149,17 +166,32 @@ impl NcclGroup {
         let be = self.be.clone();
         let one = be.alloc_dtype(1, DType::F32, false);
         let stream = self.compute.fork().map_err(|e| format!("creating the NCCL group's stream: {e:?}"))?;
-        let (compute, overlap) = (self.compute.clone(), self.overlap);
-        Ok(Self { comm, be, compute, stream, overlap, rank: r as usize, size: n as usize, one })
+        let (compute, overlap, timeout) = (self.compute.clone(), self.overlap, self.timeout);
+        let (rank, size, aborted) = (r as usize, n as usize, AtomicBool::new(false));
+        Ok(Self { comm, be, compute, stream, overlap, rank, size, one, timeout, aborted })
     }
 
     fn raw_stream(&self) -> ns::cudaStream_t {
         self.stream.cu_stream() as ns::cudaStream_t
     }
 
+    /// A call's status: done, or in progress and polled to the group's deadline (past it,
+    /// or on a failure, the communicator is aborted and the rank stops with the reason).
     fn ok(&self, what: &str, label: Label, r: Result<nr::NcclStatus, nr::NcclError>) {
-        if let Err(e) = r {
-            panic!("NCCL {what} at {label} failed on rank {} of {}: {e:?}", self.rank, self.size);
+        let call = format!("NCCL {what} at {label} on rank {} of {}", self.rank, self.size);
+        match r {
+            Ok(nr::NcclStatus::InProgress) => {
+                let comm = self.comm;
+                let abort = || {
+                    self.aborted.store(true, Ordering::Release);
+                    progress::abort_comm(comm)
+                };
+                if let Err(e) = await_done(&call, self.timeout, || poll_comm(comm), abort) {
+                    panic!("{e}");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => panic!("{call} failed: {e:?}"),
         }
     }
 
@@ -348,109 +380,6 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         if self.buf.is_some() {
             let _ = self.group.compute.wait(&self.done);
-        }
-    }
-}
-
-impl Rendezvous {
-    /// Rank 0 makes the id with `make_id` and hands it out; every rank returns it.
-    /// (`NcclGroup::new` passes `NcclGroup::unique_id`.)
-    pub fn exchange(
-        &self,
-        rank: usize,
-        size: usize,
-        timeout: Duration,
-        make_id: impl FnOnce() -> Result<[u8; 128], String>,
-    ) -> Result<[u8; 128], String> {
-        match self {
-            Rendezvous::Id(id) => Ok(*id),
-            Rendezvous::File(path) => file_rendezvous(path, rank, timeout, make_id),
-            Rendezvous::Tcp(addr) => tcp_rendezvous(*addr, rank, size, timeout, make_id),
-        }
-    }
-}
-
-fn file_rendezvous(
-    path: &std::path::Path,
-    rank: usize,
-    timeout: Duration,
-    make_id: impl FnOnce() -> Result<[u8; 128], String>,
-) -> Result<[u8; 128], String> {
-    if rank == 0 {
-        let id = make_id()?;
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        std::fs::write(&tmp, id).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, path).map_err(|e| format!("renaming to {}: {e}", path.display()))?;
-        return Ok(id);
-    }
-    let t0 = Instant::now();
-    loop {
-        if let Ok(b) = std::fs::read(path)
-            && b.len() == 128
-        {
-            return Ok(b.try_into().unwrap());
-        }
-        if t0.elapsed() > timeout {
-            return Err(format!("rank {rank}: no NCCL id at {} after {timeout:?}", path.display()));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn tcp_rendezvous(
-    addr: SocketAddr,
-    rank: usize,
-    size: usize,
-    timeout: Duration,
-    make_id: impl FnOnce() -> Result<[u8; 128], String>,
-) -> Result<[u8; 128], String> {
-    let t0 = Instant::now();
-    if rank == 0 {
-        let id = make_id()?;
-        let listener = TcpListener::bind(addr).map_err(|e| format!("rank 0: listening on {addr}: {e}"))?;
-        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let mut sent = 0;
-        while sent + 1 < size {
-            match listener.accept() {
-                Ok((mut s, _)) => {
-                    s.set_nonblocking(false).map_err(|e| e.to_string())?;
-                    let mut msg = MAGIC.to_vec();
-                    msg.extend_from_slice(&(size as u32).to_le_bytes());
-                    msg.extend_from_slice(&id);
-                    s.write_all(&msg).map_err(|e| format!("rank 0: sending the NCCL id: {e}"))?;
-                    sent += 1;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if t0.elapsed() > timeout {
-                        return Err(format!("rank 0: {sent} of {} ranks reached {addr} within {timeout:?}", size - 1));
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err(e) => return Err(format!("rank 0: accepting on {addr}: {e}")),
-            }
-        }
-        return Ok(id);
-    }
-    loop {
-        match TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
-            Ok(mut s) => {
-                let mut msg = [0u8; 8 + 4 + 128];
-                s.read_exact(&mut msg).map_err(|e| format!("rank {rank}: reading the NCCL id from {addr}: {e}"))?;
-                if &msg[..8] != MAGIC {
-                    return Err(format!("rank {rank}: {addr} is not a BOOST rendezvous"));
-                }
-                let n = u32::from_le_bytes(msg[8..12].try_into().unwrap()) as usize;
-                if n != size {
-                    return Err(format!("rank {rank}: the group at {addr} has {n} ranks, this rank expects {size}"));
-                }
-                return Ok(msg[12..].try_into().unwrap());
-            }
-            Err(e) => {
-                if t0.elapsed() > timeout {
-                    return Err(format!("rank {rank}: cannot reach rank 0 at {addr} within {timeout:?}: {e}"));
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
         }
     }
 }
