@@ -37,6 +37,9 @@ macro_rules! kernel_table {
             [Other] fn sumsq(x: Mat<Self::Buf>) -> f64;
             /// Σ of every element, accumulated in f64.
             [Other] fn sum(x: Mat<Self::Buf>) -> f64;
+            /// `out[i] = sumsq(xs[i])`, the same values: a device reads them back once for all
+            /// (the gradient norm's many buffers) instead of once per view.
+            [Other] fn sumsq_each(xs: &[Mat<Self::Buf>], out: &mut [f64]);
 
             // ---- RMSNorm building blocks (plain, and over a hidden-sharded input) ----
             /// `out[i] = Σ_j x[i,j]²` (out is rows×1).

@@ -147,20 +147,20 @@ impl<B: Backend> Optimizer<B> {
         world: &dyn Collective<B>,
         scalar: &mut B::Buf,
     ) -> f64 {
-        let mut sq = 0.0;
-        for (i, info) in store.bufs.iter().enumerate() {
+        let counted = store.bufs.iter().enumerate().filter_map(|(i, info)| {
             if (info.replicated && tp_rank != 0) || info.pipeline_copy {
-                continue;
+                return None;
             }
-            sq += match self {
+            match self {
                 Optimizer::Zero1(z) => {
                     let own = z.owned(i, info.len);
-                    be.sumsq(Mat::at(&z.stage[i], own.start, 1, own.len(), own.len()))
+                    Some(Mat::at(&z.stage[i], own.start, 1, own.len(), own.len()))
                 }
-                Optimizer::Replicated(_) if dp_rank == 0 => be.sumsq(Mat::new(&store.grads[i], 1, info.len)),
-                Optimizer::Replicated(_) => 0.0,
-            };
-        }
+                Optimizer::Replicated(_) if dp_rank == 0 => Some(Mat::new(&store.grads[i], 1, info.len)),
+                Optimizer::Replicated(_) => None,
+            }
+        });
+        let mut sq = crate::optim::sumsq_in_order(be, counted);
         if world.size() > 1 {
             be.write_mat(MatMut::new(scalar, 1, 1), &[sq]);
             world.all_reduce(scalar, 0, 1, ReduceOp::Sum, Label::op("grad_norm"));

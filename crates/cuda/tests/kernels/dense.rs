@@ -72,6 +72,17 @@ fn elementwise_case<B: Backend>(be: &B, act: bool) -> Outs {
             be.sum(Mat::at(&src, 1, r, c, ld)),
         ],
     ));
+    // One read-back for several views: each the bits `sumsq` gives it alone.
+    let views = [Mat::new(&big, 1, 3000), Mat::at(&src, 1, r, c, ld), Mat::new(&big, 0, 0), Mat::at(&big, 7, 3, 5, 9)];
+    let mut each = vec![f64::NAN; views.len()];
+    be.sumsq_each(&views, &mut each);
+    let alone: Vec<f64> = views.iter().map(|&v| be.sumsq(v)).collect();
+    assert_eq!(
+        each.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        alone.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    assert_eq!(each[2], 0.0);
+    outs.push(("sumsq_each", each));
     outs
 }
 case!(elementwise_and_reductions, elementwise_case);

@@ -108,6 +108,13 @@ pub fn sumsq<T: Scalar>(x: Mat<Vec<T>>) -> f64 {
     })
 }
 
+pub fn sumsq_each<T: Scalar>(xs: &[Mat<Vec<T>>], out: &mut [f64]) {
+    assert_eq!(xs.len(), out.len(), "sumsq_each: one result per view");
+    for (o, &x) in out.iter_mut().zip(xs) {
+        *o = sumsq(x);
+    }
+}
+
 pub fn sum<T: Scalar>(x: Mat<Vec<T>>) -> f64 {
     reduce(x, |v| v.f64())
 }
