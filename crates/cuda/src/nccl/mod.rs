@@ -23,7 +23,7 @@ use crate::cuda_dev::CudaDev;
 use boost_tensor::{Collective, DeviceBuf, Handle, Label, Pending, ReduceOp};
 use cudarc::driver::{CudaEvent, CudaStream};
 use cudarc::nccl::{result as nr, sys as ns};
-use progress::{ConfigV2_17, await_done, poll_comm};
+use progress::{ConfigV2_18, await_done, poll_comm};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -126,7 +126,7 @@ impl NcclGroup {
         let uid = ns::ncclUniqueId { internal: id.map(|b| b as _) };
         stream.context().bind_to_thread().map_err(|e| format!("binding the CUDA context: {e:?}"))?;
         let mut comm = std::ptr::null_mut();
-        let mut config = ConfigV2_17::non_blocking();
+        let mut config = ConfigV2_18::non_blocking();
         let what = format!("ncclCommInitRankConfig (rank {rank} of {size})");
         // SAFETY: `comm` receives the new communicator; NCCL copies the config.
         unsafe { ns::ncclCommInitRankConfig(&mut comm, size as i32, uid, rank as i32, config.as_ptr()) }
@@ -155,8 +155,15 @@ impl NcclGroup {
         unsafe { ns::ncclCommSplit(self.comm, color as i32, key as i32, &mut comm, std::ptr::null_mut()) }
             .result()
             .map_err(|e| format!("{what}: {e:?}"))?;
-        // The new communicator is the one to poll (NCCL's rule for a non-blocking split).
+        // The new communicator is the one to poll (NCCL's rule for a non-blocking split); the
+        // parent is polled too before anything else is issued on it.
         await_done(&what, self.timeout, || poll_comm(comm), || progress::abort_comm(comm))?;
+        let parent = self.comm;
+        let abort_parent = || {
+            self.aborted.store(true, Ordering::Release);
+            progress::abort_comm(parent)
+        };
+        await_done(&what, self.timeout, || poll_comm(parent), abort_parent)?;
         let (mut n, mut r) = (0, 0);
         // SAFETY: a valid communicator.
         unsafe {

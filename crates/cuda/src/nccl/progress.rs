@@ -81,12 +81,12 @@ pub(crate) fn abort_comm(comm: ns::ncclComm_t) {
     }
 }
 
-/// `ncclConfig_t` as NCCL 2.17 laid it out. NCCL copies a config by the `size` it carries and
-/// reads the fields its `version` has, so every later NCCL takes this layout too, whatever
-/// header version cudarc's bindings were generated from. The fields left undefined keep
-/// NCCL's defaults.
+/// The leading fields of `ncclConfig_t`, those of NCCL 2.18 (later versions append theirs).
+/// NCCL copies a config by the `size` it carries and reads the fields its `version` has, so
+/// every later NCCL takes this one too, whatever header version cudarc's bindings come from.
+/// The fields left undefined keep NCCL's defaults.
 #[repr(C)]
-pub(crate) struct ConfigV2_17 {
+pub(crate) struct ConfigV2_18 {
     size: usize,
     magic: c_uint,
     version: c_uint,
@@ -101,14 +101,14 @@ pub(crate) struct ConfigV2_17 {
 /// `NCCL_CONFIG_UNDEF_INT`: "use NCCL's default".
 const UNDEF_INT: c_int = c_int::MIN;
 
-impl ConfigV2_17 {
-    /// `NCCL_CONFIG_INITIALIZER` of NCCL 2.17 with `blocking = 0`.
+impl ConfigV2_18 {
+    /// `NCCL_CONFIG_INITIALIZER` of NCCL 2.18 with `blocking = 0`.
     pub(crate) fn non_blocking() -> Self {
         Self {
             size: std::mem::size_of::<Self>(),
             magic: 0xcafe_beef,
-            // NCCL_VERSION(2, 17, 0).
-            version: 2 * 10_000 + 17 * 100,
+            // NCCL_VERSION(2, 18, 0).
+            version: 2 * 10_000 + 18 * 100,
             blocking: 0,
             cga_cluster_size: UNDEF_INT,
             min_ctas: UNDEF_INT,
@@ -181,10 +181,10 @@ mod tests {
 
     #[test]
     fn the_config_matches_the_leading_fields_of_the_bindings_config() {
-        // Whatever NCCL version cudarc's bindings describe, its config starts with the 2.17
+        // Whatever NCCL version cudarc's bindings describe, its config starts with the 2.18
         // fields at the same offsets; NCCL reads only `size` bytes of ours.
         type C = ns::ncclConfig_t;
-        type Ours = ConfigV2_17;
+        type Ours = ConfigV2_18;
         assert_eq!(offset_of!(Ours, size), offset_of!(C, size));
         assert_eq!(offset_of!(Ours, magic), offset_of!(C, magic));
         assert_eq!(offset_of!(Ours, version), offset_of!(C, version));
@@ -195,7 +195,7 @@ mod tests {
         assert_eq!(offset_of!(Ours, net_name), offset_of!(C, netName));
         assert_eq!(offset_of!(Ours, split_share), offset_of!(C, splitShare));
         assert!(std::mem::size_of::<Ours>() <= std::mem::size_of::<C>());
-        let c = ConfigV2_17::non_blocking();
-        assert_eq!((c.size, c.magic, c.version, c.blocking), (std::mem::size_of::<Ours>(), 0xcafebeef, 21700, 0));
+        let c = ConfigV2_18::non_blocking();
+        assert_eq!((c.size, c.magic, c.version, c.blocking), (std::mem::size_of::<Ours>(), 0xcafebeef, 21800, 0));
     }
 }
