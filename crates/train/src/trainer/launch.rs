@@ -206,7 +206,8 @@ impl RankCtx<'_> {
     /// choose the same path; None: stage through host memory. Each group's rank 0 makes the
     /// NCCL id and broadcasts it over the group's CPU communicator. With `parallel.overlap`,
     /// started calls (the data-parallel buckets and ZeRO-1 gathers) run on each group's own
-    /// stream beside the backward pass.
+    /// stream beside the backward pass. The groups' deadline is the MPI communicator's (300 s,
+    /// `BOOST_MPI_DEADLINE_S`), so a rank that never joins stops the others alike on both.
     #[cfg(feature = "cuda")]
     fn nccl_groups(
         &self,
@@ -221,6 +222,8 @@ impl RankCtx<'_> {
             return Ok(None);
         }
         let key = "parallel.gpu_collectives";
+        let mpi = boost_comm::mpi::MpiOptions::default().deadline(run_options(self.cfg).inprocess.deadline);
+        let deadline = mpi.with_env().deadline;
         // Does NCCL load here, and on every rank?
         let here = NcclGroup::unique_id().map(|_| ());
         let mut missing = vec![if here.is_ok() { 0.0f32 } else { 1.0 }];
@@ -247,7 +250,7 @@ impl RankCtx<'_> {
             }
             Collective::<Cpu<f32>>::broadcast(group, &mut id, 0, 128, 0, Label::op("nccl_id"));
             let id: [u8; 128] = std::array::from_fn(|i| id[i] as u8);
-            NcclGroup::new(be, r, size, Rendezvous::Id(id), std::time::Duration::from_secs(120))
+            NcclGroup::new(be, r, size, Rendezvous::Id(id), deadline)
                 .map(|g| g.overlapping(self.cfg.parallel.overlap))
                 .map_err(|e| anyhow::anyhow!("{key}: NCCL group {}: {e}", group.name()))
         };
