@@ -69,7 +69,10 @@ impl Drop for NcclGroup {
         // SAFETY: the communicator is valid and no longer used.
         let started = unsafe { ns::ncclCommFinalize(comm) }.result().is_ok();
         let what = format!("ncclCommFinalize (rank {} of {})", self.rank, self.size);
-        if started && await_done(&what, self.timeout, || poll_comm(comm), || progress::abort_comm(comm)).is_ok() {
+        if !started {
+            // Freed without the flush (the abort path) rather than leaked.
+            progress::abort_comm(comm);
+        } else if await_done(&what, self.timeout, || poll_comm(comm), || progress::abort_comm(comm)).is_ok() {
             // SAFETY: finalised, and no longer used.
             unsafe {
                 let _ = ns::ncclCommDestroy(comm);
