@@ -7,6 +7,8 @@
 # DIR.tar.xz to travel light.
 #
 #   bench/gpu_build.sh [DIR]
+#   BASE_REV=<git revision> bench/gpu_build.sh [DIR]   # also cuda_bench of that revision, as
+#                                                      # cuda_bench_base (gpu_check's A/B)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-$root/.gpu}
@@ -44,7 +46,18 @@ collect_tests "$dir/cpu-tests" -p boost-tensor --features avx512
 cargo build --release -p boost-cli --features cuda,avx512
 cargo build --release -p boost-cuda --features cuda --example cuda_bench
 cp target/release/boost target/release/examples/cuda_bench "$dir/"
-strip -s "$dir"/boost "$dir"/cuda_bench "$dir"/tests/* "$dir"/cpu-tests/*
+if [ -n "${BASE_REV:-}" ]; then
+    # The earlier build, from a temporary worktree with a target folder of its own (so this
+    # tree's build is left as it is); the worktree is removed afterwards.
+    base=$(mktemp -d)
+    git worktree add --detach "$base/src" "$BASE_REV" >/dev/null
+    (cd "$base/src" && CARGO_TARGET_DIR="$root/target/gpu-base" \
+        cargo build --release -p boost-cuda --features cuda --example cuda_bench)
+    cp "$root/target/gpu-base/release/examples/cuda_bench" "$dir/cuda_bench_base"
+    git worktree remove --force "$base/src" && rmdir "$base"
+    git rev-parse "$BASE_REV" >"$dir/BASE_REV"
+fi
+strip -s "$dir"/boost "$dir"/cuda_bench* "$dir"/tests/* "$dir"/cpu-tests/*
 echo "$root" >"$dir/BUILT_AT"
 # One compressed bundle to carry: the binaries and, when built, the demo corpus (a GPU machine
 # may have no network to fetch it).
