@@ -73,52 +73,36 @@ pub(crate) fn sum(be: &Cuda, x: Mat<CudaBuf>) -> f64 {
     full_sum(be, x, false)
 }
 
-/// One download for all: each view's blocks write their fp64 partials to a region of their
-/// own, and each view's partials are summed here in order (as `full_sum` sums one view's).
 pub(crate) fn sumsq_each(be: &Cuda, xs: &[Mat<CudaBuf>], out: &mut [f64]) {
-    assert_eq!(xs.len(), out.len(), "sumsq_each: one result per view");
-    if xs.is_empty() {
-        return;
-    }
-    let part = be.ws(WS_PART, 8 * SUM_BLOCKS * xs.len());
-    for (i, x) in xs.iter().enumerate() {
-        launch_full_sum(be, *x, true, part + (8 * SUM_BLOCKS * i) as u64);
-    }
-    let mut bytes = vec![0u8; 8 * SUM_BLOCKS * xs.len()];
-    be.dev().download(part, &mut bytes);
-    for ((o, x), b) in out.iter_mut().zip(xs).zip(bytes.chunks_exact(8 * SUM_BLOCKS)) {
-        *o = if empty(x) { 0.0 } else { sum_partials(b) };
-    }
-}
-
-fn empty(x: &Mat<CudaBuf>) -> bool {
-    x.rows == 0 || x.cols == 0
+    full_sums(be, xs, true, out);
 }
 
 /// Σ of (squared) elements: fixed blocks write fp64 partials, summed here in order.
 fn full_sum(be: &Cuda, x: Mat<CudaBuf>, square: bool) -> f64 {
-    if empty(&x) {
-        return 0.0;
-    }
-    let part = be.ws(WS_PART, 8 * SUM_BLOCKS);
-    launch_full_sum(be, x, square, part);
-    let mut bytes = vec![0u8; 8 * SUM_BLOCKS];
-    be.dev().download(part, &mut bytes);
-    sum_partials(&bytes)
+    let mut out = [0.0];
+    full_sums(be, &[x], square, &mut out);
+    out[0]
 }
 
-/// `k_full_sum` over `x`, writing `SUM_BLOCKS` fp64 partials at `part` (nothing when empty).
-fn launch_full_sum(be: &Cuda, x: Mat<CudaBuf>, square: bool, part: u64) {
-    if empty(&x) {
+/// `out[i]` = Σ of (squared) elements of `xs[i]`: each view's blocks write their fp64
+/// partials to a region of their own, read back in one download and summed in block order.
+fn full_sums(be: &Cuda, xs: &[Mat<CudaBuf>], square: bool, out: &mut [f64]) {
+    assert_eq!(xs.len(), out.len(), "one sum per view");
+    let empty = |x: &Mat<CudaBuf>| x.rows == 0 || x.cols == 0;
+    if xs.iter().all(empty) {
+        out.fill(0.0);
         return;
     }
-    let mut p = P::of(&[tv(&x)]);
-    p.v[1].p = part;
-    p.n = [x.rows as i64, x.cols as i64, square as i64, 0, 0, 0];
-    be.blocks("k_full_sum", SUM_BLOCKS, &p);
-}
-
-/// The partials' sum, in block order.
-fn sum_partials(bytes: &[u8]) -> f64 {
-    bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).sum()
+    let part = be.ws(WS_PART, 8 * SUM_BLOCKS * xs.len());
+    for (i, x) in xs.iter().enumerate().filter(|(_, x)| !empty(x)) {
+        let mut p = P::of(&[tv(x)]);
+        p.v[1].p = part + (8 * SUM_BLOCKS * i) as u64;
+        p.n = [x.rows as i64, x.cols as i64, square as i64, 0, 0, 0];
+        be.blocks("k_full_sum", SUM_BLOCKS, &p);
+    }
+    let mut bytes = vec![0u8; 8 * SUM_BLOCKS * xs.len()];
+    be.dev().download(part, &mut bytes);
+    for ((o, x), b) in out.iter_mut().zip(xs).zip(bytes.chunks_exact(8 * SUM_BLOCKS)) {
+        *o = if empty(x) { 0.0 } else { b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).sum() };
+    }
 }
