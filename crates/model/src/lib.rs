@@ -17,4 +17,6 @@ pub mod decode;
 pub mod model;
 
 pub use decode::KvCache;
-pub use model::{ActivationMemory, Batch, FirstStage, GradsReady, LastStage, LossSum, Model, Wire, layout_pieces};
+pub use model::{
+    ActivationMemory, Batch, FirstStage, GradsReady, LastStage, LossSum, Model, ParamsNeeded, Wire, layout_pieces,
+};

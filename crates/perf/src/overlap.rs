@@ -1,6 +1,6 @@
 //! How much of a bucketed collective stays exposed when it overlaps computation
 //! (`parallel.overlap`): data-parallel gradient buckets reduced during the backward pass,
-//! ZeRO-1 parameter buckets gathered during the update.
+//! ZeRO-1 parameter buckets gathered during the update and the next step's first forward.
 //!
 //! Model: `b` equal buckets of transfer time `c/b` each, on one link that carries one bucket at
 //! a time; bucket `j` becomes ready after a fraction `j/b` of the hiding computation `h` (the

@@ -4,7 +4,7 @@
 //! tensor-parallel communication with compute, as in Megatron-style TP without
 //! sequence-parallel overlap), except, with `overlap`, the data-parallel gradient buckets,
 //! which hide behind the last micro-batch's backward, and ZeRO-1's parameter gathers, which
-//! hide behind the update ([`crate::overlap`]). The pipeline runs
+//! hide behind the update and the next step's first forward ([`crate::overlap`]). The pipeline runs
 //! `(m + pp − 1)` slots of the slowest stage's micro-batch time (1F1B and AFAB alike); the
 //! `pp − 1` extra slots are the bubble, a fraction `(pp − 1)/(m + pp − 1)`.
 
@@ -179,35 +179,54 @@ pub fn bubble_fraction(pp: usize, m: usize) -> f64 {
     (pp as f64 - 1.0) / (m as f64 + pp as f64 - 1.0)
 }
 
+/// One micro-batch on one stage: its time by category, GEMM and executed FLOPs, and the
+/// compute of its forward and backward (pipeline transfers excluded).
+#[derive(Default)]
+struct StageMicroBatch {
+    time: Breakdown,
+    gemm_flops: f64,
+    exec_flops: f64,
+    forward: f64,
+    backward: f64,
+}
+
+fn stage_micro_batch(s: &Setup, timer: &Timer, stage: usize) -> StageMicroBatch {
+    let mut out = StageMicroBatch::default();
+    for op in stage_ops(s, stage).all() {
+        let t = timer.op(op);
+        out.time.add_op(t, op);
+        if !matches!(op, Op::Collective(c) if c.group == Group::Pp) {
+            if op.phase() == Phase::Forward {
+                out.forward += t;
+            } else {
+                out.backward += t;
+            }
+        }
+        match op {
+            Op::Gemm(g) => {
+                out.gemm_flops += g.flops();
+                out.exec_flops += g.flops();
+            }
+            Op::Attention(a) => out.exec_flops += a.executed_flops(),
+            _ => {}
+        }
+    }
+    out.time.finish();
+    out
+}
+
 pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
     let timer = Timer::new(hw, s);
     // Micro-batch time of every stage; the slowest sets the pace.
-    let mut best: Option<(usize, Breakdown, f64, f64, f64)> = None;
+    let mut best: Option<(usize, StageMicroBatch)> = None;
     for stage in 0..s.pp {
-        let ops = stage_ops(s, stage);
-        let mut b = Breakdown::default();
-        let (mut gemm_flops, mut exec_flops, mut backward) = (0.0, 0.0, 0.0);
-        for op in ops.all() {
-            let t = timer.op(op);
-            b.add_op(t, op);
-            if op.phase() != Phase::Forward && !matches!(op, Op::Collective(c) if c.group == Group::Pp) {
-                backward += t;
-            }
-            match op {
-                Op::Gemm(g) => {
-                    gemm_flops += g.flops();
-                    exec_flops += g.flops();
-                }
-                Op::Attention(a) => exec_flops += a.executed_flops(),
-                _ => {}
-            }
-        }
-        b.finish();
-        if best.as_ref().is_none_or(|(_, bb, _, _, _)| b.total() > bb.total()) {
-            best = Some((stage, b, gemm_flops, exec_flops, backward));
+        let b = stage_micro_batch(s, &timer, stage);
+        if best.as_ref().is_none_or(|(_, bb)| b.time.total() > bb.time.total()) {
+            best = Some((stage, b));
         }
     }
-    let (slowest_stage, mb, gemm_flops, exec_flops, backward) = best.expect("pp ≥ 1");
+    let (slowest_stage, StageMicroBatch { time: mb, gemm_flops, exec_flops, forward, backward }) =
+        best.expect("pp ≥ 1");
     let m = s.accumulation as f64;
     let mut total = mb.clone();
     total.scale(m);
@@ -220,10 +239,11 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
     for op in &ops {
         let t = timer.op(op);
         // What a bucketed collective hides behind with overlap: the last micro-batch's backward
-        // (gradients) or the update (ZeRO-1 parameters).
+        // (gradients), or the update and the next step's first forward, which completes each
+        // buffer's gather as it reaches it (ZeRO-1 parameters).
         let hide = match op {
             Op::Collective(c) if s.overlap && c.label == "dp.grads" => Some((c, backward)),
-            Op::Collective(c) if s.overlap && c.label == "dp.params" => Some((c, update)),
+            Op::Collective(c) if s.overlap && c.label == "dp.params" => Some((c, update + forward)),
             _ => None,
         };
         match hide {

@@ -84,6 +84,7 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
                 split.add_scaled(&sp, 1.0 / opts.rounds as f64);
             }
         }
+        runner.settle(&mut learner);
         times.sort_by(|a, b| a.partial_cmp(b).unwrap());
         Ok(GridRow { rank, dp: c.dp, pp: c.pp, tp: c.tp, step_time_s: times[times.len() / 2], split })
     })?;

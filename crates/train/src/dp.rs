@@ -4,6 +4,7 @@
 //! gradient norm, counting every parameter once across tp, pp and dp.
 
 use crate::optim::{AdamW, adam_step};
+use crate::overlap::ParamGathers;
 use boost_config::TrainConfig;
 use boost_model::params::ParamStore;
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
@@ -38,8 +39,9 @@ pub struct Zero1<B: Backend> {
     p_shard: B::Buf,
     g_shard: B::Buf,
     pub step: u64,
-    /// Start each buffer's parameter all-gather as soon as its shard is updated and wait for
-    /// them all after the last update (`parallel.overlap`); otherwise each blocks in turn.
+    /// Start each buffer's parameter all-gather as soon as its shard is updated and leave
+    /// them in flight for the next forward to complete ([`crate::overlap::ParamGathers`];
+    /// `parallel.overlap`); otherwise each blocks in turn.
     pub overlap: bool,
 }
 
@@ -89,7 +91,8 @@ impl<B: Backend> Optimizer<B> {
         }
     }
 
-    /// Overlap ZeRO-1's parameter gathers with the update (`parallel.overlap`).
+    /// Overlap ZeRO-1's parameter gathers with the update and the next forward
+    /// (`parallel.overlap`).
     pub fn set_overlap(&mut self, on: bool) {
         if let Optimizer::Zero1(z) = self {
             z.overlap = on;
@@ -170,21 +173,23 @@ impl<B: Backend> Optimizer<B> {
     }
 
     /// One AdamW update with learning rate `lr`, the gradient scaled by `grad_scale` first.
-    pub fn update(
+    /// Under ZeRO-1 with overlap, the parameters are still being gathered when it returns:
+    /// the returned gathers must complete before they are read ([`ParamGathers::complete`]).
+    pub fn update<'d>(
         &mut self,
         be: &B,
         store: &mut ParamStore<B>,
         cfg: &TrainConfig,
         lr: f64,
         grad_scale: f64,
-        dp: &dyn Collective<B>,
-    ) {
+        dp: &'d dyn Collective<B>,
+    ) -> ParamGathers<'d, B> {
+        let mut gathers = ParamGathers::new();
         match self {
             Optimizer::Replicated(a) => a.update(be, store, cfg, lr, grad_scale),
             Optimizer::Zero1(z) => {
                 z.step += 1;
                 let s = adam_step(cfg, z.step, lr, grad_scale);
-                let mut gathers = Vec::new();
                 for (i, info) in store.bufs.iter().enumerate() {
                     let (n, c) = (info.len, z.chunk[i]);
                     let own = z.owned(i, n);
@@ -205,21 +210,26 @@ impl<B: Backend> Optimizer<B> {
                         be.copy(MatMut::at(&mut z.stage[i], z.rank * c, 1, k, k), Mat::new(&z.p_shard, 1, k));
                     }
                     if z.overlap {
-                        // The gather runs while the next buffers' shards update.
+                        // The gather runs while the next buffers' shards update, and on
+                        // into the next forward.
                         let st = std::mem::replace(&mut z.stage[i], be.alloc(0));
-                        gathers.push((i, dp.start_all_gather(st, 0, c, Label::op("dp.params"))));
+                        gathers.push(i, n, dp.start_all_gather(st, 0, c, Label::op("dp.params")));
                         continue;
                     }
                     dp.all_gather(&mut z.stage[i], 0, c, Label::op("dp.params"));
                     be.copy(MatMut::new(&mut store.values[i], 1, n), Mat::new(&z.stage[i], 1, n));
                 }
-                for (i, h) in gathers {
-                    z.stage[i] = h.wait();
-                    let n = store.bufs[i].len;
-                    be.copy(MatMut::new(&mut store.values[i], 1, n), Mat::new(&z.stage[i], 1, n));
-                }
             }
         }
+        gathers
+    }
+
+    /// Complete `gathers` (of the last update) now: every parameter in place.
+    pub fn complete(&mut self, be: &B, store: &mut ParamStore<B>, mut gathers: ParamGathers<'_, B>) {
+        if let Optimizer::Zero1(z) = self {
+            gathers.complete(be, store.bufs.len(), &mut store.values, &mut z.stage);
+        }
+        assert!(gathers.is_empty(), "parameter gathers belong to ZeRO-1");
     }
 }
 

@@ -6,11 +6,17 @@
 //! runs while the layers below compute. [`GradSync::finish`] starts what is left (the tied
 //! table once the stages have summed it), waits for everything and copies the results back.
 //!
-//! Every element is still summed over the replicas in rank order, so the gradients are
-//! bit-identical to the blocking reduction's whatever the buckets.
+//! ZeRO-1's parameter all-gathers, started by the update buffer by buffer ([`ParamGathers`]),
+//! are completed as the next step's first forward reaches each buffer, so they run while the
+//! layers before it compute.
+//!
+//! Every element is still summed over the replicas in rank order, and the gathered
+//! parameters are the same bytes, so losses and gradients are bit-identical to the blocking
+//! order's whatever the buckets.
 
 use boost_model::params::ParamStore;
-use boost_tensor::{Backend, Collective, Handle, Label, Mat, MatMut, ReduceOp};
+use boost_tensor::{Backend, Collective, DeviceBuf, Handle, Label, Mat, MatMut, ReduceOp};
+use std::collections::VecDeque;
 
 /// A run of consecutive gradient buffers reduced as one call.
 struct Bucket {
@@ -40,6 +46,45 @@ fn plan(lens: &[usize], elem_bytes: usize, bytes: usize, hold: Option<usize>) ->
     out
 }
 
+/// ZeRO-1's parameter all-gathers of one update, in buffer order: each returns the staging
+/// buffer of its parameter buffer, whose first elements are the updated parameters.
+pub struct ParamGathers<'a, B: Backend> {
+    /// (buffer, its elements, the gather).
+    flights: VecDeque<(usize, usize, Handle<'a, B::Buf>)>,
+}
+
+impl<'a, B: Backend> ParamGathers<'a, B> {
+    pub fn new() -> Self {
+        Self { flights: VecDeque::new() }
+    }
+
+    /// Buffer `i`'s gather (of `n` parameters), started after every earlier buffer's.
+    pub fn push(&mut self, i: usize, n: usize, h: Handle<'a, B::Buf>) {
+        debug_assert!(self.flights.back().is_none_or(|&(j, ..)| j < i), "gathers start in buffer order");
+        self.flights.push_back((i, n, h));
+    }
+
+    /// Complete the gathers of buffers `..k`: their parameters go into `values`, their staging
+    /// buffers back into `stage`.
+    pub fn complete(&mut self, be: &B, k: usize, values: &mut [B::Buf], stage: &mut [B::Buf]) {
+        while self.flights.front().is_some_and(|&(i, ..)| i < k) {
+            let (i, n, h) = self.flights.pop_front().expect("a gather in flight");
+            stage[i] = h.wait();
+            be.copy(MatMut::new(&mut values[i], 1, n), Mat::new(&stage[i], 1, n));
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.flights.is_empty()
+    }
+}
+
+impl<B: Backend> Default for ParamGathers<'_, B> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// What a started call will hand back and where it goes.
 enum Flight<'a, B: Backend> {
     /// A packed bucket (index into the plan): copied back into the gradients.
@@ -63,6 +108,8 @@ pub struct GradSync<'a, B: Backend> {
     /// The tied table's bucket waits for [`GradSync::finish`].
     hold: Option<usize>,
     flights: Vec<Flight<'a, B>>,
+    /// ZeRO-1: the last update's parameter gathers, completed by [`GradSync::need`].
+    gathers: ParamGathers<'a, B>,
 }
 
 /// The bucket plan of a model, kept across steps by the step runner.
@@ -84,12 +131,15 @@ impl<B: Backend> SyncPlan<B> {
     }
 
     /// Start a step's reduction: replicated (`zero` None) or into ZeRO-1's staging buffers
-    /// (each buffer its own reduce-scatter of `dp`·chunk elements).
+    /// (each buffer its own reduce-scatter of `dp`·chunk elements), whose last update's
+    /// parameter `gathers` may still be in flight.
     pub fn begin<'a>(
         &'a mut self,
         dp: &'a dyn Collective<B>,
         zero: Option<(&'a mut Vec<B::Buf>, &'a [usize])>,
+        gathers: ParamGathers<'a, B>,
     ) -> GradSync<'a, B> {
+        assert!(zero.is_some() || gathers.is_empty(), "parameter gathers belong to ZeRO-1");
         GradSync {
             dp,
             buckets: &self.buckets,
@@ -99,6 +149,7 @@ impl<B: Backend> SyncPlan<B> {
             started: 0,
             hold: self.hold,
             flights: Vec::new(),
+            gathers,
         }
     }
 }
@@ -116,12 +167,21 @@ impl<'a, B: Backend> GradSync<'a, B> {
         }
     }
 
+    /// The forward's report: parameter buffers `..k` are read next. Completes their gathers.
+    pub fn need(&mut self, be: &B, k: usize, values: &mut [B::Buf]) {
+        if let Some((stage, _)) = self.zero.as_mut() {
+            self.gathers.complete(be, k, values, stage);
+        }
+    }
+
     fn launch(&mut self, be: &B, idx: usize, grads: &[B::Buf]) {
         let b = &self.buckets[idx];
         let dp = self.dp;
         if let Some((stage, chunk)) = self.zero.as_mut() {
             for i in b.bufs.clone() {
                 let (n, c) = (self.lens[i], chunk[i]);
+                // Every stage's first op is a forward, which completes all the gathers.
+                assert!(stage[i].len() >= c * dp.size(), "ZeRO-1: buffer {i}'s parameters were still being gathered");
                 let mut s = std::mem::replace(&mut stage[i], be.alloc(0));
                 be.fill(MatMut::new(&mut s, 1, c * dp.size()), 0.0);
                 be.copy(MatMut::at(&mut s, 0, 1, n, n), Mat::new(&grads[i], 1, n));
@@ -143,6 +203,7 @@ impl<'a, B: Backend> GradSync<'a, B> {
     /// Start what is left, wait for every call (in start order) and put the results in place:
     /// summed gradients in `store.grads`, or ZeRO-1's shards in its staging buffers.
     pub fn finish(mut self, be: &B, store: &mut ParamStore<B>) {
+        self.need(be, store.bufs.len(), &mut store.values);
         while self.started < self.buckets.len() {
             self.launch(be, self.started, &store.grads);
             self.started += 1;
@@ -171,6 +232,8 @@ impl<'a, B: Backend> GradSync<'a, B> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use boost_tensor::Solo;
+    use boost_tensor::cpu::Cpu;
 
     fn spans(b: &[Bucket]) -> Vec<(usize, usize, usize)> {
         b.iter().map(|b| (b.bufs.start, b.bufs.end, b.len)).collect()
@@ -188,5 +251,31 @@ mod tests {
             seen.sort_unstable();
             assert_eq!(seen, (0..6).collect::<Vec<_>>(), "hold {hold:?}");
         }
+    }
+
+    #[test]
+    fn parameter_gathers_complete_in_buffer_order_up_to_what_is_needed() {
+        let be = Cpu::<f32>::new();
+        // Staging buffers (one chunk of a group of one) holding the "gathered" parameters
+        // 10·i + j, padded to 4; the parameters hold zeros until their gather completes.
+        let lens = [3, 2, 4, 1];
+        let mut values: Vec<Vec<f32>> = lens.iter().map(|&n| vec![0.0; n]).collect();
+        let mut stage: Vec<Vec<f32>> = lens.iter().map(|_| Vec::new()).collect();
+        let mut gathers = ParamGathers::new();
+        for i in [0, 2, 3] {
+            let st: Vec<f32> = (0..4).map(|j| (10 * i + j) as f32).collect();
+            let h = Collective::<Cpu<f32>>::start_all_gather(&Solo, st, 0, 4, Label::op("dp.params"));
+            gathers.push(i, lens[i], h);
+        }
+        gathers.complete(&be, 3, &mut values, &mut stage);
+        assert_eq!(values[0], [0.0, 1.0, 2.0]);
+        assert_eq!(values[2], [20.0, 21.0, 22.0, 23.0]);
+        assert_eq!(values[3], [0.0], "buffer 3 is not needed yet");
+        assert_eq!(stage[2].len(), 4, "the staging buffer is handed back");
+        assert!(stage[3].is_empty() && !gathers.is_empty());
+        gathers.complete(&be, 4, &mut values, &mut stage);
+        assert_eq!(values[3], [30.0]);
+        assert!(gathers.is_empty());
+        assert_eq!(values[1], [0.0, 0.0], "a buffer without a gather is left alone");
     }
 }

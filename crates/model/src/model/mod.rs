@@ -26,6 +26,12 @@ pub struct Batch<'a> {
 /// layer's, from the last layer down, then the embedding's). The caller may start reducing them.
 pub type GradsReady<'a, B> = dyn FnMut(&B, usize, &[<B as Backend>::Buf]) + 'a;
 
+/// Called during a forward before parameters are read: `need(be, k, values)` says that the
+/// parameter buffers `..k` are read next (the embedding's, then each layer's in order, then
+/// the head's; `k` only grows). The caller may still be filling `values` (ZeRO-1's parameter
+/// all-gathers of the last update) and must complete buffers `..k` before it returns.
+pub type ParamsNeeded<'a, B> = dyn FnMut(&B, usize, &mut [<B as Backend>::Buf]) + 'a;
+
 /// Σ of per-token losses and the number of tokens that carried a target.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct LossSum {

@@ -8,24 +8,34 @@ use crate::decode::CachedAttention;
 impl<B: Backend> Model<B> {
     /// This stage's forward: embedding (first stage) or the received input, the layers,
     /// then (last stage) exit, final norm and logits.
-    pub(super) fn forward_layers(&self, tp: &dyn Collective<B>, w: &mut Work<B>) {
-        self.forward_layers_with(tp, w, None)
+    pub(super) fn forward_layers(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
+        self.forward_layers_with(tp, w, None, None)
     }
 
     /// [`Model::forward_layers`], with the attention step of every layer replaced by
-    /// `attend` when decoding.
+    /// `attend` when decoding, and `need` told before each part reads its parameters.
     pub(crate) fn forward_layers_with(
-        &self,
+        &mut self,
         tp: &dyn Collective<B>,
         w: &mut Work<B>,
         attend: Option<&dyn CachedAttention<B>>,
+        mut need: Option<&mut ParamsNeeded<B>>,
     ) {
+        let all = self.store.bufs.len();
+        let mut need_upto = |m: &mut Self, k: usize| {
+            if let Some(f) = need.as_deref_mut() {
+                f(&m.be, k, &mut m.store.values);
+            }
+        };
         if let Some(first) = self.first {
+            need_upto(self, self.layer_bufs.first().map_or(all, |r| r.start));
             self.embed_forward(first, tp, w);
         }
-        let inputs = PassInputs { params: &self.store.values, rope: &w.rope, batch: w.batch, seq: w.seq };
-        let cx = Ctx { attend, ..ctx(&self.be, tp, &self.cfg, self.plan, self.dims, inputs) };
-        for (l, block) in self.blocks.iter().enumerate() {
+        for l in 0..self.blocks.len() {
+            need_upto(self, self.layer_bufs[l].end);
+            let inputs = PassInputs { params: &self.store.values, rope: &w.rope, batch: w.batch, seq: w.seq };
+            let cx = Ctx { attend, ..ctx(&self.be, tp, &self.cfg, self.plan, self.dims, inputs) };
+            let block = &self.blocks[l];
             let t = w.t();
             let (lo, hi) = w.resid.split_at_mut(l + 1);
             let (cur, prev) = act_slots(&mut w.blocks, self.act_set(l), l.checked_sub(1).map(|q| self.act_set(q)));
@@ -39,6 +49,7 @@ impl<B: Backend> Model<B> {
                 block.save_kept(&self.be, t, policy, cur, &mut w.kept[l]);
             }
         }
+        need_upto(self, all);
         if let Some(last) = self.last {
             self.head_forward(last, tp, w);
         }
@@ -54,6 +65,19 @@ impl<B: Backend> Model<B> {
         b: &Batch,
         grad_scale: Option<f64>,
     ) -> Option<LossSum> {
+        self.forward_stage_with(tp, slot, b, grad_scale, None)
+    }
+
+    /// [`Model::forward_stage`], telling `need` which parameter buffers are read next (see
+    /// [`ParamsNeeded`]).
+    pub fn forward_stage_with(
+        &mut self,
+        tp: &dyn Collective<B>,
+        slot: usize,
+        b: &Batch,
+        grad_scale: Option<f64>,
+        need: Option<&mut ParamsNeeded<B>>,
+    ) -> Option<LossSum> {
         let mut w = if self.layout.first_stage() {
             self.take_work(slot, b)
         } else {
@@ -63,7 +87,7 @@ impl<B: Backend> Model<B> {
             }
             w
         };
-        self.forward_layers(tp, &mut w);
+        self.forward_layers_with(tp, &mut w, None, need);
         let loss = self.layout.last_stage().then(|| self.loss(tp, &mut w, grad_scale, b.targets));
         self.put_work(slot, w);
         loss

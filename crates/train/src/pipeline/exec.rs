@@ -3,8 +3,24 @@
 use super::posted::{Staging, Transfers};
 use super::schedule::{Op, max_in_flight};
 use super::stage_io;
-use boost_model::{Batch, GradsReady, LossSum, Model};
+use boost_model::{Batch, GradsReady, LossSum, Model, ParamsNeeded};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut};
+
+/// What a step's passes tell the data-parallel side as they go.
+pub struct Hooks<'h, B: Backend> {
+    /// Which gradients are final, during the table's last backward (the earlier ones still
+    /// accumulate into every buffer).
+    pub ready: Option<&'h mut GradsReady<'h, B>>,
+    /// Which parameters the table's first forward reads next (the later forwards read what
+    /// it has read).
+    pub need: Option<&'h mut ParamsNeeded<'h, B>>,
+}
+
+impl<B: Backend> Default for Hooks<'_, B> {
+    fn default() -> Self {
+        Self { ready: None, need: None }
+    }
+}
 
 /// A stage's executor: its op table and the scratch it reuses every step.
 pub struct StageRunner<B: Backend> {
@@ -33,11 +49,10 @@ impl<B: Backend> StageRunner<B> {
         batches: &[Batch],
         grad_scale: f64,
     ) -> LossSum {
-        self.run_with(model, tp, pp, batches, grad_scale, None)
+        self.run_with(model, tp, pp, batches, grad_scale, Hooks::default())
     }
 
-    /// [`StageRunner::run`], telling `ready` which gradients are final during the table's
-    /// last backward (the earlier ones still accumulate into every buffer).
+    /// [`StageRunner::run`], telling the [`Hooks`] what the passes reach.
     pub fn run_with(
         &mut self,
         model: &mut Model<B>,
@@ -45,12 +60,13 @@ impl<B: Backend> StageRunner<B> {
         pp: &dyn Collective<B>,
         batches: &[Batch],
         grad_scale: f64,
-        mut ready: Option<&mut GradsReady<B>>,
+        hooks: Hooks<B>,
     ) -> LossSum {
         let (stage, stages) = (model.layout.stage, model.layout.stages);
         if pp.overlaps() {
-            return self.run_overlapped(model, tp, pp, batches, grad_scale, ready);
+            return self.run_overlapped(model, tp, pp, batches, grad_scale, hooks);
         }
+        let Hooks { mut ready, mut need } = hooks;
         let mut loss = LossSum::default();
         let last_backward = self.ops.iter().rposition(|op| matches!(op, Op::Backward(_)));
         for (i, &op) in self.ops.iter().enumerate() {
@@ -60,7 +76,7 @@ impl<B: Backend> StageRunner<B> {
                     if stage > 0 {
                         stage_io::recv_activation(model, pp, slot, stage - 1, &batches[k]);
                     }
-                    if let Some(l) = model.forward_stage(tp, slot, &batches[k], Some(grad_scale)) {
+                    if let Some(l) = model.forward_stage_with(tp, slot, &batches[k], Some(grad_scale), need.take()) {
                         loss.sum += l.sum;
                         loss.tokens += l.tokens;
                     }
@@ -94,8 +110,9 @@ impl<B: Backend> StageRunner<B> {
         pp: &dyn Collective<B>,
         batches: &[Batch],
         grad_scale: f64,
-        mut ready: Option<&mut GradsReady<B>>,
+        hooks: Hooks<B>,
     ) -> LossSum {
+        let Hooks { mut ready, mut need } = hooks;
         let (stage, stages) = (model.layout.stage, model.layout.stages);
         let mut loss = LossSum::default();
         let last_backward = self.ops.iter().rposition(|op| matches!(op, Op::Backward(_)));
@@ -111,7 +128,7 @@ impl<B: Backend> StageRunner<B> {
             io.deliver(model, slot, op, batches, mine);
             match op {
                 Op::Forward(k) => {
-                    if let Some(l) = model.forward_stage(tp, slot, &batches[k], Some(grad_scale)) {
+                    if let Some(l) = model.forward_stage_with(tp, slot, &batches[k], Some(grad_scale), need.take()) {
                         loss.sum += l.sum;
                         loss.tokens += l.tokens;
                     }

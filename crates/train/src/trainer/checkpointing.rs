@@ -76,6 +76,7 @@ impl<B: Backend> Job<'_, B> {
 
     /// Write this rank's part of a checkpoint with the step `m`'s position.
     pub(super) fn checkpoint(&mut self, m: &StepMetrics) -> Result<()> {
+        self.runner.settle(&mut self.learner);
         // The weights this checkpoint would hold must give a finite loss: a step can
         // leave finite but useless weights whose next loss is NaN.
         let check = match m.val_loss {

@@ -38,7 +38,7 @@ impl<B: Backend> Job<'_, B> {
         let mut each = Vec::with_capacity(self.val.len());
         let (mut sum, mut weights) = (0.0, 0.0);
         for v in &self.val {
-            let l = self.runner.evaluate(&mut self.learner.model, self.g, &v.loader, batches);
+            let l = self.runner.evaluate(&mut self.learner, self.g, &v.loader, batches);
             sum += v.weight * l;
             weights += v.weight;
             each.push((v.name.clone(), l));

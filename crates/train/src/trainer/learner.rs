@@ -4,6 +4,7 @@
 use crate::checkpoint::{Checkpoint, Named, Tensors};
 use crate::dp::{Groups, Optimizer};
 use crate::grid_ckpt;
+use crate::overlap::ParamGathers;
 use anyhow::Result;
 use boost_config::{ParallelConfig, TrainConfig};
 use boost_model::Model;
@@ -40,9 +41,21 @@ impl<B: Backend> Learner<B> {
         self.opt.grad_norm(&m.be, &m.store, m.layout.tp_rank, dp_rank, world, scalar)
     }
 
-    /// One AdamW update at rate `lr`, the gradients scaled by `grad_scale` first.
-    pub fn update(&mut self, t: &TrainConfig, lr: f64, grad_scale: f64, dp: &dyn Collective<B>) {
-        self.opt.update(&self.model.be, &mut self.model.store, t, lr, grad_scale, dp);
+    /// One AdamW update at rate `lr`, the gradients scaled by `grad_scale` first; what is
+    /// returned must complete before the parameters are read ([`Optimizer::update`]).
+    pub fn update<'d>(
+        &mut self,
+        t: &TrainConfig,
+        lr: f64,
+        grad_scale: f64,
+        dp: &'d dyn Collective<B>,
+    ) -> ParamGathers<'d, B> {
+        self.opt.update(&self.model.be, &mut self.model.store, t, lr, grad_scale, dp)
+    }
+
+    /// Complete an update's parameter gathers now.
+    pub fn complete(&mut self, gathers: ParamGathers<'_, B>) {
+        self.opt.complete(&self.model.be, &mut self.model.store, gathers);
     }
 
     /// Take the weights, moments and step count of a checkpoint (any layout).

@@ -30,7 +30,7 @@ pub(super) struct Job<'a, B: Backend> {
     pub(super) g: &'a Groups<'a, B>,
     pub(super) recorder: Option<&'a Recorder>,
     pub(super) learner: Learner<B>,
-    pub(super) runner: StepRunner<B>,
+    pub(super) runner: StepRunner<'a, B>,
     pub(super) train: TrainStream,
     /// The validation set, or one per dataset of `data.mix`.
     pub(super) val: Vec<ValSet>,
@@ -73,6 +73,8 @@ impl<B: Backend> Job<'_, B> {
                 break;
             }
         }
+        // The parameters are whole when the run ends.
+        self.runner.settle(&mut self.learner);
         self.join_checkpoint()?;
         Ok(self.finish())
     }

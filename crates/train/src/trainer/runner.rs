@@ -4,10 +4,10 @@
 use super::Learner;
 use crate::dp::{Groups, Optimizer};
 use crate::optim::clip_coef;
-use crate::overlap::SyncPlan;
-use crate::pipeline::StageRunner;
+use crate::overlap::{ParamGathers, SyncPlan};
 use crate::pipeline::schedule::table;
 use crate::pipeline::stage_io;
+use crate::pipeline::{Hooks, StageRunner};
 use crate::schedule::lr_at;
 use boost_config::Config;
 use boost_data::{Loader, TrainStream};
@@ -37,7 +37,8 @@ pub struct Accumulated {
 
 /// One rank's step loop: its micro-batches through its pipeline stage, then the data-parallel
 /// gradient combination, the global gradient norm and the optimizer (buffers allocated once).
-pub struct StepRunner<B: Backend> {
+/// `'g` is the lifetime of the groups its calls run on.
+pub struct StepRunner<'g, B: Backend> {
     inputs: Vec<Vec<u32>>,
     targets: Vec<Vec<u32>>,
     stage: StageRunner<B>,
@@ -48,9 +49,12 @@ pub struct StepRunner<B: Backend> {
     report: B::Buf,
     cfg: Config,
     dp_rank: usize,
+    /// ZeRO-1 with overlap: the last update's parameter all-gathers, still in flight until
+    /// the next forward reads each buffer, or [`StepRunner::settle`].
+    gathers: ParamGathers<'g, B>,
 }
 
-impl<B: Backend> StepRunner<B> {
+impl<'g, B: Backend> StepRunner<'g, B> {
     pub fn new(cfg: &Config, model: &Model<B>, dp_rank: usize) -> Self {
         let t = &cfg.train;
         let n = t.micro_batch * t.seq_len;
@@ -70,7 +74,14 @@ impl<B: Backend> StepRunner<B> {
             report: model.be.alloc(3),
             cfg: cfg.clone(),
             dp_rank,
+            gathers: ParamGathers::new(),
         }
+    }
+
+    /// Complete the last update's parameter gathers: call before reading the parameters
+    /// other than through [`StepRunner::step`] (evaluation, checkpoints, samples, the end).
+    pub fn settle(&mut self, l: &mut Learner<B>) {
+        l.complete(std::mem::take(&mut self.gathers));
     }
 
     /// Sum `[loss, tokens]` of the last stage's tp rank 0 over the whole grid; the same
@@ -96,14 +107,27 @@ impl<B: Backend> StepRunner<B> {
     /// One optimizer step from stream position `position` (sequences consumed so far): this
     /// replica trains on sequences `position + (dp_rank·acc + a)·mb`, for a < acc, so a global
     /// batch holds the same sequences whatever the layout.
-    pub fn step(&mut self, l: &mut Learner<B>, g: &Groups<B>, data: &TrainStream, step: u64, position: u64) -> StepOut {
+    pub fn step(
+        &mut self,
+        l: &mut Learner<B>,
+        g: &Groups<'g, B>,
+        data: &TrainStream,
+        step: u64,
+        position: u64,
+    ) -> StepOut {
         let acc = self.accumulate(l, g, data, position);
         self.apply(l, g, step, acc, false)
     }
 
     /// The first half of [`StepRunner::step`]: every micro-batch's forward and backward, the
     /// data-parallel gradient combination and the global gradient norm.
-    pub fn accumulate(&mut self, l: &mut Learner<B>, g: &Groups<B>, data: &TrainStream, position: u64) -> Accumulated {
+    pub fn accumulate(
+        &mut self,
+        l: &mut Learner<B>,
+        g: &Groups<'g, B>,
+        data: &TrainStream,
+        position: u64,
+    ) -> Accumulated {
         let t = &self.cfg.train;
         let (mb, seq, acc, dp) = (t.micro_batch, t.seq_len, t.accumulation, self.cfg.parallel.dp);
         let global_tokens = (acc * dp * mb * seq) as f64;
@@ -115,21 +139,26 @@ impl<B: Backend> StepRunner<B> {
         let batches: Vec<Batch> =
             (0..acc).map(|a| Batch { ids: &self.inputs[a], targets: &self.targets[a], batch: mb, seq }).collect();
         let scale = 1.0 / global_tokens;
+        let gathers = std::mem::take(&mut self.gathers);
         let loss = match self.sync.as_mut() {
             Some(plan) => {
-                // Buckets start during the last backward; the rest once the schedule is done.
+                // Parameter gathers complete as the first forward reaches them; buckets start
+                // during the last backward; the rest once the schedule is done.
                 let Learner { model, opt } = l;
                 let zero = match opt {
                     Optimizer::Zero1(z) => Some(z.staging()),
                     Optimizer::Replicated(_) => None,
                 };
-                let mut sync = plan.begin(g.dp, zero);
-                let mut ready = |be: &B, k: usize, grads: &[B::Buf]| sync.ready(be, k, grads);
-                let loss = self.stage.run_with(model, g.tp, g.pp, &batches, scale, Some(&mut ready));
-                sync.finish(&model.be, &mut model.store);
+                let sync = std::cell::RefCell::new(plan.begin(g.dp, zero, gathers));
+                let mut ready = |be: &B, k: usize, grads: &[B::Buf]| sync.borrow_mut().ready(be, k, grads);
+                let mut need = |be: &B, k: usize, values: &mut [B::Buf]| sync.borrow_mut().need(be, k, values);
+                let hooks = Hooks { ready: Some(&mut ready), need: Some(&mut need) };
+                let loss = self.stage.run_with(model, g.tp, g.pp, &batches, scale, hooks);
+                sync.into_inner().finish(&model.be, &mut model.store);
                 loss
             }
             None => {
+                l.complete(gathers);
                 let loss = self.stage.run(&mut l.model, g.tp, g.pp, &batches, scale);
                 l.sync_grads(g.dp, &mut self.bucket);
                 loss
@@ -143,11 +172,11 @@ impl<B: Backend> StepRunner<B> {
     /// The second half of [`StepRunner::step`]: clip, update, and agree on the step's loss.
     /// `skip` leaves the weights and moments untouched (every rank decides alike: the
     /// gradient norm is the grid's).
-    pub fn apply(&mut self, l: &mut Learner<B>, g: &Groups<B>, step: u64, acc: Accumulated, skip: bool) -> StepOut {
+    pub fn apply(&mut self, l: &mut Learner<B>, g: &Groups<'g, B>, step: u64, acc: Accumulated, skip: bool) -> StepOut {
         let t = &self.cfg.train;
         let lr = lr_at(t, step as usize);
         if !skip {
-            l.update(t, lr, clip_coef(acc.grad_norm, t.grad_clip), g.dp);
+            self.gathers = l.update(t, lr, clip_coef(acc.grad_norm, t.grad_clip), g.dp);
         }
         let sequences = (t.accumulation * self.cfg.parallel.dp * t.micro_batch) as u64;
         let (loss, stop) = self.report(&l.model, g, acc.loss);
@@ -164,7 +193,9 @@ impl<B: Backend> StepRunner<B> {
 
     /// Mean loss over the first `batches` micro-batches of the validation windows, through
     /// the pipeline (every data-parallel replica computes the same; the grid agrees on it).
-    pub fn evaluate(&mut self, model: &mut Model<B>, g: &Groups<B>, val: &Loader, batches: usize) -> f64 {
+    pub fn evaluate(&mut self, l: &mut Learner<B>, g: &Groups<B>, val: &Loader, batches: usize) -> f64 {
+        self.settle(l);
+        let model = &mut l.model;
         let (mb, seq) = (self.cfg.train.micro_batch, val.seq_len());
         let l = model.layout;
         let mut total = LossSum::default();

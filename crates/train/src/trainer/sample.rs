@@ -18,6 +18,7 @@ impl<B: Backend> Job<'_, B> {
     /// Continue the end-of-text token for [`SAMPLE_TOKENS`] tokens and log the text; a failure
     /// is reported and the run goes on.
     pub(super) fn sample(&mut self) {
+        self.runner.settle(&mut self.learner);
         let step = self.at.step;
         let text = (|| {
             let model = cpu_copy(&self.learner.model)?;
