@@ -11,7 +11,7 @@
 use crate::hardware::{Hardware, Timer};
 use crate::ops::{Group, Op, Phase};
 use crate::setup::Setup;
-use crate::step::{Memory, memory, model_flops_per_token, stage_ops, step_ops};
+use crate::step::{Memory, memory, model_flops_per_token, stage_ops, step_ops, unhidden_dp_elements};
 use serde::Serialize;
 
 /// Seconds of one micro-batch (or one step's once-only work) by category.
@@ -249,7 +249,10 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
         match hide {
             Some((c, h)) => {
                 let b = crate::overlap::buckets(c.bytes() as f64, s.bucket_mb);
-                step.add_hidden(crate::overlap::exposed(t, h, b), t);
+                // The embedding table's share is exposed whatever the buckets.
+                let gathers = c.label == "dp.params";
+                let table = unhidden_dp_elements(s, slowest_stage, gathers) as f64 / c.elements.max(1) as f64;
+                step.add_hidden(crate::overlap::exposed(t, h, b).max(t * table.min(1.0)), t);
             }
             None => step.add_op(t, op),
         }

@@ -102,6 +102,17 @@ pub fn stage_params_rank(s: &Setup, stage: usize) -> u64 {
     n
 }
 
+/// Elements of the one buffer of `stage` whose data-parallel traffic no computation can hide
+/// with overlap: the embedding table, whose gradient is final last (the first stage's table,
+/// and a tied copy on the last stage, which waits for the stages' sum) and whose parameters
+/// the next forward reads first (ZeRO-1, `gathers`; the first stage only).
+pub fn unhidden_dp_elements(s: &Setup, stage: usize, gathers: bool) -> u64 {
+    let table = s.padded_vocab() * s.model.d as u64 / s.tp as u64;
+    let first = stage == 0;
+    let tied_copy = !first && stage + 1 == s.pp && s.model.tie_embeddings;
+    if first || (tied_copy && !gathers) { table } else { 0 }
+}
+
 /// An elementwise kernel of the stack's entry or exit moving `bytes` per token.
 fn stack_ew(s: &Setup, label: &str, phase: Phase, bytes: u64) -> Op {
     Op::Elementwise(Elementwise { label: label.into(), phase, bytes: (bytes * s.tokens()) as f64 })
