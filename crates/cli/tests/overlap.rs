@@ -67,6 +67,28 @@ fn a_rank_failing_with_reductions_in_flight_is_named() {
     assert!(t0.elapsed().as_secs() < 60, "the other ranks did not stop promptly");
 }
 
+/// Under ZeRO-1 a replica that fails between steps, while the parameter gathers of its last
+/// update are still in flight into the next forward, stops the other replica with an error
+/// naming it.
+#[test]
+fn a_replica_failing_with_parameter_gathers_in_flight_is_named() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let dir = root.path().join("fail-zero");
+    let sets = ["parallel.dp=2", "parallel.zero=1", "parallel.overlap=true", "parallel.bucket_mb=0.001"];
+    let t0 = std::time::Instant::now();
+    let out = boost()
+        .arg("train")
+        .args(tiny(&data, &dir, &sets))
+        .args(["--quiet", "--inject-fault", "1:2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("rank 1") && err.contains("injected fault at step 2"), "{err}");
+    assert!(t0.elapsed().as_secs() < 60, "the other replica did not stop promptly");
+}
+
 /// Each step's `time_split`: data-parallel calls were in flight; the step waited for at most
 /// that long (1 ms for the hand-over from the progress thread), and for exactly that long
 /// when every call blocked.
