@@ -77,21 +77,7 @@ fn overlap_is_bit_identical_and_hides_no_failure_under_mpirun() {
     let root = tempfile::tempdir().unwrap();
     let data = dataset(root.path());
     let grid = ["parallel.dp=2", "parallel.pp=2", "train.accumulation=2", "parallel.bucket_mb=0.001"];
-    let runs: Vec<_> = ["true", "false"]
-        .iter()
-        .map(|on| {
-            let dir = root.path().join(format!("overlap-{on}"));
-            let overlap = format!("parallel.overlap={on}");
-            let sets: Vec<&str> = grid.iter().copied().chain([overlap.as_str()]).collect();
-            let mut mpi = mpirun(4).expect("mpirun");
-            run(mpi.arg("train").args(tiny(&data, &dir, &sets)).args(["--quiet", "--dump-grads", "3"]));
-            (losses(&dir), grads(&dir, 3))
-        })
-        .collect();
-    let ((loss_on, grads_on), (loss_off, grads_off)) = (&runs[0], &runs[1]);
-    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(loss_on), bits(loss_off), "losses {loss_on:?} vs {loss_off:?}");
-    assert_grads_close(grads_on, grads_off, 0.0);
+    overlap_matches_blocking(4, &grid, &data, root.path());
 
     let t0 = Instant::now();
     let sets: Vec<&str> = grid.iter().copied().chain(["parallel.overlap=true"]).collect();
@@ -118,20 +104,26 @@ fn zero1_parameter_gathers_into_the_next_forward_are_bit_identical_under_mpirun(
     let root = tempfile::tempdir().unwrap();
     let data = dataset(root.path());
     let grid = ["parallel.dp=2", "parallel.zero=1", "train.accumulation=1", "parallel.bucket_mb=0.001"];
+    overlap_matches_blocking(2, &grid, &data, root.path());
+}
+
+/// `boost train` on `np` processes with `grid`, overlap on and off: the same losses and
+/// gradients (step 3), bit for bit.
+fn overlap_matches_blocking(np: usize, grid: &[&str], data: &std::path::Path, root: &std::path::Path) {
     let runs: Vec<_> = ["true", "false"]
         .iter()
         .map(|on| {
-            let dir = root.path().join(format!("zero-{on}"));
+            let dir = root.join(format!("overlap-{on}"));
             let overlap = format!("parallel.overlap={on}");
             let sets: Vec<&str> = grid.iter().copied().chain([overlap.as_str()]).collect();
-            let mut mpi = mpirun(2).expect("mpirun");
-            run(mpi.arg("train").args(tiny(&data, &dir, &sets)).args(["--quiet", "--dump-grads", "3"]));
+            let mut mpi = mpirun(np).expect("mpirun");
+            run(mpi.arg("train").args(tiny(data, &dir, &sets)).args(["--quiet", "--dump-grads", "3"]));
             (losses(&dir), grads(&dir, 3))
         })
         .collect();
     let ((loss_on, grads_on), (loss_off, grads_off)) = (&runs[0], &runs[1]);
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(loss_on), bits(loss_off), "losses {loss_on:?} vs {loss_off:?}");
+    assert_eq!(bits(loss_on), bits(loss_off), "{grid:?}: losses {loss_on:?} vs {loss_off:?}");
     assert_grads_close(grads_on, grads_off, 0.0);
 }
 
