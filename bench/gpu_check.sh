@@ -8,7 +8,8 @@
 #   env    nvidia-smi, the libraries found, the probe
 #   tests  every boost-cuda test binary (they pick the GPU when probe() finds one)
 #   train  `boost train` on the demo corpus (data/ must be there): cuda against cpu, one rank,
-#          and a tp2 grid whose ranks share the GPU (collectives staged through the host)
+#          and a tp2 grid whose ranks share the GPU (collectives staged through the host); a
+#          dp2 ZeRO-1 pair on the GPU (50 steps), overlap on against off, must match bit for bit
 #   bench  examples/cuda_bench against bench/torch_peer_cuda.py, same shape, same GPU
 #   cpu    the host CPU: the boost-tensor tests with the gemm crate's AVX-512 kernels built in,
 #          then `boost bench --arch cola,full --threads 2` (CPU_BENCH_REPEAT times, default 3)
@@ -88,7 +89,9 @@ if has train; then
     steps=${TRAIN_STEPS:-300}
     common=(--set train.steps=$steps --set train.eval_every=100)
     for run in "cpu:--set train.device=cpu" "cuda:--set train.device=cuda" \
-        "cpu-tp2:--set train.device=cpu --set parallel.tp=2" "cuda-tp2:--set train.device=cuda --set parallel.tp=2"; do
+        "cpu-tp2:--set train.device=cpu --set parallel.tp=2" "cuda-tp2:--set train.device=cuda --set parallel.tp=2" \
+        "cuda-dp2z-on:--set train.device=cuda --set parallel.dp=2 --set parallel.zero=1 --set parallel.overlap=true --set train.steps=50" \
+        "cuda-dp2z-off:--set train.device=cuda --set parallel.dp=2 --set parallel.zero=1 --set parallel.overlap=false --set train.steps=50"; do
         name=${run%%:*}
         read -r -a args <<<"${run#*:}"
         s=$(date +%s)
@@ -120,6 +123,13 @@ for a, b in [("cpu", "cuda"), ("cpu-tp2", "cuda-tp2"), ("cpu", "cpu-tp2"), ("cud
     print(f"{a} vs {b}: {n} steps; train loss rel. diff max {max(rel):.2e}, last {rel[-1]:.2e}; "
           f"losses {x[0]['loss']:.4f}->{x[n-1]['loss']:.4f} / {y[0]['loss']:.4f}->{y[n-1]['loss']:.4f}; "
           f"val {vx[-1] if vx else '-'} / {vy[-1] if vy else '-'}; tok/s {tx:.0f} / {ty:.0f}")
+x, y = load("cuda-dp2z-on"), load("cuda-dp2z-off")
+if x and y:
+    same = [a["loss"] for a in x] == [b["loss"] for b in y]
+    print(f"cuda dp2 ZeRO-1, overlap on vs off: {len(x)} / {len(y)} steps, losses "
+          f"{'bit-identical' if same else 'DIFFER'}")
+else:
+    print("cuda dp2 ZeRO-1, overlap on vs off: missing")
 EOF
 fi
 
