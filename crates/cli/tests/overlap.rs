@@ -42,7 +42,36 @@ fn losses_and_gradients_are_bit_identical_with_overlap_on_and_off() {
             let same = a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
             assert!(same, "{sets:?}: gradient of {name} differs with overlap");
         }
+        // The checkpoints hold the same weights and optimizer state, byte for byte: under
+        // ZeRO-1 the parameters a checkpoint writes are whole, not still being gathered.
+        let (on, off) = (root.path().join(format!("run{i}-true")), root.path().join(format!("run{i}-false")));
+        let files = checkpoint_tensors(&on);
+        assert!(files.len() >= 2, "{sets:?}: checkpoints {files:?}");
+        assert_eq!(files, checkpoint_tensors(&off), "{sets:?}: checkpoint files");
+        for f in &files {
+            let same = std::fs::read(on.join(f)).unwrap() == std::fs::read(off.join(f)).unwrap();
+            assert!(same, "{sets:?}: {} differs with overlap", f.display());
+        }
     }
+}
+
+/// The tensor files of a run's checkpoints, relative to the run directory, sorted.
+fn checkpoint_tensors(run: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for step in std::fs::read_dir(run.join("checkpoints")).unwrap() {
+        let step = step.unwrap().path();
+        if !step.is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(&step).unwrap() {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|e| e == "safetensors") {
+                out.push(f.strip_prefix(run).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// A rank that fails while its replicas' gradient buckets and its neighbours' transfers are in
