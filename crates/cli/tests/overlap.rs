@@ -78,22 +78,9 @@ fn checkpoint_tensors(run: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// flight on the progress threads still stops every rank promptly, with an error naming it.
 #[test]
 fn a_rank_failing_with_reductions_in_flight_is_named() {
-    let root = tempfile::tempdir().unwrap();
-    let data = dataset(root.path());
-    let dir = root.path().join("fail");
     let sets =
         ["parallel.dp=2", "parallel.pp=2", "train.accumulation=2", "parallel.overlap=true", "parallel.bucket_mb=0.001"];
-    let t0 = std::time::Instant::now();
-    let out = boost()
-        .arg("train")
-        .args(tiny(&data, &dir, &sets))
-        .args(["--quiet", "--inject-fault", "3:2"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("rank 3") && err.contains("injected fault at step 2"), "{err}");
-    assert!(t0.elapsed().as_secs() < 60, "the other ranks did not stop promptly");
+    fails_naming_the_rank(&sets, 3, 2);
 }
 
 /// Under ZeRO-1 a replica that fails between steps, while the parameter gathers of its last
@@ -101,21 +88,27 @@ fn a_rank_failing_with_reductions_in_flight_is_named() {
 /// naming it.
 #[test]
 fn a_replica_failing_with_parameter_gathers_in_flight_is_named() {
+    let sets = ["parallel.dp=2", "parallel.zero=1", "parallel.overlap=true", "parallel.bucket_mb=0.001"];
+    fails_naming_the_rank(&sets, 1, 2);
+}
+
+/// `boost train` with `sets`, rank `rank` failing at the start of step `step`: the run exits
+/// with 1 within 60 s, and its error names that rank and the fault.
+fn fails_naming_the_rank(sets: &[&str], rank: usize, step: u64) {
     let root = tempfile::tempdir().unwrap();
     let data = dataset(root.path());
-    let dir = root.path().join("fail-zero");
-    let sets = ["parallel.dp=2", "parallel.zero=1", "parallel.overlap=true", "parallel.bucket_mb=0.001"];
+    let dir = root.path().join("fail");
     let t0 = std::time::Instant::now();
     let out = boost()
         .arg("train")
-        .args(tiny(&data, &dir, &sets))
-        .args(["--quiet", "--inject-fault", "1:2"])
+        .args(tiny(&data, &dir, sets))
+        .args(["--quiet", "--inject-fault", &format!("{rank}:{step}")])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("rank 1") && err.contains("injected fault at step 2"), "{err}");
-    assert!(t0.elapsed().as_secs() < 60, "the other replica did not stop promptly");
+    assert!(err.contains(&format!("rank {rank}")) && err.contains(&format!("injected fault at step {step}")), "{err}");
+    assert!(t0.elapsed().as_secs() < 60, "the other ranks did not stop promptly");
 }
 
 /// Each step's `time_split`: data-parallel calls were in flight; the step waited for at most
