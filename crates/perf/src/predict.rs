@@ -242,15 +242,14 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
         // (gradients), or the update and the next step's first forward, which completes each
         // buffer's gather as it reaches it (ZeRO-1 parameters).
         let hide = match op {
-            Op::Collective(c) if s.overlap && c.label == "dp.grads" => Some((c, backward)),
-            Op::Collective(c) if s.overlap && c.label == "dp.params" => Some((c, update + forward)),
+            Op::Collective(c) if s.overlap && c.label == "dp.grads" => Some((c, backward, false)),
+            Op::Collective(c) if s.overlap && c.label == "dp.params" => Some((c, update + forward, true)),
             _ => None,
         };
         match hide {
-            Some((c, h)) => {
+            Some((c, h, gathers)) => {
                 let b = crate::overlap::buckets(c.bytes() as f64, s.bucket_mb);
                 // The embedding table's share is exposed whatever the buckets.
-                let gathers = c.label == "dp.params";
                 let table = unhidden_dp_elements(s, slowest_stage, gathers) as f64 / c.elements.max(1) as f64;
                 step.add_hidden(crate::overlap::exposed(t, h, b).max(t * table.min(1.0)), t);
             }

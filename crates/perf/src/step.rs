@@ -81,21 +81,26 @@ pub fn layer_params_rank(s: &Setup, layer: usize) -> u64 {
     sharded / p + norms + lax
 }
 
+/// Elements of one rank's embedding table (or untied head): the padded vocabulary × d,
+/// sharded over tp.
+pub fn table_params_rank(s: &Setup) -> u64 {
+    s.padded_vocab() * s.model.d as u64 / s.tp as u64
+}
+
 /// Parameters held by one rank of pipeline stage `stage`.
 pub fn stage_params_rank(s: &Setup, stage: usize) -> u64 {
     let m = &s.model;
-    let (d, vp) = (m.d as u64, s.padded_vocab());
-    let p = s.tp as u64;
+    let d = m.d as u64;
     let lps = s.layers_per_stage();
     let mut n: u64 = (stage * lps..(stage + 1) * lps).map(|l| layer_params_rank(s, l)).sum();
     let first = stage == 0;
     let last = stage + 1 == s.pp;
     if first {
-        n += vp * d / p;
+        n += table_params_rank(s);
     }
     if last {
         if !m.tie_embeddings || !first {
-            n += vp * d / p;
+            n += table_params_rank(s);
         }
         n += d;
     }
@@ -107,7 +112,7 @@ pub fn stage_params_rank(s: &Setup, stage: usize) -> u64 {
 /// and a tied copy on the last stage, which waits for the stages' sum) and whose parameters
 /// the next forward reads first (ZeRO-1, `gathers`; the first stage only).
 pub fn unhidden_dp_elements(s: &Setup, stage: usize, gathers: bool) -> u64 {
-    let table = s.padded_vocab() * s.model.d as u64 / s.tp as u64;
+    let table = table_params_rank(s);
     let first = stage == 0;
     let tied_copy = !first && stage + 1 == s.pp && s.model.tie_embeddings;
     if first || (tied_copy && !gathers) { table } else { 0 }
@@ -285,7 +290,7 @@ pub fn step_ops(s: &Setup, stage: usize) -> Vec<Op> {
         }
     }
     if s.model.tie_embeddings && s.pp > 1 && (stage == 0 || stage + 1 == s.pp) {
-        let e = s.padded_vocab() * s.model.d as u64 / s.tp as u64;
+        let e = table_params_rank(s);
         ops.push(coll("embed.tied_grads", CollKind::AllReduce, Group::Pp, e, GRAD_BYTES, true));
     }
     let norm_group = if s.zero == 1 { Group::World } else { Group::Model };
