@@ -3,7 +3,7 @@
 # by git): the boost-cuda test binaries, `boost` and examples/cuda_bench, all with the `cuda`
 # feature and the kernels compiled ahead by nvcc 13.0 (crates/cuda/compile-kernels.sh), and
 # the boost-tensor test binaries; `boost` and those tests also with `avx512` (the gemm crate's
-# AVX-512 kernels, for the machine's CPU). Stripped, and packed with the demo corpus into
+# AVX-512 kernels, for the machine's CPU), and the default `boost` as boost_avx2. Stripped, and packed with the demo corpus into
 # DIR.tar.xz to travel light.
 #
 #   bench/gpu_build.sh [DIR]
@@ -43,6 +43,10 @@ collect_tests "$dir/tests" -p boost-cuda --features cuda
 # The CPU backend's own tests with the gemm crate's AVX-512 kernels built in: a GPU machine's
 # host CPU usually has AVX-512, which the development machines may lack (the `cpu` stage).
 collect_tests "$dir/cpu-tests" -p boost-tensor --features avx512
+# The default build too (the gemm crate's AVX2 kernels only), as boost_avx2: gpu_check's cpu
+# stage runs it beside `boost` to compare the two GEMM paths on one CPU.
+cargo build --release -p boost-cli
+cp target/release/boost "$dir/boost_avx2"
 cargo build --release -p boost-cli --features cuda,avx512
 cargo build --release -p boost-cuda --features cuda --example cuda_bench
 cp target/release/boost target/release/examples/cuda_bench "$dir/"

@@ -12,14 +12,18 @@
 #          dp2 ZeRO-1 pair on the GPU (50 steps), overlap on against off, must match bit for bit
 #   bench  examples/cuda_bench against bench/torch_peer_cuda.py, same shape, same GPU
 #   cpu    the host CPU: the boost-tensor tests with the gemm crate's AVX-512 kernels built in,
-#          then `boost bench --arch cola,full --threads 2` (CPU_BENCH_REPEAT times, default 3)
-#          against the PyTorch CPU peer; it names the SIMD paths that ran
+#          then `boost bench --arch cola,full --threads T` against the PyTorch CPU peer, each
+#          run followed by boost_avx2's (AVX2 GEMM kernels) where gpu_build made it; for each
+#          T of CPU_BENCH_THREADS (default 2; a list, in order, e.g. "2 16 2"),
+#          CPU_BENCH_REPEAT times each (default 3); it names the SIMD paths that ran
+#
+# TEST_TIMEOUT (default 240) bounds each test binary's run, in seconds.
 #
 # cuBLAS and NCCL are taken from the Python environment's nvidia wheels (PyTorch's); NCCL's
 # libnccl.so.2 is linked as libnccl.so, the name cudarc looks for. Logs go to OUT_DIR.
 set -u
 bin=$(cd "$1" && pwd)
-# OUT_DIR must be new or empty: the logs are packed (and removed) from it at the end.
+# OUT_DIR must be new or empty: summary.txt, env.txt and logs.tar.gz (every log) are written there.
 if [ -e "$2" ] && [ -n "$(ls -A "$2")" ]; then
     echo "gpu_check.sh: $2 is not empty; name a new or empty folder for the results" >&2
     exit 1
@@ -46,6 +50,11 @@ if [ ! -e "$built_at" ]; then
 fi
 
 summary=$out/summary.txt
+# Each stage's logs are gathered in $log and appended to OUT_DIR/logs.tar when the stage ends,
+# so that OUT_DIR holds three files whatever stage a time limit stops (a device tool may
+# bring back only a few files).
+log=$(mktemp -d)
+pack() { (cd "$log" && [ -n "$(ls -A)" ] && tar -rf "$out/logs.tar" --remove-files -- *); }
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
@@ -64,15 +73,16 @@ run_tests() {
     for t in "$bin/$1"/*; do
         name=$(basename "$t")
         start=$EPOCHREALTIME
-        (cd "$root/crates/$2" && timeout 240 "$t" --test-threads=4 --nocapture >"$out/$3-$name.log" 2>&1)
+        (cd "$root/crates/$2" && timeout "${TEST_TIMEOUT:-240}" "$t" --test-threads=4 --nocapture >"$log/$3-$name.log" 2>&1)
         rc=$?
         took=$(python3 -c "print(f'{$EPOCHREALTIME - $start:.1f}')")
-        res=$(grep -E '^test result:' "$out/$3-$name.log" | tail -1)
+        res=$(grep -E '^test result:' "$log/$3-$name.log" | tail -1)
         note "$3 $name: rc $rc, $took s: $res"
-        grep -E '^test .* FAILED$|panicked at' "$out/$3-$name.log" | head -8 | sed 's/^/    /' | tee -a "$summary"
+        grep -E '^test .* FAILED$|panicked at' "$log/$3-$name.log" | head -8 | sed 's/^/    /' | tee -a "$summary"
     done
 }
 
+pack
 if has tests; then
     run_tests tests cuda test
 fi
@@ -85,6 +95,7 @@ train_run() {
     echo $?
 }
 
+pack
 if has train; then
     steps=${TRAIN_STEPS:-300}
     common=(--set train.steps=$steps --set train.eval_every=100)
@@ -96,12 +107,12 @@ if has train; then
         read -r -a args <<<"${run#*:}"
         s=$(date +%s)
         rc=$(train_run "$runs/$name" "${common[@]}" "${args[@]}")
-        cp "$runs/$name/metrics.jsonl" "$out/metrics-$name.jsonl" 2>/dev/null
-        cp "$runs/$name.log" "$out/train-$name.log"
+        cp "$runs/$name/metrics.jsonl" "$log/metrics-$name.jsonl" 2>/dev/null
+        cp "$runs/$name.log" "$log/train-$name.log"
         note "train $name: rc $rc, $(($(date +%s) - s)) s"
         [ "$rc" = 0 ] || tail -5 "$runs/$name.log" | sed 's/^/    /' | tee -a "$summary"
     done
-    python3 - "$out" <<'EOF' | tee -a "$summary"
+    python3 - "$log" <<'EOF' | tee -a "$summary"
 import json, sys, statistics
 out = sys.argv[1]
 def load(n):
@@ -133,6 +144,7 @@ else:
 EOF
 fi
 
+pack
 if has bench; then
     # Configurations arch:micro_batch:dtype[:seq] (BENCH_CONFIGS), each run BENCH_REPEAT times,
     # boost and PyTorch alternated.
@@ -144,14 +156,14 @@ if has bench; then
         for rep in $(seq 1 "${BENCH_REPEAT:-1}"); do
             tag=$arch-$mb-$dtype-$seq-$rep
             flags=(--arch $arch "${shape[@]}" --seq $seq --micro-batch $mb --dtype $dtype --warmup 5 --rounds 20)
-            "$bin/cuda_bench" "${flags[@]}" >"$out/bench-$tag.json" 2>"$out/bench-$tag.log"
+            "$bin/cuda_bench" "${flags[@]}" >"$log/bench-$tag.json" 2>"$log/bench-$tag.log"
             # An earlier build beside it (cuda_bench_base), for the A/B of a change.
             if [ -x "$bin/cuda_bench_base" ]; then
-                "$bin/cuda_bench_base" "${flags[@]}" >"$out/bench-$tag-base.json" 2>>"$out/bench-$tag.log"
+                "$bin/cuda_bench_base" "${flags[@]}" >"$log/bench-$tag-base.json" 2>>"$log/bench-$tag.log"
             fi
             python3 "$root/bench/torch_peer_cuda.py" --device cuda "${flags[@]}" --json \
-                >"$out/bench-$tag-torch.json" 2>>"$out/bench-$tag.log"
-            python3 - "$out" "$tag" <<'EOF2' | tee -a "$summary"
+                >"$log/bench-$tag-torch.json" 2>>"$log/bench-$tag.log"
+            python3 - "$log" "$tag" <<'EOF2' | tee -a "$summary"
 import json, sys
 out, tag = sys.argv[1:]
 def load(k):
@@ -176,12 +188,19 @@ EOF2
         grep -A30 '^profile:' | tee -a "$summary"
 fi
 
+pack
 if has cpu; then
     note "cpu: $(lscpu | grep -E 'Model name' | sed 's/ \+/ /g'), avx512f: $(grep -c avx512f /proc/cpuinfo) of $(nproc) cpus"
     run_tests cpu-tests tensor cpu-test
-    for rep in $(seq 1 "${CPU_BENCH_REPEAT:-3}"); do
-        "$bin/boost" bench --arch cola,full --threads 2 --json >"$out/cpu-bench-$rep.json" 2>"$out/cpu-bench-$rep.log"
-        python3 - "$out/cpu-bench-$rep.json" "$rep" <<'EOF3' | tee -a "$summary"
+    n=0
+    for threads in $(for t in ${CPU_BENCH_THREADS:-2}; do yes "$t" | head -n "${CPU_BENCH_REPEAT:-3}"; done); do
+        n=$((n + 1))
+        # The AVX-512 build, then the default one (AVX2 GEMM kernels) where gpu_build made it.
+        for exe in boost boost_avx2; do
+        [ -x "$bin/$exe" ] || continue
+        tag=$n-t$threads${exe#boost}
+        "$bin/$exe" bench --arch cola,full --threads "$threads" --json >"$log/cpu-bench-$tag.json" 2>"$log/cpu-bench-$tag.log"
+        python3 - "$log/cpu-bench-$tag.json" "$tag" <<'EOF3' | tee -a "$summary"
 import json, sys
 path, rep = sys.argv[1:]
 try:
@@ -196,8 +215,9 @@ for x in r["results"]:
              f"MFU {100 * x['mfu']:.1f} %, vs PyTorch " + (f"{t:.2f}x" if t else "-"))
 print(line)
 EOF3
+        done
     done
 fi
 
-# The logs as one file (a device tool may bring back only a few files).
-(cd "$out" && ls *.log *.json >/dev/null 2>&1 && tar -czf logs.tar.gz --remove-files $(ls *.log *.json 2>/dev/null))
+pack
+[ -f "$out/logs.tar" ] && gzip "$out/logs.tar"
