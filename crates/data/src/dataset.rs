@@ -193,7 +193,13 @@ impl Dataset {
         let meta = read_meta(dir)?;
         let missing: Vec<String> = meta.required_files().into_iter().filter(|f| !dir.join(f).is_file()).collect();
         if !missing.is_empty() {
-            bail!("{} is not a complete dataset: {} missing; {rebuild}", dir.display(), missing.join(", "));
+            // Name where the list came from: a damaged meta.json can name files that never were.
+            bail!(
+                "{} is not a complete dataset: {} missing (as listed in {}); {rebuild}",
+                dir.display(),
+                missing.join(", "),
+                meta_path.display()
+            );
         }
         if meta.format_version != crate::shard::VERSION {
             bail!(

@@ -156,3 +156,17 @@ proptest! {
         }
     }
 }
+
+/// The case the fuzzing above once drew: one byte of meta.json turned to a space inside a
+/// file name, so that meta.json still parses but lists a file that never was. The error
+/// names the missing file and the meta.json that listed it.
+#[test]
+fn meta_json_naming_a_file_that_is_not_there_is_named() {
+    let (_keep, dir) = damaged_copy("meta.json", &Damage::Bytes(vec![]));
+    let path = dir.join("meta.json");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("\"train.bin\""), "{text}");
+    std::fs::write(&path, text.replacen("\"train.bin\"", "\" rain.bin\"", 1)).unwrap();
+    let e = format!("{:#}", Dataset::open(&dir).err().expect("a dataset missing its train file"));
+    assert!(e.contains(" rain.bin missing") && e.contains(&path.display().to_string()), "{e}");
+}
