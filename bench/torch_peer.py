@@ -288,6 +288,13 @@ def main(argv=None):
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
+    ap.add_argument(
+        "--serve",
+        action="store_true",
+        help="after the warm-up, print {\"ready\": true}, then run one timed step per line "
+        "'step' read on stdin, printing {\"step_time_s\": ...} after each; at the end of stdin "
+        "print the summary (--rounds is ignored); `boost bench` alternates its steps with these",
+    )
     args = ap.parse_args(argv)
     check_model_args(ap, args)
 
@@ -314,7 +321,8 @@ def main(argv=None):
 
     load_start = os.getloadavg()
     times, cpu_times = [], []
-    for i in range(args.warmup + args.rounds):
+
+    def timed(i):
         t0, c0 = time.perf_counter(), time.process_time()
         loss = step()
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
@@ -324,6 +332,21 @@ def main(argv=None):
         if not args.json:
             kind = "warmup" if i < args.warmup else "step"
             print(f"{kind} {i}: {dt:.3f} s, loss {loss:.4f}", file=sys.stderr)
+        return dt
+
+    if args.serve:
+        for i in range(args.warmup):
+            timed(i)
+        print(json.dumps({"ready": True}), flush=True)
+        for line in sys.stdin:
+            if line.strip() != "step":
+                break
+            print(json.dumps({"step_time_s": timed(args.warmup + len(times))}), flush=True)
+    else:
+        for i in range(args.warmup + args.rounds):
+            timed(i)
+    if not times:
+        sys.exit("torch_peer: no timed step was asked for")
 
     median = statistics.median(times)
     tokens = args.micro_batch * args.seq

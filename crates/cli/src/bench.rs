@@ -29,9 +29,10 @@ pub struct BenchArgs {
     /// Untimed steps before measuring.
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
-    /// Timed steps per measurement (we measure before and after the peer).
-    #[arg(long, default_value_t = 3)]
-    pub rounds: usize,
+    /// Timed steps [default: 6 for one device, ours and the peer's alternated one by one (the
+    /// ratio is the median of the pairs'); 3 with --tp or --grid]
+    #[arg(long, value_name = "N")]
+    pub rounds: Option<usize>,
     /// Skip the PyTorch peer.
     #[arg(long)]
     pub no_torch: bool,
@@ -97,7 +98,12 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         micro_batch: a.micro_batch,
         threads,
         warmup: a.warmup,
-        rounds: a.rounds,
+        rounds: match a.rounds {
+            Some(0) => anyhow::bail!("--rounds 0: at least one timed step is needed"),
+            Some(n) => n,
+            None if a.tp.is_some() || a.grid.is_some() => 3,
+            None => 6,
+        },
         python: (!a.no_torch).then(|| a.python.clone()),
     };
     if let Some(grid) = &a.grid {

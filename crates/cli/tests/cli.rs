@@ -146,3 +146,52 @@ fn bench_names_the_cpu_and_the_simd_paths_it_ran() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.starts_with(&format!("{cpu}; {simd}\n")), "{table}");
 }
+
+/// A stand-in for Python that speaks `torch_peer.py --serve`'s protocol (ready, then one
+/// `{"step_time_s": …}` per `step` line, then the summary) and takes `secs` a step, or dies
+/// with a Python-like error at its `die_at`-th step.
+fn fake_peer(dir: &std::path::Path, secs: &str, die_at: Option<usize>) -> std::path::PathBuf {
+    let die = die_at.map_or(String::new(), |n| {
+        format!("  if [ $n -eq {n} ]; then echo 'RuntimeError: out of memory' >&2; exit 1; fi\n")
+    });
+    let script = format!(
+        "#!/bin/sh\necho 'warming up'\necho '{{\"ready\": true}}'\nn=0\nwhile read line; do\n  n=$((n + 1))\n{die}  echo '{{\"step_time_s\": {secs}}}'\ndone\necho '{{\"step_time_s\": {secs}, \"tokens_per_sec\": 1.0}}'\n"
+    );
+    let path = dir.join(format!("python-{}", die_at.unwrap_or(0)));
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path
+}
+
+#[test]
+fn bench_alternates_its_steps_with_the_peer_and_gives_the_median_ratio() {
+    let dir = tempfile::tempdir().unwrap();
+    let quick = ["--model", "demo", "--arch", "cola", "--seq", "32", "--micro-batch", "2", "--warmup", "0", "--json"];
+    let py = fake_peer(dir.path(), "0.25", None);
+    let out = run(boost().arg("bench").args(quick).args(["--rounds", "5", "--python"]).arg(&py));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = &r["results"][0];
+    let f = |k: &str| -> Vec<f64> { a[k].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect() };
+    let (ours, ratios) = (f("step_times_s"), f("torch_step_ratios"));
+    // One peer step beside each of ours, and each ratio is that pair's.
+    assert_eq!((ours.len(), ratios.len()), (5, 5), "{a}");
+    // (To a few ulps: serde_json's float parsing is not always correctly rounded.)
+    for (t, q) in ours.iter().zip(&ratios) {
+        assert!((q - 0.25 / t).abs() <= 4.0 * f64::EPSILON * q, "{q} against 0.25 / {t}: {a}");
+    }
+    let mut sorted = ratios.clone();
+    sorted.sort_by(|x, y| x.partial_cmp(y).unwrap());
+    assert_eq!(a["torch_ratio"].as_f64().unwrap(), sorted[2], "{a}");
+    assert_eq!(a["torch"]["tokens_per_sec"].as_f64(), Some(1.0), "{a}");
+
+    // A peer that dies mid-run is named with its error; our side still finishes, and the
+    // ratio covers only the pairs that ran.
+    let py = fake_peer(dir.path(), "0.25", Some(3));
+    let out = run(boost().arg("bench").args(quick).args(["--rounds", "4", "--python"]).arg(&py));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("PyTorch peer stopped") && err.contains("RuntimeError: out of memory"), "{err}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = &r["results"][0];
+    assert_eq!(a["step_times_s"].as_array().unwrap().len(), 4, "{a}");
+    assert_eq!(a["torch_step_ratios"].as_array().unwrap().len(), 2, "{a}");
+}

@@ -8,15 +8,15 @@
 //! the lower half of the score matrix). The full-S² convention (12·s·d·L) is reported too.
 
 use crate::bench_gemm::{GemmRow, rows as gemm_rows};
+use crate::bench_peer::{Peer, PeerSpec};
 use crate::optim::{AdamW, clip_coef, grad_norm};
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use boost_config::{Arch, ModelConfig, TrainConfig};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::profile::{GemmShape, GemmTotals, KernelTimes, Profiled};
 use boost_tensor::{Backend, Mat, MatMut, Solo};
 use serde::Serialize;
-use std::process::Command;
 use std::time::Instant;
 
 #[derive(Debug, Clone, Serialize)]
@@ -41,8 +41,12 @@ pub struct ArchResult {
     pub mfu: f64,
     pub mfu_full_attention: f64,
     pub peak_rss_mib: f64,
+    /// The peer's summary (`bench/torch_peer.py --json`), over the steps it took here.
     pub torch: Option<serde_json::Value>,
+    /// Our tokens/s over the peer's: the median of `torch_step_ratios`.
     pub torch_ratio: Option<f64>,
+    /// The peer's step time over ours, for each pair of steps run one right after the other.
+    pub torch_step_ratios: Vec<f64>,
     /// Every GEMM shape of the step, the most time first.
     pub gemm_shapes: Vec<GemmRow>,
 }
@@ -74,9 +78,7 @@ pub struct BenchOptions {
     pub python: Option<String>,
 }
 
-/// The PyTorch eager peer, `bench/torch_peer.py`, built into the binary so that `boost bench`
-/// finds it from any directory.
-pub const TORCH_PEER: &str = include_str!("../../../bench/torch_peer.py");
+pub use crate::bench_peer::TORCH_PEER;
 
 /// Best f32 GEMM rate over a few square products (GFLOP/s).
 pub fn gemm_peak() -> f64 {
@@ -145,77 +147,140 @@ fn median(v: &[f64]) -> f64 {
     if s.is_empty() { 0.0 } else { s[s.len() / 2] }
 }
 
-fn peer(opts: &BenchOptions, m: &ModelConfig) -> Result<serde_json::Value> {
-    let py = opts.python.as_deref().unwrap_or("python3");
-    let script = tempfile::Builder::new().prefix("torch_peer").suffix(".py").tempfile()?;
-    std::fs::write(script.path(), TORCH_PEER).context("cannot write the PyTorch peer script")?;
-    let out = Command::new(py)
-        .arg(script.path())
-        .args(["--arch", m.arch.name()])
-        .args(["--d", &m.d.to_string(), "--d-ff", &m.d_ff.to_string(), "--layers", &m.layers.to_string()])
-        .args(["--heads", &m.heads.to_string(), "--kv-heads", &m.kv_heads().to_string(), "--rank", &m.rank.to_string()])
-        .args(["--vocab", &m.vocab.to_string(), "--only-lr-act", if m.only_lr_act { "1" } else { "0" }])
-        .args(["--seq", &opts.seq.to_string(), "--micro-batch", &opts.micro_batch.to_string()])
-        .args(["--threads", &opts.threads.to_string(), "--warmup", &opts.warmup.to_string()])
-        .args(["--rounds", &opts.rounds.to_string(), "--json"])
-        .output()
-        .with_context(|| format!("cannot run {py} (the PyTorch peer)"))?;
-    if !out.status.success() {
-        bail!("the PyTorch peer failed: {}", String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or(""));
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
-    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).context("the peer printed no JSON")?;
-    Ok(serde_json::from_str(line)?)
+/// Our side of the benchmark: one model on the profiled CPU backend and a fixed batch.
+struct Ours {
+    model: Model<Profiled<Cpu<f32>>>,
+    opt: AdamW<Profiled<Cpu<f32>>>,
+    ids: Vec<u32>,
+    opts_batch: (usize, usize),
+    tc: TrainConfig,
 }
 
-/// What [`measure`] found: step times, kernel times, GEMM shapes, parameter counts.
+impl Ours {
+    /// Build the model and run the `warmup` steps; the profile starts after them.
+    fn new(opts: &BenchOptions, cfg: &ModelConfig) -> Result<Ours> {
+        reset_peak_rss();
+        let model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, Layout::single(cfg), 1)?;
+        let opt = AdamW::new(&model.be, &model.store);
+        let t = opts.micro_batch * opts.seq;
+        // A fixed pseudo-random token stream: timing does not depend on the text.
+        let mut x: u64 = 0x9e3779b97f4a7c15;
+        let ids: Vec<u32> = (0..t + 1)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x % cfg.vocab as u64) as u32
+            })
+            .collect();
+        let mut ours = Ours { model, opt, ids, opts_batch: (opts.micro_batch, opts.seq), tc: TrainConfig::default() };
+        for _ in 0..opts.warmup {
+            ours.step();
+        }
+        ours.model.be.take();
+        ours.model.be.take_gemm_shapes();
+        Ok(ours)
+    }
+
+    /// One training step (zero grads, forward and backward, gradient norm, AdamW): seconds.
+    fn step(&mut self) -> f64 {
+        let (batch, seq) = self.opts_batch;
+        let t = batch * seq;
+        let b = Batch { ids: &self.ids[..t], targets: &self.ids[1..], batch, seq };
+        let t0 = Instant::now();
+        let m = &mut self.model;
+        m.store.zero_grads(&m.be);
+        m.forward_backward(&Solo, &b, 1.0 / t as f64);
+        let n = grad_norm(&m.be, &m.store, 0, &Solo);
+        self.opt.update(&m.be, &mut m.store, &self.tc, 1e-4, clip_coef(n, 1.0));
+        t0.elapsed().as_secs_f64()
+    }
+}
+
+/// Our timed steps of one model, alternated one by one with the peer's (when it runs), in two
+/// blocks with the GEMM peak measured before and after each; what the report needs of them.
 struct Measured {
     times: Vec<f64>,
+    /// Peer step time / our step time, pair by pair.
+    ratios: Vec<f64>,
+    torch: Option<serde_json::Value>,
+    peaks: Vec<f64>,
     kernels: KernelTimes,
     gemms: Vec<(GemmShape, GemmTotals)>,
     params: usize,
     matmul_params: usize,
 }
 
-/// Time `rounds` training steps (after `warmup`) of one model.
-fn measure(opts: &BenchOptions, cfg: &ModelConfig, rounds: usize) -> Result<Measured> {
-    reset_peak_rss();
-    let mut model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, Layout::single(cfg), 1)?;
-    let mut opt = AdamW::new(&model.be, &model.store);
-    let t = opts.micro_batch * opts.seq;
-    // A fixed pseudo-random token stream: timing does not depend on the text.
-    let mut x: u64 = 0x9e3779b97f4a7c15;
-    let ids: Vec<u32> = (0..t + 1)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % cfg.vocab as u64) as u32
-        })
-        .collect();
-    let b = Batch { ids: &ids[..t], targets: &ids[1..], batch: opts.micro_batch, seq: opts.seq };
-    let tc = TrainConfig::default();
-    let mut times = Vec::new();
-    for i in 0..opts.warmup + rounds {
-        if i == opts.warmup {
-            model.be.take();
-            model.be.take_gemm_shapes();
+fn measure(opts: &BenchOptions, cfg: &ModelConfig, log: &dyn Fn(String)) -> Result<Measured> {
+    let mut ours = Ours::new(opts, cfg)?;
+    let mut peer = match &opts.python {
+        Some(py) => {
+            let spec = PeerSpec {
+                python: py,
+                model: cfg,
+                seq: opts.seq,
+                micro_batch: opts.micro_batch,
+                threads: opts.threads,
+                warmup: opts.warmup,
+            };
+            match Peer::start(&spec) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    log(format!("PyTorch peer skipped: {e:#}"));
+                    None
+                }
+            }
         }
-        let t0 = Instant::now();
-        model.store.zero_grads(&model.be);
-        model.forward_backward(&Solo, &b, 1.0 / t as f64);
-        let n = grad_norm(&model.be, &model.store, 0, &Solo);
-        opt.update(&model.be, &mut model.store, &tc, 1e-4, clip_coef(n, 1.0));
-        if i >= opts.warmup {
-            times.push(t0.elapsed().as_secs_f64());
+        None => None,
+    };
+    let (mut times, mut ratios, mut peaks) = (Vec::new(), Vec::new(), Vec::new());
+    let first_block = opts.rounds.div_ceil(2);
+    for block in [0..first_block, first_block..opts.rounds] {
+        peaks.push(gemm_peak());
+        for i in block {
+            // Who goes first alternates, so neither side always follows the other.
+            let (mut mine, mut theirs) = (None, None);
+            for side in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
+                if side == 0 {
+                    mine = Some(ours.step());
+                } else if let Some(p) = peer.as_mut() {
+                    match p.step() {
+                        Ok(t) => theirs = Some(t),
+                        Err(e) => {
+                            log(format!("PyTorch peer stopped: {e:#}"));
+                            peer = None;
+                        }
+                    }
+                }
+            }
+            let mine = mine.expect("our step ran");
+            times.push(mine);
+            if let Some(t) = theirs {
+                ratios.push(t / mine);
+            }
         }
+        peaks.push(gemm_peak());
     }
+    let torch = match peer {
+        Some(p) => match p.finish() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                log(format!("PyTorch peer summary missing: {e:#}"));
+                None
+            }
+        },
+        None => None,
+    };
+    let m = &mut ours.model;
     Ok(Measured {
         times,
-        kernels: model.be.take(),
-        gemms: model.be.take_gemm_shapes(),
-        params: model.store.global_len(),
-        matmul_params: matmul_params(&model),
+        ratios,
+        torch,
+        peaks,
+        kernels: m.be.take(),
+        gemms: m.be.take_gemm_shapes(),
+        params: m.store.global_len(),
+        matmul_params: matmul_params(m),
     })
 }
 
@@ -227,27 +292,11 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
     let mut results = Vec::new();
     for cfg in &opts.models {
         let name = cfg.arch.name().to_string();
-        // Ours, the peer, ours again: the ratio compares medians taken around the peer. The
-        // GEMM peak is measured next to each block of our steps.
-        let mut peaks = vec![gemm_peak()];
-        let first = measure(opts, cfg, opts.rounds)?;
-        peaks.push(gemm_peak());
-        let torch = match &opts.python {
-            Some(_) => match peer(opts, cfg) {
-                Ok(v) => Some(v),
-                Err(e) => {
-                    log(format!("PyTorch peer skipped: {e:#}"));
-                    None
-                }
-            },
-            None => None,
-        };
-        peaks.push(gemm_peak());
-        let second = measure(opts, cfg, opts.rounds)?;
-        peaks.push(gemm_peak());
+        let r = measure(opts, cfg, log)?;
+        let peaks = r.peaks;
         let peak = median(&peaks);
-        let (k1, k2, mm) = (first.kernels, second.kernels, first.matmul_params);
-        let times: Vec<f64> = first.times.iter().chain(&second.times).copied().collect();
+        let (k, mm) = (r.kernels, r.matmul_params);
+        let times = r.times;
         let steps = times.len() as f64;
         let step = median(&times);
         let tokens = (opts.micro_batch * opts.seq) as f64;
@@ -259,18 +308,20 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
         let flops_full = 6.0 * mm as f64 + attn_fwd_bwd(true);
         let tps = tokens / step;
         let sec = |d: std::time::Duration| d.as_secs_f64() / steps;
-        let torch_ratio = torch.as_ref().and_then(|v| v["tokens_per_sec"].as_f64()).map(|p| tps / p);
+        let torch = r.torch;
+        // The median of the pairs' ratios: each pair ran on nearly the same machine.
+        let torch_ratio = (!r.ratios.is_empty()).then(|| median(&r.ratios));
         let r = ArchResult {
             arch: name.clone(),
-            params: first.params,
+            params: r.params,
             matmul_params: mm,
             step_time_s: step,
             step_times_s: times.clone(),
             tokens_per_sec: tps,
-            gemm_s: sec(k1.gemm + k2.gemm),
-            attention_s: sec(k1.attention + k2.attention),
-            other_s: sec(k1.other + k2.other),
-            gemm_gflops: (k1.gemm_flops + k2.gemm_flops) / (k1.gemm + k2.gemm).as_secs_f64() / 1e9,
+            gemm_s: sec(k.gemm),
+            attention_s: sec(k.attention),
+            other_s: sec(k.other),
+            gemm_gflops: k.gemm_flops / k.gemm.as_secs_f64() / 1e9,
             model_flops_per_token: flops,
             gemm_peaks_gflops: peaks.clone(),
             gemm_peak_gflops: peak,
@@ -279,7 +330,8 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
             peak_rss_mib: peak_rss_mib(),
             torch,
             torch_ratio,
-            gemm_shapes: gemm_rows(&[first.gemms, second.gemms], steps, peak),
+            torch_step_ratios: r.ratios,
+            gemm_shapes: gemm_rows(&[r.gemms], steps, peak),
         };
         log(format!(
             "{name}: {:.3} s/step, {:.0} tok/s, GEMM {:.0}% / attention {:.0}% / other {:.0}%, MFU {:.1}%{}",

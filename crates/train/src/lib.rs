@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod bench_gemm;
 pub mod bench_grid;
+pub mod bench_peer;
 pub mod bench_tp;
 pub mod checkpoint;
 pub mod dp;
