@@ -167,6 +167,7 @@ fn meta_json_naming_a_file_that_is_not_there_is_named() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("\"train.bin\""), "{text}");
     std::fs::write(&path, text.replacen("\"train.bin\"", "\" rain.bin\"", 1)).unwrap();
-    let e = format!("{:#}", Dataset::open(&dir).err().expect("a dataset missing its train file"));
+    let Err(e) = Dataset::open(&dir) else { panic!("a dataset missing its train file was opened") };
+    let e = format!("{e:#}");
     assert!(e.contains(" rain.bin missing") && e.contains(&path.display().to_string()), "{e}");
 }
