@@ -26,8 +26,9 @@ pub struct BenchArgs {
     /// Compute threads, for us and the peer (0: one per core).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub threads: usize,
-    /// Untimed steps before measuring.
-    #[arg(long, default_value_t = 1)]
+    /// Untimed steps before measuring, each side (PyTorch's step after a single warm-up one
+    /// still ran 1.7–2× its later ones).
+    #[arg(long, default_value_t = 2)]
     pub warmup: usize,
     /// Timed steps [default: 6 for one device, ours and the peer's alternated one by one (the
     /// ratio is the median of the pairs'); 3 with --tp or --grid]
