@@ -61,7 +61,7 @@ if [ -n "${BASE_REV:-}" ]; then
     git worktree remove --force "$base/src" && rmdir "$base"
     git rev-parse "$BASE_REV" >"$dir/BASE_REV"
 fi
-strip -s "$dir"/boost "$dir"/cuda_bench* "$dir"/tests/* "$dir"/cpu-tests/*
+strip -s "$dir"/boost* "$dir"/cuda_bench* "$dir"/tests/* "$dir"/cpu-tests/*
 echo "$root" >"$dir/BUILT_AT"
 # One compressed bundle to carry: the binaries and, when built, the demo corpus (a GPU machine
 # may have no network to fetch it).
