@@ -3,8 +3,8 @@
 # by git): the boost-cuda test binaries, `boost` and examples/cuda_bench, all with the `cuda`
 # feature and the kernels compiled ahead by nvcc 13.0 (crates/cuda/compile-kernels.sh), and
 # the boost-tensor test binaries; `boost` and those tests also with `avx512` (the gemm crate's
-# AVX-512 kernels, for the machine's CPU), and the default `boost` as boost_avx2. Stripped, and packed with the demo corpus into
-# DIR.tar.xz to travel light.
+# AVX-512 kernels, for the machine's CPU), and the default `boost` as boost_avx2. Stripped,
+# and packed with the demo corpus into DIR.tar.xz to travel light.
 #
 #   bench/gpu_build.sh [DIR]
 #   BASE_REV=<git revision> bench/gpu_build.sh [DIR]   # also cuda_bench of that revision, as

@@ -197,10 +197,10 @@ if has cpu; then
         n=$((n + 1))
         # The AVX-512 build, then the default one (AVX2 GEMM kernels) where gpu_build made it.
         for exe in boost boost_avx2; do
-        [ -x "$bin/$exe" ] || continue
-        tag=$n-t$threads${exe#boost}
-        "$bin/$exe" bench --arch cola,full --threads "$threads" --json >"$log/cpu-bench-$tag.json" 2>"$log/cpu-bench-$tag.log"
-        python3 - "$log/cpu-bench-$tag.json" "$tag" <<'EOF3' | tee -a "$summary"
+            [ -x "$bin/$exe" ] || continue
+            tag=$n-t$threads${exe#boost}
+            "$bin/$exe" bench --arch cola,full --threads "$threads" --json >"$log/cpu-bench-$tag.json" 2>"$log/cpu-bench-$tag.log"
+            python3 - "$log/cpu-bench-$tag.json" "$tag" <<'EOF3' | tee -a "$summary"
 import json, sys
 path, rep = sys.argv[1:]
 try:

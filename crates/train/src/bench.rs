@@ -74,11 +74,10 @@ pub struct BenchOptions {
     pub threads: usize,
     pub warmup: usize,
     pub rounds: usize,
-    /// Run the PyTorch peer ([`TORCH_PEER`]) with this Python (None: skip the peer).
+    /// Run the PyTorch peer ([`crate::bench_peer::TORCH_PEER`]) with this Python (None: skip
+    /// the peer).
     pub python: Option<String>,
 }
-
-pub use crate::bench_peer::TORCH_PEER;
 
 /// Best f32 GEMM rate over a few square products (GFLOP/s).
 pub fn gemm_peak() -> f64 {
@@ -152,7 +151,8 @@ struct Ours {
     model: Model<Profiled<Cpu<f32>>>,
     opt: AdamW<Profiled<Cpu<f32>>>,
     ids: Vec<u32>,
-    opts_batch: (usize, usize),
+    micro_batch: usize,
+    seq: usize,
     tc: TrainConfig,
 }
 
@@ -173,7 +173,8 @@ impl Ours {
                 (x % cfg.vocab as u64) as u32
             })
             .collect();
-        let mut ours = Ours { model, opt, ids, opts_batch: (opts.micro_batch, opts.seq), tc: TrainConfig::default() };
+        let (micro_batch, seq, tc) = (opts.micro_batch, opts.seq, TrainConfig::default());
+        let mut ours = Ours { model, opt, ids, micro_batch, seq, tc };
         for _ in 0..opts.warmup {
             ours.step();
         }
@@ -184,9 +185,8 @@ impl Ours {
 
     /// One training step (zero grads, forward and backward, gradient norm, AdamW): seconds.
     fn step(&mut self) -> f64 {
-        let (batch, seq) = self.opts_batch;
-        let t = batch * seq;
-        let b = Batch { ids: &self.ids[..t], targets: &self.ids[1..], batch, seq };
+        let t = self.micro_batch * self.seq;
+        let b = Batch { ids: &self.ids[..t], targets: &self.ids[1..], batch: self.micro_batch, seq: self.seq };
         let t0 = Instant::now();
         let m = &mut self.model;
         m.store.zero_grads(&m.be);
@@ -238,22 +238,23 @@ fn measure(opts: &BenchOptions, cfg: &ModelConfig, log: &dyn Fn(String)) -> Resu
     for block in [0..first_block, first_block..opts.rounds] {
         peaks.push(gemm_peak());
         for i in block {
+            // The peer's step, if it still runs; one that fails is named and dropped.
+            let mut peer_step = || {
+                let t = peer.as_mut()?.step();
+                t.map_err(|e| {
+                    log(format!("PyTorch peer stopped: {e:#}"));
+                    peer = None;
+                })
+                .ok()
+            };
             // Who goes first alternates, so neither side always follows the other.
-            let (mut mine, mut theirs) = (None, None);
-            for side in if i % 2 == 0 { [0, 1] } else { [1, 0] } {
-                if side == 0 {
-                    mine = Some(ours.step());
-                } else if let Some(p) = peer.as_mut() {
-                    match p.step() {
-                        Ok(t) => theirs = Some(t),
-                        Err(e) => {
-                            log(format!("PyTorch peer stopped: {e:#}"));
-                            peer = None;
-                        }
-                    }
-                }
-            }
-            let mine = mine.expect("our step ran");
+            let (mine, theirs) = if i % 2 == 0 {
+                let mine = ours.step();
+                (mine, peer_step())
+            } else {
+                let theirs = peer_step();
+                (ours.step(), theirs)
+            };
             times.push(mine);
             if let Some(t) = theirs {
                 ratios.push(t / mine);
@@ -292,11 +293,11 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
     let mut results = Vec::new();
     for cfg in &opts.models {
         let name = cfg.arch.name().to_string();
-        let r = measure(opts, cfg, log)?;
-        let peaks = r.peaks;
+        let m = measure(opts, cfg, log)?;
+        let peaks = m.peaks;
         let peak = median(&peaks);
-        let (k, mm) = (r.kernels, r.matmul_params);
-        let times = r.times;
+        let (k, mm) = (m.kernels, m.matmul_params);
+        let times = m.times;
         let steps = times.len() as f64;
         let step = median(&times);
         let tokens = (opts.micro_batch * opts.seq) as f64;
@@ -308,12 +309,12 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
         let flops_full = 6.0 * mm as f64 + attn_fwd_bwd(true);
         let tps = tokens / step;
         let sec = |d: std::time::Duration| d.as_secs_f64() / steps;
-        let torch = r.torch;
+        let torch = m.torch;
         // The median of the pairs' ratios: each pair ran on nearly the same machine.
-        let torch_ratio = (!r.ratios.is_empty()).then(|| median(&r.ratios));
+        let torch_ratio = (!m.ratios.is_empty()).then(|| median(&m.ratios));
         let r = ArchResult {
             arch: name.clone(),
-            params: r.params,
+            params: m.params,
             matmul_params: mm,
             step_time_s: step,
             step_times_s: times.clone(),
@@ -330,8 +331,8 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
             peak_rss_mib: peak_rss_mib(),
             torch,
             torch_ratio,
-            torch_step_ratios: r.ratios,
-            gemm_shapes: gemm_rows(&[r.gemms], steps, peak),
+            torch_step_ratios: m.ratios,
+            gemm_shapes: gemm_rows(&[m.gemms], steps, peak),
         };
         log(format!(
             "{name}: {:.3} s/step, {:.0} tok/s, GEMM {:.0}% / attention {:.0}% / other {:.0}%, MFU {:.1}%{}",
