@@ -183,9 +183,13 @@ print(line + f" (see bench-{tag}.log)")
 EOF2
         done
     done
-    # Where the time of one configuration goes, kernel by kernel.
-    "$bin/cuda_bench" --arch cola "${shape[@]}" --seq 256 --micro-batch 8 --warmup 3 --rounds 3 --profile 5 2>&1 >/dev/null |
-        grep -A30 '^profile:' | tee -a "$summary"
+    # Where the time of one configuration goes, kernel by kernel (and the earlier build's).
+    for exe in cuda_bench cuda_bench_base; do
+        [ -x "$bin/$exe" ] || continue
+        echo "$exe:" | tee -a "$summary"
+        "$bin/$exe" --arch cola "${shape[@]}" --seq 256 --micro-batch 8 --warmup 3 --rounds 3 --profile 5 2>&1 >/dev/null |
+            grep -A30 '^profile:' | tee -a "$summary"
+    done
 fi
 
 pack

@@ -1,9 +1,10 @@
 // Causal attention with GQA without the S×S probability matrix (FlashAttention's online
 // softmax): the forward keeps one log-sum-exp per (sequence, head, query row); the backward
 // recomputes each probability from it. Every sum runs in a fixed order, so results are
-// deterministic: the query-side kernel gives dQ and the per-row D_i = Σ_j P_ij·dP_ij, and a
-// key-side kernel gives dK and dV by walking the query rows (of every head sharing the kv
-// head, in head order) for each key row — no atomics.
+// deterministic: the query-side kernel gives dQ and the per-row D_i = Σ_j P_ij·dP_ij (as
+// dO_i·O_i, from the forward's output), and a key-side kernel gives dK and dV by walking the
+// query rows (of every head sharing the kv head, in head order) for each key row — no
+// atomics.
 //
 // Common parameters: v0 = qkv (q: T × heads·d_h, then k and v: T × kv_heads·d_h each, one
 // after the other, all of v0's dtype; T = batch·seq), n[0..5] = batch, seq, heads, kv_heads,
@@ -228,8 +229,9 @@ KERNEL(k_attn_fwd) {
 }
 
 // Backward, query side. v1 = dout, v2 = log-sum-exps, v3 = D (fp32, written), v4 = dqkv (its
-// q block is written). Grid as the forward's. Two passes over the keys: D_i = Σ_j P_ij·dP_ij,
-// then dQ_i = scale·Σ_j P_ij·(dP_ij − D_i)·k_j, with dP_ij = dO_i·v_j.
+// q block is written), v5 = the forward's output. Grid as the forward's. D_i = Σ_j P_ij·dP_ij
+// is dO_i·O_i (O_i = Σ_j P_ij·v_j), summed over head_dim in order; then one pass over the keys
+// gives dQ_i = scale·Σ_j P_ij·(dP_ij − D_i)·k_j, with dP_ij = dO_i·v_j.
 KERNEL(k_attn_bwd_q) {
     __shared__ float qs[FA_BUF];
     __shared__ float dos[FA_BUF];
@@ -246,43 +248,37 @@ KERNEL(k_attn_bwd_q) {
     float scale = (float)p.f[0];
     stage(qs, x.q, b, S, h, dh, i0, R, scale);
     stage(dos, p.v[1], b, S, h, dh, i0, R, 1.0f);
+    stage(ks, p.v[5], b, S, h, dh, i0, R, 1.0f);  // the output rows, until the first key tile
     stage_stats(lse, p.v[2], (b * H + h) * S, i0, R, S);
-    if (tid < R) dsum[tid] = 0.0f;
+    __syncthreads();
+    if (tid < R) {
+        float acc = 0.0f;
+        for (long long d = 0; d < dh; d++) acc += dos[tid * (dh + 1) + d] * ks[tid * (dh + 1) + d];
+        dsum[tid] = acc;
+    }
+    __syncthreads();
     float dq[FA_PER];
     for (int k = 0; k < FA_PER; k++) dq[k] = 0.0f;
     Micro mic = micro_tile(R);
-    for (int pass = 0; pass < 2; pass++) {
-        for (long long j0 = 0; j0 < i0 + nq; j0 += R) {
-            stage(ks, x.k, b, S, g, dh, j0, R, 1.0f);
-            stage(vs, x.v, b, S, g, dh, j0, R, 1.0f);
-            __syncthreads();
-            if (mic.live) {
-                float sc[4], dp[4];
-                mic.dots(qs, ks, dh, sc);
-                mic.dots(dos, vs, dh, dp);
-                for (int q = 0; q < 4; q++) {
-                    long long ii = mic.row(q), jj = mic.col(q);
-                    if (!mic.has(q)) continue;
-                    float v = 0.0f;
-                    if (j0 + jj <= i0 + ii) {
-                        float pj = expf(sc[q] - lse[ii]);
-                        v = pass == 0 ? pj * dp[q] : pj * (dp[q] - dsum[ii]) * scale;
-                    }
-                    ss[ii][jj] = v;
-                }
+    for (long long j0 = 0; j0 < i0 + nq; j0 += R) {
+        stage(ks, x.k, b, S, g, dh, j0, R, 1.0f);
+        stage(vs, x.v, b, S, g, dh, j0, R, 1.0f);
+        __syncthreads();
+        if (mic.live) {
+            float sc[4], dp[4];
+            mic.dots(qs, ks, dh, sc);
+            mic.dots(dos, vs, dh, dp);
+            for (int q = 0; q < 4; q++) {
+                long long ii = mic.row(q), jj = mic.col(q);
+                if (!mic.has(q)) continue;
+                float v = 0.0f;
+                if (j0 + jj <= i0 + ii) v = expf(sc[q] - lse[ii]) * (dp[q] - dsum[ii]) * scale;
+                ss[ii][jj] = v;
             }
-            __syncthreads();
-            if (pass == 0) {
-                if (tid < R) {
-                    float acc = dsum[tid];
-                    for (long long jj = 0; jj < R; jj++) acc += ss[tid][jj];
-                    dsum[tid] = acc;
-                }
-            } else {
-                tile_accumulate(dq, ss, ks, R, dh, R * dh);
-            }
-            __syncthreads();
         }
+        __syncthreads();
+        tile_accumulate(dq, ss, ks, R, dh, R * dh);
+        __syncthreads();
     }
     tile_store(dx.q, b * S + i0, h * dh, nq, dh, dq);
     if (tid < nq) ((float*)p.v[3].p)[(b * H + h) * S + i0 + tid] = dsum[tid];

@@ -7,7 +7,7 @@
 //! not counted).
 
 use boost_tensor::cpu::Cpu;
-use boost_tensor::{AttnShape, Backend, Mat, MatMut};
+use boost_tensor::{AttentionBwd, AttnShape, Backend, Mat, MatMut};
 use std::time::Instant;
 
 fn main() {
@@ -31,7 +31,17 @@ fn main() {
             f.push(t.elapsed().as_secs_f64());
             let t = Instant::now();
             let d = Mat::new(&dout, sh.tokens(), sh.q_width());
-            cpu.attention_bwd(&mut dqkv, d, &lse, &mut scratch, &qkv, sh);
+            let out = Mat::new(&out, sh.tokens(), sh.q_width());
+            let args = AttentionBwd {
+                dqkv: &mut dqkv,
+                dout: d,
+                out,
+                saved: &lse,
+                scratch: &mut scratch,
+                qkv: &qkv,
+                shape: sh,
+            };
+            cpu.attention_bwd(args);
             b.push(t.elapsed().as_secs_f64());
         });
     }

@@ -1,7 +1,7 @@
 //! Operands of the kernels that take many: one struct each, so a call names every operand
 //! and a backend's implementation destructures them.
 
-use crate::backend::AdamStep;
+use crate::backend::{AdamStep, AttnShape};
 use crate::view::{Mat, MatMut};
 
 /// [`crate::Backend::rmsnorm_bwd`]: `dx (+)= rstd·gamma⊙dy − x·rstd³·dot/n`;
@@ -53,6 +53,21 @@ pub struct LayerNormBwd<'a, Buf> {
     pub w: Mat<'a, Buf>,
     pub mean: Mat<'a, Buf>,
     pub rstd: Mat<'a, Buf>,
+}
+
+/// [`crate::Backend::attention_bwd`]: overwrites `dqkv` (laid out like `qkv`).
+pub struct AttentionBwd<'a, Buf> {
+    pub dqkv: &'a mut Buf,
+    pub dout: Mat<'a, Buf>,
+    /// What `attention_fwd` gave for this `qkv`: each query row's `D = Σ_j P·dP` equals
+    /// `dout·out` of that row, which spares a backend that tiles the keys a pass over them.
+    pub out: Mat<'a, Buf>,
+    /// What `attention_fwd` saved (its `probs` operand).
+    pub saved: &'a Buf,
+    /// `attention_scratch_len` elements.
+    pub scratch: &'a mut Buf,
+    pub qkv: &'a Buf,
+    pub shape: AttnShape,
 }
 
 /// [`crate::Backend::xent_finish`]: the vocabulary-parallel cross-entropy's last step.

@@ -111,15 +111,8 @@ macro_rules! kernel_table {
                 qkv: &Self::Buf,
                 shape: AttnShape,
             );
-            /// Overwrites `dqkv` (laid out like `qkv`); `scratch` holds `attention_scratch_len` elements.
-            [Attention] fn attention_bwd(
-                dqkv: &mut Self::Buf,
-                dout: Mat<Self::Buf>,
-                probs: &Self::Buf,
-                scratch: &mut Self::Buf,
-                qkv: &Self::Buf,
-                shape: AttnShape,
-            );
+            /// The gradient of `qkv` from that of the output (see the struct).
+            [Attention] fn attention_bwd(args: $crate::args::AttentionBwd<Self::Buf>);
 
             // ---- embedding and loss ----
             /// `out[i] = table[ids[i] − first]` for ids in `first..first+table.rows`, zero otherwise.

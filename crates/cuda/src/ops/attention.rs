@@ -15,7 +15,7 @@ use crate::blas::{Operand, Out};
 use crate::buf::{CudaBuf, DType};
 use crate::device::{P, Tv};
 use crate::launch::{tv_f32, tv_of};
-use boost_tensor::{AttnShape, DeviceBuf, Mat, MatMut};
+use boost_tensor::{AttentionBwd, AttnShape, DeviceBuf, MatMut};
 
 struct Geom {
     b: usize,
@@ -99,18 +99,12 @@ pub(crate) fn attention_fwd(be: &Cuda, out: MatMut<CudaBuf>, probs: &mut CudaBuf
     be.touched(&out);
 }
 
-pub(crate) fn attention_bwd(
-    be: &Cuda,
-    dqkv: &mut CudaBuf,
-    dout: Mat<CudaBuf>,
-    probs: &CudaBuf,
-    scratch: &mut CudaBuf,
-    qkv: &CudaBuf,
-    sh: AttnShape,
-) {
-    if super::flash::takes(&sh) {
-        return super::flash::bwd(be, dqkv, dout, probs, scratch, qkv, sh);
+pub(crate) fn attention_bwd(be: &Cuda, args: AttentionBwd<CudaBuf>) {
+    if super::flash::takes(&args.shape) {
+        return super::flash::bwd(be, args);
     }
+    // The probabilities are kept whole: D comes from them, not from the output.
+    let AttentionBwd { dqkv, dout, out: _, saved: probs, scratch, qkv, shape: sh } = args;
     let g = Geom::new(&sh, qkv.len());
     Geom::new(&sh, dqkv.len());
     assert_eq!((dout.rows, dout.cols), (sh.tokens(), g.qw), "attention: dout shape");

@@ -1,13 +1,13 @@
 //! Causal attention without the S×S matrix (kernels/attention.cu): the forward keeps one
 //! log-sum-exp per (sequence, head, query row), the backward recomputes the probabilities
-//! from it, with D = Σ_j P·dP per row in `scratch`. Used for head_dim ≤
+//! from it, with D = Σ_j P·dP (= dO·O) per row in `scratch`. Used for head_dim ≤
 //! [`FLASH_MAX_HEAD_DIM`]; wider heads take the cuBLAS path of `attention.rs`.
 
 use crate::backend::Cuda;
 use crate::buf::{CudaBuf, DType};
 use crate::device::{Launch, P};
 use crate::launch::{tv, tv_f32, tv_of, tvm};
-use boost_tensor::{AttnShape, DeviceBuf, Mat, MatMut};
+use boost_tensor::{AttentionBwd, AttnShape, DeviceBuf, MatMut};
 
 /// `FA_DH` in kernels/attention.cu.
 pub(crate) const FLASH_MAX_HEAD_DIM: usize = 128;
@@ -62,19 +62,13 @@ pub(crate) fn fwd(be: &Cuda, out: MatMut<CudaBuf>, lse: &mut CudaBuf, qkv: &Cuda
     be.touched(&out);
 }
 
-pub(crate) fn bwd(
-    be: &Cuda,
-    dqkv: &mut CudaBuf,
-    dout: Mat<CudaBuf>,
-    lse: &CudaBuf,
-    d: &mut CudaBuf,
-    qkv: &CudaBuf,
-    sh: AttnShape,
-) {
+pub(crate) fn bwd(be: &Cuda, args: AttentionBwd<CudaBuf>) {
+    let AttentionBwd { dqkv, dout, out, saved: lse, scratch: d, qkv, shape: sh } = args;
     assert!(dqkv.len() >= sh.qkv_len(), "attention: dq, dk, dv need {} elements", sh.qkv_len());
     assert!(dqkv.dtype() == qkv.dtype(), "attention: qkv and dqkv differ in dtype");
     assert_eq!((dout.rows, dout.cols), (sh.tokens(), sh.q_width()), "attention: dout shape");
-    let views = [tv(&dout), stats(lse, &sh, "log-sum-exp"), stats(d, &sh, "scratch"), tv_of(dqkv, 0, 0)];
+    assert_eq!((out.rows, out.cols), (sh.tokens(), sh.q_width()), "attention: output shape");
+    let views = [tv(&dout), stats(lse, &sh, "log-sum-exp"), stats(d, &sh, "scratch"), tv_of(dqkv, 0, 0), tv(&out)];
     let p = params(&sh, qkv, &views);
     // dQ and D first; the key side reads D (kernels run in order on the stream).
     grid(be, "k_attn_bwd_q", sh.heads, &sh, &p);

@@ -2,8 +2,8 @@
 //! cross-entropy loss (whole and vocabulary-parallel).
 
 use crate::{Outs, buf, f32buf, read, rnd};
-use boost_tensor::XentFinish;
 use boost_tensor::cpu::IGNORE;
+use boost_tensor::{AttentionBwd, XentFinish};
 use boost_tensor::{AttnShape, Backend, Mat, MatMut};
 
 fn rope_case<B: Backend>(be: &B, act: bool) -> Outs {
@@ -44,7 +44,17 @@ fn attention_case<B: Backend>(be: &B, act: bool) -> Outs {
         let dout = buf(be, act, &rnd(t * sh.q_width(), 71));
         let mut dqkv = buf(be, act, &rnd(sh.qkv_len(), 72));
         let mut scratch = f32buf(be, &vec![0.0; be.attention_scratch_len(&sh)]);
-        be.attention_bwd(&mut dqkv, Mat::new(&dout, t, sh.q_width()), &probs, &mut scratch, &qkv, sh);
+        let (dy, y) = (Mat::new(&dout, t, sh.q_width()), Mat::new(&out, t, sh.q_width()));
+        let (saved, qkv) = (&probs, &qkv);
+        be.attention_bwd(AttentionBwd {
+            dqkv: &mut dqkv,
+            dout: dy,
+            out: y,
+            saved,
+            scratch: &mut scratch,
+            qkv,
+            shape: sh,
+        });
         outs.push(("out", read(be, Mat::new(&out, t, sh.q_width()))));
         outs.push(("dq|dk|dv", read(be, Mat::new(&dqkv, 1, sh.qkv_len()))));
     }

@@ -4,7 +4,7 @@
 use crate::layout::Dims;
 use crate::projection::{Ctx, Declare, GradFlow, Latent, ProjActs, ProjGroup, ProjKind, ProjSaved, Scratch};
 use boost_config::{Arch, Phi, Recompute};
-use boost_tensor::{AttnShape, Backend, DeviceBuf, Mat, MatMut};
+use boost_tensor::{AttentionBwd, AttnShape, Backend, DeviceBuf, Mat, MatMut};
 
 pub struct Block {
     pub layer: usize,

@@ -80,8 +80,15 @@ impl Block {
         let (ci, co) = carry_io(&mut carries[1], rd, above_lax, self.o.has_lax());
         let saved = ProjSaved { x: Mat::new(&acts.attn, t, qw), acts: &acts.o, prev: pg(|b| &b.o, |a| &a.o) };
         self.o.backward(cx, grads, saved, GradFlow { dout: dx, dx: dattn, carry_in: ci, carry_out: co }, sc);
-        let sh = self.attn_shape(dims, cx.batch, cx.seq);
-        be.attention_bwd(dqkv, Mat::new(dattn, t, qw), &acts.attn_saved, attn_scratch, &acts.qkv_out, sh);
+        be.attention_bwd(AttentionBwd {
+            dqkv,
+            dout: Mat::new(dattn, t, qw),
+            out: Mat::new(&acts.attn, t, qw),
+            saved: &acts.attn_saved,
+            scratch: attn_scratch,
+            qkv: &acts.qkv_out,
+            shape: self.attn_shape(dims, cx.batch, cx.seq),
+        });
         be.rope(MatMut::at(dqkv, 0, t, qw, qw), cx.rope, cx.seq, dims.head_dim, true);
         be.rope(MatMut::at(dqkv, t * qw, t, kw, kw), cx.rope, cx.seq, dims.head_dim, true);
         let (ci, co) = carry_io(&mut carries[0], rd, above_lax, self.qkv.has_lax());

@@ -11,9 +11,10 @@
 
 use super::gemm::{Operand, gemm_raw};
 use super::par::SendPtr;
+use crate::args::AttentionBwd;
 use crate::backend::AttnShape;
 use crate::scalar::Scalar;
-use crate::view::{Mat, MatMut};
+use crate::view::MatMut;
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -176,16 +177,13 @@ fn probs_from_lse<T: Scalar>(r: &mut [T], i: usize, lse: T) {
     dead.fill(T::zero());
 }
 
-/// Overwrites `dqkv` from `dout`, `qkv` and the forward's log-sum-exps; the probabilities
-/// and their gradient are rebuilt block by block in per-thread tiles (`scratch` is unused).
-pub fn attention_bwd<T: Scalar>(
-    dqkv: &mut [T],
-    dout: Mat<Vec<T>>,
-    lse: &[T],
-    _scratch: &mut [T],
-    qkv: &[T],
-    sh: AttnShape,
-) {
+/// Overwrites `dqkv` from `dout`, `qkv` and the forward's log-sum-exps (`saved`); the
+/// probabilities and their gradient are rebuilt block by block in per-thread tiles (`scratch`
+/// is unused).
+/// A tile holds whole key rows, so each row's Σ_j P·dP is summed from it and the forward's
+/// output is not read.
+pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
+    let AttentionBwd { dqkv, dout, out: _, saved: lse, scratch: _, qkv, shape: sh } = args;
     check(qkv, &sh);
     check(dqkv, &sh);
     assert_eq!((dout.rows, dout.cols), (sh.tokens(), sh.q_width()));

@@ -1,7 +1,7 @@
 //! Rotary embedding and causal attention (against a naive implementation too).
 
 use crate::{CPU, check, dot, mat, mat_mut, rnd};
-use boost_tensor::{AttnShape, Backend};
+use boost_tensor::{AttentionBwd, AttnShape, Backend};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -83,7 +83,15 @@ fn attention_matches_naive_and_finite_differences() {
     // The CPU keeps one log-sum-exp per row and head, and no S × S scratch.
     assert_eq!((CPU.attention_saved_len(&sh), CPU.attention_scratch_len(&sh)), (sh.rows_len(), 0));
     let mut scratch = vec![0.0; CPU.attention_scratch_len(&sh)];
-    CPU.attention_bwd(&mut dqkv, mat(&w, t, sh.q_width()), &probs, &mut scratch, &qkv, sh);
+    CPU.attention_bwd(AttentionBwd {
+        dqkv: &mut dqkv,
+        dout: mat(&w, t, sh.q_width()),
+        out: mat(&out, t, sh.q_width()),
+        saved: &probs,
+        scratch: &mut scratch,
+        qkv: &qkv,
+        shape: sh,
+    });
     // Finite differences on every 7th coordinate (all of q, k and v are covered).
     let idx: Vec<usize> = (0..qkv.len()).step_by(7).collect();
     let sub: Vec<f64> = idx.iter().map(|&i| qkv[i]).collect();
