@@ -2,8 +2,8 @@
 # Builds what bench/gpu_check.sh runs on a GPU machine, here, into DIR (default .gpu, ignored
 # by git): the boost-cuda test binaries, `boost` and examples/cuda_bench, all with the `cuda`
 # feature and the kernels compiled ahead by nvcc 13.0 (crates/cuda/compile-kernels.sh), and
-# the boost-tensor test binaries; `boost` and those tests also with `avx512` (the gemm crate's
-# AVX-512 kernels, for the machine's CPU), and the default `boost` as boost_avx2. Stripped,
+# the boost-tensor test binaries (the gemm crate's AVX-512 kernels built in, as by default,
+# for the machine's CPU), and `boost` with the AVX2 kernels only as boost_avx2. Stripped,
 # and packed with the demo corpus into DIR.tar.xz to travel light.
 #
 #   bench/gpu_build.sh [DIR]
@@ -42,12 +42,20 @@ for line in sys.stdin:
 collect_tests "$dir/tests" -p boost-cuda --features cuda
 # The CPU backend's own tests with the gemm crate's AVX-512 kernels built in: a GPU machine's
 # host CPU usually has AVX-512, which the development machines may lack (the `cpu` stage).
-collect_tests "$dir/cpu-tests" -p boost-tensor --features avx512
-# The default build too (the gemm crate's AVX2 kernels only), as boost_avx2: gpu_check's cpu
-# stage runs it beside `boost` to compare the two GEMM paths on one CPU.
-cargo build --release -p boost-cli
-cp target/release/boost "$dir/boost_avx2"
-cargo build --release -p boost-cli --features cuda,avx512
+collect_tests "$dir/cpu-tests" -p boost-tensor
+# `boost` with the gemm crate's AVX2 kernels only (boost-tensor without its default `avx512`),
+# as boost_avx2: gpu_check's cpu stage runs it beside `boost` to compare the two GEMM paths on
+# one CPU. Built from this tree's tracked files (`git stash create` records them without
+# touching the tree) in a temporary worktree with a target folder of its own.
+avx2=$(mktemp -d)
+git worktree add --detach "$avx2/src" "$(git stash create || true)" 2>/dev/null ||
+    git worktree add --detach "$avx2/src" HEAD >/dev/null
+sed -i 's/^default = \["avx512"\]$/default = []/' "$avx2/src/crates/tensor/Cargo.toml"
+grep -q '^default = \[\]$' "$avx2/src/crates/tensor/Cargo.toml"
+(cd "$avx2/src" && CARGO_TARGET_DIR="$root/target/gpu-avx2" cargo build --release -p boost-cli)
+cp "$root/target/gpu-avx2/release/boost" "$dir/boost_avx2"
+git worktree remove --force "$avx2/src" && rmdir "$avx2"
+cargo build --release -p boost-cli --features cuda
 cargo build --release -p boost-cuda --features cuda --example cuda_bench
 cp target/release/boost target/release/examples/cuda_bench "$dir/"
 if [ -n "${BASE_REV:-}" ]; then

@@ -13,7 +13,7 @@
 #   bench  examples/cuda_bench against bench/torch_peer_cuda.py, same shape, same GPU
 #   cpu    the host CPU: the boost-tensor tests with the gemm crate's AVX-512 kernels built in,
 #          then `boost bench --arch cola,full --threads T` against the PyTorch CPU peer, each
-#          run followed by boost_avx2's (AVX2 GEMM kernels) where gpu_build made it; for each
+#          run followed by boost_avx2's (AVX2 GEMM kernels only) where gpu_build made it; for each
 #          T of CPU_BENCH_THREADS (default 2; a list, in order, e.g. "2 16 2"),
 #          CPU_BENCH_REPEAT times each (default 3); it names the SIMD paths that ran
 #
@@ -199,7 +199,7 @@ if has cpu; then
     n=0
     for threads in $(for t in ${CPU_BENCH_THREADS:-2}; do yes "$t" | head -n "${CPU_BENCH_REPEAT:-3}"; done); do
         n=$((n + 1))
-        # The AVX-512 build, then the default one (AVX2 GEMM kernels) where gpu_build made it.
+        # The default build (AVX-512 GEMM kernels), then boost_avx2 (AVX2 only) where made.
         for exe in boost boost_avx2; do
             [ -x "$bin/$exe" ] || continue
             tag=$n-t$threads${exe#boost}

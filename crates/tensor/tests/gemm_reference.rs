@@ -1,7 +1,7 @@
 //! GEMMs agree with a plain f64 triple loop on the step's shapes and ragged ones, in f32 and
-//! f64, whichever SIMD path the gemm crate takes on this CPU (AVX2+FMA, or AVX-512 when built
-//! with the `avx512` feature on a CPU that has it): the path is chosen at run time, so these
-//! checks cover the one that runs here.
+//! f64, whichever SIMD path the gemm crate takes on this CPU (AVX-512 on a CPU that has it,
+//! with the default `avx512` feature; AVX2+FMA otherwise): the path is chosen at run time, so
+//! these checks cover the one that runs here.
 
 use boost_tensor::cpu::{Cpu, simd_paths};
 use boost_tensor::{Backend, Mat, MatMut, Scalar};

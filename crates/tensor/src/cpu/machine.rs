@@ -6,8 +6,8 @@
 pub struct SimdPaths {
     /// `model name` from /proc/cpuinfo ("unknown" elsewhere).
     pub cpu: String,
-    /// The `gemm` crate's kernels: AVX-512 when built with the `avx512` feature (the crate's
-    /// `x86-v4`) on a CPU with AVX-512F, else AVX2+FMA at best.
+    /// The `gemm` crate's kernels: AVX-512 on a CPU with AVX-512F when built with the
+    /// `avx512` feature (the crate's `x86-v4`, on by default), else AVX2+FMA at best.
     pub gemm: &'static str,
     /// The element-wise kernels (`scalar.rs`), compiled for AVX-512 and AVX2+FMA and chosen
     /// at run time, else generic.
