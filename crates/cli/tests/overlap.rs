@@ -55,23 +55,16 @@ fn losses_and_gradients_are_bit_identical_with_overlap_on_and_off() {
     }
 }
 
-/// The tensor files of a run's checkpoints, relative to the run directory, sorted.
+/// The tensor files of a run's checkpoints (checkpoints/STEP/*.safetensors), relative to the
+/// run directory, sorted.
 fn checkpoint_tensors(run: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for step in std::fs::read_dir(run.join("checkpoints")).unwrap() {
-        let step = step.unwrap().path();
-        if !step.is_dir() {
-            continue;
-        }
-        for f in std::fs::read_dir(&step).unwrap() {
-            let f = f.unwrap().path();
-            if f.extension().is_some_and(|e| e == "safetensors") {
-                out.push(f.strip_prefix(run).unwrap().to_path_buf());
-            }
-        }
-    }
-    out.sort();
-    out
+    let tensors =
+        |p: &std::path::Path| p.components().count() == 2 && p.extension().is_some_and(|e| e == "safetensors");
+    common::tree(&run.join("checkpoints"))
+        .into_keys()
+        .filter(|p| tensors(p))
+        .map(|p| std::path::Path::new("checkpoints").join(p))
+        .collect()
 }
 
 /// A rank that fails while its replicas' gradient buckets and its neighbours' transfers are in

@@ -3,27 +3,14 @@
 
 mod common;
 
-use common::{boost, dataset};
+use common::{boost, dataset, tree};
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// The contents of every file under `dir`, by relative path.
+/// The contents of every file under `dir`, by relative path (folders end in `/`).
 fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            let rel = p.strip_prefix(dir).unwrap().display().to_string();
-            if p.is_dir() {
-                out.insert(rel + "/", vec![]);
-                stack.push(p);
-            } else {
-                out.insert(rel, std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
+    let name = |p: &Path, folder: bool| p.display().to_string() + if folder { "/" } else { "" };
+    tree(dir).into_iter().map(|(p, bytes)| (name(&p, bytes.is_none()), bytes.unwrap_or_default())).collect()
 }
 
 fn fails(cmd: &mut std::process::Command) -> String {

@@ -11,26 +11,15 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-/// SHA-256 of every file under `dir`, by relative path.
+/// SHA-256 of every file under `dir`, by relative path (.lock aside: it holds the PID of the
+/// last run that opened the directory).
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.file_name().is_some_and(|n| n != ".lock") {
-                // (.lock holds the PID of the last run that opened the directory.)
-                let h = Sha256::digest(fs::read(&p).unwrap());
-                out.insert(
-                    p.strip_prefix(dir).unwrap().to_path_buf(),
-                    h.iter().map(|b| format!("{b:02x}")).collect::<String>(),
-                );
-            }
-        }
-    }
-    out
+    let hex = |bytes: Vec<u8>| Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect::<String>();
+    tree(dir)
+        .into_iter()
+        .filter(|(p, _)| p.file_name().is_some_and(|n| n != ".lock"))
+        .filter_map(|(p, bytes)| Some((p, hex(bytes?))))
+        .collect()
 }
 
 fn fails(out: &Output) -> String {

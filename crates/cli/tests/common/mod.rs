@@ -1,6 +1,7 @@
 //! A tiny dataset built through `boost data`, and helpers to run the binary.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -101,4 +102,24 @@ pub fn assert_grads_close(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)], rt
         assert!(norm > 0.0, "{name}: the reference gradient is zero");
         assert!(diff <= rtol * norm, "{name}: |a - b| = {diff:e} > {rtol:e} * |b| = {:e}", rtol * norm);
     }
+}
+
+/// Every file and folder under `dir` by path relative to it: a folder with `None`, a file with
+/// its contents (for checking that a command left a user's files as they were).
+pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(dir).unwrap().to_path_buf();
+            if p.is_dir() {
+                out.insert(rel, None);
+                stack.push(p);
+            } else {
+                out.insert(rel, Some(std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out
 }
