@@ -43,30 +43,35 @@ collect_tests "$dir/tests" -p boost-cuda --features cuda
 # The CPU backend's own tests with the gemm crate's AVX-512 kernels built in: a GPU machine's
 # host CPU usually has AVX-512, which the development machines may lack (the `cpu` stage).
 collect_tests "$dir/cpu-tests" -p boost-tensor
+# `cargo build --release ARGS` of revision REV in a temporary worktree, into target/TARGET (so
+# this tree's build is left as it is), after the command PREP (`:` for none) ran there; the
+# worktree is removed afterwards.
+worktree_build() {
+    local rev=$1 target=$2 prep=$3 tmp
+    shift 3
+    tmp=$(mktemp -d)
+    git worktree add --detach "$tmp/src" "$rev" >/dev/null
+    (cd "$tmp/src" && "$prep" && CARGO_TARGET_DIR="$root/target/$target" cargo build --release "$@")
+    git worktree remove --force "$tmp/src" && rmdir "$tmp"
+}
 # `boost` with the gemm crate's AVX2 kernels only (boost-tensor without its default `avx512`),
 # as boost_avx2: gpu_check's cpu stage runs it beside `boost` to compare the two GEMM paths on
 # one CPU. Built from this tree's tracked files (`git stash create` records them without
-# touching the tree) in a temporary worktree with a target folder of its own.
-avx2=$(mktemp -d)
-git worktree add --detach "$avx2/src" "$(git stash create || true)" 2>/dev/null ||
-    git worktree add --detach "$avx2/src" HEAD >/dev/null
-sed -i 's/^default = \["avx512"\]$/default = []/' "$avx2/src/crates/tensor/Cargo.toml"
-grep -q '^default = \[\]$' "$avx2/src/crates/tensor/Cargo.toml"
-(cd "$avx2/src" && CARGO_TARGET_DIR="$root/target/gpu-avx2" cargo build --release -p boost-cli)
+# touching the tree; it prints nothing when they match HEAD).
+avx2_only() {
+    sed -i 's/^default = \["avx512"\]$/default = []/' crates/tensor/Cargo.toml
+    grep -q '^default = \[\]$' crates/tensor/Cargo.toml
+}
+tracked=$(git stash create)
+worktree_build "${tracked:-HEAD}" gpu-avx2 avx2_only -p boost-cli
 cp "$root/target/gpu-avx2/release/boost" "$dir/boost_avx2"
-git worktree remove --force "$avx2/src" && rmdir "$avx2"
 cargo build --release -p boost-cli --features cuda
 cargo build --release -p boost-cuda --features cuda --example cuda_bench
 cp target/release/boost target/release/examples/cuda_bench "$dir/"
 if [ -n "${BASE_REV:-}" ]; then
-    # The earlier build, from a temporary worktree with a target folder of its own (so this
-    # tree's build is left as it is); the worktree is removed afterwards.
-    base=$(mktemp -d)
-    git worktree add --detach "$base/src" "$BASE_REV" >/dev/null
-    (cd "$base/src" && CARGO_TARGET_DIR="$root/target/gpu-base" \
-        cargo build --release -p boost-cuda --features cuda --example cuda_bench)
+    # The earlier build, for the A/B.
+    worktree_build "$BASE_REV" gpu-base : -p boost-cuda --features cuda --example cuda_bench
     cp "$root/target/gpu-base/release/examples/cuda_bench" "$dir/cuda_bench_base"
-    git worktree remove --force "$base/src" && rmdir "$base"
     git rev-parse "$BASE_REV" >"$dir/BASE_REV"
 fi
 strip -s "$dir"/boost* "$dir"/cuda_bench* "$dir"/tests/* "$dir"/cpu-tests/*

@@ -44,15 +44,13 @@ fn attention_case<B: Backend>(be: &B, act: bool) -> Outs {
         let dout = buf(be, act, &rnd(t * sh.q_width(), 71));
         let mut dqkv = buf(be, act, &rnd(sh.qkv_len(), 72));
         let mut scratch = f32buf(be, &vec![0.0; be.attention_scratch_len(&sh)]);
-        let (dy, y) = (Mat::new(&dout, t, sh.q_width()), Mat::new(&out, t, sh.q_width()));
-        let (saved, qkv) = (&probs, &qkv);
         be.attention_bwd(AttentionBwd {
             dqkv: &mut dqkv,
-            dout: dy,
-            out: y,
-            saved,
+            dout: Mat::new(&dout, t, sh.q_width()),
+            out: Mat::new(&out, t, sh.q_width()),
+            saved: &probs,
             scratch: &mut scratch,
-            qkv,
+            qkv: &qkv,
             shape: sh,
         });
         outs.push(("out", read(be, Mat::new(&out, t, sh.q_width()))));
