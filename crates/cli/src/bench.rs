@@ -54,6 +54,11 @@ pub struct BenchArgs {
     /// full-rank Megatron, and the low-rank architecture under vanilla and BTP.
     #[arg(long, value_name = "N")]
     pub tp: Option<usize>,
+    /// With --tp: run each micro-batch as N chunks of whole sequences, each chunk computing
+    /// while another's tensor-parallel collectives are in flight (a measurement of chunked
+    /// overlap with model replicas, not the trainer's path; see `bench_tp_chunks`).
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub tp_chunks: usize,
     /// With --tp: also BTP with the sync norm and ungrouped linears.
     #[arg(long)]
     pub all_variants: bool,
@@ -229,7 +234,7 @@ fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -
             }
         }
     }
-    let rows = run(opts, &TpBench { tp, variants, link }, &|s| eprintln!("{s}"))?;
+    let rows = run(opts, &TpBench { tp, variants, link, chunks: a.tp_chunks }, &|s| eprintln!("{s}"))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(());

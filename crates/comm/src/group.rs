@@ -66,6 +66,15 @@ impl Group {
     pub fn set_link(&mut self, link: Option<Link>) {
         self.link = link;
     }
+    /// A group of the same ranks on a communicator of its own (split off this one: every
+    /// rank of the group must call it, in the same order), named, recorded and linked like
+    /// this one, blocking calls only: its calls never meet this group's.
+    pub fn duplicate(&self) -> CommResult<Group> {
+        let mut g = Group::new(self.name, self.comm.split(0, self.rank())?.into());
+        g.set_recorder(self.recorder.clone());
+        g.set_link(self.link);
+        Ok(g)
+    }
 
     pub fn name(&self) -> &'static str {
         self.name

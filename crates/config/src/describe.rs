@@ -78,6 +78,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ),
     ("parallel.bucket_mb", "data-parallel gradient bucket size in MB when overlapping (> 0)"),
     (
+        "parallel.tp_chunks",
+        "run each micro-batch as N chunks of whole sequences, each computing while another's tp collectives are in flight (needs tp > 1, pp = 1, a CPU run, micro_batch divisible by N); 1 = off",
+    ),
+    (
         "parallel.gpu_collectives",
         "GPU runs with several ranks: nccl (one GPU per mpirun process), host (staged through host memory; ranks may share a GPU), auto = nccl under mpirun when NCCL loads on every rank, else host",
     ),

@@ -127,6 +127,25 @@ impl Config {
                 ),
             ));
         }
+        let chunks = self.parallel.tp_chunks;
+        if chunks > 1 && !self.train.micro_batch.is_multiple_of(chunks) {
+            return Err(ConfigError::new(
+                "parallel.tp_chunks",
+                format!(
+                    "is {chunks}, but train.micro_batch = {} sequences do not split into {chunks} equal chunks; choose a divisor of train.micro_batch",
+                    self.train.micro_batch
+                ),
+            ));
+        }
+        if chunks > 1 && self.train.device != "cpu" {
+            return Err(ConfigError::new(
+                "parallel.tp_chunks",
+                format!(
+                    "is {chunks}, but train.device = \"{}\": chunks overlap on the CPU engine only; set parallel.tp_chunks = 1 or train.device = \"cpu\"",
+                    self.train.device
+                ),
+            ));
+        }
         let per_stage = self.model.layers / self.parallel.pp.max(1);
         if self.train.recompute_layers > per_stage {
             return Err(ConfigError::new(

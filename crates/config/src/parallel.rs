@@ -104,6 +104,10 @@ pub struct ParallelConfig {
     pub overlap: bool,
     /// Size of a data-parallel gradient bucket in MB (10⁶ bytes) when overlapping.
     pub bucket_mb: f64,
+    /// Run each micro-batch as this many chunks of whole sequences whose computation
+    /// overlaps each other's tensor-parallel collectives (1: one piece, every tp collective
+    /// exposed).
+    pub tp_chunks: usize,
     /// With `train.device = cuda` and several ranks: NCCL or host-staged collectives.
     pub gpu_collectives: GpuCollectives,
 }
@@ -163,6 +167,7 @@ impl Default for ParallelConfig {
             link: GroupLinks::default(),
             overlap: true,
             bucket_mb: 25.0,
+            tp_chunks: 1,
             gpu_collectives: GpuCollectives::Auto,
         }
     }
@@ -223,6 +228,27 @@ impl ParallelConfig {
             return Err(ConfigError::new(
                 "parallel.bucket_mb",
                 format!("is {}; a gradient bucket needs a size in MB > 0, e.g. 25", self.bucket_mb),
+            ));
+        }
+        if self.tp_chunks == 0 {
+            return Err(ConfigError::new("parallel.tp_chunks", "is 0; it must be at least 1 (1 = no chunks)"));
+        }
+        if self.tp_chunks > 1 && self.tp == 1 {
+            return Err(ConfigError::new(
+                "parallel.tp_chunks",
+                format!(
+                    "is {}, but parallel.tp = 1 has no tensor-parallel collectives to overlap; set parallel.tp_chunks = 1 or parallel.tp > 1",
+                    self.tp_chunks
+                ),
+            ));
+        }
+        if self.tp_chunks > 1 && self.pp > 1 {
+            return Err(ConfigError::new(
+                "parallel.tp_chunks",
+                format!(
+                    "is {}, but parallel.pp = {}: chunks run a whole model (a pipeline already overlaps its stages' micro-batches); set parallel.tp_chunks = 1 or parallel.pp = 1",
+                    self.tp_chunks, self.pp
+                ),
             ));
         }
         if self.zero > 1 {

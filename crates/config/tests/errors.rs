@@ -48,6 +48,29 @@ fn a_bucket_size_of_zero_or_less_is_refused_by_name() {
 }
 
 #[test]
+fn tp_chunks_that_cannot_run_are_refused_by_name() {
+    let base = ["model.arch=cola", "parallel.tp=2", "train.micro_batch=4"];
+    let with = |extra: &[&str]| {
+        let mut all = base.to_vec();
+        all.extend_from_slice(extra);
+        load(&all)
+    };
+    for (extra, says) in [
+        (&["parallel.tp_chunks=0"][..], "at least 1"),
+        (&["parallel.tp_chunks=3"][..], "train.micro_batch = 4"),
+        (&["parallel.tp_chunks=2", "parallel.tp=1"][..], "parallel.tp = 1"),
+        (&["parallel.tp_chunks=2", "parallel.pp=2", "model.layers=2"][..], "parallel.pp = 2"),
+        (&["parallel.tp_chunks=2", "train.device=cuda"][..], "train.device"),
+    ] {
+        let e = with(extra).unwrap_err();
+        assert_eq!(e.key, "parallel.tp_chunks", "{extra:?}: {e}");
+        assert!(e.message.contains(says), "{extra:?}: {e}");
+    }
+    assert_eq!(with(&["parallel.tp_chunks=4"]).unwrap().parallel.tp_chunks, 4);
+    assert_eq!(load(&[]).unwrap().parallel.tp_chunks, 1, "off by default");
+}
+
+#[test]
 fn lax_ln_eps_must_be_positive() {
     for v in ["0", "-1e-6", "nan", "inf"] {
         let e = load(&["model.arch=lax", &format!("model.lax.ln_eps={v}")]).unwrap_err();

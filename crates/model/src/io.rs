@@ -62,15 +62,22 @@ impl<B: Backend> Model<B> {
         }
     }
 
-    pub(crate) fn embed_backward(&mut self, stage: FirstStage, tp: &dyn Collective<B>, w: &mut Work<B>) {
+    /// Accumulates the table's gradient into `grads` (the store's, or a chunk's).
+    pub(crate) fn embed_backward(
+        &self,
+        grads: &mut [B::Buf],
+        stage: FirstStage,
+        tp: &dyn Collective<B>,
+        w: &mut Work<B>,
+    ) {
         let (t, dims) = (w.t(), self.dims);
         let first = self.vocab_first();
         match self.plan.entry {
             Entry::HiddenShard => {
-                self.be.embed_bwd(stage.embed.of_mut(&mut self.store.grads), Mat::new(&w.dx, t, dims.d_res), &w.ids, 0)
+                self.be.embed_bwd(stage.embed.of_mut(grads), Mat::new(&w.dx, t, dims.d_res), &w.ids, 0)
             }
             Entry::VocabAllReduce => {
-                self.be.embed_bwd(stage.embed.of_mut(&mut self.store.grads), Mat::new(&w.dx, t, dims.d), &w.ids, first)
+                self.be.embed_bwd(stage.embed.of_mut(grads), Mat::new(&w.dx, t, dims.d), &w.ids, first)
             }
             Entry::VocabReduceScatter => {
                 let n = t * dims.d_res;
@@ -78,12 +85,7 @@ impl<B: Backend> Model<B> {
                 self.be.copy(MatMut::at(&mut w.rm, r * n, t, dims.d_res, dims.d_res), Mat::new(&w.dx, t, dims.d_res));
                 tp.all_gather(&mut w.rm, 0, n, Label::op("embed.bwd"));
                 self.gather_rank_major(&mut w.dhf, &w.rm, t);
-                self.be.embed_bwd(
-                    stage.embed.of_mut(&mut self.store.grads),
-                    Mat::new(&w.dhf, t, dims.d),
-                    &w.ids,
-                    first,
-                );
+                self.be.embed_bwd(stage.embed.of_mut(grads), Mat::new(&w.dhf, t, dims.d), &w.ids, first);
             }
         }
     }
@@ -166,12 +168,18 @@ impl<B: Backend> Model<B> {
         crate::LossSum { sum: be.sum(Mat::new(&w.losses, t, 1)), tokens }
     }
 
-    /// LM head, its `f`, the final norm and the exit, backward: leaves dL/d(stack output) in `dx`.
-    pub(crate) fn head_backward(&mut self, stage: LastStage, tp: &dyn Collective<B>, w: &mut Work<B>) {
+    /// LM head, its `f`, the final norm and the exit, backward: leaves dL/d(stack output) in
+    /// `dx`, the head's and the norm's gradients in `grads`.
+    pub(crate) fn head_backward(
+        &self,
+        grads: &mut [B::Buf],
+        stage: LastStage,
+        tp: &dyn Collective<B>,
+        w: &mut Work<B>,
+    ) {
         let (t, dims) = (w.t(), self.dims);
         let (valid, vl) = (self.vocab_valid(), dims.vocab_loc);
-        let be = &self.be;
-        let crate::params::ParamStore { values, grads, .. } = &mut self.store;
+        let (be, values) = (&self.be, &self.store.values);
         let dl = Mat::at(&w.logits, 0, t, valid, vl);
         let h = stage.head;
         be.gemm(

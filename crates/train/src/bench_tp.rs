@@ -23,7 +23,12 @@ pub struct SchemeResult {
     pub grouping: bool,
     pub recompute: String,
     pub tp: usize,
+    /// Chunks each micro-batch ran as (`--tp-chunks`; 1: the engine's path).
+    pub chunks: usize,
     pub step_time_s: f64,
+    /// With chunks: the median over rounds of (one-chunk step / chunked step), the two run
+    /// alternately in the same process.
+    pub vs_one_chunk: Option<f64>,
     /// Kernel time of rank 0 per step.
     pub compute_s: f64,
     /// Wall time rank 0 spent inside collectives per step (waiting included).
@@ -73,6 +78,9 @@ pub struct TpBench {
     pub tp: usize,
     pub variants: Vec<Variant>,
     pub link: Option<Link>,
+    /// Also run each micro-batch as this many chunks of whole sequences
+    /// (`parallel.tp_chunks`), its steps alternated with the one-chunk path's; 1: only that.
+    pub chunks: usize,
 }
 
 pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Vec<SchemeResult>> {
@@ -94,6 +102,16 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
         }
         let ids: Vec<u32> = (0..t + 1).map(|i| ((i as u64 * 2654435761) % cfg.vocab as u64) as u32).collect();
         let start = crate::bench::reset_peak_rss();
+        let chunks = tb.chunks.max(1);
+        anyhow::ensure!(
+            opts.micro_batch.is_multiple_of(chunks),
+            "--tp-chunks {chunks}: the micro-batch ({} sequences) must split into {chunks} equal chunks",
+            opts.micro_batch
+        );
+        // With chunks, the one-chunk path runs too, its steps alternated with the chunked
+        // ones (who goes first alternating), so that a host whose speed drifts moves both
+        // sides of a pair alike.
+        let modes: Vec<usize> = if chunks > 1 { vec![1, chunks] } else { vec![1] };
         let res = run_ranks_with(Dims::tp(tb.tp), &ropts, |rank, grid| {
             let layout = Layout::from_config(cfg, &par, rank);
             let mut model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, layout, 1)?;
@@ -102,39 +120,89 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
             let mem = model.activation_memory(opts.micro_batch, opts.seq);
             let mut opt = AdamW::new(&model.be, &model.store);
             let tc = TrainConfig::default();
+            // Chunks after the first get tp groups of their own, split off the rank's.
+            let mut extra = Vec::new();
+            for _ in 1..chunks {
+                extra.push(grid.tp.duplicate()?);
+            }
             let inner: &dyn Collective<Cpu<f32>> = &grid.tp;
-            let group = ProfiledGroup(inner);
-            let tp: &dyn Collective<Profiled<Cpu<f32>>> = &group;
+            let profiled: Vec<ProfiledGroup<Cpu<f32>>> = std::iter::once(inner)
+                .chain(extra.iter().map(|g| g as &dyn Collective<Cpu<f32>>))
+                .map(ProfiledGroup)
+                .collect();
+            let tps: Vec<&dyn Collective<Profiled<Cpu<f32>>>> =
+                profiled.iter().map(|g| g as &dyn Collective<Profiled<Cpu<f32>>>).collect();
+            let tp = tps[0];
             let b = Batch { ids: &ids[..t], targets: &ids[1..], batch: opts.micro_batch, seq: opts.seq };
             let rec = grid.recorder().expect("recording");
-            let mut times = Vec::new();
-            let (mut compute, mut comm, mut emul) = (0.0, 0.0, 0.0);
-            let mut snap = None;
+            let mut runs: Vec<ModeRun> = modes.iter().map(|_| ModeRun::default()).collect();
             for i in 0..opts.warmup + opts.rounds {
-                model.be.take();
-                rec.take();
-                let t0 = Instant::now();
-                model.store.zero_grads(&model.be);
-                model.forward_backward(tp, &b, 1.0 / t as f64);
-                let n = grad_norm(&model.be, &model.store, rank, tp);
-                opt.update(&model.be, &mut model.store, &tc, 1e-4, clip_coef(n, 1.0));
-                let dt = t0.elapsed().as_secs_f64();
-                let s = rec.take();
-                if i >= opts.warmup {
-                    times.push(dt);
-                    compute += model.be.take().total().as_secs_f64();
-                    comm += s.totals.time.as_secs_f64();
-                    emul += s.totals.emulated.as_secs_f64();
-                    snap = Some(s);
+                let order: Vec<usize> =
+                    if i % 2 == 0 { (0..modes.len()).collect() } else { (0..modes.len()).rev().collect() };
+                for k in order {
+                    model.be.take();
+                    rec.take();
+                    let t0 = Instant::now();
+                    model.store.zero_grads(&model.be);
+                    let loss = if modes[k] == 1 {
+                        model.forward_backward(tp, &b, 1.0 / t as f64)
+                    } else {
+                        model.forward_backward_chunks(&tps, &b, 1.0 / t as f64, None, None)
+                    };
+                    anyhow::ensure!(loss.sum.is_finite(), "a non-finite loss in the bench's step {i}");
+                    let n = grad_norm(&model.be, &model.store, rank, tp);
+                    opt.update(&model.be, &mut model.store, &tc, 1e-4, clip_coef(n, 1.0));
+                    let dt = t0.elapsed().as_secs_f64();
+                    let s = rec.take();
+                    if i >= opts.warmup {
+                        let run = &mut runs[k];
+                        run.times.push(dt);
+                        run.compute += model.be.take().total().as_secs_f64();
+                        run.comm += s.totals.time.as_secs_f64();
+                        run.emulated += s.totals.emulated.as_secs_f64();
+                        run.snap = Some(s);
+                    }
                 }
             }
-            let r = opts.rounds as f64;
-            Ok((times, compute / r, comm / r, emul / r, snap.unwrap(), mem))
+            Ok((runs, mem))
         })?;
         let peak = crate::bench::peak_rss_mib();
-        let (times, compute, comm, emul, snap, mem) = res.into_iter().next().unwrap();
-        let mut sorted = times.clone();
-        sorted.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let (runs, mem) = res.into_iter().next().unwrap();
+        let one_chunk_times = runs[0].times.clone();
+        for (run, &chunks) in runs.into_iter().zip(&modes) {
+            let r =
+                run.result(v, tb, chunks, &one_chunk_times, &mem, t, (peak, start.unwrap_or(f64::NAN)), opts.rounds);
+            log(r.line());
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// One path's timed steps on rank 0.
+#[derive(Default)]
+struct ModeRun {
+    times: Vec<f64>,
+    compute: f64,
+    comm: f64,
+    emulated: f64,
+    snap: Option<boost_comm::Snapshot>,
+}
+
+impl ModeRun {
+    #[allow(clippy::too_many_arguments)]
+    fn result(
+        self,
+        v: &Variant,
+        tb: &TpBench,
+        chunks: usize,
+        one_chunk_times: &[f64],
+        mem: &boost_model::ActivationMemory,
+        t: usize,
+        (peak, start): (f64, f64),
+        rounds: usize,
+    ) -> SchemeResult {
+        let snap = self.snap.expect("at least one timed step");
         let (mut fc, mut bc, mut fe, mut be) = (0, 0, 0, 0);
         for a in &snap.by_key {
             if a.key.label.layer == Some(0) {
@@ -147,20 +215,25 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
                 }
             }
         }
-        let r = SchemeResult {
+        let r = rounds as f64;
+        let cfg = &v.model;
+        SchemeResult {
             arch: cfg.arch.name().into(),
-            scheme: format!("{scheme:?}").to_lowercase(),
-            norm: format!("{norm:?}").to_lowercase(),
-            grouping: *grouping,
+            scheme: format!("{:?}", v.scheme).to_lowercase(),
+            norm: format!("{:?}", v.norm).to_lowercase(),
+            grouping: v.grouping,
             recompute: match v.recompute_layers {
                 0 => format!("{:?}", v.recompute).to_lowercase(),
                 n => format!("{:?}:{n}", v.recompute).to_lowercase(),
             },
             tp: tb.tp,
-            step_time_s: sorted[sorted.len() / 2],
-            compute_s: compute,
-            comm_s: comm,
-            emulated_s: emul,
+            chunks,
+            step_time_s: median(self.times.clone()),
+            vs_one_chunk: (chunks > 1)
+                .then(|| median(one_chunk_times.iter().zip(&self.times).map(|(one, c)| one / c).collect())),
+            compute_s: self.compute / r,
+            comm_s: self.comm / r,
+            emulated_s: self.emulated / r,
             calls_per_step: snap.calls(),
             bytes_per_step: snap.bytes(),
             layer_fwd_calls: fc,
@@ -170,44 +243,57 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
             activation_bytes: mem.layers_bytes(),
             recompute_scratch_bytes: mem.recompute_scratch * mem.elem_bytes,
             peak_rss_mib: peak,
-            start_rss_mib: start.unwrap_or(f64::NAN),
-        };
-        log(format!(
-            "{} {} ({}, grouping {}) tp={}: {:.3} s/step, compute {:.3} s, comm {:.3} s (emulated {:.3} s), layer fwd {} calls / {:.0} el/token, bwd {} / {:.0}",
-            r.arch,
-            r.scheme,
-            r.norm,
-            r.grouping,
-            r.tp,
-            r.step_time_s,
-            r.compute_s,
-            r.comm_s,
-            r.emulated_s,
-            r.layer_fwd_calls,
-            r.layer_fwd_elems_per_token,
-            r.layer_bwd_calls,
-            r.layer_bwd_elems_per_token
-        ));
-        out.push(r);
+            start_rss_mib: start,
+        }
     }
-    Ok(out)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+impl SchemeResult {
+    /// The progress line of one run.
+    fn line(&self) -> String {
+        let vs = self.vs_one_chunk.map(|x| format!(" ({x:.2}× one chunk, median of pairs)")).unwrap_or_default();
+        format!(
+            "{} {} ({}, grouping {}) tp={} chunks={}: {:.3} s/step{vs}, compute {:.3} s, comm {:.3} s (emulated {:.3} s), layer fwd {} calls / {:.0} el/token, bwd {} / {:.0}",
+            self.arch,
+            self.scheme,
+            self.norm,
+            self.grouping,
+            self.tp,
+            self.chunks,
+            self.step_time_s,
+            self.compute_s,
+            self.comm_s,
+            self.emulated_s,
+            self.layer_fwd_calls,
+            self.layer_fwd_elems_per_token,
+            self.layer_bwd_calls,
+            self.layer_bwd_elems_per_token
+        )
+    }
 }
 
 /// Markdown table of a TP bench.
 pub fn table(rows: &[SchemeResult]) -> String {
     let mut s = String::from(
-        "| arch | scheme | norm | grouped | recompute | tp | step (median) | compute | comm (emulated) | calls/step | MB/step | layer fwd calls / el·token⁻¹ | layer bwd calls / el·token⁻¹ | activations MiB | peak RSS MiB (from) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| arch | scheme | norm | grouped | recompute | tp | chunks | step (median) | vs one chunk | compute | comm (emulated) | calls/step | MB/step | layer fwd calls / el·token⁻¹ | layer bwd calls / el·token⁻¹ | activations MiB | peak RSS MiB (from) |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for r in rows {
         s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {:.3} s | {:.3} s | {:.3} s ({:.3} s) | {} | {:.1} | {} / {:.0} | {} / {:.0} | {:.1} | {:.0} ({:.0}) |\n",
+            "| {} | {} | {} | {} | {} | {} | {} | {:.3} s | {} | {:.3} s | {:.3} s ({:.3} s) | {} | {:.1} | {} / {:.0} | {} / {:.0} | {:.1} | {:.0} ({:.0}) |\n",
             r.arch,
             r.scheme,
             if r.scheme == "btp" { r.norm.as_str() } else { "—" },
             r.grouping,
             r.recompute,
             r.tp,
+            r.chunks,
             r.step_time_s,
+            r.vs_one_chunk.map_or("—".to_string(), |x| format!("{x:.2}×")),
             r.compute_s,
             r.comm_s,
             r.emulated_s,
@@ -236,6 +322,7 @@ pub fn saved_per_ms(rows: &[SchemeResult]) -> Vec<(String, f64, f64, f64)> {
                 && b.scheme == r.scheme
                 && b.norm == r.norm
                 && b.grouping == r.grouping
+                && b.chunks == r.chunks
         });
         if let Some(b) = base {
             let saved = b.activation_bytes as f64 - r.activation_bytes as f64;

@@ -15,6 +15,9 @@ pub struct Groups<'a, B: Backend> {
     pub pp: &'a dyn Collective<B>,
     pub dp: &'a dyn Collective<B>,
     pub world: &'a dyn Collective<B>,
+    /// With `parallel.tp_chunks` = C > 1: the tp groups of chunks 1..C (chunk 0 runs on
+    /// `tp`), each a communicator of its own over the same ranks; empty otherwise.
+    pub tp_chunks: Vec<&'a dyn Collective<B>>,
 }
 
 /// Elements per gradient all-reduce bucket.

@@ -105,6 +105,31 @@ fn grids_track_the_single_rank_loss_curve() {
     }
 }
 
+/// `parallel.tp_chunks`: each micro-batch in chunks that overlap each other's tp
+/// collectives, alone, with accumulation, and beside data parallelism (its gradient buckets
+/// and ZeRO-1's parameter gathers), tracks the single rank like the unchunked runs.
+#[test]
+fn tp_chunks_track_the_single_rank_loss_curve() {
+    let root = tempfile::tempdir().unwrap();
+    common::build_dataset(&root.path().join("data"));
+    let base = run(root.path(), "single", &["model.arch=cola", "train.accumulation=2"], None);
+    let grids: [&[&str]; 4] = [
+        &["parallel.tp=2", "parallel.tp_chunks=2", "train.accumulation=2"],
+        &["parallel.tp=2", "parallel.tp_chunks=4", "train.accumulation=2", "parallel.scheme=vanilla"],
+        &["parallel.tp=2", "parallel.tp_chunks=2", "parallel.dp=2"],
+        &["parallel.tp=2", "parallel.tp_chunks=2", "parallel.dp=2", "parallel.zero=1"],
+    ];
+    for (i, sets) in grids.iter().enumerate() {
+        let mut all = vec!["model.arch=cola"];
+        all.extend_from_slice(sets);
+        let name = format!("chunks-{i}");
+        let r = run(root.path(), &name, &all, None);
+        assert_tracks(&format!("{sets:?}"), &r.losses, &base.losses);
+        let (vb, vr) = (base.val.last().unwrap().1, r.val.last().unwrap().1);
+        assert!((vb - vr).abs() <= 1e-5 * vb, "{sets:?}: validation loss {vr} vs {vb}");
+    }
+}
+
 /// Two data-parallel replicas with ZeRO-1 moments.
 const DP2_ZERO: [&str; 4] = ["model.arch=cola", "parallel.dp=2", "parallel.zero=1", "train.accumulation=2"];
 

@@ -77,8 +77,12 @@ pub struct Model<B: Backend> {
     /// The policy applies to this many layers of the stage, the first ones (0: all), as
     /// Megatron's block method does (`train.recompute_layers`); the others keep everything.
     pub recompute_layers: usize,
-    /// Buffers per micro-batch in flight (slot 0 outside a pipeline).
+    /// Buffers per micro-batch in flight (slot 0 outside a pipeline; one per chunk with
+    /// `parallel.tp_chunks`).
     works: Vec<Option<Work<B>>>,
+    /// The gradients of tp chunks after the first, added to the store's after each
+    /// micro-batch (kept between steps; empty without chunks).
+    chunk_grads: Vec<Vec<B::Buf>>,
 }
 
 impl<B: Backend> Model<B> {
@@ -108,6 +112,7 @@ impl<B: Backend> Model<B> {
             recompute: Recompute::None,
             recompute_layers: 0,
             works: Vec::new(),
+            chunk_grads: Vec::new(),
         })
     }
 
@@ -142,6 +147,7 @@ pub(crate) fn ctx<'a, B: Backend>(
     Ctx { be, tp, plan, dims, phi, norm_eps, lax_eps, t: batch * seq, batch, seq, params, rope, attend: None }
 }
 
+mod chunks;
 mod parameters;
 mod passes;
 mod recompute;

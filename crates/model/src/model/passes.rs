@@ -19,39 +19,66 @@ impl<B: Backend> Model<B> {
         tp: &dyn Collective<B>,
         w: &mut Work<B>,
         attend: Option<&dyn CachedAttention<B>>,
-        mut need: Option<&mut ParamsNeeded<B>>,
+        need: Option<&mut ParamsNeeded<B>>,
     ) {
+        let Some(need) = need else { return self.forward_layers_shared(tp, w, attend) };
         let all = self.store.bufs.len();
-        let mut need_upto = |m: &mut Self, k: usize| {
-            if let Some(f) = need.as_deref_mut() {
-                f(&m.be, k, &mut m.store.values);
-            }
-        };
+        let mut need_upto = |m: &mut Self, k: usize| need(&m.be, k, &mut m.store.values);
         if let Some(first) = self.first {
             need_upto(self, self.layer_bufs.first().map_or(all, |r| r.start));
             self.embed_forward(first, tp, w);
         }
         for l in 0..self.blocks.len() {
             need_upto(self, self.layer_bufs[l].end);
-            let inputs = PassInputs { params: &self.store.values, rope: &w.rope, batch: w.batch, seq: w.seq };
-            let cx = Ctx { attend, ..ctx(&self.be, tp, &self.cfg, self.plan, self.dims, inputs) };
-            let block = &self.blocks[l];
-            let t = w.t();
-            let (lo, hi) = w.resid.split_at_mut(l + 1);
-            let (cur, prev) = act_slots(&mut w.blocks, self.act_set(l), l.checked_sub(1).map(|q| self.act_set(q)));
-            let prev = match prev {
-                Some(p) => Some((&self.blocks[l - 1], &*p)),
-                None => w.z_in.as_ref().map(|z| (&self.blocks[0], z)),
-            };
-            block.forward(&cx, &lo[l], &mut hi[0], cur, prev, &mut w.sc);
-            let policy = self.policy_of(l);
-            if policy != Recompute::None {
-                block.save_kept(&self.be, t, policy, cur, &mut w.kept[l]);
-            }
+            self.forward_layer(l, tp, w, attend);
         }
         need_upto(self, all);
         if let Some(last) = self.last {
             self.head_forward(last, tp, w);
+        }
+    }
+
+    /// The forward with every parameter in place: the model is only read, so the chunks of a
+    /// micro-batch can run it side by side ([`Model::forward_backward_chunks`]).
+    pub(crate) fn forward_layers_shared(
+        &self,
+        tp: &dyn Collective<B>,
+        w: &mut Work<B>,
+        attend: Option<&dyn CachedAttention<B>>,
+    ) {
+        if let Some(first) = self.first {
+            self.embed_forward(first, tp, w);
+        }
+        for l in 0..self.blocks.len() {
+            self.forward_layer(l, tp, w, attend);
+        }
+        if let Some(last) = self.last {
+            self.head_forward(last, tp, w);
+        }
+    }
+
+    /// Layer `l` of this stage, forward.
+    fn forward_layer(
+        &self,
+        l: usize,
+        tp: &dyn Collective<B>,
+        w: &mut Work<B>,
+        attend: Option<&dyn CachedAttention<B>>,
+    ) {
+        let inputs = PassInputs { params: &self.store.values, rope: &w.rope, batch: w.batch, seq: w.seq };
+        let cx = Ctx { attend, ..ctx(&self.be, tp, &self.cfg, self.plan, self.dims, inputs) };
+        let block = &self.blocks[l];
+        let t = w.t();
+        let (lo, hi) = w.resid.split_at_mut(l + 1);
+        let (cur, prev) = act_slots(&mut w.blocks, self.act_set(l), l.checked_sub(1).map(|q| self.act_set(q)));
+        let prev = match prev {
+            Some(p) => Some((&self.blocks[l - 1], &*p)),
+            None => w.z_in.as_ref().map(|z| (&self.blocks[0], z)),
+        };
+        block.forward(&cx, &lo[l], &mut hi[0], cur, prev, &mut w.sc);
+        let policy = self.policy_of(l);
+        if policy != Recompute::None {
+            block.save_kept(&self.be, t, policy, cur, &mut w.kept[l]);
         }
     }
 
@@ -142,20 +169,33 @@ impl<B: Backend> Model<B> {
         self.be.read_mat(Mat::new(&w.dx, w.t(), self.dims.d_res))
     }
 
-    pub(super) fn backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>, mut ready: Option<&mut GradsReady<B>>) {
+    pub(super) fn backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>, ready: Option<&mut GradsReady<B>>) {
+        let mut grads = std::mem::take(&mut self.store.grads);
+        self.backward_into(&mut grads, tp, w, ready);
+        self.store.grads = grads;
+    }
+
+    /// [`Model::backward`] with the gradients accumulated into `grads` (the store's, taken
+    /// out, or a chunk's own: [`Model::forward_backward_chunks`]); the model is only read.
+    pub(super) fn backward_into(
+        &self,
+        grads: &mut [B::Buf],
+        tp: &dyn Collective<B>,
+        w: &mut Work<B>,
+        mut ready: Option<&mut GradsReady<B>>,
+    ) {
         if let Some(last) = self.last {
-            self.head_backward(last, tp, w);
+            self.head_backward(grads, last, tp, w);
             // The final norm and an untied head follow the layers; a head tied to the table
             // (buffer 0 here) stays unfinished until the embedding's backward.
             let after_layers =
                 self.layer_bufs.last().map_or(usize::from(self.first.is_some() || self.cfg.tie_embeddings), |r| r.end);
             if let Some(f) = ready.as_deref_mut() {
-                f(&self.be, after_layers, &self.store.grads);
+                f(&self.be, after_layers, grads);
             }
         }
         let r = self.recomputed();
-        let ParamStore { values: params, grads, .. } = &mut self.store;
-        let inputs = PassInputs { params, rope: &w.rope, batch: w.batch, seq: w.seq };
+        let inputs = PassInputs { params: &self.store.values, rope: &w.rope, batch: w.batch, seq: w.seq };
         let cx = ctx(&self.be, tp, &self.cfg, self.plan, self.dims, inputs);
         let lax = self.cfg.arch == Arch::Lax;
         let n = self.blocks.len();
@@ -202,10 +242,10 @@ impl<B: Backend> Model<B> {
             }
         }
         if let Some(first) = self.first {
-            self.embed_backward(first, tp, w);
+            self.embed_backward(grads, first, tp, w);
         }
         if let Some(f) = ready {
-            f(&self.be, 0, &self.store.grads);
+            f(&self.be, 0, grads);
         }
     }
 }

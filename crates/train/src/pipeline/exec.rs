@@ -101,6 +101,29 @@ impl<B: Backend> StageRunner<B> {
         loss
     }
 
+    /// A single stage's micro-batches as tensor-parallel chunks (`parallel.tp_chunks`): each
+    /// micro-batch's forward and backward in [`Model::forward_backward_chunks`], chunk c on
+    /// `tps[c]`. The first micro-batch completes `need`; the last tells `ready`, once every
+    /// gradient is final.
+    pub fn run_chunked(
+        &mut self,
+        model: &mut Model<B>,
+        tps: &[&dyn Collective<B>],
+        batches: &[Batch],
+        grad_scale: f64,
+        hooks: Hooks<B>,
+    ) -> LossSum {
+        let Hooks { mut ready, mut need } = hooks;
+        let mut loss = LossSum::default();
+        for (k, b) in batches.iter().enumerate() {
+            let last = if k + 1 == batches.len() { ready.take() } else { None };
+            let l = model.forward_backward_chunks(tps, b, grad_scale, need.take(), last);
+            loss.sum += l.sum;
+            loss.tokens += l.tokens;
+        }
+        loss
+    }
+
     /// [`StageRunner::run`] with each op's receives posted while the op before it computes
     /// and sends that do not wait ([`super::posted`]); the same bytes, so the same results.
     fn run_overlapped(

@@ -122,7 +122,16 @@ impl RankCtx<'_> {
     fn run_on(&self, rank: usize, grid: Grid, gpu: Option<usize>) -> Result<Option<Summary>> {
         match gpu {
             None => {
-                let g = Groups::<Cpu<f32>> { tp: &grid.tp, pp: &grid.pp, dp: &grid.dp, world: &grid.world };
+                // Every rank splits the chunks' groups off its tp group in the same order.
+                let chunks =
+                    (1..self.cfg.parallel.tp_chunks).map(|_| grid.tp.duplicate()).collect::<Result<Vec<_>, _>>()?;
+                let g = Groups::<Cpu<f32>> {
+                    tp: &grid.tp,
+                    pp: &grid.pp,
+                    dp: &grid.dp,
+                    world: &grid.world,
+                    tp_chunks: chunks.iter().map(|c| c as _).collect(),
+                };
                 self.run_with(rank, grid.coord, grid.dims.world(), Cpu::<f32>::new(), &g, grid.recorder().map(|r| &**r))
             }
             Some(n) => self.run_gpu(rank, grid, n),
@@ -149,7 +158,7 @@ impl RankCtx<'_> {
         let world = grid.dims.world();
         if world == 1 {
             let solo = boost_tensor::Solo;
-            let g = Groups::<Cuda> { tp: &solo, pp: &solo, dp: &solo, world: &solo };
+            let g = Groups::<Cuda> { tp: &solo, pp: &solo, dp: &solo, world: &solo, tp_chunks: Vec::new() };
             return self.run_with(rank, grid.coord, 1, be, &g, None);
         }
         let recorder = grid.recorder().cloned();
@@ -164,7 +173,7 @@ impl RankCtx<'_> {
             ],
             _ => kinds.map(|k| recorded(HostStaged::new(k.comm().clone(), &be), k.name(), &recorder)),
         };
-        let g = Groups::<Cuda> { tp: &*tp, pp: &*pp, dp: &*dp, world: &*all };
+        let g = Groups::<Cuda> { tp: &*tp, pp: &*pp, dp: &*dp, world: &*all, tp_chunks: Vec::new() };
         self.run_with(rank, grid.coord, world, be.clone(), &g, recorder.as_deref())
     }
 

@@ -12,7 +12,7 @@ use crate::schedule::lr_at;
 use boost_config::Config;
 use boost_data::{Loader, TrainStream};
 use boost_model::{Batch, LossSum, Model};
-use boost_tensor::{Backend, Label, Mat, MatMut, ReduceOp};
+use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
 
 /// What one optimizer step did.
 #[derive(Debug, Clone, Copy)]
@@ -140,6 +140,8 @@ impl<'g, B: Backend> StepRunner<'g, B> {
             (0..acc).map(|a| Batch { ids: &self.inputs[a], targets: &self.targets[a], batch: mb, seq }).collect();
         let scale = 1.0 / global_tokens;
         let gathers = std::mem::take(&mut self.gathers);
+        // With tp chunks, chunk 0 runs on the rank's tp group and chunk c on tp_chunks[c − 1].
+        let tps: Vec<&dyn Collective<B>> = std::iter::once(g.tp).chain(g.tp_chunks.iter().copied()).collect();
         let loss = match self.sync.as_mut() {
             Some(plan) => {
                 // Parameter gathers complete as the first forward reaches them; buckets start
@@ -153,13 +155,21 @@ impl<'g, B: Backend> StepRunner<'g, B> {
                 let mut ready = |be: &B, k: usize, grads: &[B::Buf]| sync.borrow_mut().ready(be, k, grads);
                 let mut need = |be: &B, k: usize, values: &mut [B::Buf]| sync.borrow_mut().need(be, k, values);
                 let hooks = Hooks { ready: Some(&mut ready), need: Some(&mut need) };
-                let loss = self.stage.run_with(model, g.tp, g.pp, &batches, scale, hooks);
+                let loss = if tps.len() > 1 {
+                    self.stage.run_chunked(model, &tps, &batches, scale, hooks)
+                } else {
+                    self.stage.run_with(model, g.tp, g.pp, &batches, scale, hooks)
+                };
                 sync.into_inner().finish(&model.be, &mut model.store);
                 loss
             }
             None => {
                 l.complete(gathers);
-                let loss = self.stage.run(&mut l.model, g.tp, g.pp, &batches, scale);
+                let loss = if tps.len() > 1 {
+                    self.stage.run_chunked(&mut l.model, &tps, &batches, scale, Hooks::default())
+                } else {
+                    self.stage.run(&mut l.model, g.tp, g.pp, &batches, scale)
+                };
                 l.sync_grads(g.dp, &mut self.bucket);
                 loss
             }

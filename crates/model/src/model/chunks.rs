@@ -1,0 +1,242 @@
+//! Tensor-parallel chunks (`parallel.tp_chunks`): a micro-batch split into chunks of whole
+//! sequences whose computation overlaps each other's tensor-parallel collectives.
+//!
+//! Every collective of the model is a blocking call in the middle of straight-line layer
+//! code, so the overlap comes from threads rather than from restructuring that code: each
+//! chunk runs the ordinary forward and backward on a thread of its own, with its own work
+//! slot, its own gradient buffers and its own tp group (a communicator of the same ranks, so
+//! the chunks' collectives never meet each other's). A per-rank [`Baton`] lets one chunk
+//! compute at a time and is handed over while a chunk waits in a collective: chunk i + 1
+//! computes while chunk i's all-reduce, and the link time behind it, is in flight.
+//!
+//! The model is only read during the chunks ([`Model::forward_layers_shared`],
+//! [`Model::backward_into`]); each chunk writes only its own work and gradients, so the
+//! baton decides speed, never results. The chunks' gradients are added to the store's in
+//! chunk order once all have ended: every run gives the same bits, within f32 rounding of
+//! the unchunked micro-batch (whose weight gradients sum all tokens in one product).
+
+use super::*;
+use boost_tensor::{Label, MatMut, ReduceOp};
+use std::sync::{Condvar, Mutex};
+
+/// One rank's right to compute: held by one chunk at a time, handed over at collectives.
+/// A chunk that panics opens it for good, so the others run on to their own end (or
+/// error) instead of waiting for a holder that is gone.
+#[derive(Default)]
+pub struct Baton {
+    state: Mutex<BatonState>,
+    free: Condvar,
+}
+
+#[derive(Default)]
+struct BatonState {
+    busy: bool,
+    open: bool,
+}
+
+impl Baton {
+    fn state(&self) -> std::sync::MutexGuard<'_, BatonState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+    /// Wait for the baton and take it.
+    pub fn acquire(&self) {
+        let mut s = self.state();
+        while s.busy && !s.open {
+            s = self.free.wait(s).unwrap_or_else(|e| e.into_inner());
+        }
+        s.busy = true;
+    }
+    /// Give the baton to a waiting chunk.
+    pub fn release(&self) {
+        self.state().busy = false;
+        self.free.notify_one();
+    }
+    /// Run `f` without the baton (another chunk computes meanwhile), then take it back.
+    pub fn away<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.release();
+        let r = f();
+        self.acquire();
+        r
+    }
+    /// Hold the baton until the guard drops (released; opened for good when dropped by a
+    /// panic).
+    pub fn hold(&self) -> Holding<'_> {
+        self.acquire();
+        Holding(self)
+    }
+}
+
+pub struct Holding<'a>(&'a Baton);
+
+impl Drop for Holding<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.state().open = true;
+            self.0.free.notify_all();
+        } else {
+            self.0.release();
+        }
+    }
+}
+
+/// A chunk's tp group: every collective hands the rank's baton to another chunk while it runs.
+pub struct BatonGroup<'a, B: Backend> {
+    pub inner: &'a dyn Collective<B>,
+    pub baton: &'a Baton,
+}
+
+impl<B: Backend> Collective<B> for BatonGroup<'_, B> {
+    fn rank(&self) -> usize {
+        self.inner.rank()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn all_reduce(&self, buf: &mut B::Buf, off: usize, n: usize, op: ReduceOp, label: Label) {
+        self.baton.away(|| self.inner.all_reduce(buf, off, n, op, label))
+    }
+    fn all_gather(&self, buf: &mut B::Buf, off: usize, n: usize, label: Label) {
+        self.baton.away(|| self.inner.all_gather(buf, off, n, label))
+    }
+    fn reduce_scatter(&self, buf: &mut B::Buf, off: usize, n: usize, label: Label) {
+        self.baton.away(|| self.inner.reduce_scatter(buf, off, n, label))
+    }
+    fn broadcast(&self, buf: &mut B::Buf, off: usize, n: usize, root: usize, label: Label) {
+        self.baton.away(|| self.inner.broadcast(buf, off, n, root, label))
+    }
+    fn send(&self, buf: &B::Buf, off: usize, n: usize, to: usize, label: Label) {
+        self.baton.away(|| self.inner.send(buf, off, n, to, label))
+    }
+    fn recv(&self, buf: &mut B::Buf, off: usize, n: usize, from: usize, label: Label) {
+        self.baton.away(|| self.inner.recv(buf, off, n, from, label))
+    }
+    fn barrier(&self) {
+        self.baton.away(|| self.inner.barrier())
+    }
+}
+
+impl<B: Backend> Model<B> {
+    /// Forward and backward of one micro-batch on a single-stage model, as `tps.len()` chunks
+    /// of whole sequences that overlap each other's tensor-parallel collectives (see the
+    /// module's text); `tps[c]` is chunk c's tp group, each a different communicator over
+    /// the same ranks. Gradients accumulate into the store's, scaled by `grad_scale`, as with
+    /// [`Model::forward_backward`]. `need` is completed for every parameter before the
+    /// chunks start; `ready` is told once, at the end, when every gradient is final.
+    pub fn forward_backward_chunks(
+        &mut self,
+        tps: &[&dyn Collective<B>],
+        b: &Batch,
+        grad_scale: f64,
+        need: Option<&mut ParamsNeeded<B>>,
+        ready: Option<&mut GradsReady<B>>,
+    ) -> LossSum {
+        let chunks = tps.len();
+        assert_eq!(self.layout.stages, 1, "tp chunks run a whole model (parallel.pp = 1)");
+        assert!(
+            chunks > 0 && b.batch.is_multiple_of(chunks),
+            "a micro-batch of {} sequences does not split into {chunks} chunks",
+            b.batch
+        );
+        if let Some(need) = need {
+            need(&self.be, self.store.bufs.len(), &mut self.store.values);
+        }
+        let (batch, tc) = (b.batch / chunks, b.batch / chunks * b.seq);
+        fn part(s: &[u32], c: usize, tc: usize) -> &[u32] {
+            if s.is_empty() { s } else { &s[c * tc..(c + 1) * tc] }
+        }
+        let batches: Vec<Batch> = (0..chunks)
+            .map(|c| Batch { ids: part(b.ids, c, tc), targets: part(b.targets, c, tc), batch, seq: b.seq })
+            .collect();
+        let mut works: Vec<Work<B>> = batches.iter().enumerate().map(|(c, cb)| self.take_work(c, cb)).collect();
+        // Chunk 0 accumulates into the store's gradients; the others into buffers of their
+        // own, zeroed here and added below.
+        let mut grads = vec![std::mem::take(&mut self.store.grads)];
+        let mut own = std::mem::take(&mut self.chunk_grads);
+        own.resize_with(chunks - 1, || self.store.bufs.iter().map(|i| self.be.alloc(i.len)).collect());
+        for g in &mut own {
+            for (buf, info) in g.iter_mut().zip(&self.store.bufs) {
+                self.be.fill(MatMut::new(buf, 1, info.len), 0.0);
+            }
+        }
+        grads.extend(own);
+        let baton = Baton::default();
+        let this = &*self;
+        let losses: Vec<LossSum> = std::thread::scope(|s| {
+            let threads: Vec<_> = (works.iter_mut().zip(grads.iter_mut()))
+                .zip(tps.iter().zip(&batches))
+                .map(|((w, g), (&tp, cb))| {
+                    let baton = &baton;
+                    s.spawn(move || {
+                        let tp = BatonGroup { inner: tp, baton };
+                        let _holding = baton.hold();
+                        this.forward_layers_shared(&tp, w, None);
+                        let loss = this.loss(&tp, w, Some(grad_scale), cb.targets);
+                        this.backward_into(g, &tp, w, None);
+                        loss
+                    })
+                })
+                .collect();
+            let joined: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
+            joined.into_iter().map(|r| r.unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
+        });
+        let mut grads = grads.into_iter();
+        self.store.grads = grads.next().expect("chunk 0's gradients");
+        for g in grads {
+            for ((dst, src), info) in self.store.grads.iter_mut().zip(&g).zip(&self.store.bufs) {
+                self.be.axpy(MatMut::new(dst, 1, info.len), Mat::new(src, 1, info.len), 1.0);
+            }
+            self.chunk_grads.push(g);
+        }
+        for (c, w) in works.into_iter().enumerate() {
+            self.put_work(c, w);
+        }
+        if let Some(f) = ready {
+            f(&self.be, 0, &self.store.grads);
+        }
+        losses.iter().fold(LossSum::default(), |a, l| LossSum { sum: a.sum + l.sum, tokens: a.tokens + l.tokens })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn one_holder_at_a_time_and_handed_over_while_away() {
+        let baton = Baton::default();
+        let inside = AtomicUsize::new(0);
+        let most = AtomicUsize::new(0);
+        let steps = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    let _holding = baton.hold();
+                    for _ in 0..50 {
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        steps.fetch_add(1, Ordering::SeqCst);
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        baton.away(std::thread::yield_now);
+                    }
+                });
+            }
+        });
+        assert_eq!(most.load(Ordering::SeqCst), 1, "two chunks computed at once");
+        assert_eq!(steps.load(Ordering::SeqCst), 150);
+    }
+
+    #[test]
+    fn a_panicking_holder_opens_the_baton() {
+        let baton = Baton::default();
+        std::thread::scope(|s| {
+            let failed = s.spawn(|| {
+                let _holding = baton.hold();
+                panic!("a chunk failed");
+            });
+            assert!(failed.join().is_err());
+            // Would wait forever if the panic had left the baton taken.
+            let _holding = baton.hold();
+        });
+    }
+}
