@@ -95,7 +95,8 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     for arch in &a.arch {
         let mut sets =
             vec![format!("model.preset={}", a.model), format!("model.arch={arch}"), format!("model.vocab={}", a.vocab)];
-        sets.extend(a.sets.iter().cloned());
+        // Only the model's keys shape these configs (`--grid` applies the rest to its run's).
+        sets.extend(a.sets.iter().filter(|s| s.trim_start().starts_with("model.")).cloned());
         models.push(Config::load(None, &sets)?.model);
     }
     let opts = boost_train::bench::BenchOptions {

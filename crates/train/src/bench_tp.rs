@@ -145,7 +145,12 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
                     let t0 = Instant::now();
                     model.store.zero_grads(&model.be);
                     let loss = if modes[k] == 1 {
-                        model.forward_backward(tp, &b, 1.0 / t as f64)
+                        // In a slot of its own (the chunks use 0..chunks), so that neither
+                        // path reallocates the other's buffers.
+                        let slot = if chunks > 1 { chunks } else { 0 };
+                        let loss = model.forward_stage(tp, slot, &b, Some(1.0 / t as f64)).expect("one stage");
+                        model.backward_stage(tp, slot);
+                        loss
                     } else {
                         model.forward_backward_chunks(&tps, &b, 1.0 / t as f64, None, None)
                     };

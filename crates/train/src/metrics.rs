@@ -80,6 +80,16 @@ impl TimeSplit {
         }
     }
 
+    /// With `parallel.tp_chunks`: the tp time the step waited is what its chunks left
+    /// exposed (every chunk inside a tp call at once, [`boost_model::Model::take_chunk_exposed`]),
+    /// not the sum of the chunks' calls, most of which ran behind another chunk's compute;
+    /// that sum stays the in-flight time.
+    pub fn with_exposed_tp(mut self, step_s: f64, exposed_tp_s: f64) -> Self {
+        self.tp_s = exposed_tp_s;
+        self.compute_s = (step_s - self.tp_s - self.pp_s - self.dp_s - self.world_s).max(0.0);
+        self
+    }
+
     /// `self + o · w`, field by field (means over steps).
     pub fn add_scaled(&mut self, o: &TimeSplit, w: f64) {
         self.compute_s += o.compute_s * w;

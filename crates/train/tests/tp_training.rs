@@ -130,6 +130,30 @@ fn tp_chunks_track_the_single_rank_loss_curve() {
     }
 }
 
+/// With tp chunks, metrics.jsonl's exposed tp time is the time every chunk waited at once,
+/// below the chunks' summed time inside tp calls (in flight); without chunks the two are equal.
+#[test]
+fn tp_chunks_report_exposed_tp_time_below_in_flight() {
+    let root = tempfile::tempdir().unwrap();
+    common::build_dataset(&root.path().join("data"));
+    let split = |name: &str, chunks: &str| -> Vec<(f64, f64)> {
+        let sets = ["model.arch=cola", "parallel.tp=2", chunks, "parallel.link.tp=2000,1"];
+        run(root.path(), name, &sets, None);
+        let text = std::fs::read_to_string(root.path().join(name).join("metrics.jsonl")).unwrap();
+        text.lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .map(|m| (m["time_split"]["tp_s"].as_f64().unwrap(), m["time_split"]["tp_in_flight_s"].as_f64().unwrap()))
+            .collect()
+    };
+    for (exposed, flight) in split("one", "parallel.tp_chunks=1") {
+        assert!((exposed - flight).abs() <= 1e-9 * flight, "blocking: exposed {exposed} in flight {flight}");
+    }
+    // Two chunks' 2 ms latencies run side by side: at most about half of their sum is exposed.
+    for (exposed, flight) in split("two", "parallel.tp_chunks=2") {
+        assert!(exposed > 0.0 && exposed <= 0.75 * flight, "chunked: exposed {exposed} in flight {flight}");
+    }
+}
+
 /// Two data-parallel replicas with ZeRO-1 moments.
 const DP2_ZERO: [&str; 4] = ["model.arch=cola", "parallel.dp=2", "parallel.zero=1", "train.accumulation=2"];
 

@@ -18,6 +18,7 @@
 use super::*;
 use boost_tensor::{Label, MatMut, ReduceOp};
 use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// One rank's right to compute: held by one chunk at a time, handed over at collectives.
 /// A chunk that panics opens it for good, so the others run on to their own end (or
@@ -32,6 +33,11 @@ pub struct Baton {
 struct BatonState {
     busy: bool,
     open: bool,
+    /// When the baton was last released, until a chunk takes it again.
+    idle_since: Option<Instant>,
+    /// Time no chunk held it between a release and the next acquire: every live chunk was
+    /// inside a collective, so the rank waited on tp communication (exposed).
+    idle: Duration,
 }
 
 impl Baton {
@@ -45,11 +51,22 @@ impl Baton {
             s = self.free.wait(s).unwrap_or_else(|e| e.into_inner());
         }
         s.busy = true;
+        if let Some(t) = s.idle_since.take() {
+            s.idle += t.elapsed();
+        }
     }
     /// Give the baton to a waiting chunk.
     pub fn release(&self) {
-        self.state().busy = false;
+        let mut s = self.state();
+        s.busy = false;
+        s.idle_since = Some(Instant::now());
+        drop(s);
         self.free.notify_one();
+    }
+    /// The exposed time so far: how long the baton lay between a release and the next
+    /// acquire (the last release, after the last chunk, is not counted).
+    pub fn idle(&self) -> Duration {
+        self.state().idle
     }
     /// Run `f` without the baton (another chunk computes meanwhile), then take it back.
     pub fn away<R>(&self, f: impl FnOnce() -> R) -> R {
@@ -116,6 +133,14 @@ impl<B: Backend> Collective<B> for BatonGroup<'_, B> {
 }
 
 impl<B: Backend> Model<B> {
+    /// The time the chunked micro-batches since the last call spent with every chunk inside
+    /// a tp collective (the tp communication they left exposed); zero without chunks. The
+    /// recorder's time inside tp calls counts each chunk's wait, most of it behind another
+    /// chunk's compute.
+    pub fn take_chunk_exposed(&mut self) -> Duration {
+        std::mem::take(&mut self.chunk_exposed)
+    }
+
     /// Forward and backward of one micro-batch on a single-stage model, as `tps.len()` chunks
     /// of whole sequences that overlap each other's tensor-parallel collectives (see the
     /// module's text); `tps[c]` is chunk c's tp group, each a different communicator over
@@ -190,6 +215,7 @@ impl<B: Backend> Model<B> {
         for (c, w) in works.into_iter().enumerate() {
             self.put_work(c, w);
         }
+        self.chunk_exposed += baton.idle();
         if let Some(f) = ready {
             f(&self.be, 0, &self.store.grads);
         }
@@ -224,6 +250,37 @@ mod tests {
         });
         assert_eq!(most.load(Ordering::SeqCst), 1, "two chunks computed at once");
         assert_eq!(steps.load(Ordering::SeqCst), 150);
+    }
+
+    #[test]
+    fn idle_time_is_the_time_no_chunk_held_the_baton() {
+        let baton = Baton::default();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _holding = baton.hold();
+                // Alone and "in a collective" for 30 ms: all of it exposed.
+                baton.away(|| std::thread::sleep(Duration::from_millis(30)));
+            });
+        });
+        let alone = baton.idle();
+        assert!(alone >= Duration::from_millis(30) && alone < Duration::from_millis(300), "{alone:?}");
+        // One chunk's 200 ms collective behind another's 300 ms of compute: exposed is only
+        // the hand-over (bounded here by half the collective, for loaded machines).
+        let baton = Baton::default();
+        let (inside, wait) = std::sync::mpsc::channel();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _holding = baton.hold();
+                baton.away(|| {
+                    inside.send(()).unwrap();
+                    std::thread::sleep(Duration::from_millis(200))
+                });
+            });
+            wait.recv().unwrap();
+            let _holding = baton.hold();
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        assert!(baton.idle() < Duration::from_millis(100), "{:?}", baton.idle());
     }
 
     #[test]

@@ -83,6 +83,8 @@ pub struct Model<B: Backend> {
     /// The gradients of tp chunks after the first, added to the store's after each
     /// micro-batch (kept between steps; empty without chunks).
     chunk_grads: Vec<Vec<B::Buf>>,
+    /// Exposed tp time of the chunked micro-batches since [`Model::take_chunk_exposed`].
+    chunk_exposed: std::time::Duration,
 }
 
 impl<B: Backend> Model<B> {
@@ -113,6 +115,7 @@ impl<B: Backend> Model<B> {
             recompute_layers: 0,
             works: Vec::new(),
             chunk_grads: Vec::new(),
+            chunk_exposed: std::time::Duration::ZERO,
         })
     }
 

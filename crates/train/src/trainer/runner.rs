@@ -215,9 +215,21 @@ impl<'g, B: Backend> StepRunner<'g, B> {
             if l.stage > 0 {
                 stage_io::recv_activation(model, g.pp, 0, l.stage - 1, &b);
             }
-            if let Some(loss) = model.forward_stage(g.tp, 0, &b, None) {
-                total.sum += loss.sum;
-                total.tokens += loss.tokens;
+            // With tp chunks (single stage), the micro-batch goes through in chunk-sized
+            // pieces, one after the other in slot 0: the buffers the chunks train with.
+            let pieces = self.cfg.parallel.tp_chunks;
+            let n = mb / pieces * seq;
+            for p in 0..pieces {
+                let piece = Batch {
+                    ids: &b.ids[p * n..(p + 1) * n],
+                    targets: &b.targets[p * n..(p + 1) * n],
+                    batch: mb / pieces,
+                    seq,
+                };
+                if let Some(loss) = model.forward_stage(g.tp, 0, &piece, None) {
+                    total.sum += loss.sum;
+                    total.tokens += loss.tokens;
+                }
             }
             if !l.last_stage() {
                 stage_io::send_activation(model, g.pp, 0, l.stage + 1);

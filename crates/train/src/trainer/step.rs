@@ -28,10 +28,11 @@ impl<B: Backend> Job<'_, B> {
             self.train_step()?
         };
         let comm = self.recorder.map(|r| r.take());
+        let exposed_tp = self.learner.model.take_chunk_exposed().as_secs_f64();
         self.at.position += out.sequences;
         self.at.tokens += out.tokens;
         self.at.step += 1;
-        let mut m = self.step_metrics(&out, t0.elapsed().as_secs_f64(), comm);
+        let mut m = self.step_metrics(&out, t0.elapsed().as_secs_f64(), comm, exposed_tp);
         let (flags, warnings) = self.guard.flags(m.step, out.loss, out.grad_norm);
         m.flags = flags;
         if out.skipped {
@@ -68,8 +69,10 @@ impl<B: Backend> Job<'_, B> {
         Ok(self.runner.apply(&mut self.learner, self.g, step, acc, verdict != Verdict::Apply))
     }
 
-    /// The record of the step just done, `dt` seconds long, with the collectives it issued.
-    fn step_metrics(&self, out: &StepOut, dt: f64, comm: Option<Snapshot>) -> StepMetrics {
+    /// The record of the step just done, `dt` seconds long, with the collectives it issued
+    /// (and, with tp chunks, the tp time they left exposed).
+    fn step_metrics(&self, out: &StepOut, dt: f64, comm: Option<Snapshot>, exposed_tp: f64) -> StepMetrics {
+        let chunked = self.ctx.cfg.parallel.tp_chunks > 1;
         StepMetrics {
             step: self.at.step,
             loss: out.loss,
@@ -84,7 +87,10 @@ impl<B: Backend> Job<'_, B> {
             val_losses: None,
             comm_calls: comm.as_ref().map(|c| c.calls()),
             comm_bytes: comm.as_ref().map(|c| c.bytes()),
-            time_split: comm.as_ref().filter(|_| self.world > 1).map(|c| TimeSplit::of(dt, c)),
+            time_split: comm.as_ref().filter(|_| self.world > 1).map(|c| {
+                let split = TimeSplit::of(dt, c);
+                if chunked { split.with_exposed_tp(dt, exposed_tp) } else { split }
+            }),
             flags: Vec::new(),
         }
     }
