@@ -49,6 +49,27 @@ fn four_processes_match_the_in_process_run() {
     assert_grads_close(&gb, &grads(&single, 1), 1e-5);
 }
 
+/// `parallel.tp_chunks` under mpirun: each chunk's tp group is an MPI communicator split off
+/// the tp group, and two processes give the in-process run's losses and gradients bit for bit
+/// (two-rank sums are exact, and chunks are added in a fixed order).
+#[test]
+fn tp_chunks_under_mpirun_match_the_in_process_run() {
+    let Some(mut mpi) = mpirun(2) else { return };
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let grid = ["parallel.tp=2", "parallel.tp_chunks=2"];
+    let (a, b) = (root.path().join("in-process"), root.path().join("mpi"));
+    let dump = ["--quiet", "--dump-grads", "2"];
+    run(boost().arg("train").args(tiny(&data, &a, &grid)).args(dump));
+    run(mpi.arg("train").args(tiny(&data, &b, &grid)).args(dump));
+    let (la, lb) = (losses(&a), losses(&b));
+    assert_eq!(la.len(), lb.len());
+    for (x, y) in la.iter().zip(&lb) {
+        assert_eq!(x.to_bits(), y.to_bits(), "in-process {la:?} vs mpi {lb:?}");
+    }
+    assert_grads_close(&grads(&b, 2), &grads(&a, 2), 0.0);
+}
+
 #[test]
 fn a_failing_process_stops_the_others_and_is_named() {
     let Some(mut mpi) = mpirun(4) else { return };
