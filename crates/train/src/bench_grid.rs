@@ -63,14 +63,8 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
     }
     let rows = run_ranks_with(Dims::new(p.dp, p.pp, p.tp), &ropts, |rank, grid| {
         let c = grid.coord;
-        let chunks = (1..cfg.parallel.tp_chunks).map(|_| grid.tp.duplicate()).collect::<Result<Vec<_>, _>>()?;
-        let g = Groups::<Cpu<f32>> {
-            tp: &grid.tp,
-            pp: &grid.pp,
-            dp: &grid.dp,
-            world: &grid.world,
-            tp_chunks: chunks.iter().map(|c| c as _).collect(),
-        };
+        let chunks = crate::dp::tp_chunk_groups(&grid, cfg.parallel.tp_chunks)?;
+        let g = Groups::cpu(&grid, &chunks);
         let layout = Layout::staged(&cfg.model, p, c.tp, c.pp, p.pp);
         let mut model = Model::new(Cpu::<f32>::new(), &cfg.model, layout, 1)?;
         model.set_recompute(t.recompute);

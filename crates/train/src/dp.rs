@@ -20,6 +20,26 @@ pub struct Groups<'a, B: Backend> {
     pub tp_chunks: Vec<&'a dyn Collective<B>>,
 }
 
+impl<'a> Groups<'a, boost_tensor::cpu::Cpu<f32>> {
+    /// A CPU rank's groups: the grid's own, and `chunks` for chunks 1.. of
+    /// `parallel.tp_chunks` (from [`tp_chunk_groups`]).
+    pub fn cpu(grid: &'a boost_comm::Grid, chunks: &'a [boost_comm::Group]) -> Self {
+        Self {
+            tp: &grid.tp,
+            pp: &grid.pp,
+            dp: &grid.dp,
+            world: &grid.world,
+            tp_chunks: chunks.iter().map(|c| c as _).collect(),
+        }
+    }
+}
+
+/// The tp groups of chunks 1..`chunks` (`parallel.tp_chunks`), each split off the rank's tp
+/// group; every rank makes them in the same order.
+pub fn tp_chunk_groups(grid: &boost_comm::Grid, chunks: usize) -> boost_comm::CommResult<Vec<boost_comm::Group>> {
+    (1..chunks).map(|_| grid.tp.duplicate()).collect()
+}
+
 /// Elements per gradient all-reduce bucket.
 pub const BUCKET: usize = 1 << 22;
 

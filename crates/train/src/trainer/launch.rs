@@ -122,16 +122,8 @@ impl RankCtx<'_> {
     fn run_on(&self, rank: usize, grid: Grid, gpu: Option<usize>) -> Result<Option<Summary>> {
         match gpu {
             None => {
-                // Every rank splits the chunks' groups off its tp group in the same order.
-                let chunks =
-                    (1..self.cfg.parallel.tp_chunks).map(|_| grid.tp.duplicate()).collect::<Result<Vec<_>, _>>()?;
-                let g = Groups::<Cpu<f32>> {
-                    tp: &grid.tp,
-                    pp: &grid.pp,
-                    dp: &grid.dp,
-                    world: &grid.world,
-                    tp_chunks: chunks.iter().map(|c| c as _).collect(),
-                };
+                let chunks = crate::dp::tp_chunk_groups(&grid, self.cfg.parallel.tp_chunks)?;
+                let g = Groups::cpu(&grid, &chunks);
                 self.run_with(rank, grid.coord, grid.dims.world(), Cpu::<f32>::new(), &g, grid.recorder().map(|r| &**r))
             }
             Some(n) => self.run_gpu(rank, grid, n),
