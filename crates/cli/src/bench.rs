@@ -54,9 +54,9 @@ pub struct BenchArgs {
     /// full-rank Megatron, and the low-rank architecture under vanilla and BTP.
     #[arg(long, value_name = "N")]
     pub tp: Option<usize>,
-    /// With --tp: run each micro-batch as N chunks of whole sequences, each chunk computing
-    /// while another's tensor-parallel collectives are in flight (a measurement of chunked
-    /// overlap with model replicas, not the trainer's path; see `bench_tp_chunks`).
+    /// With --tp: also run each micro-batch as N chunks of whole sequences, each computing
+    /// while another's tensor-parallel collectives are in flight (`parallel.tp_chunks`), its
+    /// steps alternated with the unchunked ones; reports the median of the pairs' ratios.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub tp_chunks: usize,
     /// With --tp: also BTP with the sync norm and ungrouped linears.

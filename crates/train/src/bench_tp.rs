@@ -1,7 +1,8 @@
 //! `boost bench --tp N`: the tensor-parallel schemes side by side at one tp degree, ranks in
 //! this process: step time, compute and communication time, and the collectives recorded per
 //! layer and per step. Optional link emulation scaled from an A100 so that the ratio of
-//! communication to compute matches that machine (see [`scaled_link`]).
+//! communication to compute matches that machine (see [`scaled_link`]). With `--tp-chunks C`
+//! each variant also runs as C tp chunks, its steps alternated with the unchunked ones.
 
 use crate::bench::{BenchOptions, gemm_peak};
 use crate::optim::{AdamW, clip_coef, grad_norm};
@@ -23,7 +24,7 @@ pub struct SchemeResult {
     pub grouping: bool,
     pub recompute: String,
     pub tp: usize,
-    /// Chunks each micro-batch ran as (`--tp-chunks`; 1: the engine's path).
+    /// Chunks each micro-batch ran as (`parallel.tp_chunks`; 1: unchunked).
     pub chunks: usize,
     pub step_time_s: f64,
     /// With chunks: the median over rounds of (one-chunk step / chunked step), the two run
