@@ -185,18 +185,23 @@ fn checkpoints_reshard_across_grids() {
 fn a_failing_rank_stops_the_run_and_is_named() {
     let root = tempfile::tempdir().unwrap();
     common::build_dataset(&root.path().join("data"));
-    let mut sets: Vec<String> = ["model.arch=cola", "parallel.tp=2", "parallel.pp=2", "train.accumulation=2"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-    sets.push(format!("run.dir={}", root.path().join("fail").display()));
-    sets.push("model.heads=4".into());
-    let refs: Vec<&str> = sets.iter().map(|s| s.as_str()).collect();
-    let cfg = common::config(root.path(), &refs);
-    let t0 = std::time::Instant::now();
-    let err =
-        train(cfg, TrainOptions { resume: None, quiet: true, fault: Some((3, 2)), ..Default::default() }).unwrap_err();
-    let msg = format!("{err:#}");
-    assert!(msg.contains("rank 3") && msg.contains("injected fault at step 2"), "{msg}");
-    assert!(t0.elapsed().as_secs() < 60, "the other ranks did not stop promptly");
+    // The second grid's ranks wait in their tp chunks' collectives (threads of their own).
+    let grids: [&[&str]; 2] = [
+        &["parallel.tp=2", "parallel.pp=2", "train.accumulation=2"],
+        &["parallel.tp=2", "parallel.dp=2", "parallel.tp_chunks=2"],
+    ];
+    for (i, grid) in grids.iter().enumerate() {
+        let mut sets: Vec<String> = grid.iter().map(|s| s.to_string()).collect();
+        sets.push("model.arch=cola".into());
+        sets.push(format!("run.dir={}", root.path().join(format!("fail-{i}")).display()));
+        sets.push("model.heads=4".into());
+        let refs: Vec<&str> = sets.iter().map(|s| s.as_str()).collect();
+        let cfg = common::config(root.path(), &refs);
+        let t0 = std::time::Instant::now();
+        let err = train(cfg, TrainOptions { resume: None, quiet: true, fault: Some((3, 2)), ..Default::default() })
+            .unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("rank 3") && msg.contains("injected fault at step 2"), "{grid:?}: {msg}");
+        assert!(t0.elapsed().as_secs() < 60, "{grid:?}: the other ranks did not stop promptly");
+    }
 }
