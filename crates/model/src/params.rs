@@ -142,9 +142,23 @@ impl<B: Backend> ParamStore<B> {
     }
 
     pub fn zero_grads(&mut self, backend: &B) {
-        for (g, info) in self.grads.iter_mut().zip(&self.bufs) {
-            backend.fill(MatMut::new(g, 1, info.len), 0.0);
+        zero_like(backend, &mut self.grads, &self.bufs);
+    }
+    /// Gradient buffers of this store's sizes, zeroed (allocated when `bufs` is empty): a tp
+    /// chunk's own gradients.
+    pub fn zeroed_grads(&self, backend: &B, mut bufs: Vec<B::Buf>) -> Vec<B::Buf> {
+        if bufs.is_empty() {
+            bufs = self.bufs.iter().map(|i| backend.alloc(i.len)).collect();
         }
+        zero_like(backend, &mut bufs, &self.bufs);
+        bufs
+    }
+}
+
+/// Zero each of `bufs`, buffer i holding `infos[i].len` elements.
+fn zero_like<B: Backend>(backend: &B, bufs: &mut [B::Buf], infos: &[BufInfo]) {
+    for (g, info) in bufs.iter_mut().zip(infos) {
+        backend.fill(MatMut::new(g, 1, info.len), 0.0);
     }
 }
 

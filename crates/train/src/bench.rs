@@ -140,7 +140,7 @@ fn status_mib(key: &str) -> f64 {
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
-fn median(v: &[f64]) -> f64 {
+pub(crate) fn median(v: &[f64]) -> f64 {
     let mut s = v.to_vec();
     s.sort_by(|a, b| a.partial_cmp(b).unwrap());
     if s.is_empty() { 0.0 } else { s[s.len() / 2] }

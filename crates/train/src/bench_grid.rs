@@ -76,14 +76,12 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
         let (mut times, mut split) = (Vec::new(), TimeSplit::default());
         for s in 0..steps {
             rec.take();
-            learner.model.take_chunk_exposed();
             let t0 = Instant::now();
             runner.step(&mut learner, &g, &loader, s as u64, (s * per_step) as u64);
             let dt = t0.elapsed().as_secs_f64();
+            let exposed_tp = learner.model.take_chunk_exposed();
             if s >= opts.warmup {
-                let sp = TimeSplit::of(dt, &rec.take());
-                let exposed = learner.model.take_chunk_exposed().as_secs_f64();
-                let sp = if cfg.parallel.tp_chunks > 1 { sp.with_exposed_tp(dt, exposed) } else { sp };
+                let sp = TimeSplit::of(dt, &rec.take(), exposed_tp);
                 times.push(dt);
                 split.add_scaled(&sp, 1.0 / opts.rounds as f64);
             }

@@ -4,7 +4,7 @@
 //! communication to compute matches that machine (see [`scaled_link`]). With `--tp-chunks C`
 //! each variant also runs as C tp chunks, its steps alternated with the unchunked ones.
 
-use crate::bench::{BenchOptions, gemm_peak};
+use crate::bench::{BenchOptions, gemm_peak, median};
 use crate::optim::{AdamW, clip_coef, grad_norm};
 use anyhow::Result;
 use boost_comm::{Dims, GridOptions, Link, Links, RunOptions, run_ranks_with};
@@ -231,9 +231,9 @@ impl ModeRun {
             },
             tp: tb.tp,
             chunks,
-            step_time_s: median(self.times.clone()),
+            step_time_s: median(&self.times),
             vs_one_chunk: (chunks > 1)
-                .then(|| median(one_chunk_times.iter().zip(&self.times).map(|(one, c)| one / c).collect())),
+                .then(|| median(&one_chunk_times.iter().zip(&self.times).map(|(one, c)| one / c).collect::<Vec<_>>())),
             compute_s: self.compute / r,
             comm_s: self.comm / r,
             emulated_s: self.emulated / r,
@@ -249,11 +249,6 @@ impl ModeRun {
             start_rss_mib: start,
         }
     }
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 impl SchemeResult {

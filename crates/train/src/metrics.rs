@@ -62,11 +62,16 @@ pub struct TimeSplit {
 }
 
 impl TimeSplit {
-    /// Split `step_s` by a recorder snapshot's per-group times.
-    pub fn of(step_s: f64, s: &boost_comm::Snapshot) -> Self {
+    /// Split `step_s` by a recorder snapshot's per-group times. With `parallel.tp_chunks`,
+    /// `chunked_tp` is the tp time the step's chunks left exposed (every chunk inside a tp
+    /// call at once, [`boost_model::Model::take_chunk_exposed`]): the time the step waited
+    /// for tp, rather than the sum of the chunks' calls, most of which ran behind another
+    /// chunk's compute; that sum stays the in-flight time.
+    pub fn of(step_s: f64, s: &boost_comm::Snapshot, chunked_tp: Option<std::time::Duration>) -> Self {
         let waited = |g: &str| s.group(g).waited.as_secs_f64();
         let flight = |g: &str| s.group(g).in_flight.as_secs_f64();
-        let (tp, pp, dp, world) = (waited("tp"), waited("pp"), waited("dp"), waited("world"));
+        let tp = chunked_tp.map_or_else(|| waited("tp"), |d| d.as_secs_f64());
+        let (pp, dp, world) = (waited("pp"), waited("dp"), waited("world"));
         Self {
             compute_s: (step_s - tp - pp - dp - world).max(0.0),
             tp_s: tp,
@@ -78,16 +83,6 @@ impl TimeSplit {
             dp_in_flight_s: flight("dp"),
             world_in_flight_s: flight("world"),
         }
-    }
-
-    /// With `parallel.tp_chunks`: the tp time the step waited is what its chunks left
-    /// exposed (every chunk inside a tp call at once, [`boost_model::Model::take_chunk_exposed`]),
-    /// not the sum of the chunks' calls, most of which ran behind another chunk's compute;
-    /// that sum stays the in-flight time.
-    pub fn with_exposed_tp(mut self, step_s: f64, exposed_tp_s: f64) -> Self {
-        self.tp_s = exposed_tp_s;
-        self.compute_s = (step_s - self.tp_s - self.pp_s - self.dp_s - self.world_s).max(0.0);
-        self
     }
 
     /// `self + o · w`, field by field (means over steps).

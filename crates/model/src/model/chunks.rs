@@ -134,11 +134,11 @@ impl<B: Backend> Collective<B> for BatonGroup<'_, B> {
 
 impl<B: Backend> Model<B> {
     /// The time the chunked micro-batches since the last call spent with every chunk inside
-    /// a tp collective (the tp communication they left exposed); zero without chunks. The
+    /// a tp collective (the tp communication they left exposed); None when none ran. The
     /// recorder's time inside tp calls counts each chunk's wait, most of it behind another
     /// chunk's compute.
-    pub fn take_chunk_exposed(&mut self) -> Duration {
-        std::mem::take(&mut self.chunk_exposed)
+    pub fn take_chunk_exposed(&mut self) -> Option<Duration> {
+        self.chunk_exposed.take()
     }
 
     /// Forward and backward of one micro-batch on a single-stage model, as `tps.len()` chunks
@@ -165,25 +165,15 @@ impl<B: Backend> Model<B> {
         if let Some(need) = need {
             need(&self.be, self.store.bufs.len(), &mut self.store.values);
         }
-        let (batch, tc) = (b.batch / chunks, b.batch / chunks * b.seq);
-        fn part(s: &[u32], c: usize, tc: usize) -> &[u32] {
-            if s.is_empty() { s } else { &s[c * tc..(c + 1) * tc] }
-        }
-        let batches: Vec<Batch> = (0..chunks)
-            .map(|c| Batch { ids: part(b.ids, c, tc), targets: part(b.targets, c, tc), batch, seq: b.seq })
-            .collect();
+        let batches: Vec<Batch> = (0..chunks).map(|c| b.chunk(c, chunks)).collect();
         let mut works: Vec<Work<B>> = batches.iter().enumerate().map(|(c, cb)| self.take_work(c, cb)).collect();
         // Chunk 0 accumulates into the store's gradients; the others into buffers of their
         // own, zeroed here and added below.
-        let mut grads = vec![std::mem::take(&mut self.store.grads)];
+        let store = std::mem::take(&mut self.store.grads);
         let mut own = std::mem::take(&mut self.chunk_grads);
-        own.resize_with(chunks - 1, || self.store.bufs.iter().map(|i| self.be.alloc(i.len)).collect());
-        for g in &mut own {
-            for (buf, info) in g.iter_mut().zip(&self.store.bufs) {
-                self.be.fill(MatMut::new(buf, 1, info.len), 0.0);
-            }
-        }
-        grads.extend(own);
+        own.resize_with(chunks - 1, Vec::new);
+        let own = own.into_iter().map(|g| self.store.zeroed_grads(&self.be, g));
+        let mut grads: Vec<_> = std::iter::once(store).chain(own).collect();
         let baton = Baton::default();
         let this = &*self;
         let losses: Vec<LossSum> = std::thread::scope(|s| {
@@ -215,7 +205,7 @@ impl<B: Backend> Model<B> {
         for (c, w) in works.into_iter().enumerate() {
             self.put_work(c, w);
         }
-        self.chunk_exposed += baton.idle();
+        *self.chunk_exposed.get_or_insert_default() += baton.idle();
         if let Some(f) = ready {
             f(&self.be, 0, &self.store.grads);
         }

@@ -21,6 +21,17 @@ pub struct Batch<'a> {
     pub seq: usize,
 }
 
+impl<'a> Batch<'a> {
+    /// Chunk `c` of `chunks` equal chunks of whole sequences (`parallel.tp_chunks`); empty
+    /// targets stay empty.
+    pub fn chunk(&self, c: usize, chunks: usize) -> Batch<'a> {
+        let batch = self.batch / chunks;
+        let n = batch * self.seq;
+        let part = |s: &'a [u32]| if s.is_empty() { s } else { &s[c * n..(c + 1) * n] };
+        Batch { ids: part(self.ids), targets: part(self.targets), batch, seq: self.seq }
+    }
+}
+
 /// Called during a backward as gradients become final: `ready(be, k, grads)` says that the
 /// gradient buffers `k..` will not change again in this backward (the head's first, then each
 /// layer's, from the last layer down, then the embedding's). The caller may start reducing them.
@@ -84,7 +95,7 @@ pub struct Model<B: Backend> {
     /// micro-batch (kept between steps; empty without chunks).
     chunk_grads: Vec<Vec<B::Buf>>,
     /// Exposed tp time of the chunked micro-batches since [`Model::take_chunk_exposed`].
-    chunk_exposed: std::time::Duration,
+    chunk_exposed: Option<std::time::Duration>,
 }
 
 impl<B: Backend> Model<B> {
@@ -115,7 +126,7 @@ impl<B: Backend> Model<B> {
             recompute_layers: 0,
             works: Vec::new(),
             chunk_grads: Vec::new(),
-            chunk_exposed: std::time::Duration::ZERO,
+            chunk_exposed: None,
         })
     }
 

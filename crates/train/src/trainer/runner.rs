@@ -140,8 +140,6 @@ impl<'g, B: Backend> StepRunner<'g, B> {
             (0..acc).map(|a| Batch { ids: &self.inputs[a], targets: &self.targets[a], batch: mb, seq }).collect();
         let scale = 1.0 / global_tokens;
         let gathers = std::mem::take(&mut self.gathers);
-        // With tp chunks, chunk 0 runs on the rank's tp group and chunk c on tp_chunks[c − 1].
-        let tps: Vec<&dyn Collective<B>> = std::iter::once(g.tp).chain(g.tp_chunks.iter().copied()).collect();
         let loss = match self.sync.as_mut() {
             Some(plan) => {
                 // Parameter gathers complete as the first forward reaches them; buckets start
@@ -155,21 +153,13 @@ impl<'g, B: Backend> StepRunner<'g, B> {
                 let mut ready = |be: &B, k: usize, grads: &[B::Buf]| sync.borrow_mut().ready(be, k, grads);
                 let mut need = |be: &B, k: usize, values: &mut [B::Buf]| sync.borrow_mut().need(be, k, values);
                 let hooks = Hooks { ready: Some(&mut ready), need: Some(&mut need) };
-                let loss = if tps.len() > 1 {
-                    self.stage.run_chunked(model, &tps, &batches, scale, hooks)
-                } else {
-                    self.stage.run_with(model, g.tp, g.pp, &batches, scale, hooks)
-                };
+                let loss = run_stage(&mut self.stage, model, g, &batches, scale, hooks);
                 sync.into_inner().finish(&model.be, &mut model.store);
                 loss
             }
             None => {
                 l.complete(gathers);
-                let loss = if tps.len() > 1 {
-                    self.stage.run_chunked(&mut l.model, &tps, &batches, scale, Hooks::default())
-                } else {
-                    self.stage.run(&mut l.model, g.tp, g.pp, &batches, scale)
-                };
+                let loss = run_stage(&mut self.stage, &mut l.model, g, &batches, scale, Hooks::default());
                 l.sync_grads(g.dp, &mut self.bucket);
                 loss
             }
@@ -218,15 +208,8 @@ impl<'g, B: Backend> StepRunner<'g, B> {
             // With tp chunks (single stage), the micro-batch goes through in chunk-sized
             // pieces, one after the other in slot 0: the buffers the chunks train with.
             let pieces = self.cfg.parallel.tp_chunks;
-            let n = mb / pieces * seq;
             for p in 0..pieces {
-                let piece = Batch {
-                    ids: &b.ids[p * n..(p + 1) * n],
-                    targets: &b.targets[p * n..(p + 1) * n],
-                    batch: mb / pieces,
-                    seq,
-                };
-                if let Some(loss) = model.forward_stage(g.tp, 0, &piece, None) {
+                if let Some(loss) = model.forward_stage(g.tp, 0, &b.chunk(p, pieces), None) {
                     total.sum += loss.sum;
                     total.tokens += loss.tokens;
                 }
@@ -242,4 +225,22 @@ impl<'g, B: Backend> StepRunner<'g, B> {
         let (total, _) = self.report(model, g, total);
         total.sum / total.tokens.max(1) as f64
     }
+}
+
+/// A step's micro-batches through this rank's stage: as tp chunks when the groups have them
+/// (chunk 0 on the rank's tp group, chunk c on `tp_chunks[c − 1]`), else by the stage's op
+/// table.
+fn run_stage<B: Backend>(
+    stage: &mut StageRunner<B>,
+    model: &mut Model<B>,
+    g: &Groups<B>,
+    batches: &[Batch],
+    scale: f64,
+    hooks: Hooks<B>,
+) -> LossSum {
+    if g.tp_chunks.is_empty() {
+        return stage.run_with(model, g.tp, g.pp, batches, scale, hooks);
+    }
+    let tps: Vec<&dyn Collective<B>> = std::iter::once(g.tp).chain(g.tp_chunks.iter().copied()).collect();
+    stage.run_chunked(model, &tps, batches, scale, hooks)
 }

@@ -8,7 +8,7 @@ use crate::metrics::{StepMetrics, TimeSplit};
 use anyhow::{Result, bail};
 use boost_comm::Snapshot;
 use boost_tensor::Backend;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl<B: Backend> Job<'_, B> {
     /// One optimizer step and its metrics record (flags set, no validation yet). An applied
@@ -28,7 +28,7 @@ impl<B: Backend> Job<'_, B> {
             self.train_step()?
         };
         let comm = self.recorder.map(|r| r.take());
-        let exposed_tp = self.learner.model.take_chunk_exposed().as_secs_f64();
+        let exposed_tp = self.learner.model.take_chunk_exposed();
         self.at.position += out.sequences;
         self.at.tokens += out.tokens;
         self.at.step += 1;
@@ -71,8 +71,13 @@ impl<B: Backend> Job<'_, B> {
 
     /// The record of the step just done, `dt` seconds long, with the collectives it issued
     /// (and, with tp chunks, the tp time they left exposed).
-    fn step_metrics(&self, out: &StepOut, dt: f64, comm: Option<Snapshot>, exposed_tp: f64) -> StepMetrics {
-        let chunked = self.ctx.cfg.parallel.tp_chunks > 1;
+    fn step_metrics(
+        &self,
+        out: &StepOut,
+        dt: f64,
+        comm: Option<Snapshot>,
+        exposed_tp: Option<Duration>,
+    ) -> StepMetrics {
         StepMetrics {
             step: self.at.step,
             loss: out.loss,
@@ -87,10 +92,7 @@ impl<B: Backend> Job<'_, B> {
             val_losses: None,
             comm_calls: comm.as_ref().map(|c| c.calls()),
             comm_bytes: comm.as_ref().map(|c| c.bytes()),
-            time_split: comm.as_ref().filter(|_| self.world > 1).map(|c| {
-                let split = TimeSplit::of(dt, c);
-                if chunked { split.with_exposed_tp(dt, exposed_tp) } else { split }
-            }),
+            time_split: comm.as_ref().filter(|_| self.world > 1).map(|c| TimeSplit::of(dt, c, exposed_tp)),
             flags: Vec::new(),
         }
     }
