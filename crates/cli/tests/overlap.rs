@@ -11,13 +11,16 @@ use common::*;
 fn losses_and_gradients_are_bit_identical_with_overlap_on_and_off() {
     let root = tempfile::tempdir().unwrap();
     let data = dataset(root.path());
-    let layouts: [&[&str]; 5] = [
+    let layouts: [&[&str]; 7] = [
         &["parallel.dp=2", "train.accumulation=2"],
         &["parallel.dp=2", "parallel.zero=1", "train.accumulation=1"],
         // Tied embeddings on the pipeline's end stages: their bucket waits for the stages' sum.
         &["parallel.dp=2", "parallel.pp=2", "train.accumulation=2", "model.tie_embeddings=true"],
         &["parallel.dp=2", "parallel.pp=2", "parallel.schedule=afab", "parallel.zero=1", "train.accumulation=2"],
         &["parallel.dp=2", "parallel.pp=2", "parallel.tp=2", "train.accumulation=2"],
+        // tp chunks: the buckets start as every chunk's backward finishes their layers.
+        &["parallel.dp=2", "parallel.tp=2", "parallel.tp_chunks=2", "train.accumulation=2"],
+        &["parallel.dp=2", "parallel.tp=2", "parallel.tp_chunks=2", "parallel.zero=1", "model.tie_embeddings=true"],
     ];
     for (i, sets) in layouts.iter().enumerate() {
         let runs: Vec<_> = ["true", "false"]

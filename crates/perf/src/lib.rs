@@ -11,6 +11,7 @@
 
 pub mod calibrate;
 pub mod chart;
+pub mod chunks;
 pub mod cli;
 pub mod hardware;
 pub mod layer;

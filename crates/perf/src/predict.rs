@@ -24,7 +24,11 @@ pub struct Breakdown {
     pub compute_s: f64,
     /// The part of `compute_s` (and of `tp_comm_s`) spent redoing forward work.
     pub recompute_s: f64,
+    /// Tensor-parallel traffic: the time it adds to the step (exposed); all of it unless the
+    /// micro-batch runs in chunks (`parallel.tp_chunks`, [`crate::chunks`]).
     pub tp_comm_s: f64,
+    /// The same traffic's whole duration, every chunk's calls counted.
+    pub tp_in_flight_s: f64,
     pub pp_comm_s: f64,
     /// Data-parallel gradient traffic, tied-embedding and gradient-norm all-reduces: the time
     /// they add to the step (exposed).
@@ -48,7 +52,10 @@ impl Breakdown {
             Op::Elementwise(e) if e.label == "optimizer" => self.optimizer_s += t,
             Op::Elementwise(_) => self.elementwise_s += t,
             Op::Collective(c) => match c.group {
-                Group::Tp => self.tp_comm_s += t,
+                Group::Tp => {
+                    self.tp_comm_s += t;
+                    self.tp_in_flight_s += t;
+                }
                 Group::Pp if c.label.starts_with("pp.") => self.pp_comm_s += t,
                 _ => {
                     self.dp_comm_s += t;
@@ -77,6 +84,7 @@ impl Breakdown {
             &mut self.compute_s,
             &mut self.recompute_s,
             &mut self.tp_comm_s,
+            &mut self.tp_in_flight_s,
             &mut self.pp_comm_s,
             &mut self.dp_comm_s,
             &mut self.dp_in_flight_s,
@@ -93,6 +101,7 @@ impl Breakdown {
         self.elementwise_s += o.elementwise_s;
         self.recompute_s += o.recompute_s;
         self.tp_comm_s += o.tp_comm_s;
+        self.tp_in_flight_s += o.tp_in_flight_s;
         self.pp_comm_s += o.pp_comm_s;
         self.dp_comm_s += o.dp_comm_s;
         self.dp_in_flight_s += o.dp_in_flight_s;
@@ -191,6 +200,9 @@ struct StageMicroBatch {
 }
 
 fn stage_micro_batch(s: &Setup, timer: &Timer, stage: usize) -> StageMicroBatch {
+    if s.tp_chunks > 1 {
+        return chunked_micro_batch(s, timer);
+    }
     let mut out = StageMicroBatch::default();
     for op in stage_ops(s, stage).all() {
         let t = timer.op(op);
@@ -213,6 +225,29 @@ fn stage_micro_batch(s: &Setup, timer: &Timer, stage: usize) -> StageMicroBatch 
     }
     out.time.finish();
     out
+}
+
+/// A single-stage micro-batch as `tp_chunks` chunks: each chunk's ops on its share of the
+/// sequences, C times over, with only the tp time the other chunks' compute does not cover
+/// exposed ([`crate::chunks`]).
+fn chunked_micro_batch(s: &Setup, timer: &Timer) -> StageMicroBatch {
+    let c = s.tp_chunks;
+    let chunk = Setup { micro_batch: s.micro_batch / c, tp_chunks: 1, ..s.clone() };
+    let one = stage_micro_batch(&chunk, timer, 0);
+    let ops = stage_ops(&chunk, 0);
+    let exposed = crate::chunks::exposed_tp(crate::chunks::in_order(&ops), |o| timer.op(o), c);
+    let mut time = one.time;
+    time.scale(c as f64);
+    time.tp_comm_s = exposed;
+    time.finish();
+    let k = c as f64;
+    StageMicroBatch {
+        time,
+        gemm_flops: one.gemm_flops * k,
+        exec_flops: one.exec_flops * k,
+        forward: one.forward * k,
+        backward: one.backward * k,
+    }
 }
 
 pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {

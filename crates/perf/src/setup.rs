@@ -125,6 +125,8 @@ pub struct Setup {
     pub overlap: bool,
     /// Bucket size in MB (10⁶ bytes) when overlapping (`parallel.bucket_mb`).
     pub bucket_mb: f64,
+    /// Chunks of a micro-batch that overlap each other's tp collectives (`parallel.tp_chunks`).
+    pub tp_chunks: usize,
 }
 
 impl Setup {
@@ -154,6 +156,7 @@ impl Setup {
             attention: AttnConvention::Causal,
             overlap: cfg.parallel.overlap,
             bucket_mb: cfg.parallel.bucket_mb,
+            tp_chunks: cfg.parallel.tp_chunks,
         };
         s.validate()?;
         Ok(s)
@@ -184,6 +187,7 @@ impl Setup {
             attention: AttnConvention::Causal,
             overlap: true,
             bucket_mb: 25.0,
+            tp_chunks: 1,
         })
     }
 
@@ -199,6 +203,7 @@ impl Setup {
             schedule: self.schedule,
             zero: self.zero,
             grouping: self.grouping,
+            tp_chunks: self.tp_chunks,
             ..Default::default()
         };
         if let Ok(n) = self.norm.try_into_mode() {
@@ -214,6 +219,13 @@ impl Setup {
         }
         if self.micro_batch == 0 || self.seq == 0 || self.accumulation == 0 {
             bail!("micro_batch, seq and accumulation must be at least 1");
+        }
+        if !self.micro_batch.is_multiple_of(self.tp_chunks) {
+            bail!(
+                "parallel.tp_chunks = {} does not divide train.micro_batch = {} into equal chunks; choose a divisor",
+                self.tp_chunks,
+                self.micro_batch
+            );
         }
         if m.vocab == 0 {
             bail!("model.vocab must be set for the planner (e.g. --set model.vocab=32000)");
@@ -262,7 +274,7 @@ impl Setup {
         let sharded = boost_plan::declaration(self.scheme).residual == boost_plan::Placement::Sharded;
         let norm = if sharded { self.norm.name() } else { "replicated" };
         format!(
-            "{} {} · {} · norm {} · {} · recompute {} · tp{} pp{} dp{} · mb {} × seq {} × acc {} · {}",
+            "{} {} · {} · norm {} · {} · recompute {} · tp{}{} pp{} dp{} · mb {} × seq {} × acc {} · {}",
             self.model.preset,
             self.model.arch.name(),
             scheme_name(self.scheme),
@@ -270,6 +282,7 @@ impl Setup {
             if self.grouping { "grouped" } else { "ungrouped" },
             recompute_name(self.recompute),
             self.tp,
+            if self.tp_chunks > 1 { format!(" ({} chunks)", self.tp_chunks) } else { String::new() },
             self.pp,
             self.dp,
             self.micro_batch,

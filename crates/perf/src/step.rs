@@ -331,7 +331,8 @@ pub fn stage_memory(s: &Setup, stage: usize) -> Memory {
     let n = stage_params_rank(s, stage) as f64;
     let a = s.dtype.bytes() as f64;
     let weights = n * a;
-    let gradients = n * GRAD_BYTES as f64;
+    // tp chunks: each chunk after the first accumulates into gradients of its own.
+    let gradients = n * GRAD_BYTES as f64 * s.tp_chunks as f64;
     let master = if s.dtype == Dtype::Bf16 { 4.0 } else { 0.0 };
     let zero = if s.zero == 1 { s.dp as f64 } else { 1.0 };
     let optimizer = n * (8.0 + master) / zero;

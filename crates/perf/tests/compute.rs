@@ -281,3 +281,44 @@ fn zero1_parameter_gathers_hide_behind_the_update_and_the_next_forward() {
     // the third left by the update alone.
     assert!(on.dp_comm_s < 1.02 * share, "exposed {} s for a table's share of {share} s", on.dp_comm_s);
 }
+
+#[test]
+fn tp_chunks_hide_tp_collectives_behind_the_other_chunks_compute() {
+    // The overlap benchmark's CPU, its tp pairs on the A100-scaled link (3500 µs, 0.34 GB/s)
+    // of the chunks' measurement (README, "Tensor-parallel chunks").
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/overlap-bench-cluster.toml"))
+        .unwrap()
+        .replace("alpha_s = 5e-6", "alpha_s = 3.5e-3")
+        .replace("bandwidth = 1e10", "bandwidth = 3.4e8");
+    let hw = Hardware::from_toml_str(&text).unwrap();
+    let mut s = setup("cola-60m", Arch::Cola, Scheme::Btp, 2);
+    (s.micro_batch, s.seq, s.dtype, s.model.vocab) = (8, 256, Dtype::F32, 8192);
+    let one = predict(&s, &hw);
+    // One chunk: every tp second adds to the step.
+    let b1 = &one.micro_batch;
+    assert!(b1.tp_comm_s > 0.1 && (b1.tp_comm_s - b1.tp_in_flight_s).abs() < 1e-12, "{b1:?}");
+    s.tp_chunks = 2;
+    let two = predict(&s, &hw);
+    let b2 = &two.micro_batch;
+    // Twice the calls on half the elements each: the latency terms twice over, so more in
+    // flight ...
+    let timer = Timer::new(&hw, &s);
+    let latency = |o: &Op| match o {
+        Op::Collective(c) if c.group == Group::Tp => timer.op(&Op::Collective(Collective { elements: 0, ..c.clone() })),
+        _ => 0.0,
+    };
+    let extra: f64 = stage_ops(&s, 0).all().map(latency).sum();
+    assert!(extra > 0.1, "{extra}");
+    assert!((b2.tp_in_flight_s - b1.tp_in_flight_s - extra).abs() < 1e-9, "{b1:?} {b2:?}");
+    // ... but most of it behind the other chunk's compute; the compute itself is the same
+    // work on smaller GEMMs, no faster.
+    assert!(b2.tp_comm_s < 0.5 * b2.tp_in_flight_s, "{b2:?}");
+    assert!(b2.compute_s >= b1.compute_s * (1.0 - 1e-9), "{b1:?} {b2:?}");
+    assert!(two.iteration_time_s < one.iteration_time_s, "{} vs {}", two.iteration_time_s, one.iteration_time_s);
+    // Each chunk after the first keeps gradients of its own.
+    assert!((two.memory.gradients - 2.0 * one.memory.gradients).abs() < 1.0);
+    // A micro-batch that does not split is refused, naming the key.
+    s.tp_chunks = 3;
+    let e = s.validate().unwrap_err().to_string();
+    assert!(e.contains("parallel.tp_chunks") && e.contains("train.micro_batch"), "{e}");
+}

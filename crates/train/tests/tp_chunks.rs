@@ -88,3 +88,41 @@ fn other_schemes_and_recompute_match_one_chunk() {
     check(&["model.arch=lax"], 2, Recompute::Lowrank);
     check(&["model.arch=cola"], 2, Recompute::Full);
 }
+
+/// With a `ready` hook the chunks' gradients are summed part by part as every chunk finishes
+/// that part (the head's, then each layer's from the top, then the embedding's), so data
+/// parallelism can start reducing them during the backward: each part handed to the hook
+/// holds its final bits.
+#[test]
+fn ready_hands_over_each_part_summed_as_the_chunks_finish_it() {
+    let cfg = config(&["model.arch=cola"]);
+    let ids: Vec<u32> = (0..T + 1).map(|i| ((i * 5 + 1) % 61) as u32).collect();
+    for tie in [false, true] {
+        let cfg = if tie { config(&["model.arch=cola", "model.tie_embeddings=true"]) } else { cfg.clone() };
+        let ranks = run_ranks_with(Dims::tp(2), &RunOptions::default(), |rank, grid| {
+            let layout = Layout::from_config(&cfg.model, &cfg.parallel, rank);
+            let mut m = Model::new(Cpu::<f32>::new(), &cfg.model, layout, 5)?;
+            let extra = grid.tp.duplicate()?;
+            let tps: [&dyn Collective<Cpu<f32>>; 2] = [&grid.tp, &extra];
+            let b = Batch { ids: &ids[..T], targets: &ids[1..], batch: B, seq: S };
+            let mut reports: Vec<(usize, Vec<Vec<f32>>)> = Vec::new();
+            m.forward_backward_chunks(&tps, &b, 1.0 / T as f64, None, None);
+            let mut hook = |_: &Cpu<f32>, k: usize, g: &[Vec<f32>]| reports.push((k, g[k..].to_vec()));
+            m.forward_backward_chunks(&tps, &b, 1.0 / T as f64, None, Some(&mut hook));
+            Ok((reports, m.store.grads.clone(), m.store.bufs.len()))
+        })
+        .unwrap();
+        for (rank, (reports, grads, bufs)) in ranks.iter().enumerate() {
+            let ks: Vec<usize> = reports.iter().map(|r| r.0).collect();
+            // The head's part, one per layer (2 layers), the embedding's.
+            assert!(ks.len() >= 4, "tie {tie}, rank {rank}: parts handed over at {ks:?}");
+            assert!(ks.windows(2).all(|w| w[0] > w[1]) && ks[0] < *bufs && ks.last() == Some(&0), "{ks:?}");
+            for (k, part) in reports {
+                for (i, (got, want)) in part.iter().zip(&grads[*k..]).enumerate() {
+                    let same = got.len() == want.len() && got.iter().zip(want).all(|(x, y)| x.to_bits() == y.to_bits());
+                    assert!(same, "tie {tie}, rank {rank}: buffer {} handed over at {k} is not final", k + i);
+                }
+            }
+        }
+    }
+}

@@ -146,7 +146,9 @@ impl<B: Backend> Model<B> {
     /// module's text); `tps[c]` is chunk c's tp group, each a different communicator over
     /// the same ranks. Gradients accumulate into the store's, scaled by `grad_scale`, as with
     /// [`Model::forward_backward`]. `need` is completed for every parameter before the
-    /// chunks start; `ready` is told once, at the end, when every gradient is final.
+    /// chunks start. `ready` is told as each part's gradients become final in every chunk:
+    /// they are summed then, in chunk order, so a reduction can start while the chunks'
+    /// backward goes on below that part.
     pub fn forward_backward_chunks(
         &mut self,
         tps: &[&dyn Collective<B>],
@@ -168,48 +170,126 @@ impl<B: Backend> Model<B> {
         let batches: Vec<Batch> = (0..chunks).map(|c| b.chunk(c, chunks)).collect();
         let mut works: Vec<Work<B>> = batches.iter().enumerate().map(|(c, cb)| self.take_work(c, cb)).collect();
         // Chunk 0 accumulates into the store's gradients; the others into buffers of their
-        // own, zeroed here and added below.
+        // own, zeroed here. Each chunk hands its final buffers to the summing below.
         let store = std::mem::take(&mut self.store.grads);
         let mut own = std::mem::take(&mut self.chunk_grads);
         own.resize_with(chunks - 1, Vec::new);
         let own = own.into_iter().map(|g| self.store.zeroed_grads(&self.be, g));
         let mut grads: Vec<_> = std::iter::once(store).chain(own).collect();
         let baton = Baton::default();
+        let mut sum = ChunkSum::new(&self.be, self.store.bufs.len(), chunks);
+        let (handed, hands) = std::sync::mpsc::channel::<Handed<B>>();
         let this = &*self;
         let losses: Vec<LossSum> = std::thread::scope(|s| {
-            let threads: Vec<_> = (works.iter_mut().zip(grads.iter_mut()))
+            let threads: Vec<_> = (works.iter_mut().zip(grads.iter_mut()).enumerate())
                 .zip(tps.iter().zip(&batches))
-                .map(|((w, g), (&tp, cb))| {
-                    let baton = &baton;
+                .map(|((c, (w, g)), (&tp, cb))| {
+                    let (baton, handed) = (&baton, handed.clone());
                     s.spawn(move || {
                         let tp = BatonGroup { inner: tp, baton };
                         let _holding = baton.hold();
                         this.forward_layers_shared(&tp, w, None);
                         let loss = this.loss(&tp, w, Some(grad_scale), cb.targets);
-                        this.backward_into(g, &tp, w, None);
+                        // Buffers `from..` are final in this chunk: hand them over (the
+                        // backward never writes them again; empty buffers take their place).
+                        let mut upto = g.len();
+                        let mut hand = |be: &B, from: usize, g: &mut [B::Buf]| {
+                            if from < upto {
+                                let bufs =
+                                    g[from..upto].iter_mut().map(|b| std::mem::replace(b, be.alloc(0))).collect();
+                                upto = from;
+                                // The summing side hangs up only when a chunk has panicked.
+                                handed.send(Handed { chunk: c, from, bufs }).ok();
+                            }
+                        };
+                        this.backward_into(g, &tp, w, Some(&mut hand));
                         loss
                     })
                 })
                 .collect();
+            drop(handed);
+            // Sum each part once every chunk has handed it over (the same part, in the same
+            // order, from every chunk), holding the baton like any other compute.
+            let mut ready = ready;
+            for h in hands {
+                let Some(parts) = sum.queue(h) else { continue };
+                let _holding = baton.hold();
+                let from = sum.add(parts, &this.be, &this.store.bufs);
+                if let Some(f) = ready.as_deref_mut() {
+                    f(&this.be, from, &sum.total);
+                }
+            }
             let joined: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
             joined.into_iter().map(|r| r.unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
         });
-        let mut grads = grads.into_iter();
-        self.store.grads = grads.next().expect("chunk 0's gradients");
-        for g in grads {
-            for ((dst, src), info) in self.store.grads.iter_mut().zip(&g).zip(&self.store.bufs) {
-                self.be.axpy(MatMut::new(dst, 1, info.len), Mat::new(src, 1, info.len), 1.0);
-            }
-            self.chunk_grads.push(g);
-        }
+        assert_eq!(sum.upto, 0, "every chunk hands over every gradient buffer");
+        self.store.grads = sum.total;
+        self.chunk_grads = sum.spare;
         for (c, w) in works.into_iter().enumerate() {
             self.put_work(c, w);
         }
         *self.chunk_exposed.get_or_insert_default() += baton.idle();
-        if let Some(f) = ready {
-            f(&self.be, 0, &self.store.grads);
-        }
         losses.iter().fold(LossSum::default(), |a, l| LossSum { sum: a.sum + l.sum, tokens: a.tokens + l.tokens })
+    }
+}
+
+/// Chunk `chunk`'s gradient buffers `from..` (up to its previous hand-over), final.
+struct Handed<B: Backend> {
+    chunk: usize,
+    from: usize,
+    bufs: Vec<B::Buf>,
+}
+
+/// The chunks' gradients, summed part by part as every chunk hands the part over.
+struct ChunkSum<B: Backend> {
+    /// Chunk c's hand-overs not yet summed, oldest first.
+    queued: Vec<std::collections::VecDeque<Handed<B>>>,
+    /// The sums: buffers `upto..` hold them (chunk 0's buffers, the others added in order).
+    total: Vec<B::Buf>,
+    /// Chunks 1..'s buffers once added, kept for the next micro-batch.
+    spare: Vec<Vec<B::Buf>>,
+    upto: usize,
+}
+
+impl<B: Backend> ChunkSum<B> {
+    fn new(be: &B, bufs: usize, chunks: usize) -> Self {
+        let empty = || (0..bufs).map(|_| be.alloc(0)).collect::<Vec<_>>();
+        Self {
+            queued: (0..chunks).map(|_| Default::default()).collect(),
+            total: empty(),
+            spare: (1..chunks).map(|_| empty()).collect(),
+            upto: bufs,
+        }
+    }
+
+    /// Queue `h`; once every chunk has handed over its next part, that part of each chunk.
+    fn queue(&mut self, h: Handed<B>) -> Option<Vec<Handed<B>>> {
+        self.queued[h.chunk].push_back(h);
+        let all = self.queued.iter().all(|q| !q.is_empty());
+        all.then(|| self.queued.iter_mut().filter_map(|q| q.pop_front()).collect())
+    }
+
+    /// Sum one part of every chunk in chunk order (so every run and rank adds alike) into
+    /// [`ChunkSum::total`]; returns where the part starts.
+    fn add(&mut self, mut parts: Vec<Handed<B>>, be: &B, infos: &[BufInfo]) -> usize {
+        let from = parts[0].from;
+        assert!(parts.iter().all(|p| p.from == from), "the chunks' backward reported different parts");
+        let mut total = std::mem::take(&mut parts[0].bufs);
+        for p in &parts[1..] {
+            for ((dst, src), info) in total.iter_mut().zip(&p.bufs).zip(&infos[from..]) {
+                be.axpy(MatMut::new(dst, 1, info.len), Mat::new(src, 1, info.len), 1.0);
+            }
+        }
+        for (i, t) in (from..self.upto).zip(total) {
+            self.total[i] = t;
+        }
+        for (spare, p) in self.spare.iter_mut().zip(parts.into_iter().skip(1)) {
+            for (i, b) in (from..self.upto).zip(p.bufs) {
+                spare[i] = b;
+            }
+        }
+        self.upto = from;
+        from
     }
 }
 

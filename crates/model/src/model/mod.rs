@@ -4,7 +4,7 @@
 use crate::block::{Block, BlockActs, BlockGrads, BlockSaved, Kept};
 use crate::init;
 use crate::layout::{Dims, Layout};
-use crate::params::{BufBuilder, Held, Init, ParamStore, Slot, Split, bind};
+use crate::params::{BufBuilder, BufInfo, Held, Init, ParamStore, Slot, Split, bind};
 use crate::plan::{Entry, Plan};
 use crate::projection::Declare;
 use crate::projection::{Ctx, Scratch};
@@ -36,6 +36,10 @@ impl<'a> Batch<'a> {
 /// gradient buffers `k..` will not change again in this backward (the head's first, then each
 /// layer's, from the last layer down, then the embedding's). The caller may start reducing them.
 pub type GradsReady<'a, B> = dyn FnMut(&B, usize, &[<B as Backend>::Buf]) + 'a;
+
+/// [`GradsReady`] as the backward calls it: the final buffers may also be taken (a tp chunk
+/// hands its own to the summing of the chunks, [`Model::forward_backward_chunks`]).
+pub(crate) type GradsFinal<'a, B> = dyn FnMut(&B, usize, &mut [<B as Backend>::Buf]) + 'a;
 
 /// Called during a forward before parameters are read: `need(be, k, values)` says that the
 /// parameter buffers `..k` are read next (the embedding's, then each layer's in order, then

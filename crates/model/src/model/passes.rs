@@ -171,7 +171,8 @@ impl<B: Backend> Model<B> {
 
     pub(super) fn backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>, ready: Option<&mut GradsReady<B>>) {
         let mut grads = std::mem::take(&mut self.store.grads);
-        self.backward_into(&mut grads, tp, w, ready);
+        let mut ready = ready.map(|f| move |be: &B, k: usize, g: &mut [B::Buf]| f(be, k, g));
+        self.backward_into(&mut grads, tp, w, ready.as_mut().map(|f| f as &mut GradsFinal<B>));
         self.store.grads = grads;
     }
 
@@ -182,7 +183,7 @@ impl<B: Backend> Model<B> {
         grads: &mut [B::Buf],
         tp: &dyn Collective<B>,
         w: &mut Work<B>,
-        mut ready: Option<&mut GradsReady<B>>,
+        mut ready: Option<&mut GradsFinal<B>>,
     ) {
         if let Some(last) = self.last {
             self.head_backward(grads, last, tp, w);

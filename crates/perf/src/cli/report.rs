@@ -50,8 +50,13 @@ pub fn report(s: &Setup, hw: &Hardware, p: &Prediction) -> String {
         b.communication_s,
         it,
         &format!(
-            "   TP {:.4}, PP {:.4}, DP {:.4} exposed of {:.4} in flight{}",
+            "   TP {:.4}{}, PP {:.4}, DP {:.4} exposed of {:.4} in flight{}",
             b.tp_comm_s,
+            if s.tp_chunks > 1 {
+                format!(" exposed of {:.4} in flight ({} chunks)", b.tp_in_flight_s, s.tp_chunks)
+            } else {
+                String::new()
+            },
             b.pp_comm_s,
             b.dp_comm_s,
             b.dp_in_flight_s,
