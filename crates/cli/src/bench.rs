@@ -57,15 +57,15 @@ pub struct BenchArgs {
     /// With --tp: also run each micro-batch as N chunks of whole sequences, each computing
     /// while another's tensor-parallel collectives are in flight (`parallel.tp_chunks`), its
     /// steps alternated with the unchunked ones; reports the median of the pairs' ratios.
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "tp")]
     pub tp_chunks: usize,
     /// With --tp: also BTP with the sync norm and ungrouped linears.
-    #[arg(long)]
+    #[arg(long, requires = "tp")]
     pub all_variants: bool,
     /// With --tp: recompute policies to run for each scheme (comma-separated: none, full,
     /// lowrank; `POLICY:N` applies it to the first N layers only), reporting activation
     /// memory and memory saved per ms of added step time.
-    #[arg(long, value_delimiter = ',', default_value = "none")]
+    #[arg(long, value_delimiter = ',', default_value = "none", requires = "tp")]
     pub recompute: Vec<String>,
     /// Run a (dp, pp, tp) grid in this process instead, e.g. `--grid 2,2,2`, and split each
     /// rank's step time into compute and tp / pp / dp communication (with `--accumulation`,
@@ -73,17 +73,17 @@ pub struct BenchArgs {
     #[arg(long, value_name = "DP,PP,TP")]
     pub grid: Option<String>,
     /// With --grid: micro-batches per step per replica.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, requires = "grid")]
     pub accumulation: usize,
     /// With --grid: `1f1b` or `afab`.
-    #[arg(long, default_value = "1f1b")]
+    #[arg(long, default_value = "1f1b", requires = "grid")]
     pub schedule: String,
     /// With --grid: ZeRO-1.
-    #[arg(long)]
+    #[arg(long, requires = "grid")]
     pub zero: bool,
     /// With --tp: emulate a slower link. `a100` scales the A100 NVLink preset so that
     /// communication/compute matches an A100; or `ALPHA_US,GBPS`; default none.
-    #[arg(long, value_name = "LINK")]
+    #[arg(long, value_name = "LINK", requires = "tp")]
     pub link: Option<String>,
 }
 
@@ -190,6 +190,9 @@ fn bench_grid(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, grid: &str
 fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -> Result<()> {
     use boost_config::{Arch, NormMode, Recompute, Scheme};
     use boost_train::bench_tp::{TpBench, Variant, run, saved_per_ms, table};
+    if a.tp_chunks == 0 {
+        anyhow::bail!("--tp-chunks 0: give at least 1 chunk (1 = the unchunked step only)");
+    }
     let link = link_of(a)?;
     let policies: Vec<(Recompute, usize)> = a
         .recompute

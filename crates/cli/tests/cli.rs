@@ -147,6 +147,25 @@ fn bench_names_the_cpu_and_the_simd_paths_it_ran() {
     assert!(table.starts_with(&format!("{cpu}; {simd}\n")), "{table}");
 }
 
+/// Options that belong to one mode of `boost bench` are refused without it, naming the mode,
+/// instead of being silently ignored; a chunk count of 0 is refused.
+#[test]
+fn bench_refuses_options_of_a_mode_it_does_not_run() {
+    let cases: [(&[&str], &str); 6] = [
+        (&["--tp-chunks", "2"], "--tp <N>"),
+        (&["--link", "a100"], "--tp <N>"),
+        (&["--all-variants"], "--tp <N>"),
+        (&["--zero"], "--grid <DP,PP,TP>"),
+        (&["--accumulation", "2"], "--grid <DP,PP,TP>"),
+        (&["--tp", "2", "--tp-chunks", "0"], "--tp-chunks 0"),
+    ];
+    for (args, names) in cases {
+        let out = boost().arg("bench").args(["--no-torch", "--rounds", "1"]).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(names), "{args:?}: {err}");
+    }
+}
+
 /// A stand-in for Python that speaks `torch_peer.py --serve`'s protocol (ready, then one
 /// `{"step_time_s": …}` per `step` line, then the summary) and takes `secs` a step, or dies
 /// with a Python-like error at its `die_at`-th step.
