@@ -5,7 +5,7 @@
 use crate::communicator::{CommExt, Communicator};
 use crate::error::CommResult;
 use crate::lane::Lane;
-use crate::link::Link;
+use crate::link::{Link, Wire};
 use crate::payload::{CommElem, Kind};
 use crate::recorder::{Key, Recorder};
 use boost_tensor::cpu::Cpu;
@@ -31,6 +31,8 @@ pub struct Group {
     name: &'static str,
     recorder: Option<Arc<Recorder>>,
     link: Option<Link>,
+    /// This rank's emulated wire, shared with the group's duplicates.
+    pub(crate) wire: Arc<Wire>,
     /// The progress thread of started calls ([`Group::enable_overlap`]); shared by clones.
     pub(crate) lane: Option<Arc<Lane>>,
 }
@@ -50,7 +52,7 @@ impl std::fmt::Debug for Group {
 
 impl Group {
     pub fn new(name: &'static str, comm: Arc<dyn Communicator>) -> Self {
-        Self { comm, name, recorder: None, link: None, lane: None }
+        Self { comm, name, recorder: None, link: None, wire: Arc::default(), lane: None }
     }
     pub fn with_recorder(mut self, recorder: Arc<Recorder>) -> Self {
         self.recorder = Some(recorder);
@@ -73,6 +75,7 @@ impl Group {
         let mut g = Group::new(self.name, self.comm.split(0, self.rank())?.into());
         g.set_recorder(self.recorder.clone());
         g.set_link(self.link);
+        g.wire = self.wire.clone();
         Ok(g)
     }
 
@@ -110,18 +113,27 @@ impl Group {
             return f(&*self.comm);
         }
         let bytes = elements * T::DTYPE.size();
-        let emulated = self.link.map_or(Duration::ZERO, |l| l.cost(kind, p, bytes));
-        if kind == Kind::Send && !emulated.is_zero() {
-            std::thread::sleep(emulated);
-        }
+        // The link is busy for the emulated time: a send's before it leaves, the rest's after
+        // the data has arrived.
+        let emulate = || self.link.map_or(Duration::ZERO, |l| self.wire.pass(&l, kind, p, bytes));
+        let before = if kind == Kind::Send { emulate() } else { Duration::ZERO };
+        std::thread::sleep(before);
+        let mut after = Duration::ZERO;
+        let mut done = || {
+            if kind != Kind::Send {
+                after = emulate();
+            }
+            before + after
+        };
         let key = Key { group: self.name, label, kind, dtype: T::DTYPE };
         match &self.recorder {
-            Some(r) => r.timed(key, elements, emulated, || f(&*self.comm))?,
-            None => f(&*self.comm)?,
+            Some(r) => r.timed(key, elements, &mut done, || f(&*self.comm))?,
+            None => {
+                f(&*self.comm)?;
+                done();
+            }
         }
-        if kind != Kind::Send && !emulated.is_zero() {
-            std::thread::sleep(emulated);
-        }
+        std::thread::sleep(after);
         Ok(())
     }
 

@@ -1,9 +1,11 @@
 //! Link emulation: an α–β model of a ring implementation, slept after each call so one
-//! machine shows how a scheme behaves on a slower network.
+//! machine shows how a scheme behaves on a slower network. Calls in flight at once on one
+//! rank's [`Wire`] (a group and its duplicates) share its bandwidth.
 
 use crate::payload::Kind;
 use serde::{Deserialize, Serialize};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// A link of latency `alpha_us` (µs per message step) and bandwidth `bandwidth_gb_s`
 /// (10⁹ bytes/s).
@@ -28,23 +30,59 @@ impl Link {
     /// * broadcast, send: α + n/β (a recv costs nothing more: it waits for the send)
     /// * barrier: 2(p−1)·α
     pub fn seconds(&self, kind: Kind, p: usize, bytes: usize) -> f64 {
+        let (latency, transfer) = self.parts(kind, p, bytes);
+        latency + transfer
+    }
+
+    /// [`Link::seconds`] as its latency (α) terms and its transfer (β) terms.
+    pub fn parts(&self, kind: Kind, p: usize, bytes: usize) -> (f64, f64) {
         if p <= 1 {
-            return 0.0;
+            return (0.0, 0.0);
         }
         let a = self.alpha_us * 1e-6;
         let b = self.bandwidth_gb_s * 1e9;
         let (pf, n) = (p as f64, bytes as f64);
         match kind {
-            Kind::AllReduce | Kind::AllReduceMax => 2.0 * (pf - 1.0) * a + 2.0 * (pf - 1.0) / pf * n / b,
-            Kind::AllGather | Kind::ReduceScatter => (pf - 1.0) * a + (pf - 1.0) / pf * n / b,
-            Kind::Broadcast | Kind::Send => a + n / b,
-            Kind::Barrier => 2.0 * (pf - 1.0) * a,
-            Kind::Recv | Kind::Split => 0.0,
+            Kind::AllReduce | Kind::AllReduceMax => (2.0 * (pf - 1.0) * a, 2.0 * (pf - 1.0) / pf * n / b),
+            Kind::AllGather | Kind::ReduceScatter => ((pf - 1.0) * a, (pf - 1.0) / pf * n / b),
+            Kind::Broadcast | Kind::Send => (a, n / b),
+            Kind::Barrier => (2.0 * (pf - 1.0) * a, 0.0),
+            Kind::Recv | Kind::Split => (0.0, 0.0),
         }
     }
 
     pub fn cost(&self, kind: Kind, p: usize, bytes: usize) -> Duration {
         Duration::from_secs_f64(self.seconds(kind, p, bytes))
+    }
+}
+
+/// One rank's emulated wire to the other ranks of a group, shared by the group's duplicates
+/// (`Group::duplicate`: the same ranks, so the same physical links). Calls in flight at once
+/// overlap their latency but take turns with their bytes: a call's transfer starts when the
+/// previous one's has passed.
+#[derive(Debug, Default)]
+pub struct Wire {
+    /// When the bytes of the calls so far have passed.
+    free: Mutex<Option<Instant>>,
+}
+
+impl Wire {
+    /// The emulated time of a call of `link` from now: its transfer queued behind the
+    /// transfers already on the wire, then its latency.
+    pub fn pass(&self, link: &Link, kind: Kind, p: usize, bytes: usize) -> Duration {
+        self.pass_at(Instant::now(), link, kind, p, bytes)
+    }
+
+    fn pass_at(&self, now: Instant, link: &Link, kind: Kind, p: usize, bytes: usize) -> Duration {
+        let (latency, transfer) = link.parts(kind, p, bytes);
+        let latency = Duration::from_secs_f64(latency);
+        if transfer == 0.0 {
+            return latency;
+        }
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let done = free.map_or(now, |f| f.max(now)) + Duration::from_secs_f64(transfer);
+        *free = Some(done);
+        done - now + latency
     }
 }
 
@@ -61,5 +99,24 @@ mod tests {
         assert!((l.seconds(Kind::Send, 2, mb) - (10e-6 + 1e-3)).abs() < 1e-12);
         assert_eq!(l.seconds(Kind::AllReduce, 1, mb), 0.0);
         assert_eq!(l.seconds(Kind::Recv, 2, mb), 0.0);
+    }
+
+    #[test]
+    fn calls_on_one_wire_overlap_latency_and_take_turns_with_bytes() {
+        // 1 ms of latency and 1 ms of transfer per send (1 MB at 1 GB/s).
+        let l = Link::new(1000.0, 1.0);
+        let w = Wire::default();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let ms = |x: u64| Duration::from_millis(x);
+        assert_eq!(w.pass_at(at(0), &l, Kind::Send, 2, 1_000_000), ms(2));
+        // Issued at once: its bytes wait for the first's, its latency overlaps.
+        assert_eq!(w.pass_at(at(0), &l, Kind::Send, 2, 1_000_000), ms(3));
+        // A millisecond later the wire is busy until 2 ms.
+        assert_eq!(w.pass_at(at(1), &l, Kind::Send, 2, 1_000_000), ms(3));
+        // A call with no bytes does not queue.
+        assert_eq!(w.pass_at(at(1), &l, Kind::Recv, 2, 1_000_000), Duration::ZERO);
+        // An idle wire: the call's own time only (an all-reduce of 2: 2α + n/β).
+        assert_eq!(w.pass_at(at(10), &l, Kind::AllReduce, 2, 1_000_000), ms(3));
     }
 }

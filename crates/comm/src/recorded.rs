@@ -36,10 +36,15 @@ impl<C> Recorded<C> {
         }
         let key = self.key(kind, label);
         // The inner collective panics on failure rather than returning an error.
-        let _ = self.recorder.timed(key, elements, Duration::ZERO, || {
-            f();
-            Ok(())
-        });
+        let _ = self.recorder.timed(
+            key,
+            elements,
+            || Duration::ZERO,
+            || {
+                f();
+                Ok(())
+            },
+        );
     }
 
     fn key(&self, kind: Kind, label: Label) -> Key {

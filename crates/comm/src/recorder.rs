@@ -237,18 +237,19 @@ impl Recorder {
     }
 
     /// Run one call of `elements` elements under `key`, timing it, and record it with the
-    /// link time `emulated` slept around it if it succeeds. Groups and [`crate::Recorded`]
-    /// both record through here.
+    /// link time `emulated()` slept around it (asked once the call has succeeded). Groups and
+    /// [`crate::Recorded`] both record through here.
     pub fn timed<R>(
         &self,
         key: Key,
         elements: usize,
-        emulated: Duration,
+        emulated: impl FnOnce() -> Duration,
         call: impl FnOnce() -> CommResult<R>,
     ) -> CommResult<R> {
         let t0 = Instant::now();
         let out = call()?;
         let time = t0.elapsed();
+        let emulated = emulated();
         let bytes = (elements * key.dtype.size()) as u64;
         // A blocking call is exposed whole: the emulated link is slept by the caller.
         let start = t0.saturating_duration_since(self.epoch);

@@ -14,16 +14,15 @@ use boost_tensor::{Handle, Label, Pending, ReduceOp};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-/// What the progress thread sends back: the buffer, the outcome, the real time of the call
-/// and when it completed (emulated link time included).
-type Outcome<T> = (Vec<T>, CommResult<()>, Duration, Instant);
+/// What the progress thread sends back: the buffer, the outcome, the real time of the call,
+/// its emulated link time and when it completed (emulated link time included).
+type Outcome<T> = (Vec<T>, CommResult<()>, Duration, Duration, Instant);
 
 /// A call in flight on a group's progress thread.
 pub struct InFlight<T> {
     rx: mpsc::Receiver<Outcome<T>>,
     key: Key,
     elements: usize,
-    emulated: Duration,
     start: Instant,
     recorder: Option<Arc<Recorder>>,
 }
@@ -34,7 +33,7 @@ impl<T: CommElem> InFlight<T> {
         let t0 = Instant::now();
         let got = self.rx.recv();
         let waited = t0.elapsed();
-        let (buf, r, time, done) = got.map_err(|_| {
+        let (buf, r, time, emulated, done) = got.map_err(|_| {
             CommError::Invalid(format!(
                 "the progress thread of group {} ended before {} completed",
                 self.key.group, self.key.label
@@ -42,7 +41,7 @@ impl<T: CommElem> InFlight<T> {
         })?;
         r?;
         if let Some(rec) = &self.recorder {
-            let s = Started { start: self.start, done, time, emulated: self.emulated, waited };
+            let s = Started { start: self.start, done, time, emulated, waited };
             rec.record_started(self.key, self.elements, s);
         }
         Ok(buf)
@@ -110,28 +109,32 @@ impl Group {
         };
         let p = self.size();
         let elements = range.len();
-        let emulated = self.link().map_or(Duration::ZERO, |l| l.cost(kind, p, elements * T::DTYPE.size()));
+        let (link, wire) = (self.link(), self.wire.clone());
         let (tx, rx) = mpsc::sync_channel(1);
         let job = Box::new(move |c: &dyn Communicator| {
             // The link is busy for the emulated time: a send's before it leaves, the rest's
             // after the data has arrived (as blocking calls sleep it).
-            if kind == Kind::Send && !emulated.is_zero() {
+            let emulate = || link.map_or(Duration::ZERO, |l| wire.pass(&l, kind, p, elements * T::DTYPE.size()));
+            let mut emulated = Duration::ZERO;
+            if kind == Kind::Send {
+                emulated = emulate();
                 std::thread::sleep(emulated);
             }
             let t0 = Instant::now();
             let r = f(c, &mut buf[range]);
             let time = t0.elapsed();
-            if r.is_ok() && kind != Kind::Send && !emulated.is_zero() {
+            if r.is_ok() && kind != Kind::Send {
+                emulated = emulate();
                 std::thread::sleep(emulated);
             }
-            let _ = tx.send((buf, r, time, Instant::now()));
+            let _ = tx.send((buf, r, time, emulated, Instant::now()));
         });
         let start = Instant::now();
         if !lane.submit(job, kind == Kind::Send) {
             let e = CommError::Invalid(format!("the progress thread of group {} has ended", self.name()));
             return Box::new(Finished(Vec::new(), Err(e), key));
         }
-        Box::new(InFlight { rx, key, elements, emulated, start, recorder: self.recorder().cloned() })
+        Box::new(InFlight { rx, key, elements, start, recorder: self.recorder().cloned() })
     }
 
     pub(crate) fn start_all_reduce_vec<T: CommElem>(

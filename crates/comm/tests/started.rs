@@ -167,3 +167,38 @@ fn without_overlap_a_started_call_completes_at_once() {
     })
     .unwrap();
 }
+
+/// A group and its duplicate (`Group::duplicate`, the tp chunks' communicators) are the same
+/// ranks on the same emulated wire: two calls in flight at once take turns with their bytes.
+#[test]
+fn duplicates_share_the_emulated_wire() {
+    // 10 MB over 0.1 GB/s between two ranks: 100 ms of transfer per all-reduce, no latency.
+    let link = Link::new(0.0, 0.1);
+    let opts = RunOptions::default().grid(GridOptions::default().links(Links { tp: Some(link), ..Links::default() }));
+    let slowest = run_ranks_with(Dims::tp(2), &opts, |_, grid| {
+        let twin = grid.tp.duplicate()?;
+        let both = std::sync::Barrier::new(2);
+        let times: Vec<Duration> = std::thread::scope(|s| {
+            let calls: Vec<_> = [&grid.tp, &twin]
+                .into_iter()
+                .map(|g| {
+                    let both = &both;
+                    s.spawn(move || {
+                        let mut x = vec![1.0f32; 2_500_000];
+                        both.wait();
+                        let t = Instant::now();
+                        g.all_reduce_slice(&mut x, ReduceOp::Sum, Label::op("chunk")).unwrap();
+                        t.elapsed()
+                    })
+                })
+                .collect();
+            calls.into_iter().map(|c| c.join().unwrap()).collect()
+        });
+        Ok(times.into_iter().max().unwrap())
+    })
+    .unwrap();
+    // Each alone would take 100 ms; the later of the two waits for the other's bytes.
+    for t in slowest {
+        assert!(t >= Duration::from_millis(190), "the slower call took {t:?}");
+    }
+}
