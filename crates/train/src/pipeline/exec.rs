@@ -103,8 +103,8 @@ impl<B: Backend> StageRunner<B> {
 
     /// A single stage's micro-batches as tensor-parallel chunks (`parallel.tp_chunks`): each
     /// micro-batch's forward and backward in [`Model::forward_backward_chunks`], chunk c on
-    /// `tps[c]`. The first micro-batch completes `need`; the last tells `ready`, once every
-    /// gradient is final.
+    /// `tps[c]`. The first micro-batch completes `need`; the last tells `ready` as each part's
+    /// gradients become final in every chunk.
     pub fn run_chunked(
         &mut self,
         model: &mut Model<B>,
