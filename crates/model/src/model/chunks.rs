@@ -11,9 +11,11 @@
 //!
 //! The model is only read during the chunks ([`Model::forward_layers_shared`],
 //! [`Model::backward_into`]); each chunk writes only its own work and gradients, so the
-//! baton decides speed, never results. The chunks' gradients are added to the store's in
-//! chunk order once all have ended: every run gives the same bits, within f32 rounding of
-//! the unchunked micro-batch (whose weight gradients sum all tokens in one product).
+//! baton decides speed, never results. Each part's gradients (the head's, each layer's, the
+//! embedding's) are handed to the rank's own thread as every chunk's backward finishes that
+//! part, and added there in chunk order ([`ChunkSum`]), so data-parallel buckets can start
+//! during the backward: every run gives the same bits, within f32 rounding of the unchunked
+//! micro-batch (whose weight gradients sum all tokens in one product).
 
 use super::*;
 use boost_tensor::{Label, MatMut, ReduceOp};
