@@ -275,10 +275,14 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
         let t = timer.op(op);
         // What a bucketed collective hides behind with overlap: the last micro-batch's backward
         // (gradients), or the update and the next step's first forward, which completes each
-        // buffer's gather as it reaches it (ZeRO-1 parameters).
+        // buffer's gather as it reaches it (ZeRO-1 parameters; the update alone with tp chunks).
         let hide = match op {
             Op::Collective(c) if s.overlap && c.label == "dp.grads" => Some((c, backward, false)),
-            Op::Collective(c) if s.overlap && c.label == "dp.params" => Some((c, update + forward, true)),
+            // tp chunks share the parameters they read: the gathers complete before the first
+            // chunk starts, so only the update hides them.
+            Op::Collective(c) if s.overlap && c.label == "dp.params" => {
+                Some((c, if s.tp_chunks > 1 { update } else { update + forward }, true))
+            }
             _ => None,
         };
         match hide {

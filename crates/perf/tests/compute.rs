@@ -317,6 +317,14 @@ fn tp_chunks_hide_tp_collectives_behind_the_other_chunks_compute() {
     assert!(two.iteration_time_s < one.iteration_time_s, "{} vs {}", two.iteration_time_s, one.iteration_time_s);
     // Each chunk after the first keeps gradients of its own.
     assert!((two.memory.gradients - 2.0 * one.memory.gradients).abs() < 1.0);
+    // ZeRO-1 across two replicas: the same traffic in flight, but the parameter gathers hide
+    // behind the update alone with chunks (they complete before the first chunk starts).
+    (s.dp, s.zero) = (2, 1);
+    let zero = |c: usize| predict(&Setup { tp_chunks: c, ..s.clone() }, &hw).breakdown;
+    let (z1, z2) = (zero(1), zero(2));
+    assert!((z1.dp_in_flight_s - z2.dp_in_flight_s).abs() < 1e-12, "{z1:?} {z2:?}");
+    assert!(z2.dp_comm_s > z1.dp_comm_s + 0.05, "{z1:?} {z2:?}");
+    (s.dp, s.zero) = (1, 0);
     // A micro-batch that does not split is refused, naming the key.
     s.tp_chunks = 3;
     let e = s.validate().unwrap_err().to_string();
