@@ -317,6 +317,15 @@ fn tp_chunks_hide_tp_collectives_behind_the_other_chunks_compute() {
     assert!(two.iteration_time_s < one.iteration_time_s, "{} vs {}", two.iteration_time_s, one.iteration_time_s);
     // Each chunk after the first keeps gradients of its own.
     assert!((two.memory.gradients - 2.0 * one.memory.gradients).abs() < 1.0);
+    // The chunk model walks every op of the stage once, forward before backward.
+    let stage = stage_ops(&s, 0);
+    let order = chunks::in_order(&stage);
+    assert_eq!(order.len(), stage.all().count());
+    let first_backward = order.iter().position(|o| o.phase() != Phase::Forward).unwrap();
+    assert!(
+        order[first_backward..].iter().all(|o| o.phase() != Phase::Forward),
+        "a forward op after the backward began"
+    );
     // ZeRO-1 across two replicas: the same traffic in flight, but the parameter gathers hide
     // behind the update alone with chunks (they complete before the first chunk starts).
     (s.dp, s.zero) = (2, 1);
