@@ -5,7 +5,7 @@
 use crate::communicator::{CommExt, Communicator};
 use crate::error::CommResult;
 use crate::lane::Lane;
-use crate::link::{Link, Wire};
+use crate::link::{Link, Wire, sleep};
 use crate::payload::{CommElem, Kind};
 use crate::recorder::{Key, Recorder};
 use boost_tensor::cpu::Cpu;
@@ -117,7 +117,7 @@ impl Group {
         // the data has arrived.
         let emulate = || self.link.map_or(Duration::ZERO, |l| self.wire.pass(&l, kind, p, bytes));
         let before = if kind == Kind::Send { emulate() } else { Duration::ZERO };
-        std::thread::sleep(before);
+        sleep(before);
         let mut after = Duration::ZERO;
         let mut done = || {
             if kind != Kind::Send {
@@ -133,7 +133,7 @@ impl Group {
                 done();
             }
         }
-        std::thread::sleep(after);
+        sleep(after);
         Ok(())
     }
 

@@ -56,6 +56,13 @@ impl Link {
     }
 }
 
+/// Sleep an emulated link time; no call at all without one (most calls: no link is set).
+pub(crate) fn sleep(d: Duration) {
+    if !d.is_zero() {
+        std::thread::sleep(d);
+    }
+}
+
 /// One rank's emulated wire to the other ranks of a group, shared by the group's duplicates
 /// (`Group::duplicate`: the same ranks, so the same physical links). Calls in flight at once
 /// overlap their latency but take turns with their bytes: a call's transfer starts when the

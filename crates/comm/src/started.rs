@@ -118,14 +118,14 @@ impl Group {
             let mut emulated = Duration::ZERO;
             if kind == Kind::Send {
                 emulated = emulate();
-                std::thread::sleep(emulated);
+                crate::link::sleep(emulated);
             }
             let t0 = Instant::now();
             let r = f(c, &mut buf[range]);
             let time = t0.elapsed();
             if r.is_ok() && kind != Kind::Send {
                 emulated = emulate();
-                std::thread::sleep(emulated);
+                crate::link::sleep(emulated);
             }
             let _ = tx.send((buf, r, time, emulated, Instant::now()));
         });
