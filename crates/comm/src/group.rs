@@ -115,7 +115,7 @@ impl Group {
         let bytes = elements * T::DTYPE.size();
         // The link is busy for the emulated time: a send's before it leaves, the rest's after
         // the data has arrived.
-        let emulate = || self.link.map_or(Duration::ZERO, |l| self.wire.pass(&l, kind, p, bytes));
+        let emulate = || self.wire.pass(self.link, kind, p, bytes);
         let before = if kind == Kind::Send { emulate() } else { Duration::ZERO };
         sleep(before);
         let mut after = Duration::ZERO;

@@ -74,10 +74,10 @@ pub struct Wire {
 }
 
 impl Wire {
-    /// The emulated time of a call of `link` from now: its transfer queued behind the
-    /// transfers already on the wire, then its latency.
-    pub fn pass(&self, link: &Link, kind: Kind, p: usize, bytes: usize) -> Duration {
-        self.pass_at(Instant::now(), link, kind, p, bytes)
+    /// The emulated time of a call on `link` from now (none without a link): its transfer
+    /// queued behind the transfers already on the wire, then its latency.
+    pub fn pass(&self, link: Option<Link>, kind: Kind, p: usize, bytes: usize) -> Duration {
+        link.map_or(Duration::ZERO, |l| self.pass_at(Instant::now(), &l, kind, p, bytes))
     }
 
     fn pass_at(&self, now: Instant, link: &Link, kind: Kind, p: usize, bytes: usize) -> Duration {

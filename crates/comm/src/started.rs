@@ -114,7 +114,7 @@ impl Group {
         let job = Box::new(move |c: &dyn Communicator| {
             // The link is busy for the emulated time: a send's before it leaves, the rest's
             // after the data has arrived (as blocking calls sleep it).
-            let emulate = || link.map_or(Duration::ZERO, |l| wire.pass(&l, kind, p, elements * T::DTYPE.size()));
+            let emulate = || wire.pass(link, kind, p, elements * T::DTYPE.size());
             let mut emulated = Duration::ZERO;
             if kind == Kind::Send {
                 emulated = emulate();

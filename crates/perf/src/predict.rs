@@ -11,7 +11,7 @@
 use crate::hardware::{Hardware, Timer};
 use crate::ops::{Group, Op, Phase};
 use crate::setup::Setup;
-use crate::step::{Memory, memory, model_flops_per_token, stage_ops, step_ops, unhidden_dp_elements};
+use crate::step::{Memory, StageOps, memory, model_flops_per_token, stage_ops, step_ops, unhidden_dp_elements};
 use serde::Serialize;
 
 /// Seconds of one micro-batch (or one step's once-only work) by category.
@@ -203,8 +203,13 @@ fn stage_micro_batch(s: &Setup, timer: &Timer, stage: usize) -> StageMicroBatch 
     if s.tp_chunks > 1 {
         return chunked_micro_batch(s, timer);
     }
+    micro_batch_of(&stage_ops(s, stage), timer)
+}
+
+/// [`stage_micro_batch`] of a stage's ops.
+fn micro_batch_of(ops: &StageOps, timer: &Timer) -> StageMicroBatch {
     let mut out = StageMicroBatch::default();
-    for op in stage_ops(s, stage).all() {
+    for op in ops.all() {
         let t = timer.op(op);
         out.time.add_op(t, op);
         if !matches!(op, Op::Collective(c) if c.group == Group::Pp) {
@@ -233,8 +238,8 @@ fn stage_micro_batch(s: &Setup, timer: &Timer, stage: usize) -> StageMicroBatch 
 fn chunked_micro_batch(s: &Setup, timer: &Timer) -> StageMicroBatch {
     let c = s.tp_chunks;
     let chunk = Setup { micro_batch: s.micro_batch / c, tp_chunks: 1, ..s.clone() };
-    let one = stage_micro_batch(&chunk, timer, 0);
     let ops = stage_ops(&chunk, 0);
+    let one = micro_batch_of(&ops, timer);
     let exposed = crate::chunks::exposed_tp(crate::chunks::in_order(&ops), |o| timer.op(o), c);
     let mut time = one.time;
     time.scale(c as f64);
