@@ -3,6 +3,7 @@
 # on another one (a GPU machine may have no Rust toolchain). Build them with
 # bench/gpu_build.sh, which fills BIN_DIR; then, on the GPU machine, from the repository root:
 #
+#   tar -xJf .gpu.tar.xz; tar -xJf .gpu-cpu.tar.xz   # the second for the cpu stage only
 #   bench/gpu_check.sh BIN_DIR OUT_DIR [env] [tests] [train] [bench] [cpu]   (default: all five)
 #
 #   env    nvidia-smi, the libraries found, the probe
@@ -11,11 +12,13 @@
 #          and a tp2 grid whose ranks share the GPU (collectives staged through the host); a
 #          dp2 ZeRO-1 pair on the GPU (50 steps), overlap on against off, must match bit for bit
 #   bench  examples/cuda_bench against bench/torch_peer_cuda.py, same shape, same GPU
-#   cpu    the host CPU: the boost-tensor tests with the gemm crate's AVX-512 kernels built in,
+#   cpu    the host CPU: every test binary of the workspace but boost-cuda's (the gemm
+#          crate's AVX-512 kernels are built in by default; the CLI's tests run boost_cpu),
 #          then `boost bench --arch cola,full --threads T` against the PyTorch CPU peer, each
 #          run followed by boost_avx2's (AVX2 GEMM kernels only) where gpu_build made it; for each
 #          T of CPU_BENCH_THREADS (default 2; a list, in order, e.g. "2 16 2"),
-#          CPU_BENCH_REPEAT times each (default 3); it names the SIMD paths that ran
+#          CPU_BENCH_REPEAT times each (default 3); it names the SIMD paths that ran.
+#          cputests and cpubench name its two halves alone
 #
 # TEST_TIMEOUT (default 240) bounds each test binary's run, in seconds.
 #
@@ -68,23 +71,25 @@ if has env; then
     note "libraries: $(ls "$libs" | tr '\n' ' ')"
 fi
 
-# Every test binary in BIN_DIR/$1, run from crates/$2, logged as $3-NAME.log.
+# Every test binary in BIN_DIR/$1/CRATE/, run from crates/CRATE as cargo does, logged as
+# $2-CRATE-NAME.log.
 run_tests() {
-    for t in "$bin/$1"/*; do
+    for t in "$bin/$1"/*/*; do
         name=$(basename "$t")
+        crate=$(basename "$(dirname "$t")")
         start=$EPOCHREALTIME
-        (cd "$root/crates/$2" && timeout "${TEST_TIMEOUT:-240}" "$t" --test-threads=4 --nocapture >"$log/$3-$name.log" 2>&1)
+        (cd "$root/crates/$crate" && timeout "${TEST_TIMEOUT:-240}" "$t" --test-threads=4 --nocapture >"$log/$2-$crate-$name.log" 2>&1)
         rc=$?
         took=$(python3 -c "print(f'{$EPOCHREALTIME - $start:.1f}')")
-        res=$(grep -E '^test result:' "$log/$3-$name.log" | tail -1)
-        note "$3 $name: rc $rc, $took s: $res"
-        grep -E '^test .* FAILED$|panicked at' "$log/$3-$name.log" | head -8 | sed 's/^/    /' | tee -a "$summary"
+        res=$(grep -E '^test result:' "$log/$2-$crate-$name.log" | tail -1)
+        note "$2 $crate/$name: rc $rc, $took s: $res"
+        grep -E '^test .* FAILED$|panicked at' "$log/$2-$crate-$name.log" | head -8 | sed 's/^/    /' | tee -a "$summary"
     done
 }
 
 pack
 if has tests; then
-    run_tests tests cuda test
+    run_tests tests test
 fi
 
 # One training run; prints its losses' file.
@@ -193,14 +198,23 @@ EOF2
 fi
 
 pack
-if has cpu; then
+if has cpu || has cputests; then
     note "cpu: $(lscpu | grep -E 'Model name' | sed 's/ \+/ /g'), avx512f: $(grep -c avx512f /proc/cpuinfo) of $(nproc) cpus"
-    run_tests cpu-tests tensor cpu-test
+    # The CLI's tests run the `boost` they were built with, at its build path.
+    if [ -x "$bin/boost_cpu" ] && [ ! -e "$built_at/target/release/boost" ]; then
+        mkdir -p "$built_at/target/release" && cp "$bin/boost_cpu" "$built_at/target/release/boost"
+    fi
+    run_tests cpu-tests cpu-test
+fi
+
+pack
+if has cpu || has cpubench; then
     n=0
     for threads in $(for t in ${CPU_BENCH_THREADS:-2}; do yes "$t" | head -n "${CPU_BENCH_REPEAT:-3}"; done); do
         n=$((n + 1))
-        # The default build (AVX-512 GEMM kernels), then boost_avx2 (AVX2 only) where made.
-        for exe in boost boost_avx2; do
+        # The default build (AVX-512 GEMM kernels; boost_cpu, else the cuda build), then
+        # boost_avx2 (AVX2 only) where made.
+        for exe in $(test -x "$bin/boost_cpu" && echo boost_cpu || echo boost) boost_avx2; do
             [ -x "$bin/$exe" ] || continue
             tag=$n-t$threads${exe#boost}
             "$bin/$exe" bench --arch cola,full --threads "$threads" --json >"$log/cpu-bench-$tag.json" 2>"$log/cpu-bench-$tag.log"
