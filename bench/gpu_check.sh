@@ -17,7 +17,8 @@
 #          then `boost bench --arch cola,full --threads T` against the PyTorch CPU peer, each
 #          run followed by boost_avx2's (AVX2 GEMM kernels only) where gpu_build made it; for each
 #          T of CPU_BENCH_THREADS (default 2; a list, in order, e.g. "2 16 2"),
-#          CPU_BENCH_REPEAT times each (default 3); it names the SIMD paths that ran.
+#          CPU_BENCH_REPEAT times each (default 3); it names the SIMD paths that ran. With
+#          CPU_BENCH_LONG (sequence lengths), also cola at micro-batch 1 at those lengths.
 #          cputests and cpubench name its two halves alone
 #
 # TEST_TIMEOUT (default 240) bounds each test binary's run, in seconds.
@@ -209,16 +210,12 @@ fi
 
 pack
 if has cpu || has cpubench; then
-    n=0
-    for threads in $(for t in ${CPU_BENCH_THREADS:-2}; do yes "$t" | head -n "${CPU_BENCH_REPEAT:-3}"; done); do
-        n=$((n + 1))
-        # The default build (AVX-512 GEMM kernels; boost_cpu, else the cuda build), then
-        # boost_avx2 (AVX2 only) where made.
-        for exe in $(test -x "$bin/boost_cpu" && echo boost_cpu || echo boost) boost_avx2; do
-            [ -x "$bin/$exe" ] || continue
-            tag=$n-t$threads${exe#boost}
-            "$bin/$exe" bench --arch cola,full --threads "$threads" --json >"$log/cpu-bench-$tag.json" 2>"$log/cpu-bench-$tag.log"
-            python3 - "$log/cpu-bench-$tag.json" "$tag" <<'EOF3' | tee -a "$summary"
+    # One `boost bench ARGS` as TAG, its JSON report summed up in a line of the summary.
+    cpu_bench() {
+        local exe=$1 tag=$2
+        shift 2
+        "$bin/$exe" bench "$@" --json >"$log/cpu-bench-$tag.json" 2>"$log/cpu-bench-$tag.log"
+        python3 - "$log/cpu-bench-$tag.json" "$tag" <<'EOF3' | tee -a "$summary"
 import json, sys
 path, rep = sys.argv[1:]
 try:
@@ -230,9 +227,26 @@ line = f"cpu bench {rep}: {r['cpu']}, {r['simd']}, {r['threads']} threads, GEMM 
 for x in r["results"]:
     t = x.get("torch_ratio")
     line += (f"; {x['arch']} {x['step_time_s']:.3f} s/step, {x['tokens_per_sec']:.0f} tok/s, "
-             f"MFU {100 * x['mfu']:.1f} %, vs PyTorch " + (f"{t:.2f}x" if t else "-"))
+             f"attention {100 * x['attention_s'] / x['step_time_s']:.0f} %, MFU {100 * x['mfu']:.1f} %, "
+             f"peak RSS {x['peak_rss_mib']:.0f} MiB, vs PyTorch " + (f"{t:.2f}x" if t else "-"))
 print(line)
 EOF3
+    }
+    default=$(test -x "$bin/boost_cpu" && echo boost_cpu || echo boost)
+    n=0
+    for threads in $(for t in ${CPU_BENCH_THREADS:-2}; do yes "$t" | head -n "${CPU_BENCH_REPEAT:-3}"; done); do
+        n=$((n + 1))
+        # The default build (AVX-512 GEMM kernels; boost_cpu, else the cuda build), then
+        # boost_avx2 (AVX2 only) where made.
+        for exe in $default boost_avx2; do
+            [ -x "$bin/$exe" ] || continue
+            cpu_bench "$exe" "$n-t$threads${exe#boost}" --arch cola,full --threads "$threads"
+        done
+    done
+    # Long sequences at micro-batch 1 (CPU_BENCH_LONG, e.g. "2048 4096"), at each thread count.
+    for seq in ${CPU_BENCH_LONG:-}; do
+        for threads in ${CPU_BENCH_THREADS:-2}; do
+            cpu_bench "$default" "long$seq-t$threads" --arch cola --seq "$seq" --micro-batch 1 --rounds 2 --threads "$threads"
         done
     done
 fi

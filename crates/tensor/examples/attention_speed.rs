@@ -1,6 +1,9 @@
 //! The CPU attention kernels alone, at a step's shape, in GFLOP/s.
 //!
-//! `cargo run --release -p boost-tensor --example attention_speed [THREADS] [ROUNDS] [SEQ] [BATCH]`
+//! `cargo run --release -p boost-tensor --example attention_speed [THREADS] [ROUNDS] [SEQ] [BATCH] [HEADS] [KV_HEADS]`
+//!
+//! HEADS (default 8) heads of 64 sharing KV_HEADS (default HEADS) key and value heads; a
+//! tensor-parallel rank holds heads / tp of them.
 //!
 //! FLOPs are the causal model FLOPs: 2·S²·d_h per head for QKᵀ and PV together in the forward
 //! (half of the full S × S products), twice that in the backward (the recompute of QKᵀ is
@@ -12,9 +15,10 @@ use std::time::Instant;
 
 fn main() {
     let arg = |i: usize, default: usize| std::env::args().nth(i).and_then(|v| v.parse().ok()).unwrap_or(default);
-    let (threads, rounds, seq, batch) = (arg(1, 2), arg(2, 10), arg(3, 256), arg(4, 8));
+    let (threads, rounds, seq, batch, heads) = (arg(1, 2), arg(2, 10), arg(3, 256), arg(4, 8), arg(5, 8));
+    let kv_heads = arg(6, heads);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("a rayon pool");
-    let sh = AttnShape { batch, seq, heads: 8, kv_heads: 8, head_dim: 64 };
+    let sh = AttnShape { batch, seq, heads, kv_heads, head_dim: 64 };
     let cpu = Cpu::<f32>::new();
     let qkv: Vec<f32> = (0..sh.qkv_len()).map(|i| ((i * 7919 % 1013) as f32) * 2e-3 - 1.0).collect();
     let dout: Vec<f32> = (0..sh.tokens() * sh.q_width()).map(|i| ((i * 104729 % 997) as f32) * 1e-3 - 0.5).collect();
@@ -51,7 +55,7 @@ fn main() {
     };
     let (fm, bm) = (med(&mut f), med(&mut b));
     println!(
-        "seq {seq} × batch {batch}, 8 heads of 64, {threads} threads: forward {:.2} ms ({:.1} GFLOP/s), backward {:.2} ms ({:.1} GFLOP/s)",
+        "seq {seq} × batch {batch}, {heads} heads of 64 over {kv_heads} kv heads, {threads} threads: forward {:.2} ms ({:.1} GFLOP/s), backward {:.2} ms ({:.1} GFLOP/s)",
         fm * 1e3,
         fwd_flops / fm * 1e-9,
         bm * 1e3,

@@ -1,8 +1,10 @@
 //! Causal softmax attention with GQA, without the S × S probability matrix. q, k and v are
 //! three row-major blocks of one buffer.
 //!
-//! Work units are (sequence, head) in forward and (sequence, kv head) in backward, so the
-//! gradients of a shared kv head are summed by one thread in head order. Rows are processed
+//! Work units are (sequence, head, query block) in the forward, so that one long sequence
+//! with few heads (a micro-batch of one, a tensor-parallel rank's share of the heads) still
+//! keeps every thread busy, and (sequence, kv head) in the backward, so the gradients of a
+//! shared kv head are summed by one thread in head order. Rows are processed
 //! in blocks of `BLOCK` queries that only touch keys up to the block's end, which skips most
 //! of the masked upper triangle. A block's scores live in a per-thread tile (`BLOCK × S`);
 //! the forward keeps each row's log-sum-exp, and the backward recomputes the block's
@@ -123,7 +125,11 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
     let o_base = SendPtr(out.buf[out.off..].as_mut_ptr());
     let lse_base = SendPtr(lse.as_mut_ptr());
     reserve_tiles::<T>(BLOCK * l.s);
-    (0..sh.batch * sh.heads).into_par_iter().for_each(|unit| {
+    let blocks = l.s.div_ceil(BLOCK);
+    (0..sh.batch * sh.heads * blocks).into_par_iter().for_each(|u| {
+        // The costliest blocks (the last rows, which see the most keys) first.
+        let (unit, i0) = (u / blocks, (blocks - 1 - u % blocks) * BLOCK);
+        let i1 = (i0 + BLOCK).min(l.s);
         let (b, h) = (unit / sh.heads, unit % sh.heads);
         let g = h / l.group;
         let row0 = b * l.s;
@@ -131,27 +137,24 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
             (base.get().add(off + (row0 + r) * ld + col) as *const T, ld as isize)
         };
         with_tiles::<T, _>(BLOCK * l.s, |p, _| {
-            for i0 in (0..l.s).step_by(BLOCK) {
-                let i1 = (i0 + BLOCK).min(l.s);
-                let (qp, qld) = at(l.q, h * l.dh, i0);
-                let (kp, kld) = at(l.k, g * l.dh, 0);
-                let (vp, vld) = at(l.v, g * l.dh, 0);
-                let q = Operand { ptr: qp, rs: qld, cs: 1 };
-                let kt = Operand { ptr: kp, rs: 1, cs: kld };
-                let v = Operand { ptr: vp, rs: vld, cs: 1 };
-                // SAFETY: unit (b, h) owns its rows of `lse` and its output columns of rows
-                // b·S..; the tile is this thread's.
-                unsafe {
-                    let pb = p.as_mut_ptr();
-                    gemm_raw((i1 - i0, i1, l.dh), (pb, i1), q, kt, scale, false, false);
-                    for i in i0..i1 {
-                        let r = &mut p[(i - i0) * i1..(i - i0 + 1) * i1];
-                        *lse_base.get().add(unit * l.s + i) = softmax_causal(r, i);
-                    }
-                    let pr = Operand { ptr: pb as *const T, rs: i1 as isize, cs: 1 };
-                    let o = o_base.get().add((row0 + i0) * o_ld + h * l.dh);
-                    gemm_raw((i1 - i0, l.dh, i1), (o, o_ld), pr, v, 1.0, false, false);
+            let (qp, qld) = at(l.q, h * l.dh, i0);
+            let (kp, kld) = at(l.k, g * l.dh, 0);
+            let (vp, vld) = at(l.v, g * l.dh, 0);
+            let q = Operand { ptr: qp, rs: qld, cs: 1 };
+            let kt = Operand { ptr: kp, rs: 1, cs: kld };
+            let v = Operand { ptr: vp, rs: vld, cs: 1 };
+            // SAFETY: unit (b, h, block) owns its rows of `lse` and of its head's output
+            // columns; the tile is this thread's.
+            unsafe {
+                let pb = p.as_mut_ptr();
+                gemm_raw((i1 - i0, i1, l.dh), (pb, i1), q, kt, scale, false, false);
+                for i in i0..i1 {
+                    let r = &mut p[(i - i0) * i1..(i - i0 + 1) * i1];
+                    *lse_base.get().add(unit * l.s + i) = softmax_causal(r, i);
                 }
+                let pr = Operand { ptr: pb as *const T, rs: i1 as isize, cs: 1 };
+                let o = o_base.get().add((row0 + i0) * o_ld + h * l.dh);
+                gemm_raw((i1 - i0, l.dh, i1), (o, o_ld), pr, v, 1.0, false, false);
             }
         });
     });

@@ -93,12 +93,24 @@ pub unsafe fn gemm_raw<T: Scalar>(
 /// Rows or columns a panel has at least (a few of the `gemm` crate's micro-tiles).
 const PANEL_MIN: usize = 32;
 
+/// Outputs of a product the `gemm` crate computes with other kernels (its horizontal ones,
+/// and past them gemv for a single row or column), which sum in another order than its packed
+/// ones.
+const SMALL: usize = 16 * 16;
+
 /// How an m×n output is cut for `threads` threads: (along rows?, panels), along its longer
 /// side (measured, `examples/gemm_panels.rs`: the shorter side lost up to 5 % on 128 × 1376,
-/// the longer one nowhere more than 2 %).
+/// the longer one nowhere more than 2 %). No panel is cut to SMALL outputs or fewer, so each
+/// takes the kernels the whole product would: the bits do not depend on the thread count.
 fn panels(m: usize, n: usize, threads: usize) -> (bool, usize) {
     let along_m = m >= n;
-    (along_m, threads.min(m.max(n) / PANEL_MIN).max(1))
+    let (long, short) = if along_m { (m, n) } else { (n, m) };
+    let mut p = threads.min(long / PANEL_MIN).max(1);
+    // Panels start on multiples of 16, so each is at least long / p − 16 long.
+    while p > 1 && (long / p).saturating_sub(16) * short <= SMALL {
+        p -= 1;
+    }
+    (along_m, p)
 }
 
 /// Where panel `p` of `panels` starts along a side of `len`, on a multiple of 16 (whole
