@@ -64,7 +64,18 @@ fn naive_attention(qkv: &[f64], sh: AttnShape) -> Vec<f64> {
 #[test]
 fn attention_matches_naive_and_finite_differences() {
     // seq 70 crosses the 64-row block boundary.
-    let sh = AttnShape { batch: 2, seq: 70, heads: 4, kv_heads: 2, head_dim: 4 };
+    naive_and_finite_differences(AttnShape { batch: 2, seq: 70, heads: 4, kv_heads: 2, head_dim: 4 }, 7);
+}
+
+#[test]
+fn long_sequences_in_longer_blocks_match_naive_and_finite_differences() {
+    // Past 512 positions the blocks have 128 rows: seq 600 ends on a ragged one.
+    naive_and_finite_differences(AttnShape { batch: 1, seq: 600, heads: 2, kv_heads: 1, head_dim: 4 }, 53);
+}
+
+/// The forward against the naive loop, and the backward against finite differences on every
+/// `stride`-th coordinate of q, k and v.
+fn naive_and_finite_differences(sh: AttnShape, stride: usize) {
     let t = sh.tokens();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let qkv = rnd(&mut rng, sh.qkv_len(), 1.0);
@@ -92,8 +103,8 @@ fn attention_matches_naive_and_finite_differences() {
         qkv: &qkv,
         shape: sh,
     });
-    // Finite differences on every 7th coordinate (all of q, k and v are covered).
-    let idx: Vec<usize> = (0..qkv.len()).step_by(7).collect();
+    // Finite differences on every stride-th coordinate (all of q, k and v are covered).
+    let idx: Vec<usize> = (0..qkv.len()).step_by(stride).collect();
     let sub: Vec<f64> = idx.iter().map(|&i| qkv[i]).collect();
     let dsub: Vec<f64> = idx.iter().map(|&i| dqkv[i]).collect();
     check("attention", &sub, &dsub, |p| {
