@@ -1,11 +1,16 @@
-//! GEMMs and attention give the same bits for any number of threads: work is split over output panels only
-//! and K is summed in one fixed order (results must not depend on `train.threads`, and data
-//! parallel ranks with different pools must agree).
+//! GEMMs and attention give the same bits for any number of threads: work is split over output
+//! panels (attention: heads and query blocks) only and K is summed in one fixed order (results
+//! must not depend on `train.threads`, and data parallel ranks with different pools must agree).
 
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Mat, MatMut};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+/// Elements whose bits differ between `a` and `b`.
+fn differing(a: &[f32], b: &[f32]) -> usize {
+    a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count()
+}
 
 fn random(rng: &mut ChaCha8Rng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
@@ -47,7 +52,7 @@ fn gemm_results_do_not_depend_on_the_thread_count() {
         let one = product(shape, ta, tb, acc, 1);
         for threads in [2, 3, 5] {
             let many = product(shape, ta, tb, acc, threads);
-            let differ = one.iter().zip(&many).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+            let differ = differing(&one, &many);
             assert_eq!(
                 differ, 0,
                 "{shape:?} (ta {ta}, tb {tb}): {differ} elements differ between 1 and {threads} threads"
@@ -97,7 +102,7 @@ fn attention_results_do_not_depend_on_the_thread_count() {
         for threads in [3, 8] {
             let many = attention(sh, threads);
             for (what, a, b) in [("output", &one.0, &many.0), ("lse", &one.1, &many.1), ("dqkv", &one.2, &many.2)] {
-                let differ = a.iter().zip(b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+                let differ = differing(a, b);
                 assert_eq!(differ, 0, "{sh:?}: {differ} {what} elements differ between 1 and {threads} threads");
             }
         }

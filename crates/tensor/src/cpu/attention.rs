@@ -4,9 +4,9 @@
 //! Work units are (sequence, head, query block) in the forward, so that one long sequence
 //! with few heads (a micro-batch of one, a tensor-parallel rank's share of the heads) still
 //! keeps every thread busy, and (sequence, kv head) in the backward, so the gradients of a
-//! shared kv head are summed by one thread in head order. Rows are processed
-//! in blocks of [`block_rows`] queries that only touch keys up to the block's end, which skips
-//! most of the masked upper triangle. A block's scores live in a per-thread tile (rows × S);
+//! shared kv head are summed by one thread in head order. Rows are processed in blocks of
+//! [`block_rows`] queries that only touch keys up to the block's end, which skips most of the
+//! masked upper triangle. A block's scores live in a per-thread tile (rows × S);
 //! the forward keeps each row's log-sum-exp, and the backward recomputes the block's
 //! probabilities from it (FlashAttention's recompute, with whole key rows per tile), so the
 //! memory kept per layer is O(S·h) rather than O(h·S²).
