@@ -1,15 +1,15 @@
 //! Causal softmax attention with GQA, without the S × S probability matrix. q, k and v are
 //! three row-major blocks of one buffer.
 //!
-//! Work units are (sequence, head, query block) in the forward, so that one long sequence
-//! with few heads (a micro-batch of one, a tensor-parallel rank's share of the heads) still
-//! keeps every thread busy, and (sequence, kv head) in the backward, so the gradients of a
-//! shared kv head are summed by one thread in head order. Rows are processed in blocks of
-//! [`block_rows`] queries that only touch keys up to the block's end, which skips most of the
-//! masked upper triangle. A block's scores live in a per-thread tile (rows × S);
+//! Work units are (sequence, head, query block) in the forward and (sequence, kv head, key
+//! chunk) in the backward, so that one long sequence with few heads (a micro-batch of one, a
+//! tensor-parallel rank's share of the heads) still keeps every thread busy. Rows are
+//! processed in blocks of [`block_rows`] queries that only touch keys up to the block's end,
+//! which skips most of the masked upper triangle. A block's scores live in a per-thread tile;
 //! the forward keeps each row's log-sum-exp, and the backward recomputes the block's
-//! probabilities from it (FlashAttention's recompute, with whole key rows per tile), so the
-//! memory kept per layer is O(S·h) rather than O(h·S²).
+//! probabilities from it (FlashAttention's recompute), so the memory kept per layer is
+//! O(S·h) rather than O(h·S²). Every sum runs in an order fixed by the shape, never by the
+//! thread count.
 
 use super::gemm::{Operand, gemm_raw};
 use super::par::SendPtr;
@@ -188,27 +188,63 @@ fn probs_from_lse<T: Scalar>(r: &mut [T], i: usize, lse: T) {
     dead.fill(T::zero());
 }
 
-/// Overwrites `dqkv` from `dout`, `qkv` and the forward's log-sum-exps (`saved`); the
-/// probabilities and their gradient are rebuilt block by block in per-thread tiles (`scratch`
-/// is unused).
-/// A tile holds whole key rows, so each row's Σ_j P·dP is summed from it and the forward's
-/// output is not read.
+/// Keys per chunk of the backward, whose work units are (sequence, kv head, key chunk): a
+/// long sequence with few kv heads (a micro-batch of one, a tensor-parallel rank's heads)
+/// still keeps many threads busy. A multiple of every [`block_rows`], so each query block
+/// lies in one chunk's rows or after them. Sequences of at most this length are one chunk.
+const KEY_CHUNK: usize = 512;
+
+fn key_chunks(s: usize) -> usize {
+    s.div_ceil(KEY_CHUNK)
+}
+
+/// Rows, over all sequences, of the dQ terms that key chunks `1..c` keep in the scratch (chunk
+/// `c` ≥ 1 keeps query rows `c·KEY_CHUNK..S` of every sequence).
+fn partial_rows_before(sh: &AttnShape, c: usize) -> usize {
+    (1..c).map(|c| sh.seq - c * KEY_CHUNK).sum::<usize>() * sh.batch
+}
+
+/// Elements of the backward's scratch: the dQ terms of the key chunks after the first, added
+/// to dQ in chunk order once every chunk is done (none for sequences of one chunk).
+pub fn attention_bwd_scratch_len(sh: &AttnShape) -> usize {
+    partial_rows_before(sh, key_chunks(sh.seq)) * sh.q_width()
+}
+
+/// Overwrites `dqkv` from `dout`, `out`, `qkv` and the forward's log-sum-exps (`saved`). The
+/// probabilities and their gradient are rebuilt, a query block by a key chunk at a time, in
+/// per-thread tiles; each row's `D = Σ_j P·dP` is `dout·out` of that row, so a tile needs only
+/// its chunk's keys.
+///
+/// Every sum is taken in an order fixed by the shape alone: a chunk's unit adds its dK and dV
+/// rows over (head, query block) in order, and writes its dQ terms (chunk 0 into dQ itself,
+/// later chunks into `scratch`), which are then added to dQ in chunk order.
 pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
-    let AttentionBwd { dqkv, dout, out: _, saved: lse, scratch: _, qkv, shape: sh } = args;
+    let AttentionBwd { dqkv, dout, out, saved: lse, scratch, qkv, shape: sh } = args;
     check(qkv, &sh);
     check(dqkv, &sh);
     assert_eq!((dout.rows, dout.cols), (sh.tokens(), sh.q_width()));
+    assert_eq!((out.rows, out.cols), (sh.tokens(), sh.q_width()));
     assert!(lse.len() >= sh.rows_len(), "attention: {} log-sum-exps expected, buffer has {}", sh.rows_len(), lse.len());
+    let scratch_len = attention_bwd_scratch_len(&sh);
+    assert!(scratch.len() >= scratch_len, "attention: the scratch needs {scratch_len} elements, has {}", scratch.len());
     let l = Layout::new(&sh);
+    let qw = sh.q_width();
     let scale = 1.0 / (sh.head_dim as f64).sqrt();
     let base = SendPtr(qkv.as_ptr() as *mut T);
     let d_base = SendPtr(dqkv.as_mut_ptr());
-    let do_ld = dout.ld;
+    let part_base = SendPtr(scratch.as_mut_ptr());
+    let (do_ld, o_ld) = (dout.ld, out.ld);
     let do_base = SendPtr(dout.buf[dout.off..].as_ptr() as *mut T);
+    let o_base = SendPtr(out.buf[out.off..].as_ptr() as *mut T);
     let block = block_rows(l.s);
-    reserve_tiles::<T>(block * l.s);
-    (0..sh.batch * sh.kv_heads).into_par_iter().for_each(|unit| {
+    let chunks = key_chunks(l.s);
+    let units = sh.batch * sh.kv_heads;
+    reserve_tiles::<T>(block * l.s.min(KEY_CHUNK));
+    (0..chunks * units).into_par_iter().for_each(|u| {
+        // Chunk-major: the first chunks, which every query block reaches, are the costliest.
+        let (c, unit) = (u / units, u % units);
         let (b, g) = (unit / sh.kv_heads, unit % sh.kv_heads);
+        let (k0, k1) = (c * KEY_CHUNK, ((c + 1) * KEY_CHUNK).min(l.s));
         let row0 = b * l.s;
         let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
             Operand { ptr: base.get().add(off + (row0 + r) * ld + col) as *const T, rs: ld as isize, cs: 1 }
@@ -219,19 +255,30 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
         let dat = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
             (d_base.get().add(off + (row0 + r) * ld + col), ld)
         };
-        with_tiles::<T, _>(block * l.s, |p, ds| {
-            // SAFETY: unit (b, g) owns rows b·S.. of the dq columns of its heads and of its dk,
-            // dv columns; the tiles are this thread's.
+        // Where this chunk's dQ terms of query row i (≥ k0), head column `col`, go.
+        let dq_at = |col: usize, i: usize| unsafe {
+            if c == 0 {
+                dat(l.q, col, i)
+            } else {
+                let r = partial_rows_before(&sh, c) + b * (l.s - k0) + (i - k0);
+                (part_base.get().add(r * qw + col), qw)
+            }
+        };
+        with_tiles::<T, _>(block * (k1 - k0), |p, ds| {
+            // SAFETY: unit (b, g, c) owns rows k0..k1 of sequence b in its dk and dv columns,
+            // and the dQ terms of chunk c for its heads (dQ's own rows for chunk 0, scratch
+            // rows otherwise); the tiles are this thread's.
             unsafe {
-                for r in 0..l.s {
+                for r in k0..k1 {
                     std::slice::from_raw_parts_mut(dat(l.k, g * l.dh, r).0, l.dh).fill(T::zero());
                     std::slice::from_raw_parts_mut(dat(l.v, g * l.dh, r).0, l.dh).fill(T::zero());
                 }
                 for h in g * l.group..(g + 1) * l.group {
                     let hu = b * sh.heads + h;
-                    for i0 in (0..l.s).step_by(block) {
+                    for i0 in (k0..l.s).step_by(block) {
                         let i1 = (i0 + block).min(l.s);
-                        let m = i1 - i0;
+                        // The block's rows and the chunk's keys they see.
+                        let (m, n) = (i1 - i0, i1.min(k1) - k0);
                         let d_o = Operand {
                             ptr: do_base.get().add((row0 + i0) * do_ld + h * l.dh) as *const T,
                             rs: do_ld as isize,
@@ -239,33 +286,38 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
                         };
                         // P, rebuilt: scale·Q·Kᵀ, then exp(s − lse) row by row.
                         let (pb, dsb) = (p.as_mut_ptr(), ds.as_mut_ptr());
-                        let (q, kt) = (at(l.q, h * l.dh, i0), at_t(l.k, g * l.dh, 0));
-                        gemm_raw((m, i1, l.dh), (pb, i1), q, kt, scale, false, false);
+                        let (q, kt) = (at(l.q, h * l.dh, i0), at_t(l.k, g * l.dh, k0));
+                        gemm_raw((m, n, l.dh), (pb, n), q, kt, scale, false, false);
+                        // Row i sees keys k0..=i of the chunk.
+                        let last = |i: usize| (i - k0).min(n - 1);
                         for i in i0..i1 {
-                            probs_from_lse(&mut p[(i - i0) * i1..(i - i0 + 1) * i1], i, lse[hu * l.s + i]);
+                            probs_from_lse(&mut p[(i - i0) * n..(i - i0 + 1) * n], last(i), lse[hu * l.s + i]);
                         }
                         // dP = dO·Vᵀ
-                        gemm_raw((m, i1, l.dh), (dsb, i1), d_o, at_t(l.v, g * l.dh, 0), 1.0, false, false);
-                        // dS = P ⊙ (dP − Σ_j P·dP)
+                        gemm_raw((m, n, l.dh), (dsb, n), d_o, at_t(l.v, g * l.dh, k0), 1.0, false, false);
+                        // dS = P ⊙ (dP − D), D = dO·O of the row
                         for i in i0..i1 {
-                            let row = (i - i0) * i1;
-                            let pr = &p[row..row + i + 1];
-                            let (live, dead) = ds[row..row + i1].split_at_mut(i + 1);
-                            let dsum = T::dot(pr, live);
+                            let r = row0 + i;
+                            let d_o = std::slice::from_raw_parts(do_base.get().add(r * do_ld + h * l.dh), l.dh);
+                            let o = std::slice::from_raw_parts(o_base.get().add(r * o_ld + h * l.dh), l.dh);
+                            let dsum = T::dot(d_o, o);
+                            let row = (i - i0) * n;
+                            let pr = &p[row..row + last(i) + 1];
+                            let (live, dead) = ds[row..row + n].split_at_mut(last(i) + 1);
                             for (d, pv) in live.iter_mut().zip(pr) {
                                 *d = *pv * (*d - dsum);
                             }
                             dead.fill(T::zero());
                         }
-                        let dsm = Operand { ptr: dsb as *const T, rs: i1 as isize, cs: 1 };
-                        let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: i1 as isize };
-                        let pm_t = Operand { ptr: pb as *const T, rs: 1, cs: i1 as isize };
-                        // dQ = scale·dS·K
-                        gemm_raw((m, l.dh, i1), dat(l.q, h * l.dh, i0), dsm, at(l.k, g * l.dh, 0), scale, false, false);
+                        let dsm = Operand { ptr: dsb as *const T, rs: n as isize, cs: 1 };
+                        let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: n as isize };
+                        let pm_t = Operand { ptr: pb as *const T, rs: 1, cs: n as isize };
+                        // dQ (this chunk's terms) = scale·dS·K
+                        gemm_raw((m, l.dh, n), dq_at(h * l.dh, i0), dsm, at(l.k, g * l.dh, k0), scale, false, false);
                         // dK += scale·dSᵀ·Q
                         gemm_raw(
-                            (i1, l.dh, m),
-                            dat(l.k, g * l.dh, 0),
+                            (n, l.dh, m),
+                            dat(l.k, g * l.dh, k0),
                             dsm_t,
                             at(l.q, h * l.dh, i0),
                             scale,
@@ -273,10 +325,28 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
                             false,
                         );
                         // dV += Pᵀ·dO
-                        gemm_raw((i1, l.dh, m), dat(l.v, g * l.dh, 0), pm_t, d_o, 1.0, true, false);
+                        gemm_raw((n, l.dh, m), dat(l.v, g * l.dh, k0), pm_t, d_o, 1.0, true, false);
                     }
                 }
             }
         });
     });
+    if chunks > 1 {
+        // dQ += the later chunks' terms, in chunk order, a row of every head at a time.
+        let dq = SendPtr(dqkv.as_mut_ptr());
+        (0..sh.tokens()).into_par_iter().with_min_len(64).for_each(|r| {
+            let (b, i) = (r / l.s, r % l.s);
+            // SAFETY: row r of dQ is this task's; the scratch is only read.
+            unsafe {
+                let dst = std::slice::from_raw_parts_mut(dq.get().add(r * qw), qw);
+                for c in 1..=(i / KEY_CHUNK).min(chunks - 1) {
+                    let pr = partial_rows_before(&sh, c) + b * (l.s - c * KEY_CHUNK) + (i - c * KEY_CHUNK);
+                    let src = std::slice::from_raw_parts(part_base.get().add(pr * qw) as *const T, qw);
+                    for (d, s) in dst.iter_mut().zip(src) {
+                        *d = *d + *s;
+                    }
+                }
+            }
+        });
+    }
 }

@@ -64,8 +64,9 @@ impl<T: Scalar> Backend for Cpu<T> {
     fn attention_saved_len(&self, sh: &AttnShape) -> usize {
         sh.rows_len()
     }
-    fn attention_scratch_len(&self, _: &AttnShape) -> usize {
-        0
+    /// The dQ terms of the backward's key chunks after the first (none up to 512 positions).
+    fn attention_scratch_len(&self, sh: &AttnShape) -> usize {
+        attention::attention_bwd_scratch_len(sh)
     }
     fn alloc_ids(&self, n: usize) -> Vec<u32> {
         vec![0; n]

@@ -73,6 +73,13 @@ fn long_sequences_in_longer_blocks_match_naive_and_finite_differences() {
     naive_and_finite_differences(AttnShape { batch: 1, seq: 600, heads: 2, kv_heads: 1, head_dim: 4 }, 53);
 }
 
+#[test]
+fn backward_in_key_chunks_matches_finite_differences() {
+    // seq 1100: three 512-key chunks of the backward (the last ragged), two sequences, so
+    // the later chunks' dQ terms of either sequence meet in dQ.
+    naive_and_finite_differences(AttnShape { batch: 2, seq: 1100, heads: 2, kv_heads: 1, head_dim: 4 }, 211);
+}
+
 /// The forward against the naive loop, and the backward against finite differences on every
 /// `stride`-th coordinate of q, k and v.
 fn naive_and_finite_differences(sh: AttnShape, stride: usize) {
@@ -91,8 +98,14 @@ fn naive_and_finite_differences(sh: AttnShape, stride: usize) {
     let err = out.iter().zip(&naive).fold(0.0f64, |m, (a, b)| m.max((a - b).abs()));
     assert!(err < 1e-12, "attention forward differs from the naive loop by {err:e}");
     let mut dqkv = vec![7.0; sh.qkv_len()]; // overwritten, not accumulated
-    // The CPU keeps one log-sum-exp per row and head, and no S × S scratch.
-    assert_eq!((CPU.attention_saved_len(&sh), CPU.attention_scratch_len(&sh)), (sh.rows_len(), 0));
+    // The CPU keeps one log-sum-exp per row and head, and no S × S scratch: only the dQ terms
+    // of the backward's 512-key chunks after the first, for the query rows past each chunk's
+    // start.
+    let past_chunks: usize = (1..sh.seq.div_ceil(512)).map(|c| sh.seq - 512 * c).sum();
+    assert_eq!(
+        (CPU.attention_saved_len(&sh), CPU.attention_scratch_len(&sh)),
+        (sh.rows_len(), past_chunks * sh.batch * sh.q_width())
+    );
     let mut scratch = vec![0.0; CPU.attention_scratch_len(&sh)];
     CPU.attention_bwd(AttentionBwd {
         dqkv: &mut dqkv,
