@@ -26,8 +26,10 @@ use std::cell::RefCell;
 /// the forward and 0.82–0.89× the backward time of 64 at seq 1024 to 4096, and 0.95–0.99× at
 /// 256 and 512 (medians of 6–8 alternated pairs); 256 rows lost at 256 (1.2×).
 fn block_rows(s: usize) -> usize {
-    if s > 512 { 128 } else { 64 }
+    if s > 512 { MAX_BLOCK_ROWS } else { 64 }
 }
+
+const MAX_BLOCK_ROWS: usize = 128;
 
 thread_local! {
     /// Per-thread score tiles, grown before a call needs them and reused (steps allocate
@@ -212,8 +214,10 @@ pub fn attention_bwd_scratch_len(sh: &AttnShape) -> usize {
 
 /// Overwrites `dqkv` from `dout`, `out`, `qkv` and the forward's log-sum-exps (`saved`). The
 /// probabilities and their gradient are rebuilt, a query block by a key chunk at a time, in
-/// per-thread tiles; each row's `D = Σ_j P·dP` is `dout·out` of that row, so a tile needs only
-/// its chunk's keys.
+/// per-thread tiles. Each row's `D = Σ_j P·dP` is summed from the tile when a sequence is one
+/// chunk (the tile holds whole rows; reading `out` instead cost up to 8 % of the backward at
+/// 256 × 8 on one thread), and is `dout·out` of that row otherwise, so a tile needs only its
+/// chunk's keys.
 ///
 /// Every sum is taken in an order fixed by the shape alone: a chunk's unit adds its dK and dV
 /// rows over (head, query block) in order, and writes its dQ terms (chunk 0 into dQ itself,
@@ -295,15 +299,24 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
                         }
                         // dP = dO·Vᵀ
                         gemm_raw((m, n, l.dh), (dsb, n), d_o, at_t(l.v, g * l.dh, k0), 1.0, false, false);
-                        // dS = P ⊙ (dP − D), D = dO·O of the row
+                        // D = Σ_j P·dP of each row: from the tile when it holds whole rows
+                        // (one chunk), else dO·O, read for all of the block's rows before
+                        // they are used.
+                        let mut d = [T::zero(); MAX_BLOCK_ROWS];
+                        if chunks > 1 {
+                            for (i, d) in (i0..i1).zip(d.iter_mut()) {
+                                let r = row0 + i;
+                                let d_o = std::slice::from_raw_parts(do_base.get().add(r * do_ld + h * l.dh), l.dh);
+                                let o = std::slice::from_raw_parts(o_base.get().add(r * o_ld + h * l.dh), l.dh);
+                                *d = T::dot(d_o, o);
+                            }
+                        }
+                        // dS = P ⊙ (dP − D)
                         for i in i0..i1 {
-                            let r = row0 + i;
-                            let d_o = std::slice::from_raw_parts(do_base.get().add(r * do_ld + h * l.dh), l.dh);
-                            let o = std::slice::from_raw_parts(o_base.get().add(r * o_ld + h * l.dh), l.dh);
-                            let dsum = T::dot(d_o, o);
                             let row = (i - i0) * n;
                             let pr = &p[row..row + last(i) + 1];
                             let (live, dead) = ds[row..row + n].split_at_mut(last(i) + 1);
+                            let dsum = if chunks > 1 { d[i - i0] } else { T::dot(pr, live) };
                             for (d, pv) in live.iter_mut().zip(pr) {
                                 *d = *pv * (*d - dsum);
                             }
