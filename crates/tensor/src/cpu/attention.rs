@@ -86,6 +86,46 @@ fn with_tiles<T: Scalar, R>(n: usize, f: impl FnOnce(&mut [T], &mut [T]) -> R) -
     })
 }
 
+thread_local! {
+    /// The calling thread's column-major copies of k and v for one call, taken out while in
+    /// use (a nested call would make its own instead of sharing them).
+    static KV_COLS: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with column-major copies of k (`copies` = 1) or of k and v (2), for the products
+/// that read them transposed as their right operand (q·kᵀ, dO·vᵀ). The `gemm` crate packs a
+/// row-major operand read that way one element at a time, which took about a fifth of
+/// attention's time (`perf`, AVX-512, at 4096 × 1 and 256 × 8); from a column-major copy it
+/// packs whole rows, and sums in the same order. Copy c of sequence b and kv head g holds
+/// element (i, j) (head dimension i, key j) at `((c·batch + b)·kv_heads + g)·d_h·S + i·S + j`.
+fn with_kv_cols<T: Scalar, R>(qkv: &[T], l: &Layout, sh: &AttnShape, copies: usize, f: impl FnOnce(&[T]) -> R) -> R {
+    let (per, units) = (l.dh * l.s, sh.batch * sh.kv_heads);
+    let n = copies * units * per;
+    let mut buf = KV_COLS.with(|b| b.take());
+    if buf.len() < words::<T>(n) {
+        buf.resize(words::<T>(n), 0.0);
+    }
+    // SAFETY: the f64 buffer holds at least n elements of T (size 4 or 8, alignment ≤ 8).
+    let cols = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut T, n) };
+    cols.par_chunks_mut(per).enumerate().for_each(|(u, dst)| {
+        let (c, b, g) = (u / units, (u % units) / sh.kv_heads, u % sh.kv_heads);
+        let (off, ld) = if c == 0 { l.k } else { l.v };
+        let src = |j: usize| off + (b * l.s + j) * ld + g * l.dh;
+        // 64 keys at a time, so their rows stay in L1 while each column is written.
+        for j0 in (0..l.s).step_by(64) {
+            let j1 = (j0 + 64).min(l.s);
+            for i in 0..l.dh {
+                for j in j0..j1 {
+                    dst[i * l.s + j] = qkv[src(j) + i];
+                }
+            }
+        }
+    });
+    let r = f(cols);
+    KV_COLS.with(|b| *b.borrow_mut() = buf);
+    r
+}
+
 /// Offsets and row strides of the q, k, v blocks; head h's columns start at h·d_h.
 struct Layout {
     s: usize,
@@ -136,37 +176,39 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
     let block = block_rows(l.s);
     reserve_tiles::<T>(block * l.s);
     let blocks = l.s.div_ceil(block);
-    (0..sh.batch * sh.heads * blocks).into_par_iter().for_each(|u| {
-        // The costliest blocks (the last rows, which see the most keys) first.
-        let (unit, i0) = (u / blocks, (blocks - 1 - u % blocks) * block);
-        let i1 = (i0 + block).min(l.s);
-        let (b, h) = (unit / sh.heads, unit % sh.heads);
-        let g = h / l.group;
-        let row0 = b * l.s;
-        let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
-            (base.get().add(off + (row0 + r) * ld + col) as *const T, ld as isize)
-        };
-        with_tiles::<T, _>(block * l.s, |p, _| {
-            let (qp, qld) = at(l.q, h * l.dh, i0);
-            let (kp, kld) = at(l.k, g * l.dh, 0);
-            let (vp, vld) = at(l.v, g * l.dh, 0);
-            let q = Operand { ptr: qp, rs: qld, cs: 1 };
-            let kt = Operand { ptr: kp, rs: 1, cs: kld };
-            let v = Operand { ptr: vp, rs: vld, cs: 1 };
-            // SAFETY: unit (b, h, block) owns its rows of `lse` and of its head's output
-            // columns; the tile is this thread's.
-            unsafe {
-                let pb = p.as_mut_ptr();
-                gemm_raw((i1 - i0, i1, l.dh), (pb, i1), q, kt, scale, false, false);
-                for i in i0..i1 {
-                    let r = &mut p[(i - i0) * i1..(i - i0 + 1) * i1];
-                    *lse_base.get().add(unit * l.s + i) = softmax_causal(r, i);
+    with_kv_cols(qkv, &l, &sh, 1, |k_cols| {
+        (0..sh.batch * sh.heads * blocks).into_par_iter().for_each(|u| {
+            // The costliest blocks (the last rows, which see the most keys) first.
+            let (unit, i0) = (u / blocks, (blocks - 1 - u % blocks) * block);
+            let i1 = (i0 + block).min(l.s);
+            let (b, h) = (unit / sh.heads, unit % sh.heads);
+            let g = h / l.group;
+            let row0 = b * l.s;
+            let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
+                (base.get().add(off + (row0 + r) * ld + col) as *const T, ld as isize)
+            };
+            with_tiles::<T, _>(block * l.s, |p, _| {
+                let (qp, qld) = at(l.q, h * l.dh, i0);
+                let (vp, vld) = at(l.v, g * l.dh, 0);
+                let q = Operand { ptr: qp, rs: qld, cs: 1 };
+                let kt =
+                    Operand { ptr: k_cols[(b * sh.kv_heads + g) * l.dh * l.s..].as_ptr(), rs: l.s as isize, cs: 1 };
+                let v = Operand { ptr: vp, rs: vld, cs: 1 };
+                // SAFETY: unit (b, h, block) owns its rows of `lse` and of its head's output
+                // columns; the tile is this thread's.
+                unsafe {
+                    let pb = p.as_mut_ptr();
+                    gemm_raw((i1 - i0, i1, l.dh), (pb, i1), q, kt, scale, false, false);
+                    for i in i0..i1 {
+                        let r = &mut p[(i - i0) * i1..(i - i0 + 1) * i1];
+                        *lse_base.get().add(unit * l.s + i) = softmax_causal(r, i);
+                    }
+                    let pr = Operand { ptr: pb as *const T, rs: i1 as isize, cs: 1 };
+                    let o = o_base.get().add((row0 + i0) * o_ld + h * l.dh);
+                    gemm_raw((i1 - i0, l.dh, i1), (o, o_ld), pr, v, 1.0, false, false);
                 }
-                let pr = Operand { ptr: pb as *const T, rs: i1 as isize, cs: 1 };
-                let o = o_base.get().add((row0 + i0) * o_ld + h * l.dh);
-                gemm_raw((i1 - i0, l.dh, i1), (o, o_ld), pr, v, 1.0, false, false);
-            }
-        });
+            });
+        })
     });
 }
 
@@ -244,105 +286,118 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
     let chunks = key_chunks(l.s);
     let units = sh.batch * sh.kv_heads;
     reserve_tiles::<T>(block * l.s.min(KEY_CHUNK));
-    (0..chunks * units).into_par_iter().for_each(|u| {
-        // Chunk-major: the first chunks, which every query block reaches, are the costliest.
-        let (c, unit) = (u / units, u % units);
-        let (b, g) = (unit / sh.kv_heads, unit % sh.kv_heads);
-        let (k0, k1) = (c * KEY_CHUNK, ((c + 1) * KEY_CHUNK).min(l.s));
-        let row0 = b * l.s;
-        let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
-            Operand { ptr: base.get().add(off + (row0 + r) * ld + col) as *const T, rs: ld as isize, cs: 1 }
-        };
-        let at_t = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
-            Operand { ptr: base.get().add(off + (row0 + r) * ld + col) as *const T, rs: 1, cs: ld as isize }
-        };
-        let dat = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
-            (d_base.get().add(off + (row0 + r) * ld + col), ld)
-        };
-        // Where this chunk's dQ terms of query row i (≥ k0), head column `col`, go.
-        let dq_at = |col: usize, i: usize| unsafe {
-            if c == 0 {
-                dat(l.q, col, i)
-            } else {
-                let r = partial_rows_before(&sh, c) + b * (l.s - k0) + (i - k0);
-                (part_base.get().add(r * qw + col), qw)
-            }
-        };
-        with_tiles::<T, _>(block * (k1 - k0), |p, ds| {
-            // SAFETY: unit (b, g, c) owns rows k0..k1 of sequence b in its dk and dv columns,
-            // and the dQ terms of chunk c for its heads (dQ's own rows for chunk 0, scratch
-            // rows otherwise); the tiles are this thread's.
-            unsafe {
-                for r in k0..k1 {
-                    std::slice::from_raw_parts_mut(dat(l.k, g * l.dh, r).0, l.dh).fill(T::zero());
-                    std::slice::from_raw_parts_mut(dat(l.v, g * l.dh, r).0, l.dh).fill(T::zero());
+    with_kv_cols(qkv, &l, &sh, 2, |kv_cols| {
+        (0..chunks * units).into_par_iter().for_each(|u| {
+            // Chunk-major: the first chunks, which every query block reaches, are the costliest.
+            let (c, unit) = (u / units, u % units);
+            let (b, g) = (unit / sh.kv_heads, unit % sh.kv_heads);
+            let (k0, k1) = (c * KEY_CHUNK, ((c + 1) * KEY_CHUNK).min(l.s));
+            let row0 = b * l.s;
+            let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
+                Operand { ptr: base.get().add(off + (row0 + r) * ld + col) as *const T, rs: ld as isize, cs: 1 }
+            };
+            // Kᵀ and Vᵀ from key k0 on, from the column-major copies.
+            let cols_t = |c: usize| Operand {
+                ptr: kv_cols[((c * sh.batch + b) * sh.kv_heads + g) * l.dh * l.s + k0..].as_ptr(),
+                rs: l.s as isize,
+                cs: 1,
+            };
+            let dat = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
+                (d_base.get().add(off + (row0 + r) * ld + col), ld)
+            };
+            // Where this chunk's dQ terms of query row i (≥ k0), head column `col`, go.
+            let dq_at = |col: usize, i: usize| unsafe {
+                if c == 0 {
+                    dat(l.q, col, i)
+                } else {
+                    let r = partial_rows_before(&sh, c) + b * (l.s - k0) + (i - k0);
+                    (part_base.get().add(r * qw + col), qw)
                 }
-                for h in g * l.group..(g + 1) * l.group {
-                    let hu = b * sh.heads + h;
-                    for i0 in (k0..l.s).step_by(block) {
-                        let i1 = (i0 + block).min(l.s);
-                        // The block's rows and the chunk's keys they see.
-                        let (m, n) = (i1 - i0, i1.min(k1) - k0);
-                        let d_o = Operand {
-                            ptr: do_base.get().add((row0 + i0) * do_ld + h * l.dh) as *const T,
-                            rs: do_ld as isize,
-                            cs: 1,
-                        };
-                        // P, rebuilt: scale·Q·Kᵀ, then exp(s − lse) row by row.
-                        let (pb, dsb) = (p.as_mut_ptr(), ds.as_mut_ptr());
-                        let (q, kt) = (at(l.q, h * l.dh, i0), at_t(l.k, g * l.dh, k0));
-                        gemm_raw((m, n, l.dh), (pb, n), q, kt, scale, false, false);
-                        // Row i sees keys k0..=i of the chunk.
-                        let last = |i: usize| (i - k0).min(n - 1);
-                        for i in i0..i1 {
-                            probs_from_lse(&mut p[(i - i0) * n..(i - i0 + 1) * n], last(i), lse[hu * l.s + i]);
-                        }
-                        // dP = dO·Vᵀ
-                        gemm_raw((m, n, l.dh), (dsb, n), d_o, at_t(l.v, g * l.dh, k0), 1.0, false, false);
-                        // D = Σ_j P·dP of each row: from the tile when it holds whole rows
-                        // (one chunk), else dO·O, read for all of the block's rows before
-                        // they are used.
-                        let mut d = [T::zero(); MAX_BLOCK_ROWS];
-                        if chunks > 1 {
-                            for (i, d) in (i0..i1).zip(d.iter_mut()) {
-                                let r = row0 + i;
-                                let d_o = std::slice::from_raw_parts(do_base.get().add(r * do_ld + h * l.dh), l.dh);
-                                let o = std::slice::from_raw_parts(o_base.get().add(r * o_ld + h * l.dh), l.dh);
-                                *d = T::dot(d_o, o);
+            };
+            with_tiles::<T, _>(block * (k1 - k0), |p, ds| {
+                // SAFETY: unit (b, g, c) owns rows k0..k1 of sequence b in its dk and dv columns,
+                // and the dQ terms of chunk c for its heads (dQ's own rows for chunk 0, scratch
+                // rows otherwise); the tiles are this thread's.
+                unsafe {
+                    for r in k0..k1 {
+                        std::slice::from_raw_parts_mut(dat(l.k, g * l.dh, r).0, l.dh).fill(T::zero());
+                        std::slice::from_raw_parts_mut(dat(l.v, g * l.dh, r).0, l.dh).fill(T::zero());
+                    }
+                    for h in g * l.group..(g + 1) * l.group {
+                        let hu = b * sh.heads + h;
+                        for i0 in (k0..l.s).step_by(block) {
+                            let i1 = (i0 + block).min(l.s);
+                            // The block's rows and the chunk's keys they see.
+                            let (m, n) = (i1 - i0, i1.min(k1) - k0);
+                            let d_o = Operand {
+                                ptr: do_base.get().add((row0 + i0) * do_ld + h * l.dh) as *const T,
+                                rs: do_ld as isize,
+                                cs: 1,
+                            };
+                            // P, rebuilt: scale·Q·Kᵀ, then exp(s − lse) row by row.
+                            let (pb, dsb) = (p.as_mut_ptr(), ds.as_mut_ptr());
+                            let (q, kt) = (at(l.q, h * l.dh, i0), cols_t(0));
+                            gemm_raw((m, n, l.dh), (pb, n), q, kt, scale, false, false);
+                            // Row i sees keys k0..=i of the chunk.
+                            let last = |i: usize| (i - k0).min(n - 1);
+                            for i in i0..i1 {
+                                probs_from_lse(&mut p[(i - i0) * n..(i - i0 + 1) * n], last(i), lse[hu * l.s + i]);
                             }
-                        }
-                        // dS = P ⊙ (dP − D)
-                        for i in i0..i1 {
-                            let row = (i - i0) * n;
-                            let pr = &p[row..row + last(i) + 1];
-                            let (live, dead) = ds[row..row + n].split_at_mut(last(i) + 1);
-                            let dsum = if chunks > 1 { d[i - i0] } else { T::dot(pr, live) };
-                            for (d, pv) in live.iter_mut().zip(pr) {
-                                *d = *pv * (*d - dsum);
+                            // dP = dO·Vᵀ
+                            gemm_raw((m, n, l.dh), (dsb, n), d_o, cols_t(1), 1.0, false, false);
+                            // D = Σ_j P·dP of each row: from the tile when it holds whole rows
+                            // (one chunk), else dO·O, read for all of the block's rows before
+                            // they are used.
+                            let mut d = [T::zero(); MAX_BLOCK_ROWS];
+                            if chunks > 1 {
+                                for (i, d) in (i0..i1).zip(d.iter_mut()) {
+                                    let r = row0 + i;
+                                    let d_o = std::slice::from_raw_parts(do_base.get().add(r * do_ld + h * l.dh), l.dh);
+                                    let o = std::slice::from_raw_parts(o_base.get().add(r * o_ld + h * l.dh), l.dh);
+                                    *d = T::dot(d_o, o);
+                                }
                             }
-                            dead.fill(T::zero());
+                            // dS = P ⊙ (dP − D)
+                            for i in i0..i1 {
+                                let row = (i - i0) * n;
+                                let pr = &p[row..row + last(i) + 1];
+                                let (live, dead) = ds[row..row + n].split_at_mut(last(i) + 1);
+                                let dsum = if chunks > 1 { d[i - i0] } else { T::dot(pr, live) };
+                                for (d, pv) in live.iter_mut().zip(pr) {
+                                    *d = *pv * (*d - dsum);
+                                }
+                                dead.fill(T::zero());
+                            }
+                            let dsm = Operand { ptr: dsb as *const T, rs: n as isize, cs: 1 };
+                            let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: n as isize };
+                            let pm_t = Operand { ptr: pb as *const T, rs: 1, cs: n as isize };
+                            // dQ (this chunk's terms) = scale·dS·K
+                            gemm_raw(
+                                (m, l.dh, n),
+                                dq_at(h * l.dh, i0),
+                                dsm,
+                                at(l.k, g * l.dh, k0),
+                                scale,
+                                false,
+                                false,
+                            );
+                            // dK += scale·dSᵀ·Q
+                            gemm_raw(
+                                (n, l.dh, m),
+                                dat(l.k, g * l.dh, k0),
+                                dsm_t,
+                                at(l.q, h * l.dh, i0),
+                                scale,
+                                true,
+                                false,
+                            );
+                            // dV += Pᵀ·dO
+                            gemm_raw((n, l.dh, m), dat(l.v, g * l.dh, k0), pm_t, d_o, 1.0, true, false);
                         }
-                        let dsm = Operand { ptr: dsb as *const T, rs: n as isize, cs: 1 };
-                        let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: n as isize };
-                        let pm_t = Operand { ptr: pb as *const T, rs: 1, cs: n as isize };
-                        // dQ (this chunk's terms) = scale·dS·K
-                        gemm_raw((m, l.dh, n), dq_at(h * l.dh, i0), dsm, at(l.k, g * l.dh, k0), scale, false, false);
-                        // dK += scale·dSᵀ·Q
-                        gemm_raw(
-                            (n, l.dh, m),
-                            dat(l.k, g * l.dh, k0),
-                            dsm_t,
-                            at(l.q, h * l.dh, i0),
-                            scale,
-                            true,
-                            false,
-                        );
-                        // dV += Pᵀ·dO
-                        gemm_raw((n, l.dh, m), dat(l.v, g * l.dh, k0), pm_t, d_o, 1.0, true, false);
                     }
                 }
-            }
-        });
+            });
+        })
     });
     if chunks > 1 {
         // dQ += the later chunks' terms, in chunk order, a row of every head at a time.
