@@ -19,6 +19,7 @@ use crate::scalar::Scalar;
 use crate::view::MatMut;
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::sync::Mutex;
 
 /// Query rows per block: 64, or 128 past 512 positions. Longer blocks pack each key tile for
 /// more rows (the products' K is only d_h) but compute more of the masked triangle, which a
@@ -86,11 +87,10 @@ fn with_tiles<T: Scalar, R>(n: usize, f: impl FnOnce(&mut [T], &mut [T]) -> R) -
     })
 }
 
-thread_local! {
-    /// The calling thread's column-major copies of k and v for one call, taken out while in
-    /// use (a nested call would make its own instead of sharing them).
-    static KV_COLS: RefCell<Vec<f64>> = const { RefCell::new(Vec::new()) };
-}
+/// Buffers for the column-major copies of k and v, one per call in flight (in-process ranks
+/// and tensor-parallel chunks call concurrently): a call takes one and gives it back, so the
+/// memory follows the calls in flight, not the threads that ever made one.
+static KV_COLS: Mutex<Vec<Vec<f64>>> = Mutex::new(Vec::new());
 
 /// Runs `f` with column-major copies of k (`copies` = 1) or of k and v (2), for the products
 /// that read them transposed as their right operand (q·kᵀ, dO·vᵀ). The `gemm` crate packs a
@@ -101,7 +101,7 @@ thread_local! {
 fn with_kv_cols<T: Scalar, R>(qkv: &[T], l: &Layout, sh: &AttnShape, copies: usize, f: impl FnOnce(&[T]) -> R) -> R {
     let (per, units) = (l.dh * l.s, sh.batch * sh.kv_heads);
     let n = copies * units * per;
-    let mut buf = KV_COLS.with(|b| b.take());
+    let mut buf = KV_COLS.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
     if buf.len() < words::<T>(n) {
         buf.resize(words::<T>(n), 0.0);
     }
@@ -122,7 +122,7 @@ fn with_kv_cols<T: Scalar, R>(qkv: &[T], l: &Layout, sh: &AttnShape, copies: usi
         }
     });
     let r = f(cols);
-    KV_COLS.with(|b| *b.borrow_mut() = buf);
+    KV_COLS.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
     r
 }
 
