@@ -1,5 +1,6 @@
 //! Per-kernel time of training steps of a model shape (diagnosis):
-//! `cargo run --release -p boost-train --example profile_step -- cola-60m cola 8192 [steps]`.
+//! `cargo run --release -p boost-train --example profile_step -- cola-60m cola 8192 [steps]
+//! [threads]` (2 threads by default).
 
 use boost_config::Config;
 use boost_model::{Batch, Layout, Model};
@@ -14,12 +15,13 @@ fn main() {
     let (preset, arch, vocab) =
         (a.get(1).map_or("cola-60m", |s| s), a.get(2).map_or("cola", |s| s), a.get(3).map_or("8192", |s| s));
     let steps: usize = a.get(4).map_or(3, |s| s.parse().unwrap());
+    let threads: usize = a.get(5).map_or(2, |s| s.parse().unwrap());
     let cfg = Config::load(
         None,
         &[format!("model.preset={preset}"), format!("model.arch={arch}"), format!("model.vocab={vocab}")],
     )
     .unwrap();
-    rayon::ThreadPoolBuilder::new().num_threads(2).build_global().unwrap();
+    rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().unwrap();
     let (b, s) = (8, 256);
     let mut m = Model::new(Profiled::new(Cpu::<f32>::new()), &cfg.model, Layout::single(&cfg.model), 1).unwrap();
     let mut opt = AdamW::new(&m.be, &m.store);
