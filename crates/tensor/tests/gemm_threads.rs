@@ -1,5 +1,5 @@
 //! GEMMs and attention give the same bits for any number of threads: work is split over output
-//! panels (attention: heads and query blocks) only and K is summed in one fixed order (results
+//! panels (attention: heads, query blocks and key chunks) only and K is summed in one fixed order (results
 //! must not depend on `train.threads`, and data parallel ranks with different pools must agree).
 
 use boost_tensor::cpu::Cpu;
@@ -93,15 +93,19 @@ fn attention_results_do_not_depend_on_the_thread_count() {
     // One sequence with few heads, so that the forward's (sequence, head, query block) units
     // outnumber its heads, and lengths ending on ragged blocks of 1 to 63 rows (and, at 600,
     // of the 128-row blocks of long sequences; at 1100, three key chunks of the backward).
-    let cases = [(200, 4, 1, 16), (200, 4, 2, 16), (200, 2, 2, 64), (65, 2, 1, 16), (69, 4, 1, 8)];
-    let cases = cases.into_iter().chain([
+    let cases = [
+        (200, 4, 1, 16),
+        (200, 4, 2, 16),
+        (200, 2, 2, 64),
+        (65, 2, 1, 16),
+        (69, 4, 1, 8),
         (127, 2, 1, 16),
         (128, 2, 1, 16),
         (40, 2, 1, 16),
         (257, 1, 1, 16),
         (600, 2, 1, 8),
         (1100, 2, 1, 8),
-    ]);
+    ];
     for (seq, heads, kv_heads, head_dim) in cases {
         let sh = boost_tensor::AttnShape { batch: 1, seq, heads, kv_heads, head_dim };
         let one = attention(sh, 1);

@@ -1,7 +1,7 @@
 //! The backward: units of (sequence, kv head, key chunk), the probabilities rebuilt from the
 //! forward's log-sum-exps.
 
-use super::buffers::{reserve_tiles, with_kv_cols, with_tiles};
+use super::buffers::{kv_cols_t, reserve_tiles, with_kv_cols, with_tiles};
 use super::{Layout, MAX_BLOCK_ROWS, block_rows, check};
 use crate::args::AttentionBwd;
 use crate::backend::AttnShape;
@@ -32,6 +32,13 @@ fn key_chunks(s: usize) -> usize {
 /// `c` ≥ 1 keeps query rows `c·KEY_CHUNK..S` of every sequence).
 fn partial_rows_before(sh: &AttnShape, c: usize) -> usize {
     (1..c).map(|c| sh.seq - c * KEY_CHUNK).sum::<usize>() * sh.batch
+}
+
+/// The scratch row of chunk `c`'s (≥ 1) dQ terms for query row `i` (≥ c·KEY_CHUNK) of
+/// sequence `b`.
+fn partial_row(sh: &AttnShape, c: usize, b: usize, i: usize) -> usize {
+    let k0 = c * KEY_CHUNK;
+    partial_rows_before(sh, c) + b * (sh.seq - k0) + (i - k0)
 }
 
 /// Elements of the backward's scratch: the dQ terms of the key chunks after the first, added
@@ -83,22 +90,13 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
                 Operand { ptr: base.get().add(off + (row0 + r) * ld + col) as *const T, rs: ld as isize, cs: 1 }
             };
             // Kᵀ and Vᵀ from key k0 on, from the column-major copies.
-            let cols_t = |c: usize| Operand {
-                ptr: kv_cols[((c * sh.batch + b) * sh.kv_heads + g) * l.dh * l.s + k0..].as_ptr(),
-                rs: l.s as isize,
-                cs: 1,
-            };
+            let cols_t = |c: usize| kv_cols_t(kv_cols, &l, &sh, c, b, g, k0);
             let dat = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
                 (d_base.get().add(off + (row0 + r) * ld + col), ld)
             };
             // Where this chunk's dQ terms of query row i (≥ k0), head column `col`, go.
             let dq_at = |col: usize, i: usize| unsafe {
-                if c == 0 {
-                    dat(l.q, col, i)
-                } else {
-                    let r = partial_rows_before(&sh, c) + b * (l.s - k0) + (i - k0);
-                    (part_base.get().add(r * qw + col), qw)
-                }
+                if c == 0 { dat(l.q, col, i) } else { (part_base.get().add(partial_row(&sh, c, b, i) * qw + col), qw) }
             };
             with_tiles::<T, _>(block * (k1 - k0), |p, ds| {
                 // SAFETY: unit (b, g, c) owns rows k0..k1 of sequence b in its dk and dv columns,
@@ -194,8 +192,8 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
             unsafe {
                 let dst = std::slice::from_raw_parts_mut(dq.get().add(r * qw), qw);
                 for c in 1..=(i / KEY_CHUNK).min(chunks - 1) {
-                    let pr = partial_rows_before(&sh, c) + b * (l.s - c * KEY_CHUNK) + (i - c * KEY_CHUNK);
-                    let src = std::slice::from_raw_parts(part_base.get().add(pr * qw) as *const T, qw);
+                    let src =
+                        std::slice::from_raw_parts(part_base.get().add(partial_row(&sh, c, b, i) * qw) as *const T, qw);
                     for (d, s) in dst.iter_mut().zip(src) {
                         *d = *d + *s;
                     }

@@ -3,6 +3,7 @@
 
 use super::Layout;
 use crate::backend::AttnShape;
+use crate::cpu::gemm::Operand;
 use crate::scalar::Scalar;
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -45,13 +46,9 @@ pub(super) fn reserve_tiles<T: Scalar>(n: usize) {
 
 /// Run `f` with two tiles of at least `n` elements of `T` each.
 pub(super) fn with_tiles<T: Scalar, R>(n: usize, f: impl FnOnce(&mut [T], &mut [T]) -> R) -> R {
-    let words = words::<T>(n);
+    grow(words::<T>(n));
     TILES.with(|t| {
         let (a, b) = &mut *t.borrow_mut();
-        if a.len() < words {
-            a.resize(words, 0.0);
-            b.resize(words, 0.0);
-        }
         // SAFETY: the f64 buffers hold at least n elements of T (size 4 or 8, alignment ≤ 8).
         let (a, b) = unsafe {
             (
@@ -106,4 +103,19 @@ pub(super) fn with_kv_cols<T: Scalar, R>(
     let r = f(cols);
     KV_COLS.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
     r
+}
+
+/// Kᵀ (`c` = 0) or Vᵀ (1) of sequence `b` and kv head `g`, from key `k0` on, as a right
+/// operand read from the copies `with_kv_cols` made.
+pub(super) fn kv_cols_t<T>(
+    cols: &[T],
+    l: &Layout,
+    sh: &AttnShape,
+    c: usize,
+    b: usize,
+    g: usize,
+    k0: usize,
+) -> Operand<T> {
+    let at = ((c * sh.batch + b) * sh.kv_heads + g) * l.dh * l.s + k0;
+    Operand { ptr: cols[at..].as_ptr(), rs: l.s as isize, cs: 1 }
 }

@@ -1,6 +1,6 @@
 //! The forward: units of (sequence, head, query block), each row's log-sum-exp kept.
 
-use super::buffers::{reserve_tiles, with_kv_cols, with_tiles};
+use super::buffers::{kv_cols_t, reserve_tiles, with_kv_cols, with_tiles};
 use super::{Layout, block_rows, check};
 use crate::backend::AttnShape;
 use crate::cpu::gemm::{Operand, gemm_raw};
@@ -44,8 +44,7 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
                 let (qp, qld) = at(l.q, h * l.dh, i0);
                 let (vp, vld) = at(l.v, g * l.dh, 0);
                 let q = Operand { ptr: qp, rs: qld, cs: 1 };
-                let kt =
-                    Operand { ptr: k_cols[(b * sh.kv_heads + g) * l.dh * l.s..].as_ptr(), rs: l.s as isize, cs: 1 };
+                let kt = kv_cols_t(k_cols, &l, &sh, 0, b, g, 0);
                 let v = Operand { ptr: vp, rs: vld, cs: 1 };
                 // SAFETY: unit (b, h, block) owns its rows of `lse` and of its head's output
                 // columns; the tile is this thread's.
