@@ -12,6 +12,7 @@ mod norm;
 mod optim;
 pub mod par;
 mod rope;
+mod transpose;
 
 pub use embed::IGNORE;
 pub use machine::{SimdPaths, simd_paths};
