@@ -9,12 +9,25 @@ use crate::scalar::Scalar;
 /// Transpose a `rows × cols` block of `src` (row stride `ld_src`) into `dst` (row stride
 /// `ld_dst`): `dst[c·ld_dst + r] = src[r·ld_src + c]`.
 pub fn transpose<T: Scalar>(dst: &mut [T], ld_dst: usize, src: &[T], ld_src: usize, rows: usize, cols: usize) {
+    transpose_in_blocks(simd::widest(), dst, ld_dst, src, ld_src, rows, cols);
+}
+
+/// [`transpose`] with SIMD blocks of `width` (16, 8; 0 or one the CPU lacks: none).
+fn transpose_in_blocks<T: Scalar>(
+    width: usize,
+    dst: &mut [T],
+    ld_dst: usize,
+    src: &[T],
+    ld_src: usize,
+    rows: usize,
+    cols: usize,
+) {
     if rows == 0 || cols == 0 {
         return;
     }
     assert!(cols <= ld_src && src.len() >= (rows - 1) * ld_src + cols, "transpose: source too short");
     assert!(rows <= ld_dst && dst.len() >= (cols - 1) * ld_dst + rows, "transpose: destination too short");
-    let done = simd::transpose_blocks(dst, ld_dst, src, ld_src, rows, cols);
+    let done = simd::transpose_blocks(width, dst, ld_dst, src, ld_src, rows, cols);
     // What the blocks left: the last rows (every column), then the last columns.
     let rest = |dst: &mut [T], (r0, r1): (usize, usize), (c0, c1): (usize, usize)| {
         for r in r0..r1 {
@@ -33,9 +46,21 @@ mod simd {
     use std::any::TypeId;
     use std::arch::x86_64::*;
 
-    /// Transpose the whole blocks of an f32 copy; returns the rows and columns they covered
-    /// ((0, 0) for another type or a CPU without AVX).
+    /// The widest block this CPU has: 16 (AVX-512F), 8 (AVX) or 0.
+    pub fn widest() -> usize {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            16
+        } else if std::arch::is_x86_feature_detected!("avx") {
+            8
+        } else {
+            0
+        }
+    }
+
+    /// Transpose the whole `width`-blocks of an f32 copy; returns the rows and columns they
+    /// covered ((0, 0) for another type, or a width the CPU lacks).
     pub fn transpose_blocks<T: Scalar>(
+        width: usize,
         dst: &mut [T],
         ld_dst: usize,
         src: &[T],
@@ -43,7 +68,7 @@ mod simd {
         rows: usize,
         cols: usize,
     ) -> (usize, usize) {
-        if TypeId::of::<T>() != TypeId::of::<f32>() {
+        if TypeId::of::<T>() != TypeId::of::<f32>() || width > widest() {
             return (0, 0);
         }
         let (d, s) = (dst.as_mut_ptr() as *mut f32, src.as_ptr() as *const f32);
@@ -51,12 +76,10 @@ mod simd {
         // strides, and each kernel touches only whole blocks inside it; the features are
         // present.
         unsafe {
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                blocks::<16>(d, ld_dst, s, ld_src, rows, cols, |d, ldd, s, lds| block16(d, ldd, s, lds))
-            } else if std::arch::is_x86_feature_detected!("avx") {
-                blocks::<8>(d, ld_dst, s, ld_src, rows, cols, |d, ldd, s, lds| block8(d, ldd, s, lds))
-            } else {
-                (0, 0)
+            match width {
+                16 => blocks::<16>(d, ld_dst, s, ld_src, rows, cols, |d, ldd, s, lds| block16(d, ldd, s, lds)),
+                8 => blocks::<8>(d, ld_dst, s, ld_src, rows, cols, |d, ldd, s, lds| block8(d, ldd, s, lds)),
+                _ => (0, 0),
             }
         }
     }
@@ -152,7 +175,19 @@ mod simd {
     use crate::scalar::Scalar;
 
     /// No SIMD blocks off x86-64: everything is copied element by element.
-    pub fn transpose_blocks<T: Scalar>(_: &mut [T], _: usize, _: &[T], _: usize, _: usize, _: usize) -> (usize, usize) {
+    pub fn widest() -> usize {
+        0
+    }
+
+    pub fn transpose_blocks<T: Scalar>(
+        _: usize,
+        _: &mut [T],
+        _: usize,
+        _: &[T],
+        _: usize,
+        _: usize,
+        _: usize,
+    ) -> (usize, usize) {
         (0, 0)
     }
 }
@@ -161,25 +196,33 @@ mod simd {
 mod tests {
     use super::*;
 
-    /// Every shape around the block sizes, with strides wider than the block: each element
+    /// Every shape around the block sizes, with strides wider than the block, on every path
+    /// this CPU has (16 and 8 wide on an AVX-512 one, and element by element): each element
     /// lands where the definition puts it, and nothing else in `dst` is written.
     #[test]
     fn transposes_every_element_and_nothing_else() {
+        let widths: Vec<usize> = [16, 8, 0].into_iter().filter(|&w| w <= simd::widest()).collect();
+        for width in widths {
+            every_shape(width);
+        }
+    }
+
+    fn every_shape(width: usize) {
         for rows in [0, 1, 7, 8, 9, 15, 16, 17, 33, 64, 100] {
             for cols in [1, 8, 12, 16, 31, 64, 80] {
                 let (ld_src, ld_dst) = (cols + 3, rows + 5);
                 let src: Vec<f32> = (0..rows * ld_src).map(|i| i as f32 + 0.5).collect();
                 let mut dst = vec![-1.0f32; cols * ld_dst];
-                transpose(&mut dst, ld_dst, &src, ld_src, rows, cols);
+                transpose_in_blocks(width, &mut dst, ld_dst, &src, ld_src, rows, cols);
                 for c in 0..cols {
                     for r in 0..ld_dst {
                         let want = if r < rows { src[r * ld_src + c] } else { -1.0 };
-                        assert_eq!(dst[c * ld_dst + r], want, "{rows}×{cols}: element ({r}, {c})");
+                        assert_eq!(dst[c * ld_dst + r], want, "{rows}×{cols}, width {width}: element ({r}, {c})");
                     }
                 }
                 let src64: Vec<f64> = src.iter().map(|&x| x as f64).collect();
                 let mut dst64 = vec![-1.0f64; cols * ld_dst];
-                transpose(&mut dst64, ld_dst, &src64, ld_src, rows, cols);
+                transpose_in_blocks(width, &mut dst64, ld_dst, &src64, ld_src, rows, cols);
                 assert!(dst64.iter().zip(&dst).all(|(a, b)| *a == *b as f64), "{rows}×{cols}: f64");
             }
         }
