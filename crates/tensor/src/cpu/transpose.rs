@@ -108,24 +108,67 @@ mod simd {
         (rb, cb)
     }
 
-    /// One 16 × 16 block: rows are unpacked in pairs, shuffled in fours within 128-bit lanes,
-    /// then lanes are exchanged twice (`_mm512_shuffle_f32x4` with 0x88: lanes 0, 2 of a and
-    /// b; 0xDD: lanes 1, 3).
+    /// The shuffles within 128-bit lanes that both block widths share.
+    trait Lanes: Copy {
+        /// Elements 0, 1 (`hi`: 2, 3) of each lane of a and b, interleaved.
+        ///
+        /// # Safety
+        /// The vector's instruction set must be present.
+        unsafe fn unpack(a: Self, b: Self, hi: bool) -> Self;
+        /// Elements 0, 1 (`hi`: 2, 3) of each lane of a, then the same of b.
+        ///
+        /// # Safety
+        /// As `unpack`.
+        unsafe fn pairs(a: Self, b: Self, hi: bool) -> Self;
+    }
+
+    impl Lanes for __m512 {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn unpack(a: Self, b: Self, hi: bool) -> Self {
+            if hi { _mm512_unpackhi_ps(a, b) } else { _mm512_unpacklo_ps(a, b) }
+        }
+        #[target_feature(enable = "avx512f")]
+        unsafe fn pairs(a: Self, b: Self, hi: bool) -> Self {
+            if hi { _mm512_shuffle_ps::<0xEE>(a, b) } else { _mm512_shuffle_ps::<0x44>(a, b) }
+        }
+    }
+
+    impl Lanes for __m256 {
+        #[target_feature(enable = "avx")]
+        unsafe fn unpack(a: Self, b: Self, hi: bool) -> Self {
+            if hi { _mm256_unpackhi_ps(a, b) } else { _mm256_unpacklo_ps(a, b) }
+        }
+        #[target_feature(enable = "avx")]
+        unsafe fn pairs(a: Self, b: Self, hi: bool) -> Self {
+            if hi { _mm256_shuffle_ps::<0xEE>(a, b) } else { _mm256_shuffle_ps::<0x44>(a, b) }
+        }
+    }
+
+    /// Rows (one per vector) regrouped within lanes: rows 2p and 2p + 1 are interleaved, then
+    /// pairs of those combined, so that vector 4g + j holds, in lane L, column 4L + j of rows
+    /// 4g..4g + 4. What is left is to move whole lanes.
+    ///
+    /// # Safety
+    /// `V`'s instruction set must be present (inlined into a function that enables it).
+    #[inline(always)]
+    unsafe fn columns_in_lanes<V: Lanes, const N: usize>(r: [V; N]) -> [V; N] {
+        // SAFETY: forwarded from the caller.
+        let t: [V; N] = std::array::from_fn(|i| unsafe { V::unpack(r[i / 2 * 2], r[i / 2 * 2 + 1], i % 2 == 1) });
+        std::array::from_fn(|i| {
+            let (g, j) = (i / 4, i % 4);
+            // SAFETY: forwarded from the caller.
+            unsafe { V::pairs(t[4 * g + j / 2], t[4 * g + 2 + j / 2], j % 2 == 1) }
+        })
+    }
+
+    /// One 16 × 16 block: `columns_in_lanes`, then lanes are exchanged twice
+    /// (`_mm512_shuffle_f32x4` with 0x88: lanes 0, 2 of a and of b; 0xDD: lanes 1, 3).
     #[target_feature(enable = "avx512f")]
     fn block16(dst: *mut f32, ld_dst: usize, src: *const f32, ld_src: usize) {
-        // SAFETY: the caller's block covers 16 rows of 16 from src and 16 of 16 in dst.
-        let r: [__m512; 16] = std::array::from_fn(|i| unsafe { _mm512_loadu_ps(src.add(i * ld_src)) });
-        // t[2p], t[2p+1]: rows 2p and 2p+1 interleaved (columns 4L, 4L+1 and 4L+2, 4L+3 of lane L).
-        let t: [__m512; 16] = std::array::from_fn(|i| {
-            let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
-            if i % 2 == 0 { _mm512_unpacklo_ps(a, b) } else { _mm512_unpackhi_ps(a, b) }
-        });
-        // u[4g + j], lane L: column 4L + j of rows 4g..4g+4.
-        let u: [__m512; 16] = std::array::from_fn(|i| {
-            let (g, j) = (i / 4, i % 4);
-            let (a, b) = (t[4 * g + j / 2], t[4 * g + 2 + j / 2]);
-            if j % 2 == 0 { _mm512_shuffle_ps::<0x44>(a, b) } else { _mm512_shuffle_ps::<0xEE>(a, b) }
-        });
+        // SAFETY: the caller's block covers 16 rows of 16 from src and 16 of 16 in dst;
+        // AVX-512F is enabled here.
+        let u =
+            unsafe { columns_in_lanes(std::array::from_fn::<__m512, 16, _>(|i| _mm512_loadu_ps(src.add(i * ld_src)))) };
         for j in 0..4 {
             let v = _mm512_shuffle_f32x4::<0x88>(u[j], u[4 + j]);
             let v1 = _mm512_shuffle_f32x4::<0xDD>(u[j], u[4 + j]);
@@ -144,20 +187,13 @@ mod simd {
         }
     }
 
-    /// One 8 × 8 block, as `block16` with one lane exchange (`_mm256_permute2f128_ps`).
+    /// One 8 × 8 block: `columns_in_lanes`, then one lane exchange (`_mm256_permute2f128_ps`).
     #[target_feature(enable = "avx")]
     fn block8(dst: *mut f32, ld_dst: usize, src: *const f32, ld_src: usize) {
-        // SAFETY: the caller's block covers 8 rows of 8 from src and 8 of 8 in dst.
-        let r: [__m256; 8] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(src.add(i * ld_src)) });
-        let t: [__m256; 8] = std::array::from_fn(|i| {
-            let (a, b) = (r[i / 2 * 2], r[i / 2 * 2 + 1]);
-            if i % 2 == 0 { _mm256_unpacklo_ps(a, b) } else { _mm256_unpackhi_ps(a, b) }
-        });
-        let u: [__m256; 8] = std::array::from_fn(|i| {
-            let (g, j) = (i / 4, i % 4);
-            let (a, b) = (t[4 * g + j / 2], t[4 * g + 2 + j / 2]);
-            if j % 2 == 0 { _mm256_shuffle_ps::<0x44>(a, b) } else { _mm256_shuffle_ps::<0xEE>(a, b) }
-        });
+        // SAFETY: the caller's block covers 8 rows of 8 from src and 8 of 8 in dst; AVX is
+        // enabled here.
+        let u =
+            unsafe { columns_in_lanes(std::array::from_fn::<__m256, 8, _>(|i| _mm256_loadu_ps(src.add(i * ld_src)))) };
         for j in 0..4 {
             let lo = _mm256_permute2f128_ps::<0x20>(u[j], u[4 + j]);
             let hi = _mm256_permute2f128_ps::<0x31>(u[j], u[4 + j]);
