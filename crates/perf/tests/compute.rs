@@ -285,7 +285,7 @@ fn zero1_parameter_gathers_hide_behind_the_update_and_the_next_forward() {
 #[test]
 fn tp_chunks_hide_tp_collectives_behind_the_other_chunks_compute() {
     // The overlap benchmark's CPU, its tp pairs on the A100-scaled link (3500 µs, 0.34 GB/s)
-    // of the chunks' measurement (README, "Tensor-parallel chunks").
+    // of the chunks' measurement (docs/PERFORMANCE.md, "Tensor-parallel chunks").
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/overlap-bench-cluster.toml"))
         .unwrap()
         .replace("alpha_s = 5e-6", "alpha_s = 3.5e-3")
