@@ -15,10 +15,14 @@ pub trait Scalar: Float + Default + Debug + Send + Sync + 'static + std::iter::S
 
     /// `x[i] ← e^(x[i] − m)`, returning Σ of the results ([`Scalar::total`]).
     fn exp_shifted(x: &mut [Self], m: Self) -> Self {
+        Self::exp_shifted_unsummed(x, m);
+        Self::total(x)
+    }
+    /// `x[i] ← e^(x[i] − m)`, for callers that do not need the sum.
+    fn exp_shifted_unsummed(x: &mut [Self], m: Self) {
         for v in x.iter_mut() {
             *v = (*v - m).exp_fast();
         }
-        Self::total(x)
     }
     /// Σ x. f32 sums in 16 fixed lanes combined in a fixed order (vectorises; the same bits
     /// on every machine); f64 in index order.
@@ -124,8 +128,10 @@ impl Scalar for f32 {
         expf(self)
     }
     fn exp_shifted(x: &mut [f32], m: f32) -> f32 {
-        simd::exp_shifted(x, m);
-        simd::sum(x)
+        simd::exp_shifted_sum(x, m)
+    }
+    fn exp_shifted_unsummed(x: &mut [f32], m: f32) {
+        simd::exp_shifted(x, m)
     }
     fn total(x: &[f32]) -> f32 {
         simd::sum(x)
@@ -257,6 +263,24 @@ mod simd {
         }
     }
 
+    /// `exp_shifted` and `sum` in one pass, summing in `sum`'s order (the same bits).
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn exp_shifted_sum(x: &mut [f32], m: f32) -> f32 {
+        let mut acc = [0.0f32; L];
+        let mut chunks = x.chunks_exact_mut(L);
+        for c in &mut chunks {
+            for i in 0..L {
+                c[i] = expf(c[i] - m);
+                acc[i] += c[i];
+            }
+        }
+        let tail = chunks.into_remainder().iter_mut().fold(0.0, |s, v| {
+            *v = expf(*v - m);
+            s + *v
+        });
+        fold_lanes(acc, tail)
+    }
+
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
     pub fn silu_row(y: &mut [f32], x: &[f32]) {
         for (o, v) in y.iter_mut().zip(x) {
@@ -372,6 +396,10 @@ mod tests {
         for (a, v) in e.iter().zip(&x) {
             assert_eq!(a.to_bits(), expf(*v - 1.5).to_bits());
         }
+        // Exponentials and sum in one pass: the sum in `total`'s lane order, the same bits.
         assert_eq!(s.to_bits(), f32::total(&e).to_bits());
+        let mut u = x.clone();
+        f32::exp_shifted_unsummed(&mut u, 1.5);
+        assert_eq!(u, e);
     }
 }

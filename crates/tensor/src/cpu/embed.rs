@@ -122,7 +122,7 @@ pub fn xent_finish<T: Scalar>(args: XentFinish<Vec<T>, Vec<u32>>) {
         l[0] = st[0].ln() + m - st[1];
         if let Some(s) = grad_scale {
             let f = T::of(s) / st[0];
-            T::exp_shifted(r, m);
+            T::exp_shifted_unsummed(r, m);
             r.iter_mut().for_each(|x| *x = *x * f);
             let t = targets[i] as usize;
             if t >= first && t < first + v {

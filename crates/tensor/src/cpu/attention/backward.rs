@@ -14,7 +14,7 @@ use rayon::prelude::*;
 #[inline]
 fn probs_from_lse<T: Scalar>(r: &mut [T], i: usize, lse: T) {
     let (live, dead) = r.split_at_mut(i + 1);
-    T::exp_shifted(live, lse);
+    T::exp_shifted_unsummed(live, lse);
     dead.fill(T::zero());
 }
 
