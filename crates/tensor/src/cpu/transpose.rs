@@ -108,21 +108,31 @@ mod simd {
         (rb, cb)
     }
 
-    /// The shuffles within 128-bit lanes that both block widths share.
+    /// What a block width needs of its vector: loads, stores, and the shuffles within 128-bit
+    /// lanes that both widths share.
+    ///
+    /// # Safety
+    /// Every method needs the vector's instruction set; the pointers must cover one vector.
     trait Lanes: Copy {
+        unsafe fn load(p: *const f32) -> Self;
+        unsafe fn store(p: *mut f32, x: Self);
         /// Elements 0, 1 (`hi`: 2, 3) of each lane of a and b, interleaved.
-        ///
-        /// # Safety
-        /// The vector's instruction set must be present.
         unsafe fn unpack(a: Self, b: Self, hi: bool) -> Self;
         /// Elements 0, 1 (`hi`: 2, 3) of each lane of a, then the same of b.
-        ///
-        /// # Safety
-        /// As `unpack`.
         unsafe fn pairs(a: Self, b: Self, hi: bool) -> Self;
     }
 
     impl Lanes for __m512 {
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: forwarded from the caller.
+            unsafe { _mm512_loadu_ps(p) }
+        }
+        #[target_feature(enable = "avx512f")]
+        unsafe fn store(p: *mut f32, x: Self) {
+            // SAFETY: forwarded from the caller.
+            unsafe { _mm512_storeu_ps(p, x) }
+        }
         #[target_feature(enable = "avx512f")]
         unsafe fn unpack(a: Self, b: Self, hi: bool) -> Self {
             if hi { _mm512_unpackhi_ps(a, b) } else { _mm512_unpacklo_ps(a, b) }
@@ -135,6 +145,16 @@ mod simd {
 
     impl Lanes for __m256 {
         #[target_feature(enable = "avx")]
+        unsafe fn load(p: *const f32) -> Self {
+            // SAFETY: forwarded from the caller.
+            unsafe { _mm256_loadu_ps(p) }
+        }
+        #[target_feature(enable = "avx")]
+        unsafe fn store(p: *mut f32, x: Self) {
+            // SAFETY: forwarded from the caller.
+            unsafe { _mm256_storeu_ps(p, x) }
+        }
+        #[target_feature(enable = "avx")]
         unsafe fn unpack(a: Self, b: Self, hi: bool) -> Self {
             if hi { _mm256_unpackhi_ps(a, b) } else { _mm256_unpacklo_ps(a, b) }
         }
@@ -144,64 +164,72 @@ mod simd {
         }
     }
 
-    /// Rows (one per vector) regrouped within lanes: rows 2p and 2p + 1 are interleaved, then
-    /// pairs of those combined, so that vector 4g + j holds, in lane L, column 4L + j of rows
-    /// 4g..4g + 4. What is left is to move whole lanes.
+    /// One N × N block: its rows loaded, regrouped within lanes (rows 2p and 2p + 1
+    /// interleaved, then pairs of those combined, so that vector 4g + j holds, in lane L,
+    /// column 4L + j of rows 4g..4g + 4), whole lanes moved by the width's own
+    /// `exchange_lanes` (vector c then holds column c), and stored as rows of the transpose.
     ///
     /// # Safety
-    /// `V`'s instruction set must be present (inlined into a function that enables it).
+    /// `V`'s instruction set must be present (inlined into a function that enables it); the
+    /// pointers must cover the block with their strides.
     #[inline(always)]
-    unsafe fn columns_in_lanes<V: Lanes, const N: usize>(r: [V; N]) -> [V; N] {
-        // SAFETY: forwarded from the caller.
+    unsafe fn block<V: Lanes, const N: usize>(
+        dst: *mut f32,
+        ld_dst: usize,
+        src: *const f32,
+        ld_src: usize,
+        exchange_lanes: impl Fn([V; N]) -> [V; N],
+    ) {
+        // SAFETY (every block below): forwarded from the caller.
+        let r: [V; N] = std::array::from_fn(|i| unsafe { V::load(src.add(i * ld_src)) });
         let t: [V; N] = std::array::from_fn(|i| unsafe { V::unpack(r[i / 2 * 2], r[i / 2 * 2 + 1], i % 2 == 1) });
-        std::array::from_fn(|i| {
+        let u: [V; N] = std::array::from_fn(|i| {
             let (g, j) = (i / 4, i % 4);
-            // SAFETY: forwarded from the caller.
             unsafe { V::pairs(t[4 * g + j / 2], t[4 * g + 2 + j / 2], j % 2 == 1) }
-        })
+        });
+        for (c, x) in exchange_lanes(u).into_iter().enumerate() {
+            unsafe { V::store(dst.add(c * ld_dst), x) };
+        }
     }
 
-    /// One 16 × 16 block: `columns_in_lanes`, then lanes are exchanged twice
-    /// (`_mm512_shuffle_f32x4` with 0x88: lanes 0, 2 of a and of b; 0xDD: lanes 1, 3).
+    /// One 16 × 16 block; lanes are exchanged twice (`_mm512_shuffle_f32x4` with 0x88: lanes
+    /// 0, 2 of a and of b; 0xDD: lanes 1, 3).
     #[target_feature(enable = "avx512f")]
     fn block16(dst: *mut f32, ld_dst: usize, src: *const f32, ld_src: usize) {
         // SAFETY: the caller's block covers 16 rows of 16 from src and 16 of 16 in dst;
         // AVX-512F is enabled here.
-        let u =
-            unsafe { columns_in_lanes(std::array::from_fn::<__m512, 16, _>(|i| _mm512_loadu_ps(src.add(i * ld_src)))) };
-        for j in 0..4 {
-            let v = _mm512_shuffle_f32x4::<0x88>(u[j], u[4 + j]);
-            let v1 = _mm512_shuffle_f32x4::<0xDD>(u[j], u[4 + j]);
-            let w = _mm512_shuffle_f32x4::<0x88>(u[8 + j], u[12 + j]);
-            let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + j], u[12 + j]);
-            let out = [
-                (j, _mm512_shuffle_f32x4::<0x88>(v, w)),
-                (4 + j, _mm512_shuffle_f32x4::<0x88>(v1, w1)),
-                (8 + j, _mm512_shuffle_f32x4::<0xDD>(v, w)),
-                (12 + j, _mm512_shuffle_f32x4::<0xDD>(v1, w1)),
-            ];
-            for (c, x) in out {
-                // SAFETY: column c of the block is row c of its transpose, inside dst.
-                unsafe { _mm512_storeu_ps(dst.add(c * ld_dst), x) };
-            }
+        unsafe {
+            block::<__m512, 16>(dst, ld_dst, src, ld_src, |u| {
+                let mut c = u;
+                for j in 0..4 {
+                    let v = _mm512_shuffle_f32x4::<0x88>(u[j], u[4 + j]);
+                    let v1 = _mm512_shuffle_f32x4::<0xDD>(u[j], u[4 + j]);
+                    let w = _mm512_shuffle_f32x4::<0x88>(u[8 + j], u[12 + j]);
+                    let w1 = _mm512_shuffle_f32x4::<0xDD>(u[8 + j], u[12 + j]);
+                    c[j] = _mm512_shuffle_f32x4::<0x88>(v, w);
+                    c[4 + j] = _mm512_shuffle_f32x4::<0x88>(v1, w1);
+                    c[8 + j] = _mm512_shuffle_f32x4::<0xDD>(v, w);
+                    c[12 + j] = _mm512_shuffle_f32x4::<0xDD>(v1, w1);
+                }
+                c
+            })
         }
     }
 
-    /// One 8 × 8 block: `columns_in_lanes`, then one lane exchange (`_mm256_permute2f128_ps`).
+    /// One 8 × 8 block; one lane exchange (`_mm256_permute2f128_ps`).
     #[target_feature(enable = "avx")]
     fn block8(dst: *mut f32, ld_dst: usize, src: *const f32, ld_src: usize) {
         // SAFETY: the caller's block covers 8 rows of 8 from src and 8 of 8 in dst; AVX is
         // enabled here.
-        let u =
-            unsafe { columns_in_lanes(std::array::from_fn::<__m256, 8, _>(|i| _mm256_loadu_ps(src.add(i * ld_src)))) };
-        for j in 0..4 {
-            let lo = _mm256_permute2f128_ps::<0x20>(u[j], u[4 + j]);
-            let hi = _mm256_permute2f128_ps::<0x31>(u[j], u[4 + j]);
-            // SAFETY: columns j and 4 + j of the block are rows of its transpose, inside dst.
-            unsafe {
-                _mm256_storeu_ps(dst.add(j * ld_dst), lo);
-                _mm256_storeu_ps(dst.add((4 + j) * ld_dst), hi);
-            }
+        unsafe {
+            block::<__m256, 8>(dst, ld_dst, src, ld_src, |u| {
+                let mut c = u;
+                for j in 0..4 {
+                    c[j] = _mm256_permute2f128_ps::<0x20>(u[j], u[4 + j]);
+                    c[4 + j] = _mm256_permute2f128_ps::<0x31>(u[j], u[4 + j]);
+                }
+                c
+            })
         }
     }
 }
