@@ -2,7 +2,7 @@
 //! forward's log-sum-exps.
 
 use super::buffers::{kv_cols_t, reserve_tiles, with_kv_cols, with_tiles};
-use super::{Layout, MAX_BLOCK_ROWS, block_rows, check};
+use super::{KEY_CHUNK, Layout, MAX_BLOCK_ROWS, block_rows, check};
 use crate::args::AttentionBwd;
 use crate::backend::AttnShape;
 use crate::cpu::gemm::{Operand, gemm_raw};
@@ -17,12 +17,6 @@ fn probs_from_lse<T: Scalar>(r: &mut [T], i: usize, lse: T) {
     T::exp_shifted_unsummed(live, lse);
     dead.fill(T::zero());
 }
-
-/// Keys per chunk of the backward, whose work units are (sequence, kv head, key chunk): a
-/// long sequence with few kv heads (a micro-batch of one, a tensor-parallel rank's heads)
-/// still keeps many threads busy. A multiple of every [`block_rows`], so each query block
-/// lies in one chunk's rows or after them. Sequences of at most this length are one chunk.
-const KEY_CHUNK: usize = 512;
 
 fn key_chunks(s: usize) -> usize {
     s.div_ceil(KEY_CHUNK)

@@ -29,6 +29,13 @@ pub(super) fn block_rows(s: usize) -> usize {
     if s > 512 { MAX_BLOCK_ROWS } else { 64 }
 }
 
+/// Keys per chunk: the forward's online softmax takes a block's keys a chunk at a time, and
+/// the backward's work units are (sequence, kv head, key chunk), so that a long sequence with
+/// few kv heads (a micro-batch of one, a tensor-parallel rank's heads) still keeps many
+/// threads busy. A multiple of every [`block_rows`], so each query block lies in one chunk's
+/// rows or after them. Sequences of at most this length are one chunk.
+pub(super) const KEY_CHUNK: usize = 512;
+
 /// The longest query block (the backward keeps a block's D values in an array of this size).
 pub(super) const MAX_BLOCK_ROWS: usize = 128;
 
