@@ -5,9 +5,10 @@
 //! chunk) in the backward, so that one long sequence with few heads (a micro-batch of one, a
 //! tensor-parallel rank's share of the heads) still keeps every thread busy. Rows are
 //! processed in blocks of [`block_rows`] queries that only touch keys up to the block's end,
-//! which skips most of the masked upper triangle. A block's scores live in a per-thread tile;
-//! the forward keeps each row's log-sum-exp, and the backward recomputes the block's
-//! probabilities from it (FlashAttention's recompute), so the memory kept per layer is
+//! which skips most of the masked upper triangle. A block's scores live in a per-thread tile
+//! of at most [`KEY_CHUNK`] keys (the forward's online softmax goes over longer rows a chunk
+//! at a time); the forward keeps each row's log-sum-exp, and the backward recomputes the
+//! block's probabilities from it (FlashAttention's recompute), so the memory kept per layer is
 //! O(S·h) rather than O(h·S²). Every sum runs in an order fixed by the shape, never by the
 //! thread count.
 
