@@ -47,7 +47,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub json: bool,
     /// Also print every GEMM shape of the step with its GFLOP/s against the measured peak
-    /// (always in the JSON report).
+    /// (always in the JSON report), and each shape's rate alone (the same product on its own
+    /// operands, called back to back) against a peak measured beside it.
     #[arg(long)]
     pub gemm_shapes: bool,
     /// Compare the tensor-parallel schemes at this degree instead (ranks in this process):
@@ -119,7 +120,13 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     if let Some(tp) = a.tp {
         return bench_tp(a, &opts, tp);
     }
-    let report = boost_train::bench::run(&opts, &|s| eprintln!("{s}"))?;
+    let mut report = boost_train::bench::run(&opts, &|s| eprintln!("{s}"))?;
+    if a.gemm_shapes {
+        eprintln!("timing each GEMM shape alone…");
+        for r in &mut report.results {
+            boost_train::bench_gemm::time_alone(&mut r.gemm_shapes, 5, boost_train::bench::gemm_peak);
+        }
+    }
     print_report(a.json, &report, || {
         let mut t = boost_train::bench::table(&report);
         if a.gemm_shapes {

@@ -1,9 +1,12 @@
 //! `boost bench --gemm-shapes`: every GEMM shape a training step calls, with its rate against
 //! the GEMM peak measured in the same run, from the profiled step itself (so the shapes, the
-//! transposes and the thread split are exactly the engine's).
+//! transposes and the thread split are exactly the engine's), and each shape's rate alone.
 
+use boost_tensor::cpu::Cpu;
 use boost_tensor::profile::{GemmShape, GemmTotals};
+use boost_tensor::{Backend, Mat, MatMut};
 use serde::Serialize;
+use std::time::Instant;
 
 /// One GEMM shape of a step: `c (m×n) = op(a) (m×k) · op(b) (k×n)`.
 #[derive(Debug, Clone, Serialize)]
@@ -24,6 +27,11 @@ pub struct GemmRow {
     pub of_peak: f64,
     /// This shape's share of the step's GEMM time.
     pub share: f64,
+    /// The same product alone ([`time_alone`]): its own operands, called back to back, so
+    /// those that fit stay in the caches. None until measured.
+    pub alone_gflops: Option<f64>,
+    /// `alone_gflops` over the GEMM peak measured right before and after this product alone.
+    pub alone_of_peak: Option<f64>,
 }
 
 /// Merge the shapes of several measurements and rate them; the slowest in total first.
@@ -57,6 +65,8 @@ pub fn rows(measured: &[Vec<(GemmShape, GemmTotals)>], steps: f64, peak_gflops: 
                 gflops,
                 of_peak: gflops / peak_gflops,
                 share: if total > 0.0 { secs / total } else { 0.0 },
+                alone_gflops: None,
+                alone_of_peak: None,
             }
         })
         .collect();
@@ -64,14 +74,59 @@ pub fn rows(measured: &[Vec<(GemmShape, GemmTotals)>], steps: f64, peak_gflops: 
     rows
 }
 
-/// The rows as a Markdown table, `legend` naming the model's dimensions.
+/// Rate each row's product alone: operands of its shape and layout allocated here, one call
+/// to warm up, then the median of `calls` calls back to back through the engine's GEMM (the
+/// same panels and threads as in the step). Each rate is also taken against `peak()`
+/// measured right before and right after that shape (the larger of the two): a host whose
+/// speed drifts moves a shape's rate and its neighbouring peaks alike, so the shares of the
+/// peak compare with the step's where raw rates would not. What the step loses against the
+/// product alone is its context: mostly operands that a step reads from memory, long after
+/// it wrote them (docs/PERFORMANCE.md, "Why the weight gradients run slower in a step than
+/// alone").
+pub fn time_alone(rows: &mut [GemmRow], calls: usize, peak: impl Fn() -> f64) {
+    let be = Cpu::<f32>::new();
+    let mut before = peak();
+    for r in rows.iter_mut() {
+        let (m, n, k) = (r.m, r.n, r.k);
+        // Values that stay normal after any number of accumulating calls.
+        let a = vec![0.5f32; m * k];
+        let b = vec![0.25f32; k * n];
+        let mut c = vec![0.0f32; m * n];
+        let av = if r.trans_a { Mat::new(&a, k, m).t() } else { Mat::new(&a, m, k) };
+        let bv = if r.trans_b { Mat::new(&b, n, k).t() } else { Mat::new(&b, k, n) };
+        let mut secs: Vec<f64> = (0..=calls.max(1))
+            .map(|_| {
+                let t = Instant::now();
+                be.gemm(MatMut::new(&mut c, m, n), av, bv, 1.0, r.accumulate);
+                t.elapsed().as_secs_f64()
+            })
+            .skip(1)
+            .collect();
+        secs.sort_by(f64::total_cmp);
+        let gflops = 2.0 * (m * n * k) as f64 / secs[secs.len() / 2].max(1e-12) / 1e9;
+        let after = peak();
+        r.alone_gflops = Some(gflops);
+        r.alone_of_peak = Some(gflops / before.max(after));
+        before = after;
+    }
+}
+
+/// The rows as a Markdown table, `legend` naming the model's dimensions; the columns of the
+/// rate alone appear once [`time_alone`] has filled them.
 pub fn table(arch: &str, legend: &str, rows: &[GemmRow]) -> String {
+    let alone = rows.iter().any(|r| r.alone_gflops.is_some());
+    let (head, rule) =
+        if alone { (" alone GFLOP/s | alone of peak | step / alone (of peak) |", "---|---|---|") } else { ("", "") };
     let mut s = format!(
-        "\n{arch} GEMM shapes ({legend}); ᵀ: operand read transposed, +=: accumulates\n\n| m × k · k × n | calls/step | ms/step | GFLOP/s | of peak | share of GEMM time |\n|---|---|---|---|---|---|\n"
+        "\n{arch} GEMM shapes ({legend}); ᵀ: operand read transposed, +=: accumulates\n\n| m × k · k × n | calls/step | ms/step | GFLOP/s | of peak | share of GEMM time |{head}\n|---|---|---|---|---|---|{rule}\n"
     );
     for r in rows {
+        let alone = match (r.alone_gflops, r.alone_of_peak) {
+            (Some(g), Some(p)) => format!(" {g:.1} | {:.0}% | {:.0}% |", 100.0 * p, 100.0 * r.of_peak / p),
+            _ => String::new(),
+        };
         s += &format!(
-            "| {}{} × {} · {} × {}{}{} | {:.0} | {:.1} | {:.1} | {:.0}% | {:.1}% |\n",
+            "| {}{} × {} · {} × {}{}{} | {:.0} | {:.1} | {:.1} | {:.0}% | {:.1}% |{alone}\n",
             r.m,
             if r.trans_a { "ᵀ" } else { "" },
             r.k,
@@ -116,5 +171,36 @@ mod tests {
         assert!((r[0].share - 40.0 / 70.0).abs() < 1e-12);
         assert_eq!(r[1].m, 1);
         assert!(table("cola", "T = 2", &r).contains("| 2 × 8 · 8 × 4ᵀ | 2 | 20.0 |"));
+        assert!(!table("cola", "T = 2", &r).contains("alone"), "no alone columns before timing");
+    }
+
+    /// Timing alone fills every row with a positive rate, and the table shows it with the
+    /// step's rate as a share of it.
+    #[test]
+    fn each_shape_is_timed_alone_and_compared_with_the_step() {
+        let t = GemmTotals { time: Duration::from_millis(10), calls: 1, flops: 0.0 };
+        let shapes = [
+            GemmShape { m: 64, n: 48, k: 96, trans_a: true, trans_b: false, accumulate: true },
+            GemmShape { m: 40, n: 72, k: 24, trans_a: false, trans_b: true, accumulate: false },
+        ];
+        let mut r = rows(&[shapes.iter().map(|s| (*s, GemmTotals { flops: s.flops(), ..t })).collect()], 1.0, 1.0);
+        // Peaks of 5, 2 and 3 GFLOP/s around the two shapes: each takes its larger neighbour.
+        let peaks = [5.0, 2.0, 3.0];
+        let next = std::cell::Cell::new(0);
+        time_alone(&mut r, 3, || {
+            next.set(next.get() + 1);
+            peaks[next.get() - 1]
+        });
+        assert_eq!(next.get(), 3, "one peak before each shape and one after the last");
+        for (row, p) in r.iter().zip([5.0, 3.0]) {
+            let g = row.alone_gflops.expect("timed");
+            assert!(g.is_finite() && g > 0.0, "{g}");
+            assert_eq!(row.alone_of_peak, Some(g / p));
+        }
+        let text = table("cola", "T = 64", &r);
+        assert!(text.contains("| alone GFLOP/s | alone of peak | step / alone (of peak) |"), "{text}");
+        let (g, p) = (r[0].alone_gflops.unwrap(), r[0].alone_of_peak.unwrap());
+        let want = format!("| {g:.1} | {:.0}% | {:.0}% |", 100.0 * p, 100.0 * r[0].of_peak / p);
+        assert!(text.contains(&want), "{text}");
     }
 }
