@@ -141,7 +141,20 @@ pub fn table(arch: &str, legend: &str, rows: &[GemmRow]) -> String {
             100.0 * r.share
         );
     }
+    if let Some(ms) = ms_saved_alone(rows) {
+        let total: f64 = rows.iter().map(|r| r.ms_per_step).sum();
+        s += &format!(
+            "\nEvery product at its share of the peak alone: the step's GEMMs would take {ms:.1} ms less ({:.0}% of their time; a negative figure means the host slowed while the products were timed alone).\n",
+            100.0 * ms / total
+        );
+    }
     s
+}
+
+/// The GEMM time a step would save if every product ran at its share of the peak alone:
+/// Σ ms × (1 − step share / share alone). None until [`time_alone`] has run.
+pub fn ms_saved_alone(rows: &[GemmRow]) -> Option<f64> {
+    rows.iter().map(|r| r.alone_of_peak.map(|p| r.ms_per_step * (1.0 - r.of_peak / p))).sum()
 }
 
 #[cfg(test)]
@@ -202,5 +215,15 @@ mod tests {
         let (g, p) = (r[0].alone_gflops.unwrap(), r[0].alone_of_peak.unwrap());
         let want = format!("| {g:.1} | {:.0}% | {:.0}% |", 100.0 * p, 100.0 * r[0].of_peak / p);
         assert!(text.contains(&want), "{text}");
+        // Σ ms × (1 − share in the step / share alone), here from set rates.
+        let (mut a, mut b) = (r[0].clone(), r[1].clone());
+        (a.ms_per_step, a.of_peak, a.alone_of_peak) = (10.0, 0.5, Some(0.8));
+        (b.ms_per_step, b.of_peak, b.alone_of_peak) = (4.0, 0.6, Some(0.5));
+        let saved = ms_saved_alone(&[a.clone(), b.clone()]).unwrap();
+        assert!((saved - (10.0 * (1.0 - 0.5 / 0.8) + 4.0 * (1.0 - 0.6 / 0.5))).abs() < 1e-12, "{saved}");
+        assert!(
+            table("cola", "T = 64", &[a, b]).contains(&format!("would take {saved:.1} ms less (21% of their time;"))
+        );
+        assert_eq!(ms_saved_alone(&rows(&[vec![(shapes[0], t)]], 1.0, 1.0)), None, "not timed alone");
     }
 }
