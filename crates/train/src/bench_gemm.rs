@@ -2,6 +2,7 @@
 //! the GEMM peak measured in the same run, from the profiled step itself (so the shapes, the
 //! transposes and the thread split are exactly the engine's), and each shape's rate alone.
 
+use crate::bench::median;
 use boost_tensor::cpu::Cpu;
 use boost_tensor::profile::{GemmShape, GemmTotals};
 use boost_tensor::{Backend, Mat, MatMut};
@@ -94,7 +95,7 @@ pub fn time_alone(rows: &mut [GemmRow], calls: usize, peak: impl Fn() -> f64) {
         let mut c = vec![0.0f32; m * n];
         let av = if r.trans_a { Mat::new(&a, k, m).t() } else { Mat::new(&a, m, k) };
         let bv = if r.trans_b { Mat::new(&b, n, k).t() } else { Mat::new(&b, k, n) };
-        let mut secs: Vec<f64> = (0..=calls.max(1))
+        let secs: Vec<f64> = (0..=calls.max(1))
             .map(|_| {
                 let t = Instant::now();
                 be.gemm(MatMut::new(&mut c, m, n), av, bv, 1.0, r.accumulate);
@@ -102,8 +103,7 @@ pub fn time_alone(rows: &mut [GemmRow], calls: usize, peak: impl Fn() -> f64) {
             })
             .skip(1)
             .collect();
-        secs.sort_by(f64::total_cmp);
-        let gflops = 2.0 * (m * n * k) as f64 / secs[secs.len() / 2].max(1e-12) / 1e9;
+        let gflops = 2.0 * (m * n * k) as f64 / median(&secs).max(1e-12) / 1e9;
         let after = peak();
         r.alone_gflops = Some(gflops);
         r.alone_of_peak = Some(gflops / before.max(after));
