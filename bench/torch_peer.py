@@ -12,6 +12,12 @@ the warm-up are timed and one JSON line is printed on stdout:
      "threads": ..., "torch_version": ..., ...}
 
 step_time_s is the median of the timed steps and tokens_per_sec = micro_batch·seq / median.
+With --profile-steps N, N more steps run after the timed ones under torch.profiler, and
+"split" gives their seconds a step by kind of operator (self time): "gemm_s" (aten::mm, addmm,
+bmm), "attention_s" (the scaled_dot_product_attention kernels), "other_s" (every other
+operator), and "step_s" (the profiled steps' wall time, which the profiler's own cost per
+operator makes somewhat longer than a timed step). Timed steps are never profiled. With
+--serve, a line 'profile' runs one such step and prints its split.
 The extra fields (step_time_min_s, cpu_times_s = process CPU seconds per timed step,
 loadavg_start / loadavg_end from os.getloadavg()) show whether other work shared the cores.
 
@@ -279,6 +285,30 @@ def check_model_args(ap, args):
         ap.error("--rank is required for low-rank archs")
 
 
+GEMM_OPS = ("aten::mm", "aten::addmm", "aten::bmm")
+
+
+def profiled_split(step, steps):
+    """Seconds a step by operator kind (self CPU time), over `steps` profiled steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step()
+        wall = (time.perf_counter() - t0) / steps
+    gemm = attention = other = 0.0
+    for e in prof.key_averages():
+        s = e.self_cpu_time_total / 1e6 / steps
+        if e.key in GEMM_OPS:
+            gemm += s
+        elif "scaled_dot_product" in e.key:
+            attention += s
+        else:
+            other += s
+    return {"steps": steps, "step_s": wall, "gemm_s": gemm, "attention_s": attention, "other_s": other}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="PyTorch eager CPU training-step benchmark")
     add_model_args(ap)
@@ -289,10 +319,17 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     ap.add_argument(
+        "--profile-steps",
+        type=int,
+        default=0,
+        help="after the timed steps, this many steps under torch.profiler, split by operator kind",
+    )
+    ap.add_argument(
         "--serve",
         action="store_true",
         help="after the warm-up, print {\"ready\": true}, then run one timed step per line "
-        "'step' read on stdin, printing {\"step_time_s\": ...} after each; at the end of stdin "
+        "'step' read on stdin, printing {\"step_time_s\": ...} after each, or one profiled step "
+        "per line 'profile', printing {\"split\": ...} (see --profile-steps); at the end of stdin "
         "print the summary (--rounds is ignored); `boost bench` alternates its steps with these",
     )
     args = ap.parse_args(argv)
@@ -339,15 +376,19 @@ def main(argv=None):
             timed(i)
         print(json.dumps({"ready": True}), flush=True)
         for line in sys.stdin:
-            if line.strip() != "step":
+            if line.strip() == "step":
+                print(json.dumps({"step_time_s": timed(args.warmup + len(times))}), flush=True)
+            elif line.strip() == "profile":
+                print(json.dumps({"split": profiled_split(step, 1)}), flush=True)
+            else:
                 break
-            print(json.dumps({"step_time_s": timed(args.warmup + len(times))}), flush=True)
     else:
         for i in range(args.warmup + args.rounds):
             timed(i)
     if not times:
         sys.exit("torch_peer: no timed step was asked for")
 
+    split = profiled_split(step, args.profile_steps) if args.profile_steps > 0 else None
     median = statistics.median(times)
     tokens = args.micro_batch * args.seq
     out = {
@@ -367,6 +408,8 @@ def main(argv=None):
         "optimizer": f"AdamW({optimizer_impl(params)})",
         "config": cfg,
     }
+    if split is not None:
+        out["split"] = split
     print(json.dumps(out), flush=True)
 
 

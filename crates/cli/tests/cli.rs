@@ -168,13 +168,14 @@ fn bench_refuses_options_of_a_mode_it_does_not_run() {
 
 /// A stand-in for Python that speaks `torch_peer.py --serve`'s protocol (ready, then one
 /// `{"step_time_s": …}` per `step` line, then the summary) and takes `secs` a step, or dies
-/// with a Python-like error at its `die_at`-th step.
+/// with a Python-like error at its `die_at`-th step. A `profile` line gets a fixed split of a
+/// profiled step.
 fn fake_peer(dir: &std::path::Path, secs: &str, die_at: Option<usize>) -> std::path::PathBuf {
     let die = die_at.map_or(String::new(), |n| {
         format!("  if [ $n -eq {n} ]; then echo 'RuntimeError: out of memory' >&2; exit 1; fi\n")
     });
     let script = format!(
-        "#!/bin/sh\necho 'warming up'\necho '{{\"ready\": true}}'\nn=0\nwhile read line; do\n  n=$((n + 1))\n{die}  echo '{{\"step_time_s\": {secs}}}'\ndone\necho '{{\"step_time_s\": {secs}, \"tokens_per_sec\": 1.0}}'\n"
+        "#!/bin/sh\necho 'warming up'\necho '{{\"ready\": true}}'\nn=0\nwhile read line; do\n  if [ \"$line\" = profile ]; then echo '{{\"split\": {{\"gemm_s\": 0.125, \"attention_s\": 0.05, \"other_s\": 0.075, \"step_s\": 0.3}}}}'; continue; fi\n  n=$((n + 1))\n{die}  echo '{{\"step_time_s\": {secs}}}'\ndone\necho '{{\"step_time_s\": {secs}, \"tokens_per_sec\": 1.0}}'\n"
     );
     let path = dir.join(format!("python-{}", die_at.unwrap_or(0)));
     std::fs::write(&path, script).unwrap();
@@ -202,6 +203,27 @@ fn bench_alternates_its_steps_with_the_peer_and_gives_the_median_ratio() {
     sorted.sort_by(|x, y| x.partial_cmp(y).unwrap());
     assert_eq!(a["torch_ratio"].as_f64().unwrap(), sorted[2], "{a}");
     assert_eq!(a["torch"]["tokens_per_sec"].as_f64(), Some(1.0), "{a}");
+    // After the timed steps, three pairs split each side's step by kind of work: ours from
+    // the kernel timers (their parts within the step's time), the peer's profiled ones.
+    let splits = a["torch_split"].as_array().unwrap();
+    assert_eq!(splits.len(), 3, "{a}");
+    for p in splits {
+        let (o, t) = (&p["ours"], &p["torch"]);
+        assert_eq!(
+            (t["gemm_s"].as_f64(), t["other_s"].as_f64(), t["step_s"].as_f64()),
+            (Some(0.125), Some(0.075), Some(0.3))
+        );
+        let part = |k: &str| o[k].as_f64().unwrap();
+        assert!(part("gemm_s") > 0.0 && part("attention_s") > 0.0 && part("other_s") > 0.0, "{p}");
+        assert!(part("gemm_s") + part("attention_s") + part("other_s") <= part("step_s"), "{p}");
+    }
+    let text = ["--model", "demo", "--arch", "cola", "--seq", "32", "--micro-batch", "2", "--warmup", "0"];
+    let out = run(boost().arg("bench").args(text).args(["--rounds", "2", "--python"]).arg(&py));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = table.lines().find(|l| l.starts_with("| cola | 3 |")).unwrap_or_else(|| panic!("no split row: {table}"));
+    for theirs in [" · 125 (", " · 50 (", " · 75 (", " · 300 ("] {
+        assert!(row.contains(theirs), "{theirs} in {row}");
+    }
 
     // A peer that dies mid-run is named with its error; our side still finishes, and the
     // ratio covers only the pairs that ran.
@@ -213,4 +235,5 @@ fn bench_alternates_its_steps_with_the_peer_and_gives_the_median_ratio() {
     let a = &r["results"][0];
     assert_eq!(a["step_times_s"].as_array().unwrap().len(), 4, "{a}");
     assert_eq!(a["torch_step_ratios"].as_array().unwrap().len(), 2, "{a}");
+    assert_eq!(a["torch_split"].as_array().unwrap().len(), 0, "{a}");
 }

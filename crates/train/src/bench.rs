@@ -8,7 +8,7 @@
 //! the lower half of the score matrix). The full-S² convention (12·s·d·L) is reported too.
 
 use crate::bench_gemm::{GemmRow, rows as gemm_rows};
-use crate::bench_peer::{Peer, PeerSpec};
+use crate::bench_peer::{Peer, PeerSpec, StepSplit};
 use crate::optim::{AdamW, clip_coef, grad_norm};
 use anyhow::Result;
 use boost_config::{Arch, ModelConfig, TrainConfig};
@@ -47,6 +47,9 @@ pub struct ArchResult {
     pub torch_ratio: Option<f64>,
     /// The peer's step time over ours, for each pair of steps run one right after the other.
     pub torch_step_ratios: Vec<f64>,
+    /// Where the time of a step goes on each side: pairs of steps run after the timed ones,
+    /// ours read from the kernel timers and the peer's under its profiler (empty without it).
+    pub torch_split: Vec<SplitPair>,
     /// Every GEMM shape of the step, the most time first.
     pub gemm_shapes: Vec<GemmRow>,
 }
@@ -197,6 +200,16 @@ impl Ours {
     }
 }
 
+/// Pairs of steps, after the timed ones, that split each side's step by kind of work.
+const SPLIT_PAIRS: usize = 3;
+
+/// One of our steps and one of the peer's, run one right after the other, by kind of work.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SplitPair {
+    pub ours: StepSplit,
+    pub torch: StepSplit,
+}
+
 /// Our timed steps of one model, alternated one by one with the peer's (when it runs), in two
 /// blocks with the GEMM peak measured before and after each; what the report needs of them.
 struct Measured {
@@ -204,6 +217,7 @@ struct Measured {
     /// Peer step time / our step time, pair by pair.
     ratios: Vec<f64>,
     torch: Option<serde_json::Value>,
+    splits: Vec<SplitPair>,
     peaks: Vec<f64>,
     kernels: KernelTimes,
     gemms: Vec<(GemmShape, GemmTotals)>,
@@ -262,6 +276,34 @@ fn measure(opts: &BenchOptions, cfg: &ModelConfig, log: &dyn Fn(String)) -> Resu
         }
         peaks.push(gemm_peak());
     }
+    let (kernels, gemms) = (ours.model.be.take(), ours.model.be.take_gemm_shapes());
+    // Where each side's step goes, from a few more pairs of steps: ours read from the kernel
+    // timers (reset before each), the peer's under its profiler. Timed steps are never profiled.
+    let mut splits = Vec::new();
+    for i in 0..SPLIT_PAIRS {
+        let Some(p) = peer.as_mut() else { break };
+        let mut mine = || {
+            let step_s = ours.step();
+            let k = ours.model.be.take();
+            ours.model.be.take_gemm_shapes();
+            let s = |d: std::time::Duration| d.as_secs_f64();
+            StepSplit { gemm_s: s(k.gemm), attention_s: s(k.attention), other_s: s(k.other), step_s }
+        };
+        let (mine, theirs) = if i % 2 == 0 {
+            let mine = mine();
+            (mine, p.profile())
+        } else {
+            let theirs = p.profile();
+            (mine(), theirs)
+        };
+        match theirs {
+            Ok(torch) => splits.push(SplitPair { ours: mine, torch }),
+            Err(e) => {
+                log(format!("PyTorch peer stopped: {e:#}"));
+                peer = None;
+            }
+        }
+    }
     let torch = match peer {
         Some(p) => match p.finish() {
             Ok(v) => Some(v),
@@ -277,9 +319,10 @@ fn measure(opts: &BenchOptions, cfg: &ModelConfig, log: &dyn Fn(String)) -> Resu
         times,
         ratios,
         torch,
+        splits,
         peaks,
-        kernels: m.be.take(),
-        gemms: m.be.take_gemm_shapes(),
+        kernels,
+        gemms,
         params: m.store.global_len(),
         matmul_params: matmul_params(m),
     })
@@ -329,6 +372,7 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
             mfu: flops * tps / (peak * 1e9),
             mfu_full_attention: flops_full * tps / (peak * 1e9),
             peak_rss_mib: peak_rss_mib(),
+            torch_split: m.splits,
             torch,
             torch_ratio,
             torch_step_ratios: m.ratios,
@@ -387,6 +431,38 @@ pub fn table(r: &BenchReport) -> String {
     }
     if let Some(x) = r.lowrank_speedup {
         s += &format!("\nlow-rank / full-rank tokens/s: {x:.2}×\n");
+    }
+    s + &split_table(r)
+}
+
+/// Each side's step by kind of work, from the pairs of steps after the timed ones (medians
+/// over the pairs; the ratio is the median of the pairs' ratios): which part of the step the
+/// ratio to the peer comes from.
+fn split_table(r: &BenchReport) -> String {
+    let rows: Vec<_> = r.results.iter().filter(|a| !a.torch_split.is_empty()).collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\nms a step, ours · PyTorch's (PyTorch's ÷ ours), medians over pairs of steps after the timed ones: ours from the kernel timers, PyTorch's under torch.profiler (self time of aten::mm/addmm/bmm, of the attention kernels, of the other operators)\n\n| arch | pairs | GEMM | attention | other | whole step (PyTorch's profiled) |\n|---|---|---|---|---|---|\n",
+    );
+    for a in rows {
+        let pairs = &a.torch_split;
+        let cell = |f: fn(&StepSplit) -> f64| {
+            let ours = median(&pairs.iter().map(|p| f(&p.ours)).collect::<Vec<_>>());
+            let theirs = median(&pairs.iter().map(|p| f(&p.torch)).collect::<Vec<_>>());
+            let ratio = median(&pairs.iter().map(|p| f(&p.torch) / f(&p.ours)).collect::<Vec<_>>());
+            format!("{:.0} · {:.0} ({ratio:.2}×)", 1e3 * ours, 1e3 * theirs)
+        };
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            a.arch,
+            pairs.len(),
+            cell(|x| x.gemm_s),
+            cell(|x| x.attention_s),
+            cell(|x| x.other_s),
+            cell(|x| x.step_s),
+        );
     }
     s
 }

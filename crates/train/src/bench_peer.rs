@@ -21,6 +21,31 @@ pub struct PeerSpec<'a> {
     pub warmup: usize,
 }
 
+/// One step's seconds by kind of work: GEMMs, attention, the rest, and the whole step. Ours
+/// come from the backend's kernel timers; the peer's from a step under `torch.profiler` (self
+/// time of `aten::mm`/`addmm`/`bmm`, of the attention kernels, of every other operator; the
+/// profiler's cost per operator makes such a step somewhat longer than a timed one).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct StepSplit {
+    pub gemm_s: f64,
+    pub attention_s: f64,
+    pub other_s: f64,
+    pub step_s: f64,
+}
+
+impl StepSplit {
+    /// From the peer's `{"split": {...}}` answer.
+    fn of_json(v: &serde_json::Value) -> Option<Self> {
+        let f = |k: &str| v[k].as_f64();
+        Some(Self {
+            gemm_s: f("gemm_s")?,
+            attention_s: f("attention_s")?,
+            other_s: f("other_s")?,
+            step_s: f("step_s")?,
+        })
+    }
+}
+
 /// A running peer, warmed up and waiting for `step` lines.
 pub struct Peer {
     child: Child,
@@ -73,10 +98,22 @@ impl Peer {
 
     /// One timed training step of the peer: its seconds.
     pub fn step(&mut self) -> Result<f64> {
-        let stdin = self.stdin.as_mut().context("the peer's stdin is closed")?;
-        stdin.write_all(b"step\n").and_then(|_| stdin.flush()).map_err(|e| self.failed(e.into()))?;
-        let r = self.reply()?;
+        let r = self.ask("step")?;
         r["step_time_s"].as_f64().with_context(|| format!("the PyTorch peer answered {r} to a step"))
+    }
+
+    /// One step of the peer under `torch.profiler`: its split by operator kind.
+    pub fn profile(&mut self) -> Result<StepSplit> {
+        let r = self.ask("profile")?;
+        StepSplit::of_json(&r["split"]).with_context(|| format!("the PyTorch peer answered {r} to a profiled step"))
+    }
+
+    /// Send one command line and take the answer.
+    fn ask(&mut self, command: &str) -> Result<serde_json::Value> {
+        let stdin = self.stdin.as_mut().context("the peer's stdin is closed")?;
+        let sent = stdin.write_all(format!("{command}\n").as_bytes()).and_then(|_| stdin.flush());
+        sent.map_err(|e| self.failed(e.into()))?;
+        self.reply()
     }
 
     /// Close its input and take its summary (the JSON of `torch_peer.py --json`).
