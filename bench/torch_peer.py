@@ -379,7 +379,12 @@ def main(argv=None):
             if line.strip() == "step":
                 print(json.dumps({"step_time_s": timed(args.warmup + len(times))}), flush=True)
             elif line.strip() == "profile":
-                print(json.dumps({"split": profiled_split(step, 1)}), flush=True)
+                # A profiler that fails (an old torch, say) costs the split, not the run.
+                try:
+                    answer = {"split": profiled_split(step, 1)}
+                except Exception as e:  # noqa: BLE001
+                    answer = {"error": f"{type(e).__name__}: {e}"}
+                print(json.dumps(answer), flush=True)
             else:
                 break
     else:

@@ -168,16 +168,16 @@ fn bench_refuses_options_of_a_mode_it_does_not_run() {
 
 /// A stand-in for Python that speaks `torch_peer.py --serve`'s protocol (ready, then one
 /// `{"step_time_s": …}` per `step` line, then the summary) and takes `secs` a step, or dies
-/// with a Python-like error at its `die_at`-th step. A `profile` line gets a fixed split of a
-/// profiled step.
-fn fake_peer(dir: &std::path::Path, secs: &str, die_at: Option<usize>) -> std::path::PathBuf {
+/// with a Python-like error at its `die_at`-th step. A `profile` line gets `profiled` (a split
+/// of a profiled step, or the error the peer reports when its profiler fails).
+fn fake_peer(dir: &std::path::Path, secs: &str, die_at: Option<usize>, profiled: &str) -> std::path::PathBuf {
     let die = die_at.map_or(String::new(), |n| {
         format!("  if [ $n -eq {n} ]; then echo 'RuntimeError: out of memory' >&2; exit 1; fi\n")
     });
     let script = format!(
-        "#!/bin/sh\necho 'warming up'\necho '{{\"ready\": true}}'\nn=0\nwhile read line; do\n  if [ \"$line\" = profile ]; then echo '{{\"split\": {{\"gemm_s\": 0.125, \"attention_s\": 0.05, \"other_s\": 0.075, \"step_s\": 0.3}}}}'; continue; fi\n  n=$((n + 1))\n{die}  echo '{{\"step_time_s\": {secs}}}'\ndone\necho '{{\"step_time_s\": {secs}, \"tokens_per_sec\": 1.0}}'\n"
+        "#!/bin/sh\necho 'warming up'\necho '{{\"ready\": true}}'\nn=0\nwhile read line; do\n  if [ \"$line\" = profile ]; then echo '{profiled}'; continue; fi\n  n=$((n + 1))\n{die}  echo '{{\"step_time_s\": {secs}}}'\ndone\necho '{{\"step_time_s\": {secs}, \"tokens_per_sec\": 1.0}}'\n"
     );
-    let path = dir.join(format!("python-{}", die_at.unwrap_or(0)));
+    let path = dir.join(format!("python-{}-{}", die_at.unwrap_or(0), profiled.len()));
     std::fs::write(&path, script).unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     path
@@ -187,7 +187,7 @@ fn fake_peer(dir: &std::path::Path, secs: &str, die_at: Option<usize>) -> std::p
 fn bench_alternates_its_steps_with_the_peer_and_gives_the_median_ratio() {
     let dir = tempfile::tempdir().unwrap();
     let quick = ["--model", "demo", "--arch", "cola", "--seq", "32", "--micro-batch", "2", "--warmup", "0", "--json"];
-    let py = fake_peer(dir.path(), "0.25", None);
+    let py = fake_peer(dir.path(), "0.25", None, SPLIT);
     let out = run(boost().arg("bench").args(quick).args(["--rounds", "5", "--python"]).arg(&py));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let a = &r["results"][0];
@@ -227,7 +227,7 @@ fn bench_alternates_its_steps_with_the_peer_and_gives_the_median_ratio() {
 
     // A peer that dies mid-run is named with its error; our side still finishes, and the
     // ratio covers only the pairs that ran.
-    let py = fake_peer(dir.path(), "0.25", Some(3));
+    let py = fake_peer(dir.path(), "0.25", Some(3), SPLIT);
     let out = run(boost().arg("bench").args(quick).args(["--rounds", "4", "--python"]).arg(&py));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("PyTorch peer stopped") && err.contains("RuntimeError: out of memory"), "{err}");
@@ -236,4 +236,19 @@ fn bench_alternates_its_steps_with_the_peer_and_gives_the_median_ratio() {
     assert_eq!(a["step_times_s"].as_array().unwrap().len(), 4, "{a}");
     assert_eq!(a["torch_step_ratios"].as_array().unwrap().len(), 2, "{a}");
     assert_eq!(a["torch_split"].as_array().unwrap().len(), 0, "{a}");
+
+    // A peer whose profiler fails costs the split, not the run: its timed steps and summary
+    // stand, and the error is named.
+    let py = fake_peer(dir.path(), "0.25", None, r#"{"error": "ModuleNotFoundError: No module named torch.profiler"}"#);
+    let out = run(boost().arg("bench").args(quick).args(["--rounds", "3", "--python"]).arg(&py));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("gave no split") && err.contains("No module named"), "{err}");
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let a = &r["results"][0];
+    assert_eq!(a["torch_step_ratios"].as_array().unwrap().len(), 3, "{a}");
+    assert_eq!(a["torch"]["tokens_per_sec"].as_f64(), Some(1.0), "{a}");
+    assert_eq!(a["torch_split"].as_array().unwrap().len(), 0, "{a}");
 }
+
+/// What the fake peer answers to `profile`: a profiled step's split.
+const SPLIT: &str = r#"{"split": {"gemm_s": 0.125, "attention_s": 0.05, "other_s": 0.075, "step_s": 0.3}}"#;
