@@ -37,7 +37,9 @@ pub struct BenchArgs {
     /// Skip the PyTorch peer.
     #[arg(long)]
     pub no_torch: bool,
-    /// Python interpreter with torch for the peer.
+    /// Python interpreter with torch for the peer (its timed steps alternate with ours; three
+    /// more pairs then split both steps into GEMM, attention and other time, the peer's under
+    /// torch.profiler).
     #[arg(long, default_value = "python3")]
     pub python: String,
     /// Extra model overrides, e.g. `--set model.layers=2`.
