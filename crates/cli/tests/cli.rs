@@ -177,7 +177,7 @@ fn fake_peer(dir: &std::path::Path, secs: &str, die_at: Option<usize>, profiled:
     let script = format!(
         "#!/bin/sh\necho 'warming up'\necho '{{\"ready\": true}}'\nn=0\nwhile read line; do\n  if [ \"$line\" = profile ]; then echo '{profiled}'; continue; fi\n  n=$((n + 1))\n{die}  echo '{{\"step_time_s\": {secs}}}'\ndone\necho '{{\"step_time_s\": {secs}, \"tokens_per_sec\": 1.0}}'\n"
     );
-    let path = dir.join(format!("python-{}-{}", die_at.unwrap_or(0), profiled.len()));
+    let path = dir.join(format!("python-{}", die_at.unwrap_or(0)));
     std::fs::write(&path, script).unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     path
