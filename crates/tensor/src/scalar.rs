@@ -57,6 +57,50 @@ pub trait Scalar: Float + Default + Debug + Send + Sync + 'static + std::iter::S
             *o = *o * silu_grad(*v);
         }
     }
+    /// Σ x² in f64, in [`lane_sum`]'s order (the same bits on every path).
+    fn sumsq_lanes(x: &[Self]) -> f64 {
+        lane_sum(x, &|v: Self| {
+            let v = v.f64();
+            v * v
+        })
+    }
+    /// `acc ← acc + a·b` (a column reduction's row step).
+    fn add_products(acc: &mut [Self], a: &[Self], b: &[Self]) {
+        for ((o, x), y) in acc.iter_mut().zip(a).zip(b) {
+            *o = *o + *x * *y;
+        }
+    }
+    /// `o ← γ·g + s·x`, or `o ← o + (γ·g + s·x)` when `accumulate` (the online norm's dx row).
+    fn norm_grad_row(o: &mut [Self], g: &[Self], x: &[Self], gamma: &[Self], s: Self, accumulate: bool) {
+        for (((o, gv), v), gj) in o.iter_mut().zip(g).zip(x).zip(gamma) {
+            let val = *gj * *gv + s * *v;
+            *o = if accumulate { *o + val } else { val };
+        }
+    }
+    /// `d ← d + a·s`.
+    fn axpy_row(d: &mut [Self], s: &[Self], a: Self) {
+        for (o, v) in d.iter_mut().zip(s) {
+            *o = *o + a * *v;
+        }
+    }
+    /// `x ← x·f`.
+    fn scale_row(x: &mut [Self], f: Self) {
+        x.iter_mut().for_each(|v| *v = *v * f);
+    }
+    /// Rotate each pair `(a[j], b[j])` of the halves of a head by the angle whose cosine and
+    /// sine are `c[j]`, `s[j]` (by its negative when `inverse`).
+    fn rotate_halves(a: &mut [Self], b: &mut [Self], c: &[Self], s: &[Self], inverse: bool) {
+        for (((a, b), c), s) in a.iter_mut().zip(b.iter_mut()).zip(c).zip(s) {
+            let (x1, x2) = (*a, *b);
+            let sj = if inverse { -*s } else { *s };
+            *a = x1 * *c - x2 * sj;
+            *b = x2 * *c + x1 * sj;
+        }
+    }
+    /// One AdamW update of a chunk, in PyTorch's arithmetic order ([`AdamConsts`]).
+    fn adamw_chunk(p: &mut [Self], g: &[Self], m: &mut [Self], v: &mut [Self], k: &AdamConsts<Self>) {
+        adamw_generic(p, g, m, v, k)
+    }
     /// `m = act(g)·u` (act = SiLU when `outer`).
     fn swiglu_row(m: &mut [Self], g: &[Self], u: &[Self], outer: bool) {
         for ((o, gv), uv) in m.iter_mut().zip(g).zip(u) {
@@ -75,6 +119,61 @@ pub trait Scalar: Float + Default + Debug + Send + Sync + 'static + std::iter::S
                 *du = *d * *gv;
             }
         }
+    }
+}
+
+/// Independent accumulators of [`lane_sum`].
+const LANES: usize = 8;
+
+/// `Σ f(v)` over a slice with element k going to accumulator k mod 8, the accumulators then
+/// combined pairwise and the tail added in order: a fixed order, and no chain of dependent
+/// additions for the CPU to wait on (one accumulator made the gradient norm latency-bound).
+#[inline(always)]
+pub fn lane_sum<T: Copy>(x: &[T], f: &impl Fn(T) -> f64) -> f64 {
+    let mut acc = [0.0f64; LANES];
+    let mut chunks = x.chunks_exact(LANES);
+    for c in &mut chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *a += f(*v);
+        }
+    }
+    let mut w = LANES;
+    while w > 1 {
+        w /= 2;
+        for i in 0..w {
+            acc[i] += acc[i + w];
+        }
+    }
+    chunks.remainder().iter().fold(acc[0], |s, v| s + f(*v))
+}
+
+/// The per-step constants of an AdamW update, in the element type.
+#[derive(Clone, Copy, Debug)]
+pub struct AdamConsts<T> {
+    pub b1: T,
+    pub b2: T,
+    /// 1 − β₁, 1 − β₂.
+    pub ob1: T,
+    pub ob2: T,
+    /// 1 − lr·λ (1 without decay).
+    pub keep: T,
+    /// lr / (1 − β₁ᵗ).
+    pub step: T,
+    /// √(1 − β₂ᵗ).
+    pub sq_bc2: T,
+    pub eps: T,
+    /// The gradient's scale (1 / loss scale, clipping).
+    pub gs: T,
+}
+
+#[inline(always)]
+fn adamw_generic<T: Float>(p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], k: &AdamConsts<T>) {
+    for (((p, g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+        let g = *g * k.gs;
+        *m = k.b1 * *m + k.ob1 * g;
+        *v = k.b2 * *v + k.ob2 * g * g;
+        let denom = v.sqrt() / k.sq_bc2 + k.eps;
+        *p = *p * k.keep - k.step * *m / denom;
     }
 }
 
@@ -170,6 +269,27 @@ impl Scalar for f32 {
     }
     fn swiglu_bwd_row(dg: &mut [f32], du: &mut [f32], dm: &[f32], g: &[f32], u: &[f32], outer: bool) {
         simd::swiglu_bwd_row(dg, du, dm, g, u, outer)
+    }
+    fn sumsq_lanes(x: &[f32]) -> f64 {
+        simd::sumsq_lanes(x)
+    }
+    fn add_products(acc: &mut [f32], a: &[f32], b: &[f32]) {
+        simd::add_products(acc, a, b)
+    }
+    fn norm_grad_row(o: &mut [f32], g: &[f32], x: &[f32], gamma: &[f32], s: f32, accumulate: bool) {
+        simd::norm_grad_row(o, g, x, gamma, s, accumulate)
+    }
+    fn axpy_row(d: &mut [f32], s: &[f32], a: f32) {
+        simd::axpy_row(d, s, a)
+    }
+    fn scale_row(x: &mut [f32], f: f32) {
+        simd::scale_row(x, f)
+    }
+    fn rotate_halves(a: &mut [f32], b: &mut [f32], c: &[f32], s: &[f32], inverse: bool) {
+        simd::rotate_halves(a, b, c, s, inverse)
+    }
+    fn adamw_chunk(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], k: &AdamConsts<f32>) {
+        simd::adamw_chunk(p, g, m, v, k)
     }
 }
 
@@ -353,6 +473,66 @@ mod simd {
             }
         }
     }
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn sumsq_lanes(x: &[f32]) -> f64 {
+        super::lane_sum(x, &|v: f32| {
+            let v = v as f64;
+            v * v
+        })
+    }
+
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn add_products(acc: &mut [f32], a: &[f32], b: &[f32]) {
+        for ((o, x), y) in acc.iter_mut().zip(a).zip(b) {
+            *o += *x * *y;
+        }
+    }
+
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn norm_grad_row(o: &mut [f32], g: &[f32], x: &[f32], gamma: &[f32], s: f32, accumulate: bool) {
+        let n = o.len().min(g.len()).min(x.len()).min(gamma.len());
+        let (o, g, x, gamma) = (&mut o[..n], &g[..n], &x[..n], &gamma[..n]);
+        if accumulate {
+            for j in 0..n {
+                o[j] += gamma[j] * g[j] + s * x[j];
+            }
+        } else {
+            for j in 0..n {
+                o[j] = gamma[j] * g[j] + s * x[j];
+            }
+        }
+    }
+
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn axpy_row(d: &mut [f32], s: &[f32], a: f32) {
+        for (o, v) in d.iter_mut().zip(s) {
+            *o += a * *v;
+        }
+    }
+
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn scale_row(x: &mut [f32], f: f32) {
+        x.iter_mut().for_each(|v| *v *= f);
+    }
+
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn rotate_halves(a: &mut [f32], b: &mut [f32], c: &[f32], s: &[f32], inverse: bool) {
+        let n = a.len().min(b.len()).min(c.len()).min(s.len());
+        let (a, b, c, s) = (&mut a[..n], &mut b[..n], &c[..n], &s[..n]);
+        // The sign outside the loop, so the loop has no branch (the same products: −s·x is
+        // exactly −(s·x)).
+        let sign = if inverse { -1.0f32 } else { 1.0 };
+        for j in 0..n {
+            let (x1, x2, sj) = (a[j], b[j], sign * s[j]);
+            a[j] = x1 * c[j] - x2 * sj;
+            b[j] = x2 * c[j] + x1 * sj;
+        }
+    }
+
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn adamw_chunk(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], k: &super::AdamConsts<f32>) {
+        super::adamw_generic(p, g, m, v, k)
+    }
 }
 
 #[cfg(test)]
@@ -433,5 +613,90 @@ mod tests {
         // Against the unvectorised scalar fold (f64 here): within f32 rounding of the terms.
         let naive: f64 = x.iter().map(|v| (*v as f64 - 1.5).exp()).sum();
         assert!((s as f64 - naive).abs() < 1e-6 * naive, "{s} vs {naive}");
+    }
+
+    /// The dispatched (SIMD) f32 row kernels against element-by-element scalar renderings of
+    /// their formulas: the same bits, so a CPU's SIMD path never changes a result.
+    #[test]
+    fn dispatched_update_and_norm_rows_equal_the_scalar_formulas() {
+        let n = 1037;
+        let a: Vec<f32> = (0..n).map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 1e-3).collect();
+        let b: Vec<f32> = (0..n).map(|i| ((i * 104729 % 997) as f32 - 498.0) * 1e-3).collect();
+        let c: Vec<f32> = (0..n).map(|i| ((i * 31 % 101) as f32 - 50.0) * 2e-2).collect();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+
+        let mut d = a.clone();
+        f32::axpy_row(&mut d, &b, -0.37);
+        let want: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + -0.37 * y).collect();
+        assert_eq!(bits(&d), bits(&want));
+
+        let mut d = a.clone();
+        f32::scale_row(&mut d, 1.7);
+        assert_eq!(bits(&d), bits(&a.iter().map(|x| x * 1.7).collect::<Vec<_>>()));
+
+        for inverse in [false, true] {
+            let (mut x1, mut x2) = (a.clone(), b.clone());
+            f32::rotate_halves(&mut x1, &mut x2, &c, &b, inverse);
+            for j in 0..n {
+                let sj = if inverse { -b[j] } else { b[j] };
+                assert_eq!(x1[j].to_bits(), (a[j] * c[j] - b[j] * sj).to_bits());
+                assert_eq!(x2[j].to_bits(), (b[j] * c[j] + a[j] * sj).to_bits());
+            }
+        }
+
+        let mut acc = c.clone();
+        f32::add_products(&mut acc, &a, &b);
+        let want: Vec<f32> = (0..n).map(|j| c[j] + a[j] * b[j]).collect();
+        assert_eq!(bits(&acc), bits(&want));
+
+        for accumulate in [false, true] {
+            let mut o = c.clone();
+            f32::norm_grad_row(&mut o, &a, &b, &c, 0.25, accumulate);
+            let want: Vec<f32> = (0..n)
+                .map(|j| {
+                    let val = c[j] * a[j] + 0.25 * b[j];
+                    if accumulate { c[j] + val } else { val }
+                })
+                .collect();
+            assert_eq!(bits(&o), bits(&want));
+        }
+
+        // Σ x² in f64: element k into lane k mod 8, lanes folded pairwise, the tail in order.
+        let mut lanes = [0.0f64; 8];
+        for (k, v) in a.iter().enumerate().take(n / 8 * 8) {
+            lanes[k % 8] += (*v as f64) * (*v as f64);
+        }
+        let mut w = 8;
+        while w > 1 {
+            w /= 2;
+            for i in 0..w {
+                lanes[i] += lanes[i + w];
+            }
+        }
+        let want = a[n / 8 * 8..].iter().fold(lanes[0], |s, v| s + (*v as f64) * (*v as f64));
+        assert_eq!(f32::sumsq_lanes(&a).to_bits(), want.to_bits());
+
+        let k = AdamConsts {
+            b1: 0.9,
+            b2: 0.95,
+            ob1: 0.1,
+            ob2: 0.05,
+            keep: 0.999,
+            step: 3e-3,
+            sq_bc2: 0.3,
+            eps: 1e-8,
+            gs: 0.5,
+        };
+        let (mut p, mut m, mut v) =
+            (a.clone(), b.iter().map(|x| x * 0.1).collect::<Vec<_>>(), c.iter().map(|x| x * x).collect::<Vec<_>>());
+        let (p0, m0, v0) = (p.clone(), m.clone(), v.clone());
+        f32::adamw_chunk(&mut p, &b, &mut m, &mut v, &k);
+        for j in 0..n {
+            let g = b[j] * k.gs;
+            let mj = k.b1 * m0[j] + k.ob1 * g;
+            let vj = k.b2 * v0[j] + k.ob2 * g * g;
+            let pj = p0[j] * k.keep - k.step * mj / (vj.sqrt() / k.sq_bc2 + k.eps);
+            assert_eq!((p[j].to_bits(), m[j].to_bits(), v[j].to_bits()), (pj.to_bits(), mj.to_bits(), vj.to_bits()));
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Fills, copies, scaled adds and deterministic full reductions.
 
 use super::par::{par_rows, row, span};
-use crate::scalar::Scalar;
+use crate::scalar::{Scalar, lane_sum};
 use crate::view::{Mat, MatMut};
 use rayon::prelude::*;
 
@@ -42,23 +42,18 @@ pub fn copy<T: Scalar>(dst: MatMut<Vec<T>>, src: Mat<Vec<T>>) {
 
 pub fn axpy<T: Scalar>(dst: MatMut<Vec<T>>, src: Mat<Vec<T>>, alpha: f64) {
     let a = T::of(alpha);
-    each_pair("axpy", dst, src, |d, s| {
-        for (o, v) in d.iter_mut().zip(s) {
-            *o = *o + a * *v;
-        }
-    });
+    each_pair("axpy", dst, src, |d, s| T::axpy_row(d, s, a));
 }
 
 pub fn scale<T: Scalar>(x: MatMut<Vec<T>>, s: f64) {
     let s = T::of(s);
-    each_piece(x, |r| r.iter_mut().for_each(|v| *v = *v * s));
+    each_piece(x, |r| T::scale_row(r, s));
 }
 
 pub fn mul_rows<T: Scalar>(x: MatMut<Vec<T>>, rowv: Mat<Vec<T>>) {
     assert_eq!((rowv.rows, rowv.cols), (x.rows, 1));
     par_rows(x).for_each(|(i, r)| {
-        let f = row(&rowv, i)[0];
-        r.iter_mut().for_each(|v| *v = *v * f);
+        T::scale_row(r, row(&rowv, i)[0]);
     });
 }
 
@@ -76,33 +71,9 @@ pub fn mul_cols<T: Scalar>(y: MatMut<Vec<T>>, x: Mat<Vec<T>>, col: Mat<Vec<T>>) 
 /// Number of fixed chunks a full reduction is split into (independent of threads).
 const CHUNKS: usize = 64;
 
-/// Independent accumulators of [`lane_sum`].
-const LANES: usize = 8;
-
-/// `Σ f(v)` over a slice with element k going to accumulator k mod 8, the accumulators then
-/// combined pairwise and the tail added in order: a fixed order, and no chain of dependent
-/// additions for the CPU to wait on (one accumulator made the gradient norm latency-bound).
-#[inline]
-fn lane_sum<T: Scalar>(x: &[T], f: &impl Fn(T) -> f64) -> f64 {
-    let mut acc = [0.0f64; LANES];
-    let mut chunks = x.chunks_exact(LANES);
-    for c in &mut chunks {
-        for (a, v) in acc.iter_mut().zip(c) {
-            *a += f(*v);
-        }
-    }
-    let mut w = LANES;
-    while w > 1 {
-        w /= 2;
-        for i in 0..w {
-            acc[i] += acc[i + w];
-        }
-    }
-    chunks.remainder().iter().fold(acc[0], |s, v| s + f(*v))
-}
-
-/// `Σ f(element)` in f64 over a view: 64 fixed row chunks, summed in order.
-fn reduce<T: Scalar>(x: Mat<Vec<T>>, f: impl Fn(T) -> f64 + Sync) -> f64 {
+/// `Σ` in f64 over a view of what `part` sums over a slice ([`lane_sum`]'s order): 64 fixed
+/// row chunks, summed in order.
+fn reduce<T: Scalar>(x: Mat<Vec<T>>, part: impl Fn(&[T]) -> f64 + Sync) -> f64 {
     let mut partial = [0.0f64; CHUNKS];
     let rows = x.rows;
     let per = rows.div_ceil(CHUNKS).max(1);
@@ -113,23 +84,20 @@ fn reduce<T: Scalar>(x: Mat<Vec<T>>, f: impl Fn(T) -> f64 + Sync) -> f64 {
         partial.par_iter_mut().enumerate().for_each(|(c, p)| {
             let lo = (c * per).min(flat.len());
             let hi = ((c + 1) * per).min(flat.len());
-            *p = lane_sum(&flat[lo..hi], &f);
+            *p = part(&flat[lo..hi]);
         });
     } else {
         partial.par_iter_mut().enumerate().for_each(|(c, p)| {
             let lo = (c * per).min(rows);
             let hi = ((c + 1) * per).min(rows);
-            *p = (lo..hi).map(|i| lane_sum(row(&x, i), &f)).sum();
+            *p = (lo..hi).map(|i| part(row(&x, i))).sum();
         });
     }
     partial.iter().sum()
 }
 
 pub fn sumsq<T: Scalar>(x: Mat<Vec<T>>) -> f64 {
-    reduce(x, |v| {
-        let v = v.f64();
-        v * v
-    })
+    reduce(x, T::sumsq_lanes)
 }
 
 pub fn sumsq_each<T: Scalar>(xs: &[Mat<Vec<T>>], out: &mut [f64]) {
@@ -140,7 +108,7 @@ pub fn sumsq_each<T: Scalar>(xs: &[Mat<Vec<T>>], out: &mut [f64]) {
 }
 
 pub fn sum<T: Scalar>(x: Mat<Vec<T>>) -> f64 {
-    reduce(x, |v| v.f64())
+    reduce(x, |s| lane_sum(s, &|v: T| v.f64()))
 }
 
 #[cfg(test)]

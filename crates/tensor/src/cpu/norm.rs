@@ -86,20 +86,10 @@ pub fn online_norm_bwd<T: Scalar>(args: OnlineNormBwd<Vec<T>>) {
     let OnlineNormBwd { dx, dgamma, g, x, gamma, ds, accumulate } = args;
     let gm = row(&gamma, 0);
     if let Some(dgamma) = dgamma {
-        col_reduce(dgamma, x.rows, |i, j0, acc| {
-            for ((a, v), gv) in acc.iter_mut().zip(&row(&x, i)[j0..]).zip(&row(&g, i)[j0..]) {
-                *a = *a + *v * *gv;
-            }
-        });
+        col_reduce(dgamma, x.rows, |i, j0, acc| T::add_products(acc, &row(&x, i)[j0..], &row(&g, i)[j0..]));
     }
     let two = T::of(2.0);
-    par_rows(dx).for_each(|(i, o)| {
-        let s = two * row(&ds, i)[0];
-        for (((o, gv), v), gj) in o.iter_mut().zip(row(&g, i)).zip(row(&x, i)).zip(gm) {
-            let val = *gj * *gv + s * *v;
-            *o = if accumulate { *o + val } else { val };
-        }
-    });
+    par_rows(dx).for_each(|(i, o)| T::norm_grad_row(o, row(&g, i), row(&x, i), gm, two * row(&ds, i)[0], accumulate));
 }
 
 pub fn layernorm_fwd<T: Scalar>(args: LayerNormFwd<Vec<T>>) {

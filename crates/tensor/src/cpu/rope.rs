@@ -30,12 +30,7 @@ pub fn rope<T: Scalar>(x: MatMut<Vec<T>>, table: &[T], seq: usize, head_dim: usi
         let (c, s) = (&cos[p * half..(p + 1) * half], &sin[p * half..(p + 1) * half]);
         for h in r.chunks_exact_mut(head_dim) {
             let (a, b) = h.split_at_mut(half);
-            for j in 0..half {
-                let (x1, x2) = (a[j], b[j]);
-                let sj = if inverse { -s[j] } else { s[j] };
-                a[j] = x1 * c[j] - x2 * sj;
-                b[j] = x2 * c[j] + x1 * sj;
-            }
+            T::rotate_halves(a, b, c, s, inverse);
         }
     });
 }
