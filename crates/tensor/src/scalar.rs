@@ -64,6 +64,12 @@ pub trait Scalar: Float + Default + Debug + Send + Sync + 'static + std::iter::S
             v * v
         })
     }
+    /// `d ← p·(d − D)`: a softmax row's gradient from dP and D = Σ p·dP.
+    fn softmax_grad_row(d: &mut [Self], p: &[Self], dsum: Self) {
+        for (d, pv) in d.iter_mut().zip(p) {
+            *d = *pv * (*d - dsum);
+        }
+    }
     /// `acc ← acc + a·b` (a column reduction's row step).
     fn add_products(acc: &mut [Self], a: &[Self], b: &[Self]) {
         for ((o, x), y) in acc.iter_mut().zip(a).zip(b) {
@@ -272,6 +278,9 @@ impl Scalar for f32 {
     }
     fn sumsq_lanes(x: &[f32]) -> f64 {
         simd::sumsq_lanes(x)
+    }
+    fn softmax_grad_row(d: &mut [f32], p: &[f32], dsum: f32) {
+        simd::softmax_grad_row(d, p, dsum)
     }
     fn add_products(acc: &mut [f32], a: &[f32], b: &[f32]) {
         simd::add_products(acc, a, b)
@@ -482,6 +491,13 @@ mod simd {
     }
 
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn softmax_grad_row(d: &mut [f32], p: &[f32], dsum: f32) {
+        for (d, pv) in d.iter_mut().zip(p) {
+            *d = *pv * (*d - dsum);
+        }
+    }
+
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
     pub fn add_products(acc: &mut [f32], a: &[f32], b: &[f32]) {
         for ((o, x), y) in acc.iter_mut().zip(a).zip(b) {
             *o += *x * *y;
@@ -643,6 +659,10 @@ mod tests {
                 assert_eq!(x2[j].to_bits(), (b[j] * c[j] + a[j] * sj).to_bits());
             }
         }
+
+        let mut d = a.clone();
+        f32::softmax_grad_row(&mut d, &b, 0.3);
+        assert_eq!(bits(&d), bits(&(0..n).map(|j| b[j] * (a[j] - 0.3)).collect::<Vec<_>>()));
 
         let mut acc = c.clone();
         f32::add_products(&mut acc, &a, &b);

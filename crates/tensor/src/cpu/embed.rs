@@ -73,7 +73,7 @@ pub fn cross_entropy<T: Scalar>(
                 let sum = T::exp_shifted(r, m);
                 l[0] = sum.ln() + m - xt;
                 let f = T::of(s) / sum;
-                r.iter_mut().for_each(|x| *x = *x * f);
+                T::scale_row(r, f);
                 r[t] = r[t] - T::of(s);
             }
             None => {
@@ -123,7 +123,7 @@ pub fn xent_finish<T: Scalar>(args: XentFinish<Vec<T>, Vec<u32>>) {
         if let Some(s) = grad_scale {
             let f = T::of(s) / st[0];
             T::exp_shifted_unsummed(r, m);
-            r.iter_mut().for_each(|x| *x = *x * f);
+            T::scale_row(r, f);
             let t = targets[i] as usize;
             if t >= first && t < first + v {
                 r[t - first] = r[t - first] - T::of(s);

@@ -141,9 +141,7 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
                                 let pr = &p[row..row + last(i) + 1];
                                 let (live, dead) = ds[row..row + n].split_at_mut(last(i) + 1);
                                 let dsum = if chunks > 1 { d[i - i0] } else { T::dot(pr, live) };
-                                for (d, pv) in live.iter_mut().zip(pr) {
-                                    *d = *pv * (*d - dsum);
-                                }
+                                T::softmax_grad_row(live, pr, dsum);
                                 dead.fill(T::zero());
                             }
                             let dsm = Operand { ptr: dsb as *const T, rs: n as isize, cs: 1 };
@@ -188,9 +186,8 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
                 for c in 1..=(i / KEY_CHUNK).min(chunks - 1) {
                     let src =
                         std::slice::from_raw_parts(part_base.get().add(partial_row(&sh, c, b, i) * qw) as *const T, qw);
-                    for (d, s) in dst.iter_mut().zip(src) {
-                        *d = *d + *s;
-                    }
+                    // + 1·s: exactly + s.
+                    T::axpy_row(dst, src, T::one());
                 }
             }
         });

@@ -75,7 +75,7 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
                             if k0 > 0 {
                                 let f = (max[r] - m).exp_fast();
                                 sum[r] = sum[r] * f + s;
-                                o_row(r).iter_mut().for_each(|x| *x = *x * f);
+                                T::scale_row(o_row(r), f);
                             } else {
                                 sum[r] = s;
                             }
@@ -89,7 +89,7 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
                 // products (a pass over the tile: 4 % of the forward at 4096).
                 for r in 0..rows {
                     let inv = T::one() / sum[r];
-                    o_row(r).iter_mut().for_each(|x| *x = *x * inv);
+                    T::scale_row(o_row(r), inv);
                     // SAFETY: row (b, h, i0 + r) of `lse` is this unit's.
                     unsafe { *lse_base.get().add(unit * l.s + i0 + r) = max[r] + sum[r].ln() };
                 }
