@@ -32,6 +32,23 @@ pub struct OnlineNormBwd<'a, Buf> {
     pub accumulate: bool,
 }
 
+/// [`crate::Backend::silu_norm_bwd`]: one pass of a normalised latent's backward through φ =
+/// SiLU and the online norm's rstd, per row i: `dp ← dp ⊙ silu'(x)`, then
+/// `ds[i] (+)= alpha·Σ_j dp·p·stat[i]²`, then `dp ← dp·stat[i]`.
+pub struct SiluNormBwd<'a, Buf> {
+    pub dp: MatMut<'a, Buf>,
+    /// φ's input.
+    pub x: Mat<'a, Buf>,
+    /// The normalised latent the statistic's gradient is taken against.
+    pub p: Mat<'a, Buf>,
+    /// rstd, rows × 1.
+    pub stat: Mat<'a, Buf>,
+    /// rows × 1.
+    pub ds: MatMut<'a, Buf>,
+    pub alpha: f64,
+    pub accumulate: bool,
+}
+
 /// [`crate::Backend::layernorm_fwd`]: `y = (x − mean)·rstd·w + b`, saving mean and rstd.
 pub struct LayerNormFwd<'a, Buf> {
     pub y: MatMut<'a, Buf>,

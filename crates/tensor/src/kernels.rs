@@ -71,6 +71,9 @@ macro_rules! kernel_table {
                 alpha: f64,
                 accumulate: bool,
             );
+            /// [`row_dot`](Self::row_dot)'s dS and [`mul_rows`](Self::mul_rows)' rstd after
+            /// [`silu_bwd`](Self::silu_bwd), in one pass over the latent and the same arithmetic.
+            [Other] fn silu_norm_bwd(args: $crate::args::SiluNormBwd<Self::Buf>);
             /// Online-norm backward over a shard: `dx (+)= gamma⊙g + 2·ds[i]·x`; `dgamma += Σ_i x⊙g`.
             [Other] fn online_norm_bwd(args: $crate::args::OnlineNormBwd<Self::Buf>);
 

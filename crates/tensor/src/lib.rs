@@ -13,7 +13,9 @@ pub mod profile;
 pub mod scalar;
 pub mod view;
 
-pub use args::{AdamUpdate, AttentionBwd, KronBwd, LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd, XentFinish};
+pub use args::{
+    AdamUpdate, AttentionBwd, KronBwd, LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd, SiluNormBwd, XentFinish,
+};
 pub use backend::{AdamStep, AttnShape, Backend, Collective, Label, ReduceOp, Solo};
 pub use pending::{Handle, Pending, Ready};
 pub use scalar::Scalar;

@@ -64,6 +64,14 @@ pub trait Scalar: Float + Default + Debug + Send + Sync + 'static + std::iter::S
             v * v
         })
     }
+    /// `d ← d·silu'(x)`, then `Σ d·p` ([`Scalar::dot`]'s order), then `d ← d·st`: one row of
+    /// [`crate::Backend::silu_norm_bwd`], returning the sum.
+    fn silu_norm_row(d: &mut [Self], x: &[Self], p: &[Self], st: Self) -> Self {
+        Self::silu_grad_row(d, x);
+        let s = Self::dot(d, p);
+        Self::scale_row(d, st);
+        s
+    }
     /// `d ← p·(d − D)`: a softmax row's gradient from dP and D = Σ p·dP.
     fn softmax_grad_row(d: &mut [Self], p: &[Self], dsum: Self) {
         for (d, pv) in d.iter_mut().zip(p) {
@@ -279,6 +287,9 @@ impl Scalar for f32 {
     fn sumsq_lanes(x: &[f32]) -> f64 {
         simd::sumsq_lanes(x)
     }
+    fn silu_norm_row(d: &mut [f32], x: &[f32], p: &[f32], st: f32) -> f32 {
+        simd::silu_norm_row(d, x, p, st)
+    }
     fn softmax_grad_row(d: &mut [f32], p: &[f32], dsum: f32) {
         simd::softmax_grad_row(d, p, dsum)
     }
@@ -490,6 +501,36 @@ mod simd {
         })
     }
 
+    /// One loop: each lane's product enters the sum before the row is scaled, as in
+    /// `silu_grad_row`, `dot` and `scale_row` in turn (the same bits).
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn silu_norm_row(d: &mut [f32], x: &[f32], p: &[f32], st: f32) -> f32 {
+        let n = d.len().min(x.len()).min(p.len());
+        let (d, x, p) = (&mut d[..n], &x[..n], &p[..n]);
+        let grad = |d: f32, v: f32| {
+            let s = sig(v);
+            d * (s * (1.0 + v * (1.0 - s)))
+        };
+        let mut acc = [0.0f32; L];
+        let mut cd = d.chunks_exact_mut(L);
+        let (cx, cp) = (x.chunks_exact(L), p.chunks_exact(L));
+        let (rx, rp) = (cx.remainder(), cp.remainder());
+        for ((dc, xc), pc) in (&mut cd).zip(cx).zip(cp) {
+            for i in 0..L {
+                let g = grad(dc[i], xc[i]);
+                acc[i] += g * pc[i];
+                dc[i] = g * st;
+            }
+        }
+        let mut tail = 0.0f32;
+        for ((dv, xv), pv) in cd.into_remainder().iter_mut().zip(rx).zip(rp) {
+            let g = grad(*dv, *xv);
+            tail += g * *pv;
+            *dv = g * st;
+        }
+        fold_lanes(acc, tail)
+    }
+
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
     pub fn softmax_grad_row(d: &mut [f32], p: &[f32], dsum: f32) {
         for (d, pv) in d.iter_mut().zip(p) {
@@ -659,6 +700,14 @@ mod tests {
                 assert_eq!(x2[j].to_bits(), (b[j] * c[j] + a[j] * sj).to_bits());
             }
         }
+
+        let mut d = a.clone();
+        let sum = f32::silu_norm_row(&mut d, &b, &c, 0.7);
+        let mut g = a.clone();
+        f32::silu_grad_row(&mut g, &b);
+        assert_eq!(sum.to_bits(), f32::dot(&g, &c).to_bits());
+        f32::scale_row(&mut g, 0.7);
+        assert_eq!(bits(&d), bits(&g));
 
         let mut d = a.clone();
         f32::softmax_grad_row(&mut d, &b, 0.3);

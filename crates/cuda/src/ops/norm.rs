@@ -4,7 +4,7 @@ use crate::backend::Cuda;
 use crate::buf::CudaBuf;
 use crate::device::P;
 use crate::launch::{same_shape, tv, tvm};
-use boost_tensor::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd};
+use boost_tensor::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd, SiluNormBwd};
 use boost_tensor::{Mat, MatMut};
 
 pub(crate) fn row_sumsq(be: &Cuda, out: MatMut<CudaBuf>, x: Mat<CudaBuf>) {
@@ -71,6 +71,14 @@ pub(crate) fn row_dot(
     p.f[0] = alpha;
     be.per_row("k_row_dot", a.rows, a.cols, &mut p);
     be.touched(&out);
+}
+
+/// The three kernels in turn: on a GPU the pass saved is not worth a kernel of its own.
+pub(crate) fn silu_norm_bwd(be: &Cuda, args: SiluNormBwd<CudaBuf>) {
+    let SiluNormBwd { mut dp, x, p, stat, ds, alpha, accumulate } = args;
+    super::act::silu_bwd(be, dp.rb(), x);
+    row_dot(be, ds, dp.as_ref(), p, Some(stat), alpha, accumulate);
+    super::dense::mul_rows(be, dp, stat);
 }
 
 pub(crate) fn online_norm_bwd(be: &Cuda, args: OnlineNormBwd<CudaBuf>) {

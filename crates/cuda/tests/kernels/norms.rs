@@ -2,7 +2,7 @@
 
 use crate::{Outs, buf, f32buf, read, rnd};
 use boost_tensor::{Backend, Mat, MatMut};
-use boost_tensor::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd};
+use boost_tensor::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd, SiluNormBwd};
 
 fn rmsnorm_case<B: Backend>(be: &B, act: bool) -> Outs {
     let (t, d, ld) = (7, 300, 301);
@@ -96,6 +96,28 @@ fn online_norm_case<B: Backend>(be: &B, act: bool) -> Outs {
     ]
 }
 case!(online_norm_pieces, online_norm_case);
+
+fn silu_norm_case<B: Backend>(be: &B, act: bool) -> Outs {
+    // Two components side by side in rows of 2·r, as a grouped latent.
+    let (t, r) = (9, 37);
+    let x = buf(be, act, &rnd(t * 2 * r, 50));
+    let stat = f32buf(be, &rnd(t, 51).iter().map(|v| 1.0 + 0.5 * v).collect::<Vec<_>>());
+    let mut dp = buf(be, act, &rnd(t * 2 * r, 52));
+    let mut ds = f32buf(be, &rnd(t, 53));
+    for j in 0..2 {
+        be.silu_norm_bwd(SiluNormBwd {
+            dp: MatMut::at(&mut dp, j * r, t, r, 2 * r),
+            x: Mat::at(&x, j * r, t, r, 2 * r),
+            p: Mat::at(&x, j * r, t, r, 2 * r),
+            stat: Mat::new(&stat, t, 1),
+            ds: MatMut::new(&mut ds, t, 1),
+            alpha: -0.5 / 74.0,
+            accumulate: j > 0,
+        });
+    }
+    vec![("dp", read(be, Mat::new(&dp, t, 2 * r))), ("ds", read(be, Mat::new(&ds, t, 1)))]
+}
+case!(silu_norm_backward, silu_norm_case);
 
 fn layernorm_case<B: Backend>(be: &B, act: bool) -> Outs {
     let (t, r) = (6, 40);

@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::params::two_mut;
-use boost_tensor::{KronBwd, LayerNormBwd, OnlineNormBwd, RmsNormBwd};
+use boost_tensor::{KronBwd, LayerNormBwd, OnlineNormBwd, RmsNormBwd, SiluNormBwd};
 
 /// What a group's backward reads of its forward.
 pub struct ProjSaved<'a, B: Backend> {
@@ -101,7 +101,11 @@ impl ProjGroup {
                 if let Some(c) = carry_in {
                     be.axpy(geo.whole_mut(dlat, t), geo.whole_mat(c, 0), 1.0);
                 }
-                if acts.z.is_some() {
+                // With the online norm and no LaX crossing, φ's backward runs in one pass with the
+                // statistic's gradient and rstd below (the same arithmetic).
+                let crossing = matches!((lax, &acts.lax), (Some(_), Some(_)));
+                let fused = online && !crossing && acts.z.is_some();
+                if acts.z.is_some() && !fused {
                     let (pp, base) = self.pre_phi(acts, t);
                     be.silu_bwd(geo.whole_mut(dlat, t), geo.whole_mat(pp, base));
                 }
@@ -154,12 +158,28 @@ impl ProjGroup {
                     // dS = −Σ (dY ⊙ Y)·rstd² / (2d) over every output of the statistic, then
                     // dH = dY·rstd (docs/PARALLELISM.md §3; Y is the saved normalised latent).
                     let stat = self.stat(&acts.lat, t);
-                    for j in 0..self.c {
-                        let (dpj, pj) = (geo.comp_mat(dp, t, j), geo.comp_mat(&acts.lat, t, j));
-                        be.row_dot(MatMut::new(row, t, 1), dpj, pj, Some(stat), -0.5 / self.d_in as f64, j > 0);
-                    }
-                    for j in 0..self.c {
-                        be.mul_rows(geo.comp_mut(dp, t, j), stat);
+                    let alpha = -0.5 / self.d_in as f64;
+                    if fused {
+                        let (pp, base) = self.pre_phi(acts, t);
+                        for j in 0..self.c {
+                            be.silu_norm_bwd(SiluNormBwd {
+                                dp: geo.comp_mut(dp, t, j),
+                                x: geo.comp_mat(pp, base, j),
+                                p: geo.comp_mat(&acts.lat, t, j),
+                                stat,
+                                ds: MatMut::new(row, t, 1),
+                                alpha,
+                                accumulate: j > 0,
+                            });
+                        }
+                    } else {
+                        for j in 0..self.c {
+                            let (dpj, pj) = (geo.comp_mat(dp, t, j), geo.comp_mat(&acts.lat, t, j));
+                            be.row_dot(MatMut::new(row, t, 1), dpj, pj, Some(stat), alpha, j > 0);
+                        }
+                        for j in 0..self.c {
+                            be.mul_rows(geo.comp_mut(dp, t, j), stat);
+                        }
                     }
                 }
                 let input = if has_norm && !fold { Mat::new(&*h, t, din) } else { x };

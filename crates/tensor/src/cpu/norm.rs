@@ -1,7 +1,7 @@
 //! RMSNorm (plain and over a hidden shard) and LayerNorm, forward and backward.
 // Each kernel takes the operands of its `Backend` method, however many.
 use super::par::{col_reduce, par_rows, par_rows_of_work, row};
-use crate::args::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd};
+use crate::args::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd, SiluNormBwd};
 use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
 use rayon::prelude::*;
@@ -82,6 +82,20 @@ pub fn row_dot<T: Scalar>(
     });
 }
 
+pub fn silu_norm_bwd<T: Scalar>(args: SiluNormBwd<Vec<T>>) {
+    let SiluNormBwd { dp, x, p, stat, ds, alpha, accumulate } = args;
+    assert_eq!((dp.rows, dp.cols), (x.rows, x.cols), "silu_norm_bwd: dp and x differ in shape");
+    assert_eq!((p.rows, p.cols), (x.rows, x.cols), "silu_norm_bwd: p and x differ in shape");
+    assert_eq!((ds.rows, ds.cols, stat.rows), (x.rows, 1, x.rows), "silu_norm_bwd: one ds and stat per row");
+    let (alpha, cols) = (T::of(alpha), x.cols);
+    // Each row while it is in L1: silu_bwd's, row_dot's and mul_rows' arithmetic in their order.
+    par_rows(dp).zip(par_rows_of_work(ds, cols)).for_each(|((i, d), (_, o))| {
+        let st = row(&stat, i)[0];
+        let v = alpha * T::silu_norm_row(d, row(&x, i), row(&p, i), st) * (st * st);
+        o[0] = if accumulate { o[0] + v } else { v };
+    });
+}
+
 pub fn online_norm_bwd<T: Scalar>(args: OnlineNormBwd<Vec<T>>) {
     let OnlineNormBwd { dx, dgamma, g, x, gamma, ds, accumulate } = args;
     let gm = row(&gamma, 0);
@@ -145,4 +159,50 @@ pub fn layernorm_bwd<T: Scalar>(args: LayerNormBwd<Vec<T>>) {
             *o = r * (*d * *wj - s1 - (*v - m) * r * s2);
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cpu::Cpu;
+    use crate::{Backend, Mat, MatMut, SiluNormBwd};
+
+    /// The fused pass gives the bits of `silu_bwd`, `row_dot` and `mul_rows` in turn, on
+    /// components side by side in a wider row (a grouped latent), accumulating over them.
+    #[test]
+    fn silu_norm_bwd_equals_its_three_kernels_bit_for_bit() {
+        let (t, r, c) = (70, 45, 3);
+        let w = c * r;
+        let val = |i: usize, s: usize| ((i * s % 1009) as f32 - 504.0) * 6e-3;
+        let x: Vec<f32> = (0..t * w).map(|i| val(i, 7919)).collect();
+        let dp0: Vec<f32> = (0..t * w).map(|i| val(i, 104729)).collect();
+        let stat: Vec<f32> = (0..t).map(|i| 0.5 + val(i, 31).abs()).collect();
+        let be = Cpu::<f32>::default();
+        let alpha = -0.5 / 384.0;
+
+        let (mut dp, mut ds) = (dp0.clone(), vec![0f32; t]);
+        for j in 0..c {
+            be.silu_norm_bwd(SiluNormBwd {
+                dp: MatMut::at(&mut dp, j * r, t, r, w),
+                x: Mat::at(&x, j * r, t, r, w),
+                p: Mat::at(&x, j * r, t, r, w),
+                stat: Mat::new(&stat, t, 1),
+                ds: MatMut::new(&mut ds, t, 1),
+                alpha,
+                accumulate: j > 0,
+            });
+        }
+
+        let (mut want, mut want_ds) = (dp0, vec![0f32; t]);
+        be.silu_bwd(MatMut::new(&mut want, t, w), Mat::new(&x, t, w));
+        for j in 0..c {
+            let (dpj, pj) = (Mat::at(&want, j * r, t, r, w), Mat::at(&x, j * r, t, r, w));
+            be.row_dot(MatMut::new(&mut want_ds, t, 1), dpj, pj, Some(Mat::new(&stat, t, 1)), alpha, j > 0);
+        }
+        for j in 0..c {
+            be.mul_rows(MatMut::at(&mut want, j * r, t, r, w), Mat::new(&stat, t, 1));
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&dp), bits(&want));
+        assert_eq!(bits(&ds), bits(&want_ds));
+    }
 }
