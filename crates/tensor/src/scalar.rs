@@ -74,46 +74,32 @@ pub trait Scalar: Float + Default + Debug + Send + Sync + 'static + std::iter::S
     }
     /// `d ← p·(d − D)`: a softmax row's gradient from dP and D = Σ p·dP.
     fn softmax_grad_row(d: &mut [Self], p: &[Self], dsum: Self) {
-        for (d, pv) in d.iter_mut().zip(p) {
-            *d = *pv * (*d - dsum);
-        }
+        rows::softmax_grad(d, p, dsum)
     }
     /// `acc ← acc + a·b` (a column reduction's row step).
     fn add_products(acc: &mut [Self], a: &[Self], b: &[Self]) {
-        for ((o, x), y) in acc.iter_mut().zip(a).zip(b) {
-            *o = *o + *x * *y;
-        }
+        rows::add_products(acc, a, b)
     }
     /// `o ← γ·g + s·x`, or `o ← o + (γ·g + s·x)` when `accumulate` (the online norm's dx row).
     fn norm_grad_row(o: &mut [Self], g: &[Self], x: &[Self], gamma: &[Self], s: Self, accumulate: bool) {
-        for (((o, gv), v), gj) in o.iter_mut().zip(g).zip(x).zip(gamma) {
-            let val = *gj * *gv + s * *v;
-            *o = if accumulate { *o + val } else { val };
-        }
+        rows::norm_grad(o, g, x, gamma, s, accumulate)
     }
     /// `d ← d + a·s`.
     fn axpy_row(d: &mut [Self], s: &[Self], a: Self) {
-        for (o, v) in d.iter_mut().zip(s) {
-            *o = *o + a * *v;
-        }
+        rows::axpy(d, s, a)
     }
     /// `x ← x·f`.
     fn scale_row(x: &mut [Self], f: Self) {
-        x.iter_mut().for_each(|v| *v = *v * f);
+        rows::scale(x, f)
     }
     /// Rotate each pair `(a[j], b[j])` of the halves of a head by the angle whose cosine and
     /// sine are `c[j]`, `s[j]` (by its negative when `inverse`).
     fn rotate_halves(a: &mut [Self], b: &mut [Self], c: &[Self], s: &[Self], inverse: bool) {
-        for (((a, b), c), s) in a.iter_mut().zip(b.iter_mut()).zip(c).zip(s) {
-            let (x1, x2) = (*a, *b);
-            let sj = if inverse { -*s } else { *s };
-            *a = x1 * *c - x2 * sj;
-            *b = x2 * *c + x1 * sj;
-        }
+        rows::rotate_halves(a, b, c, s, inverse)
     }
     /// One AdamW update of a chunk, in PyTorch's arithmetic order ([`AdamConsts`]).
     fn adamw_chunk(p: &mut [Self], g: &[Self], m: &mut [Self], v: &mut [Self], k: &AdamConsts<Self>) {
-        adamw_generic(p, g, m, v, k)
+        rows::adamw(p, g, m, v, k)
     }
     /// `m = act(g)·u` (act = SiLU when `outer`).
     fn swiglu_row(m: &mut [Self], g: &[Self], u: &[Self], outer: bool) {
@@ -180,14 +166,71 @@ pub struct AdamConsts<T> {
     pub gs: T,
 }
 
-#[inline(always)]
-fn adamw_generic<T: Float>(p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], k: &AdamConsts<T>) {
-    for (((p, g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
-        let g = *g * k.gs;
-        *m = k.b1 * *m + k.ob1 * g;
-        *v = k.b2 * *v + k.ob2 * g * g;
-        let denom = v.sqrt() / k.sq_bc2 + k.eps;
-        *p = *p * k.keep - k.step * *m / denom;
+/// The update and norm row formulas, written once: the trait's defaults (f64) and the
+/// dispatched f32 kernels in [`simd`] inline the same bodies, so every path computes the same
+/// operations in the same order.
+mod rows {
+    use super::AdamConsts;
+    use num_traits::Float;
+
+    #[inline(always)]
+    pub fn axpy<T: Float>(d: &mut [T], s: &[T], a: T) {
+        for (o, v) in d.iter_mut().zip(s) {
+            *o = *o + a * *v;
+        }
+    }
+
+    #[inline(always)]
+    pub fn scale<T: Float>(x: &mut [T], f: T) {
+        x.iter_mut().for_each(|v| *v = *v * f);
+    }
+
+    #[inline(always)]
+    pub fn softmax_grad<T: Float>(d: &mut [T], p: &[T], dsum: T) {
+        for (d, pv) in d.iter_mut().zip(p) {
+            *d = *pv * (*d - dsum);
+        }
+    }
+
+    #[inline(always)]
+    pub fn add_products<T: Float>(acc: &mut [T], a: &[T], b: &[T]) {
+        for ((o, x), y) in acc.iter_mut().zip(a).zip(b) {
+            *o = *o + *x * *y;
+        }
+    }
+
+    #[inline(always)]
+    pub fn norm_grad<T: Float>(o: &mut [T], g: &[T], x: &[T], gamma: &[T], s: T, accumulate: bool) {
+        let rows = o.iter_mut().zip(g).zip(x).zip(gamma);
+        // The branch outside the loops, so each loop vectorises on its own.
+        if accumulate {
+            rows.for_each(|(((o, gv), v), gj)| *o = *o + (*gj * *gv + s * *v));
+        } else {
+            rows.for_each(|(((o, gv), v), gj)| *o = *gj * *gv + s * *v);
+        }
+    }
+
+    /// The inverse rotation multiplies the sine by −1 outside the loop (exact: −1·s = −s), so
+    /// the loop has no branch.
+    #[inline(always)]
+    pub fn rotate_halves<T: Float>(a: &mut [T], b: &mut [T], c: &[T], s: &[T], inverse: bool) {
+        let sign = if inverse { -T::one() } else { T::one() };
+        for (((a, b), c), s) in a.iter_mut().zip(b.iter_mut()).zip(c).zip(s) {
+            let (x1, x2, sj) = (*a, *b, sign * *s);
+            *a = x1 * *c - x2 * sj;
+            *b = x2 * *c + x1 * sj;
+        }
+    }
+
+    #[inline(always)]
+    pub fn adamw<T: Float>(p: &mut [T], g: &[T], m: &mut [T], v: &mut [T], k: &AdamConsts<T>) {
+        for (((p, g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+            let g = *g * k.gs;
+            *m = k.b1 * *m + k.ob1 * g;
+            *v = k.b2 * *v + k.ob2 * g * g;
+            let denom = v.sqrt() / k.sq_bc2 + k.eps;
+            *p = *p * k.keep - k.step * *m / denom;
+        }
     }
 }
 
@@ -533,62 +576,37 @@ mod simd {
 
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
     pub fn softmax_grad_row(d: &mut [f32], p: &[f32], dsum: f32) {
-        for (d, pv) in d.iter_mut().zip(p) {
-            *d = *pv * (*d - dsum);
-        }
+        super::rows::softmax_grad(d, p, dsum)
     }
 
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
     pub fn add_products(acc: &mut [f32], a: &[f32], b: &[f32]) {
-        for ((o, x), y) in acc.iter_mut().zip(a).zip(b) {
-            *o += *x * *y;
-        }
+        super::rows::add_products(acc, a, b)
     }
 
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
     pub fn norm_grad_row(o: &mut [f32], g: &[f32], x: &[f32], gamma: &[f32], s: f32, accumulate: bool) {
-        let n = o.len().min(g.len()).min(x.len()).min(gamma.len());
-        let (o, g, x, gamma) = (&mut o[..n], &g[..n], &x[..n], &gamma[..n]);
-        if accumulate {
-            for j in 0..n {
-                o[j] += gamma[j] * g[j] + s * x[j];
-            }
-        } else {
-            for j in 0..n {
-                o[j] = gamma[j] * g[j] + s * x[j];
-            }
-        }
+        super::rows::norm_grad(o, g, x, gamma, s, accumulate)
     }
 
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
     pub fn axpy_row(d: &mut [f32], s: &[f32], a: f32) {
-        for (o, v) in d.iter_mut().zip(s) {
-            *o += a * *v;
-        }
+        super::rows::axpy(d, s, a)
     }
 
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
     pub fn scale_row(x: &mut [f32], f: f32) {
-        x.iter_mut().for_each(|v| *v *= f);
+        super::rows::scale(x, f)
     }
 
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
     pub fn rotate_halves(a: &mut [f32], b: &mut [f32], c: &[f32], s: &[f32], inverse: bool) {
-        let n = a.len().min(b.len()).min(c.len()).min(s.len());
-        let (a, b, c, s) = (&mut a[..n], &mut b[..n], &c[..n], &s[..n]);
-        // The sign outside the loop, so the loop has no branch (the same products: −s·x is
-        // exactly −(s·x)).
-        let sign = if inverse { -1.0f32 } else { 1.0 };
-        for j in 0..n {
-            let (x1, x2, sj) = (a[j], b[j], sign * s[j]);
-            a[j] = x1 * c[j] - x2 * sj;
-            b[j] = x2 * c[j] + x1 * sj;
-        }
+        super::rows::rotate_halves(a, b, c, s, inverse)
     }
 
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
     pub fn adamw_chunk(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], k: &super::AdamConsts<f32>) {
-        super::adamw_generic(p, g, m, v, k)
+        super::rows::adamw(p, g, m, v, k)
     }
 }
 
