@@ -125,6 +125,10 @@ impl<B: Backend> Profiled<B> {
         t.calls += 1;
         t.flops += shape.flops();
     }
+    /// Times so far, without resetting them.
+    pub fn peek(&self) -> KernelTimes {
+        *self.times.lock().unwrap()
+    }
     /// Times so far, and reset.
     pub fn take(&self) -> KernelTimes {
         std::mem::take(&mut *self.times.lock().unwrap())

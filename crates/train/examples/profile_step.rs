@@ -1,6 +1,8 @@
 //! Per-kernel time of training steps of a model shape (diagnosis):
 //! `cargo run --release -p boost-train --example profile_step -- cola-60m cola 8192 [steps]
-//! [threads]` (2 threads by default).
+//! [threads] [balance]` (2 threads by default). With `balance`, steps alternate between
+//! GEMM panels sized by core speed and equal panels, and the medians of the pairs' ratios
+//! (equal over by speed) of step time and GEMM time are printed as well.
 
 use boost_config::Config;
 use boost_model::{Batch, Layout, Model};
@@ -16,6 +18,7 @@ fn main() {
         (a.get(1).map_or("cola-60m", |s| s), a.get(2).map_or("cola", |s| s), a.get(3).map_or("8192", |s| s));
     let steps: usize = a.get(4).map_or(3, |s| s.parse().unwrap());
     let threads: usize = a.get(5).map_or(2, |s| s.parse().unwrap());
+    let alternate = a.get(6).is_some_and(|s| s == "balance");
     let cfg = Config::load(
         None,
         &[format!("model.preset={preset}"), format!("model.arch={arch}"), format!("model.vocab={vocab}")],
@@ -28,11 +31,16 @@ fn main() {
     let ids: Vec<u32> = (0..b * s + 1).map(|i| ((i as u64 * 2654435761) % cfg.model.vocab as u64) as u32).collect();
     let batch = Batch { ids: &ids[..b * s], targets: &ids[1..], batch: b, seq: s };
     let tc = boost_config::TrainConfig::default();
+    // (step seconds, GEMM seconds) of the steps with panels by speed and with equal panels.
+    let (mut by_speed, mut equal) = (Vec::new(), Vec::new());
     for i in 0..steps + 1 {
         if i == 1 {
             m.be.take();
             m.be.take_detail();
         }
+        let equal_panels = alternate && i % 2 == 1;
+        boost_tensor::cpu::core_speed::set_enabled(!equal_panels);
+        let gemm_before = m.be.peek().gemm;
         let t = Instant::now();
         rayon::scope(|_| {
             m.store.zero_grads(&m.be);
@@ -40,7 +48,27 @@ fn main() {
             let n = grad_norm(&m.be, &m.store, 0, &Solo);
             opt.update(&m.be, &mut m.store, &tc, 1e-4, clip_coef(n, 1.0));
         });
-        eprintln!("step {i}: {:.3} s", t.elapsed().as_secs_f64());
+        let (dt, gemm) = (t.elapsed().as_secs_f64(), (m.be.peek().gemm - gemm_before).as_secs_f64());
+        eprintln!(
+            "step {i}: {dt:.3} s{}",
+            if alternate { if equal_panels { " (equal panels)" } else { " (panels by speed)" } } else { "" }
+        );
+        if i > 0 {
+            if equal_panels { equal.push((dt, gemm)) } else { by_speed.push((dt, gemm)) }
+        }
+    }
+    if alternate {
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let pairs = equal.len().min(by_speed.len());
+        let ratio = |f: fn(&(f64, f64)) -> f64| median((0..pairs).map(|j| f(&equal[j]) / f(&by_speed[j])).collect());
+        println!(
+            "equal panels over panels by core speed, medians of {pairs} pairs: step {:.3}×, GEMM {:.3}×",
+            ratio(|x| x.0),
+            ratio(|x| x.1)
+        );
     }
     let mut d = m.be.take_detail();
     d.sort_by_key(|x| std::cmp::Reverse(x.1));

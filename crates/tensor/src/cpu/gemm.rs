@@ -1,12 +1,16 @@
 //! GEMM through the `gemm` crate. Work is split over output panels only and K is walked in a
-//! fixed order, so results are identical for any thread count.
+//! fixed order, so results are identical for any thread count and wherever the panels are
+//! cut (they are sized to each core's measured speed, [`super::core_speed`]).
 
+use super::core_speed::{self, PanelTime};
 use super::par::SendPtr;
 use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
 use gemm::Parallelism;
 use rayon::prelude::*;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
 
 /// GEMM calls in progress. The `gemm` crate allocates its packing buffers inside each call;
 /// allocation tests use this to tell those apart from the engine's own allocations.
@@ -69,23 +73,26 @@ pub unsafe fn gemm_raw<T: Scalar>(
         // shapes (a side of r = 128, K = the tokens) 1.00–1.09× the `gemm` crate's own split,
         // elsewhere about the same (`examples/gemm_panels.rs`). The crate's K
         // blocking depends only on K and the cache sizes, so every element is summed exactly
-        // as in one serial call, for any number of panels.
+        // as in one serial call, for any number of panels and wherever they are cut.
+        let (side, short) = if along_m { (m, n) } else { (n, m) };
+        let cuts = Cuts::new(side, short, panels);
+        let times: [Mutex<PanelTime>; MAX_TIMED] = std::array::from_fn(|_| Mutex::new(PanelTime::default()));
         let c = SendPtr(c);
         (0..panels).into_par_iter().for_each(|p| {
-            let c = c.get();
-            let side = if along_m { m } else { n };
-            let (lo, hi) = (panel_edge(side, panels, p), panel_edge(side, panels, p + 1));
+            let core = core_speed::current_core();
+            let (lo, hi) = cuts.take(p, core_speed::speed(core));
+            let start = Instant::now();
             // SAFETY: the panels are disjoint parts of `c` and of `a`'s rows or `b`'s columns.
-            unsafe {
-                if along_m {
-                    let a = Operand { ptr: a.ptr.offset(lo as isize * a.rs), ..a };
-                    gemm_serial((hi - lo, n, k), c.add(lo * c_ld), c_ld, a, b, alpha, accumulate);
-                } else {
-                    let b = Operand { ptr: b.ptr.offset(lo as isize * b.cs), ..b };
-                    gemm_serial((m, hi - lo, k), c.add(lo), c_ld, a, b, alpha, accumulate);
-                }
+            unsafe { gemm_panel((m, n, k), along_m, (lo, hi), (c.get(), c_ld), a, b, alpha, accumulate) };
+            if let Some(t) = times.get(p) {
+                let seconds = start.elapsed().as_secs_f64();
+                *t.lock().unwrap_or_else(|e| e.into_inner()) = PanelTime { core, outputs: (hi - lo) * short, seconds };
             }
         });
+        if cuts.by_speed {
+            let times = times.map(|t| t.into_inner().unwrap_or_else(|e| e.into_inner()));
+            core_speed::learn(&times[..panels.min(MAX_TIMED)]);
+        }
     }
     GEMM_IN_FLIGHT.fetch_sub(1, Ordering::SeqCst);
 }
@@ -117,6 +124,81 @@ fn panels(m: usize, n: usize, threads: usize) -> (bool, usize) {
 /// micro-tiles) except at the end.
 fn panel_edge(len: usize, panels: usize, p: usize) -> usize {
     if p >= panels { len } else { (len * p / panels) / 16 * 16 }
+}
+
+/// Panels whose times a call keeps for [`core_speed::learn`] (a pool of more threads cuts
+/// its products by core speed all the same, learning from its first panels).
+const MAX_TIMED: usize = 64;
+
+/// Where a call's panels are cut. Large enough panels are cut as they start: each takes a
+/// share of the side in proportion to its core's learned speed (a slower core a narrower
+/// panel, so both finish together), the last one what is left; each is at least `min` long
+/// and starts on a multiple of 16. Otherwise, or with speed balancing off, equal panels
+/// ([`panel_edge`]).
+struct Cuts {
+    side: usize,
+    panels: usize,
+    min: usize,
+    by_speed: bool,
+    /// Panels cut so far, and where the next one starts.
+    next: Mutex<(usize, usize)>,
+}
+
+impl Cuts {
+    fn new(side: usize, short: usize, panels: usize) -> Self {
+        // Half an equal share, on a multiple of 16: the least a core gets at the speed bounds
+        // (0.75 / (0.75 + 1.33) of two panels is 36 %), with room to round.
+        let min = side / panels / 2 / 16 * 16;
+        let by_speed = core_speed::enabled() && min >= PANEL_MIN && min * short > SMALL;
+        Self { side, panels, min, by_speed, next: Mutex::new((0, 0)) }
+    }
+
+    /// The rows or columns `lo..hi` of panel `p`, started on a core of speed `speed`.
+    fn take(&self, p: usize, speed: f64) -> (usize, usize) {
+        if !self.by_speed {
+            return (panel_edge(self.side, self.panels, p), panel_edge(self.side, self.panels, p + 1));
+        }
+        let mut next = self.next.lock().unwrap_or_else(|e| e.into_inner());
+        let (taken, lo) = *next;
+        let after = self.panels - taken - 1;
+        let hi = if after == 0 {
+            self.side
+        } else {
+            let share = (self.side as f64 * speed / self.panels as f64).round() as usize;
+            // Leave every later panel its minimum.
+            let most = (self.side - after * self.min) / 16 * 16;
+            ((lo + share) / 16 * 16).clamp(lo + self.min, most)
+        };
+        *next = (taken + 1, hi);
+        (lo, hi)
+    }
+}
+
+/// Rows (`along_m`) or columns `lo..hi` of `c = alpha·a·b (+ c)`, one serial call.
+///
+/// # Safety
+/// As [`gemm_raw`], and `lo..hi` lies within the side.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_panel<T: Scalar>(
+    (m, n, k): (usize, usize, usize),
+    along_m: bool,
+    (lo, hi): (usize, usize),
+    (c, c_ld): (*mut T, usize),
+    a: Operand<T>,
+    b: Operand<T>,
+    alpha: f64,
+    accumulate: bool,
+) {
+    // SAFETY: forwarded from the caller; the panel is within the operands' shapes.
+    unsafe {
+        if along_m {
+            let a = Operand { ptr: a.ptr.offset(lo as isize * a.rs), ..a };
+            gemm_serial((hi - lo, n, k), c.add(lo * c_ld), c_ld, a, b, alpha, accumulate);
+        } else {
+            let b = Operand { ptr: b.ptr.offset(lo as isize * b.cs), ..b };
+            gemm_serial((m, hi - lo, k), c.add(lo), c_ld, a, b, alpha, accumulate);
+        }
+    }
 }
 
 /// One `gemm` crate call on this thread.
@@ -170,4 +252,88 @@ pub fn gemm<T: Scalar>(c: MatMut<Vec<T>>, a: Mat<Vec<T>>, b: Mat<Vec<T>>, alpha:
     let c_ptr = c.buf[c.off..].as_mut_ptr();
     // SAFETY: views are bounds-checked on construction; `c` is a unique borrow.
     unsafe { gemm_raw((m, n, k), (c_ptr, c.ld), Operand::of(&a), Operand::of(&b), alpha, accumulate, true) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A few products of the step's kinds (weight gradients read transposed and accumulated,
+    /// forward and input-gradient shapes, a ragged side), small enough for a debug build.
+    fn operands(m: usize, n: usize, k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let fill = |len: usize, seed: usize| -> Vec<f32> {
+            (0..len).map(|i| (((i * 7919 + seed * 104729) % 2003) as f32) * 1e-3 - 1.0).collect()
+        };
+        (fill(m * k, 1), fill(k * n, 2), fill(m * n, 3))
+    }
+
+    #[test]
+    fn panels_cut_anywhere_on_16_give_the_bits_of_one_call() {
+        let cases = [
+            ((128, 512, 768), true, true),
+            ((512, 128, 640), true, true),
+            ((640, 96, 128), false, false),
+            ((336, 200, 72), false, false),
+        ];
+        for ((m, n, k), ta, acc) in cases {
+            let (a, b, c0) = operands(m, n, k);
+            let a_op = if ta {
+                Operand { ptr: a.as_ptr(), rs: 1, cs: m as isize }
+            } else {
+                Operand { ptr: a.as_ptr(), rs: k as isize, cs: 1 }
+            };
+            let b_op = Operand { ptr: b.as_ptr(), rs: n as isize, cs: 1 };
+            let mut whole = c0.clone();
+            // SAFETY: the operands cover their shapes with these strides.
+            unsafe { gemm_serial((m, n, k), whole.as_mut_ptr(), n, a_op, b_op, 0.7, acc) };
+            let along_m = m >= n;
+            let side = if along_m { m } else { n };
+            // Two panels cut at every multiple of 16 leaving each at least 32, and three at a
+            // spread of pairs.
+            let mut cut_lists: Vec<Vec<usize>> = (2..side / 16 - 1).map(|i| vec![0, i * 16, side]).collect();
+            cut_lists.extend((2..side / 16 - 4).step_by(3).map(|i| vec![0, i * 16, (i + 2) * 16, side]));
+            for cuts in cut_lists {
+                let mut c = c0.clone();
+                for w in cuts.windows(2) {
+                    // SAFETY: as above; the panels lie within the side.
+                    unsafe { gemm_panel((m, n, k), along_m, (w[0], w[1]), (c.as_mut_ptr(), n), a_op, b_op, 0.7, acc) };
+                }
+                let differ = c.iter().zip(&whole).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+                assert_eq!(differ, 0, "{m}×{n}·k {k} cut at {cuts:?}: {differ} elements differ from one call");
+            }
+        }
+    }
+
+    #[test]
+    fn speed_cuts_cover_the_side_in_order_each_at_least_its_minimum() {
+        let speeds = [core_speed::SLOWEST, 0.8, 0.95, 1.0, 1.1, 1.25, core_speed::FASTEST];
+        for side in [256, 333, 512, 1376, 2048, 8192] {
+            for panels in 2..=6 {
+                let cuts = Cuts::new(side, 128, panels);
+                if !cuts.by_speed {
+                    assert!(side / panels < 2 * PANEL_MIN + 32, "side {side} over {panels} panels not cut by speed");
+                    continue;
+                }
+                let mut end = 0;
+                for p in 0..panels {
+                    let (lo, hi) = cuts.take(p, speeds[(p * 5 + side) % speeds.len()]);
+                    assert_eq!(lo, end, "side {side}, {panels} panels: panel {p} starts at {lo}, not {end}");
+                    assert_eq!(lo % 16, 0, "side {side}: panel {p} starts off a multiple of 16");
+                    assert!(
+                        hi - lo >= cuts.min,
+                        "side {side}, {panels} panels: panel {p} has {} < {}",
+                        hi - lo,
+                        cuts.min
+                    );
+                    end = hi;
+                }
+                assert_eq!(end, side, "side {side}, {panels} panels end at {end}");
+            }
+        }
+        // A slower core's panel is the narrower one.
+        let cuts = Cuts::new(2048, 512, 2);
+        let (lo, hi) = cuts.take(0, 0.8);
+        assert_eq!((lo, hi), (0, 816));
+        assert_eq!(cuts.take(1, 1.2), (816, 2048));
+    }
 }

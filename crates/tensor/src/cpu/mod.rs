@@ -3,6 +3,7 @@
 
 mod act;
 mod attention;
+pub mod core_speed;
 mod elementwise;
 mod embed;
 pub mod gemm;
