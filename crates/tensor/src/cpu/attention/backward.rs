@@ -74,9 +74,7 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
     let units = sh.batch * sh.kv_heads;
     reserve_tiles::<T>(block * l.s.min(KEY_CHUNK));
     with_kv_cols(qkv, &l, &sh, 2, |kv_cols| {
-        // One unit a task: rayon's default leaves of several units ended each call with one
-        // thread idle behind the other's last leaf (threads 1.82–1.92 busy of 2, 1.97 so).
-        (0..chunks * units).into_par_iter().with_max_len(1).for_each(|u| {
+        (0..chunks * units).into_par_iter().for_each(|u| {
             // Chunk-major: the first chunks, which every query block reaches, are the costliest.
             let (c, unit) = (u / units, u % units);
             let (b, g) = (unit / sh.kv_heads, unit % sh.kv_heads);

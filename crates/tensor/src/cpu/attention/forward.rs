@@ -33,8 +33,7 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
     reserve_tiles::<T>(block * l.s.min(KEY_CHUNK));
     let blocks = l.s.div_ceil(block);
     with_kv_cols(qkv, &l, &sh, 1, |k_cols| {
-        // One unit a task, so the last ones are shared out one by one (see the backward).
-        (0..sh.batch * sh.heads * blocks).into_par_iter().with_max_len(1).for_each(|u| {
+        (0..sh.batch * sh.heads * blocks).into_par_iter().for_each(|u| {
             // The costliest blocks (the last rows, which see the most keys) first.
             let (unit, i0) = (u / blocks, (blocks - 1 - u % blocks) * block);
             let i1 = (i0 + block).min(l.s);
