@@ -68,6 +68,9 @@ pub struct BenchReport {
     pub results: Vec<ArchResult>,
     /// Low-rank tokens/s over full-rank tokens/s, when both ran.
     pub lowrank_speedup: Option<f64>,
+    /// Each CPU's speed as the GEMM panels learned it during the run (`(cpu, speed)`; a panel
+    /// takes speed × an equal share).
+    pub core_speeds: Vec<(usize, f64)>,
 }
 
 pub struct BenchOptions {
@@ -404,6 +407,7 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
         gemm_peak_gflops: peak,
         results,
         lowrank_speedup,
+        core_speeds: boost_tensor::cpu::core_speed::learned(),
     })
 }
 
@@ -433,6 +437,10 @@ pub fn table(r: &BenchReport) -> String {
     }
     if let Some(x) = r.lowrank_speedup {
         s += &format!("\nlow-rank / full-rank tokens/s: {x:.2}×\n");
+    }
+    if !r.core_speeds.is_empty() {
+        let speeds: Vec<String> = r.core_speeds.iter().map(|(c, v)| format!("CPU {c} {v:.2}")).collect();
+        s += &format!("\nGEMM panels by core speed (1: an equal share): {}\n", speeds.join(", "));
     }
     s + &split_table(r)
 }

@@ -66,6 +66,12 @@ pub(super) fn speed(core: usize) -> f64 {
     }
 }
 
+/// The cores measured so far and their speeds, in core order (for reports: on a machine
+/// whose cores run alike every speed stays near 1).
+pub fn learned() -> Vec<(usize, f64)> {
+    (0..TRACKED).filter(|&c| SPEED[c].load(Ordering::Relaxed) != 0).map(|c| (c, speed(c))).collect()
+}
+
 /// One panel of a call, as measured: the core it started on, its outputs and its seconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub(super) struct PanelTime {
@@ -120,5 +126,8 @@ mod tests {
         learn(&[PanelTime { core: slow, outputs: 10, seconds: 1.0 }]);
         assert_eq!(speed(slow), SLOWEST);
         assert_eq!(speed(TRACKED + 5), 1.0);
+        let learned = learned();
+        assert!(learned.contains(&(slow, SLOWEST)), "{learned:?} lacks core {slow}");
+        assert!(learned.windows(2).all(|w| w[0].0 < w[1].0), "{learned:?} out of core order");
     }
 }
