@@ -73,7 +73,7 @@ pub fn learned() -> Vec<(usize, f64)> {
 }
 
 /// One panel of a call, as measured: the core it started on, its outputs and its seconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(super) struct PanelTime {
     pub core: usize,
     pub outputs: usize,

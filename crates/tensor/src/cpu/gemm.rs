@@ -79,12 +79,13 @@ pub unsafe fn gemm_raw<T: Scalar>(
         let times: [Mutex<PanelTime>; MAX_TIMED] = std::array::from_fn(|_| Mutex::new(PanelTime::default()));
         let c = SendPtr(c);
         (0..panels).into_par_iter().for_each(|p| {
-            let core = core_speed::current_core();
+            // Equal panels need neither the core nor the time.
+            let core = if cuts.by_speed { core_speed::current_core() } else { 0 };
             let (lo, hi) = cuts.take(p, core_speed::speed(core));
-            let start = Instant::now();
+            let start = cuts.by_speed.then(Instant::now);
             // SAFETY: the panels are disjoint parts of `c` and of `a`'s rows or `b`'s columns.
             unsafe { gemm_panel((m, n, k), along_m, (lo, hi), (c.get(), c_ld), a, b, alpha, accumulate) };
-            if let Some(t) = times.get(p) {
+            if let (Some(start), Some(t)) = (start, times.get(p)) {
                 let seconds = start.elapsed().as_secs_f64();
                 *t.lock().unwrap_or_else(|e| e.into_inner()) = PanelTime { core, outputs: (hi - lo) * short, seconds };
             }
