@@ -2,7 +2,8 @@
 
 The model of docs/MODEL.md as an nn.Module whose state_dict keys are the canonical parameter
 names, trained in float32 with torch.optim.AdamW at PyTorch's defaults for CPU tensors.
-A step is zero_grad, forward, cross-entropy loss, backward and optimizer step; the steps after
+A step is zero_grad, forward, cross-entropy loss, backward, the global gradient-norm clip
+(--clip; `boost bench` passes the one its own steps apply) and optimizer step; the steps after
 the warm-up are timed and one JSON line is printed on stdout:
 
     python3 bench/torch_peer.py --arch cola --d 512 --d-ff 1376 --layers 8 --heads 8 \\
@@ -316,6 +317,12 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument(
+        "--clip",
+        type=float,
+        default=0.0,
+        help="clip the gradients' global norm to this before each optimizer step (0: no clipping)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print only the JSON line")
     ap.add_argument(
@@ -353,6 +360,8 @@ def main(argv=None):
         logits = model(ids)
         loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
         loss.backward()
+        if args.clip > 0:
+            torch.nn.utils.clip_grad_norm_(params, args.clip)
         opt.step()
         return loss.item()
 
@@ -411,6 +420,7 @@ def main(argv=None):
         "tokens_per_step": tokens,
         "dtype": "float32",
         "optimizer": f"AdamW({optimizer_impl(params)})",
+        "grad_clip": args.clip,
         "config": cfg,
     }
     if split is not None:

@@ -189,7 +189,7 @@ impl Ours {
         Ok(ours)
     }
 
-    /// One training step (zero grads, forward and backward, gradient norm, AdamW): seconds.
+    /// One training step (zero grads, forward and backward, gradient norm and clip, AdamW): seconds.
     fn step(&mut self) -> f64 {
         let t = self.micro_batch * self.seq;
         let b = Batch { ids: &self.ids[..t], targets: &self.ids[1..], batch: self.micro_batch, seq: self.seq };
@@ -198,10 +198,14 @@ impl Ours {
         m.store.zero_grads(&m.be);
         m.forward_backward(&Solo, &b, 1.0 / t as f64);
         let n = grad_norm(&m.be, &m.store, 0, &Solo);
-        self.opt.update(&m.be, &mut m.store, &self.tc, 1e-4, clip_coef(n, 1.0));
+        self.opt.update(&m.be, &mut m.store, &self.tc, 1e-4, clip_coef(n, GRAD_CLIP));
         t0.elapsed().as_secs_f64()
     }
 }
+
+/// The global gradient-norm clip of a benchmark step, applied by ours and passed to the
+/// PyTorch peer (`--clip`), so that both sides do the same work.
+pub const GRAD_CLIP: f64 = 1.0;
 
 /// Pairs of steps, after the timed ones, that split each side's step by kind of work.
 const SPLIT_PAIRS: usize = 3;

@@ -80,6 +80,7 @@ impl Peer {
             .args(["--vocab", &m.vocab.to_string(), "--only-lr-act", if m.only_lr_act { "1" } else { "0" }])
             .args(["--seq", &spec.seq.to_string(), "--micro-batch", &spec.micro_batch.to_string()])
             .args(["--threads", &spec.threads.to_string(), "--warmup", &spec.warmup.to_string()])
+            .args(["--clip", &crate::bench::GRAD_CLIP.to_string()])
             .args(["--json", "--serve"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
