@@ -105,3 +105,23 @@ fn recompute_of_the_first_layers_keeps_everything_above_them() {
         }
     }
 }
+
+#[test]
+fn no_recompute_keeps_every_activation_but_the_swiglu_product() {
+    // CoLA, d = 64, d_ff = 96, 4 heads of 16, r = 16, one rank; per token and layer (each
+    // group's latent buffer starts with a statistic slot, used after a norm):
+    let (d, d_ff, r, heads) = (64, 96, 16, 4);
+    let kept = d // the layer input
+        + (1 + 3 * r + 3 * r) // q/k/v: the norm statistic, the latents before and after φ
+        + 3 * d // q, k, v after RoPE
+        + heads // attention's log-sum-exp, one a head
+        + d // the attention output
+        + (1 + 2 * r) // o: statistic slot, latents before and after φ
+        + d // the residual after attention
+        + (1 + 2 * r + 2 * r) // gate/up: statistic and latents
+        + 2 * d_ff // g and u
+        + (1 + 2 * r); // down: statistic slot and latents
+    // Not the SwiGLU product (d_ff more): SwiGLU's backward rebuilds it.
+    let (layers, _) = per_token(&["model.arch=cola"], 1, Recompute::None);
+    assert!(layers.iter().all(|&e| e == kept), "{layers:?} against {kept}");
+}

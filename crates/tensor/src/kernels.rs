@@ -90,8 +90,16 @@ macro_rules! kernel_table {
             /// `m = act(g) ⊙ u` with `gu` the rows of g stacked over the rows of u (2T × n);
             /// act = SiLU when `outer_silu`, else identity.
             [Other] fn swiglu(m: MatMut<Self::Buf>, gu: Mat<Self::Buf>, outer_silu: bool);
-            /// Overwrites `dgu` (stacked like `gu`).
-            [Other] fn swiglu_bwd(dgu: MatMut<Self::Buf>, dm: Mat<Self::Buf>, gu: Mat<Self::Buf>, outer_silu: bool);
+            /// Overwrites `dgu` (stacked like `gu`). With `m`, also writes the forward's product
+            /// there, the bits [`swiglu`](Self::swiglu) gives, while g and u are at hand: a
+            /// backward that recomputes the product rather than keeping it.
+            [Other] fn swiglu_bwd(
+                dgu: MatMut<Self::Buf>,
+                m: Option<MatMut<Self::Buf>>,
+                dm: Mat<Self::Buf>,
+                gu: Mat<Self::Buf>,
+                outer_silu: bool,
+            );
             /// `y[i, :] += b`.
             [Other] fn add_bias(y: MatMut<Self::Buf>, b: Mat<Self::Buf>);
             /// `db += Σ_i dy[i, :]`.

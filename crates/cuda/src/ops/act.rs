@@ -28,7 +28,18 @@ pub(crate) fn swiglu(be: &Cuda, m: MatMut<CudaBuf>, gu: Mat<CudaBuf>, outer_silu
     be.touched(&m);
 }
 
-pub(crate) fn swiglu_bwd(be: &Cuda, dgu: MatMut<CudaBuf>, dm: Mat<CudaBuf>, gu: Mat<CudaBuf>, outer_silu: bool) {
+pub(crate) fn swiglu_bwd(
+    be: &Cuda,
+    dgu: MatMut<CudaBuf>,
+    m: Option<MatMut<CudaBuf>>,
+    dm: Mat<CudaBuf>,
+    gu: Mat<CudaBuf>,
+    outer_silu: bool,
+) {
+    // The product by the forward's kernel (the same bits), then the gradient.
+    if let Some(m) = m {
+        swiglu(be, m, gu, outer_silu);
+    }
     assert_eq!((dgu.rows, dgu.cols), (2 * dm.rows, dm.cols), "swiglu_bwd: dgu stacked like gu");
     assert_eq!((gu.rows, gu.cols), (2 * dm.rows, dm.cols), "swiglu_bwd: gu");
     let mut p = P::of(&[tvm(&dgu), tv(&dm), tv(&gu)]);

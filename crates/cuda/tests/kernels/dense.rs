@@ -101,9 +101,12 @@ fn act_case<B: Backend>(be: &B, act: bool) -> Outs {
         let mut m = buf(be, act, &vec![0.0; t * n]);
         be.swiglu(MatMut::new(&mut m, t, n), Mat::new(&gu, 2 * t, n), outer);
         let mut dgu = buf(be, act, &vec![0.0; 2 * t * n]);
-        be.swiglu_bwd(MatMut::new(&mut dgu, 2 * t, n), Mat::new(&dm, t, n), Mat::new(&gu, 2 * t, n), outer);
+        let mut m2 = buf(be, act, &vec![0.0; t * n]);
+        let m2_out = Some(MatMut::new(&mut m2, t, n));
+        be.swiglu_bwd(MatMut::new(&mut dgu, 2 * t, n), m2_out, Mat::new(&dm, t, n), Mat::new(&gu, 2 * t, n), outer);
         outs.push(("swiglu", read(be, Mat::new(&m, t, n))));
         outs.push(("swiglu_bwd", read(be, Mat::new(&dgu, 2 * t, n))));
+        outs.push(("swiglu_bwd's product", read(be, Mat::new(&m2, t, n))));
     }
     outs
 }

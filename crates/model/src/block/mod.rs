@@ -29,9 +29,8 @@ pub struct BlockActs<B: Backend> {
     /// The residual after the attention half.
     pub mid: B::Buf,
     pub gu: ProjActs<B>,
-    /// g stacked over u.
+    /// g stacked over u (the SwiGLU product is not kept: its backward rebuilds it).
     pub gu_out: B::Buf,
-    pub m: B::Buf,
     pub down: ProjActs<B>,
 }
 
@@ -40,6 +39,8 @@ pub struct BlockGrads<B: Backend> {
     pub dqkv: B::Buf,
     pub dattn: B::Buf,
     pub dgu: B::Buf,
+    /// dL/dm in the backward; in the forward, the SwiGLU product m itself on its way to the
+    /// down projection (not kept).
     pub dm: B::Buf,
     pub attn_scratch: B::Buf,
     /// LaX: gradients w.r.t. a layer's z, passed down to the layer below (two per group
@@ -82,7 +83,6 @@ impl Block {
             mid: be.alloc(t * dims.d_res),
             gu: self.gu.alloc_acts(be, t, phi),
             gu_out: be.alloc(self.gu.out_len(t)),
-            m: be.alloc(t * dims.d_ff_loc),
             down: self.down.alloc_acts(be, t, phi),
         }
     }
@@ -115,7 +115,6 @@ impl<B: Backend> BlockActs<B> {
             + self.attn.len()
             + self.mid.len()
             + self.gu_out.len()
-            + self.m.len()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -14,7 +14,10 @@ pub struct BlockSaved<'a, B: Backend> {
 }
 
 impl Block {
-    /// `x_out = layer(x_in)`. `prev` is the layer below (LaX crossing).
+    /// `x_out = layer(x_in)`. `prev` is the layer below (LaX crossing). `m` holds the SwiGLU
+    /// product between its kernel and the down projection (t × d_ff): it is not kept, the
+    /// backward rebuilds it.
+    #[allow(clippy::too_many_arguments)]
     pub fn forward<B: Backend>(
         &self,
         cx: &Ctx<B>,
@@ -22,6 +25,7 @@ impl Block {
         x_out: &mut B::Buf,
         acts: &mut BlockActs<B>,
         prev: Option<(&Block, &BlockActs<B>)>,
+        m: &mut B::Buf,
         sc: &mut Scratch<B>,
     ) {
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
@@ -37,9 +41,9 @@ impl Block {
 
         let mid = Mat::new(&acts.mid, t, dres);
         self.gu.forward(cx, mid, &mut acts.gu, pg(|b| &b.gu, |a| &a.gu), &mut acts.gu_out, sc);
-        self.swiglu(cx, &mut acts.m, &acts.gu_out);
+        self.swiglu(cx, m, &acts.gu_out);
         let f = dims.d_ff_loc;
-        self.down.forward(cx, Mat::new(&acts.m, t, f), &mut acts.down, pg(|b| &b.down, |a| &a.down), x_out, sc);
+        self.down.forward(cx, Mat::new(m, t, f), &mut acts.down, pg(|b| &b.down, |a| &a.down), x_out, sc);
         be.axpy(MatMut::new(x_out, t, dres), mid, 1.0);
     }
 
@@ -64,21 +68,26 @@ impl Block {
 
         // MLP half.
         let (ci, co) = carry_io(&mut carries[3], rd, above_lax, self.down.has_lax());
-        let saved = ProjSaved { x: Mat::new(&acts.m, t, f), acts: &acts.down, prev: pg(|b| &b.down, |a| &a.down) };
+        // The SwiGLU product m was not kept: the down projection's weight gradient, which reads
+        // it, waits until SwiGLU's backward has rebuilt it (into `sc.h`, free until the gate/up
+        // group's backward) while reading g and u anyway.
+        let saved = ProjSaved { x: None, acts: &acts.down, prev: pg(|b| &b.down, |a| &a.down) };
         self.down.backward(cx, grads, saved, GradFlow { dout: dx, dx: dm, carry_in: ci, carry_out: co }, sc);
         be.swiglu_bwd(
             MatMut::new(dgu, 2 * t, f),
+            Some(MatMut::new(&mut sc.h, t, f)),
             Mat::new(dm, t, f),
             Mat::new(&acts.gu_out, 2 * t, f),
             self.outer_silu,
         );
+        self.down.input_weight_grads(cx, grads, Mat::new(&sc.h, t, f), dx, &acts.down, sc);
         let (ci, co) = carry_io(&mut carries[2], rd, above_lax, self.gu.has_lax());
-        let saved = ProjSaved { x: Mat::new(&acts.mid, t, dres), acts: &acts.gu, prev: pg(|b| &b.gu, |a| &a.gu) };
+        let saved = ProjSaved { x: Some(Mat::new(&acts.mid, t, dres)), acts: &acts.gu, prev: pg(|b| &b.gu, |a| &a.gu) };
         self.gu.backward(cx, grads, saved, GradFlow { dout: dgu, dx, carry_in: ci, carry_out: co }, sc);
 
         // Attention half.
         let (ci, co) = carry_io(&mut carries[1], rd, above_lax, self.o.has_lax());
-        let saved = ProjSaved { x: Mat::new(&acts.attn, t, qw), acts: &acts.o, prev: pg(|b| &b.o, |a| &a.o) };
+        let saved = ProjSaved { x: Some(Mat::new(&acts.attn, t, qw)), acts: &acts.o, prev: pg(|b| &b.o, |a| &a.o) };
         self.o.backward(cx, grads, saved, GradFlow { dout: dx, dx: dattn, carry_in: ci, carry_out: co }, sc);
         be.attention_bwd(AttentionBwd {
             dqkv,
@@ -92,7 +101,7 @@ impl Block {
         be.rope(MatMut::at(dqkv, 0, t, qw, qw), cx.rope, cx.seq, dims.head_dim, true);
         be.rope(MatMut::at(dqkv, t * qw, t, kw, kw), cx.rope, cx.seq, dims.head_dim, true);
         let (ci, co) = carry_io(&mut carries[0], rd, above_lax, self.qkv.has_lax());
-        let saved = ProjSaved { x: Mat::new(x_in, t, dres), acts: &acts.qkv, prev: pg(|b| &b.qkv, |a| &a.qkv) };
+        let saved = ProjSaved { x: Some(Mat::new(x_in, t, dres)), acts: &acts.qkv, prev: pg(|b| &b.qkv, |a| &a.qkv) };
         self.qkv.backward(cx, grads, saved, GradFlow { dout: dqkv, dx, carry_in: ci, carry_out: co }, sc);
     }
 
@@ -109,7 +118,7 @@ impl Block {
         be.attention_fwd(MatMut::new(&mut acts.attn, t, qw), &mut acts.attn_saved, &acts.qkv_out, sh);
     }
 
-    /// The SwiGLU product `m` of the gate and up outputs (forward and low-rank recompute).
+    /// The SwiGLU product `m` of the gate and up outputs (the forward's).
     pub(super) fn swiglu<B: Backend>(&self, cx: &Ctx<B>, m: &mut B::Buf, gu_out: &B::Buf) {
         let (t, f) = (cx.t, cx.dims.d_ff_loc);
         cx.be.swiglu(MatMut::new(m, t, f), Mat::new(gu_out, 2 * t, f), self.outer_silu);

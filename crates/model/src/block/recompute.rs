@@ -38,7 +38,6 @@ impl Block {
             mid: be.alloc(0),
             gu: z(&self.gu),
             gu_out: be.alloc(0),
-            m: be.alloc(0),
             down: z(&self.down),
         }
     }
@@ -160,7 +159,8 @@ impl Block {
     }
 
     /// Low-rank recompute (docs/PARALLELISM.md §5): from the kept latents, residuals and statistics rebuild
-    /// φ, the q/k/v and gate/up up-projections, RoPE + attention and the SwiGLU product. No
+    /// φ, the q/k/v and gate/up up-projections and RoPE + attention (the SwiGLU product, never
+    /// kept, is rebuilt by its backward). No
     /// A GEMM runs again, nor B_o or B_down; under BTP no collective is issued (under vanilla
     /// the up-projections' all-reduces are part of the segment).
     pub fn recompute_lowrank<B: Backend>(
@@ -174,6 +174,5 @@ impl Block {
         self.qkv.forward_up(cx, &acts.qkv, &mut acts.qkv_out);
         self.rope_attention(cx, acts);
         self.gu.forward_up(cx, &acts.gu, &mut acts.gu_out);
-        self.swiglu(cx, &mut acts.m, &acts.gu_out);
     }
 }

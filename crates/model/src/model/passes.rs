@@ -75,7 +75,7 @@ impl<B: Backend> Model<B> {
             Some(p) => Some((&self.blocks[l - 1], &*p)),
             None => w.z_in.as_ref().map(|z| (&self.blocks[0], z)),
         };
-        block.forward(&cx, &lo[l], &mut hi[0], cur, prev, &mut w.sc);
+        block.forward(&cx, &lo[l], &mut hi[0], cur, prev, &mut w.bg.dm, &mut w.sc);
         let policy = self.policy_of(l);
         if policy != Recompute::None {
             block.save_kept(&self.be, t, policy, cur, &mut w.kept[l]);
@@ -230,7 +230,7 @@ impl<B: Backend> Model<B> {
                     let pv = prev.as_deref().map(|p| (&self.blocks[l - 1], p)).or(boundary);
                     // The layer's output is not needed again: its buffer takes the rerun's.
                     let (lo, hi) = w.resid.split_at_mut(l + 1);
-                    block.forward(&cx, &lo[l], &mut hi[0], cur, pv, &mut w.sc);
+                    block.forward(&cx, &lo[l], &mut hi[0], cur, pv, &mut w.bg.dm, &mut w.sc);
                 }
             }
             let prev = prev.map(|p| (&self.blocks[l - 1], &*p)).or(boundary);

@@ -9,8 +9,9 @@ use boost_tensor::{KronBwd, LayerNormBwd, OnlineNormBwd, RmsNormBwd, SiluNormBwd
 
 /// What a group's backward reads of its forward.
 pub struct ProjSaved<'a, B: Backend> {
-    /// The group's input.
-    pub x: Mat<'a, B::Buf>,
+    /// The group's input; `None` when it was not kept (a group without a norm only): the
+    /// weight gradients that read it then wait for [`ProjGroup::input_weight_grads`].
+    pub x: Option<Mat<'a, B::Buf>>,
     pub acts: &'a ProjActs<B>,
     /// The same group of the layer below and its activations (a LaX crossing reads them).
     pub prev: Option<(&'a ProjGroup, &'a ProjActs<B>)>,
@@ -47,9 +48,10 @@ impl ProjGroup {
         // Gradient w.r.t. the GEMM input lands in `dh` when a norm follows, else in `dx`.
         let has_norm = self.norm.is_some();
 
+        assert!(x.is_some() || !has_norm, "a group after a norm keeps its input");
         // The GEMM input as the forward saw it (recomputed: x, norm(x), or x ⊙ γ; x itself
         // when γ is folded into A).
-        if let Some(gamma) = self.norm {
+        if let (Some(gamma), Some(x)) = (self.norm, x) {
             let stat = self.stat(&acts.lat, t);
             if online {
                 if !fold {
@@ -64,12 +66,14 @@ impl ProjGroup {
 
         match &self.w {
             Weights::Full { w } => {
-                let input = if has_norm { Mat::new(&*h, t, din) } else { x };
                 let gin = if has_norm { &mut *dh } else { &mut *dx };
                 for (j, wj) in w.iter().enumerate() {
                     let dy = self.out_mat(dout, t, j);
-                    be.gemm(wj.of_mut(grads), dy.t(), input, 1.0, true);
                     be.gemm(MatMut::new(gin, t, din), dy, wj.of(cx.params), 1.0, j > 0);
+                }
+                let input = if has_norm { Some(Mat::new(&*h, t, din)) } else { x };
+                if let Some(input) = input {
+                    self.input_products(cx, grads, input, dout, dout, None);
                 }
             }
             Weights::LowRank { a, b, lax } => {
@@ -103,7 +107,7 @@ impl ProjGroup {
                 }
                 // With the online norm and no LaX crossing, φ's backward runs in one pass with the
                 // statistic's gradient and rstd below (the same arithmetic).
-                let crossing = matches!((lax, &acts.lax), (Some(_), Some(_)));
+                let crossing = self.crossing(acts);
                 let fused = online && !crossing && acts.z.is_some();
                 if acts.z.is_some() && !fused {
                     let (pp, base) = self.pre_phi(acts, t);
@@ -182,22 +186,19 @@ impl ProjGroup {
                         }
                     }
                 }
-                let input = if has_norm && !fold { Mat::new(&*h, t, din) } else { x };
                 let gin = if has_norm { &mut *dh } else { &mut *dx };
                 let a_comp = |j: usize| Mat::at(&cx.params[a.buf], a.off + j * r, din, r, a.ld);
-                // dA's GEMM: into the grads, or, with γ folded, xᵀ·dP into `wa` first.
-                let (da_buf, da_off, da_ld) =
-                    if fold { (&mut *wa, 0, a.cols) } else { (&mut grads[a.buf], a.off, a.ld) };
                 if self.grouped {
                     be.gemm(MatMut::new(gin, t, din), geo.whole_mat(dp, t), a.of(cx.params).t(), 1.0, false);
-                    let da = MatMut::at(da_buf, da_off, din, a.cols, da_ld);
-                    be.gemm(da, input.t(), geo.whole_mat(dp, t), 1.0, !fold);
                 } else {
                     for j in 0..self.c {
                         be.gemm(MatMut::new(gin, t, din), geo.comp_mat(dp, t, j), a_comp(j).t(), 1.0, j > 0);
-                        let da = MatMut::at(&mut *da_buf, da_off + j * r, din, r, da_ld);
-                        be.gemm(da, input.t(), geo.comp_mat(dp, t, j), 1.0, !fold);
                     }
+                }
+                // dA's GEMM: into the grads, or, with γ folded, xᵀ·dP into `wa` first.
+                let input = if has_norm && !fold { Some(Mat::new(&*h, t, din)) } else { x };
+                if let Some(input) = input {
+                    self.input_products(cx, grads, input, dout, dp, fold.then_some(&mut *wa));
                 }
                 if fold {
                     // With A' = diag(γ)·A: dA += diag(γ)·(xᵀ·dP) and dγ_j += Σ_k A_jk·(xᵀ·dP)_jk.
@@ -214,7 +215,7 @@ impl ProjGroup {
             cx.f_backward(gin, 0, t * din, labels::in_bwd(self.kind), self.layer);
         }
         // The norm's backward, accumulating into the residual gradient.
-        if let Some(gamma) = self.norm {
+        if let (Some(gamma), Some(x)) = (self.norm, x) {
             let g = gamma.of(cx.params);
             let gy = Mat::new(&*dh, t, din);
             if online {
@@ -245,6 +246,66 @@ impl ProjGroup {
                     n: self.d_in,
                     accumulate: true,
                 });
+            }
+        }
+    }
+
+    /// The weight gradients of a group whose input was not kept (`ProjSaved::x` = `None`),
+    /// from that input rebuilt by the caller: after [`ProjGroup::backward`], while `sc` still
+    /// holds its latent gradient. `dout` is the backward's output gradient.
+    pub fn input_weight_grads<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        grads: &mut [B::Buf],
+        input: Mat<B::Buf>,
+        dout: &B::Buf,
+        acts: &ProjActs<B>,
+        sc: &Scratch<B>,
+    ) {
+        assert!(self.norm.is_none(), "a group after a norm keeps its input");
+        let dp = if self.crossing(acts) { &sc.dlat2 } else { &sc.dlat };
+        self.input_products(cx, grads, input, dout, dp, None);
+    }
+
+    /// Whether this group's latents cross from the layer below (LaX): its backward then
+    /// leaves the latent gradient in `dlat2`.
+    fn crossing<B: Backend>(&self, acts: &ProjActs<B>) -> bool {
+        matches!((&self.w, &acts.lax), (Weights::LowRank { lax: Some(_), .. }, Some(_)))
+    }
+
+    /// The products that read the group's input: dW_j += dY_jᵀ·x (full rank), or dA += xᵀ·dP
+    /// (low rank; into `wa`, overwritten, when γ is folded into A).
+    fn input_products<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        grads: &mut [B::Buf],
+        input: Mat<B::Buf>,
+        dout: &B::Buf,
+        dp: &B::Buf,
+        wa: Option<&mut B::Buf>,
+    ) {
+        let (be, t, din) = (cx.be, cx.t, self.d_in_loc);
+        match &self.w {
+            Weights::Full { w } => {
+                for (j, wj) in w.iter().enumerate() {
+                    be.gemm(wj.of_mut(grads), self.out_mat(dout, t, j).t(), input, 1.0, true);
+                }
+            }
+            Weights::LowRank { a, .. } => {
+                let (geo, r, fold) = (self.geom(t), self.r_loc, wa.is_some());
+                let (da_buf, da_off, da_ld) = match wa {
+                    Some(wa) => (wa, 0, a.cols),
+                    None => (&mut grads[a.buf], a.off, a.ld),
+                };
+                if self.grouped {
+                    let da = MatMut::at(da_buf, da_off, din, a.cols, da_ld);
+                    be.gemm(da, input.t(), geo.whole_mat(dp, t), 1.0, !fold);
+                } else {
+                    for j in 0..self.c {
+                        let da = MatMut::at(&mut *da_buf, da_off + j * r, din, r, da_ld);
+                        be.gemm(da, input.t(), geo.comp_mat(dp, t, j), 1.0, !fold);
+                    }
+                }
             }
         }
     }

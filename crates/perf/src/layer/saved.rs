@@ -27,7 +27,9 @@ impl Saved {
 /// residual and the output of each norm, every latent before φ and (for SiLU) after it, q, k, v
 /// after RoPE, the attention output and its per-head log-sum-exp (flash-style: no S² matrix),
 /// the SwiGLU gate, up and product; fp32 per-token statistics. Temporary buffers of the backward
-/// pass are not counted here (see [`layer_transient`]).
+/// pass are not counted here (see [`layer_transient`]). This is the accounting of the paper's
+/// implementations, against which the model's recompute facts are checked; the engine keeps
+/// d_ff/p elements a token less, since its SwiGLU backward rebuilds the product.
 pub fn layer_saved(s: &Setup, layer: usize) -> Vec<Saved> {
     Ctx::new(s, layer).saved(s.policy_of(layer))
 }

@@ -21,22 +21,38 @@ pub fn swiglu<T: Scalar>(m: MatMut<Vec<T>>, gu: Mat<Vec<T>>, outer_silu: bool) {
     par_rows(m).for_each(|(i, o)| T::swiglu_row(o, row(&gu, i), row(&gu, t + i), outer_silu));
 }
 
-pub fn swiglu_bwd<T: Scalar>(dgu: MatMut<Vec<T>>, dm: Mat<Vec<T>>, gu: Mat<Vec<T>>, outer_silu: bool) {
+pub fn swiglu_bwd<T: Scalar>(
+    dgu: MatMut<Vec<T>>,
+    m: Option<MatMut<Vec<T>>>,
+    dm: Mat<Vec<T>>,
+    gu: Mat<Vec<T>>,
+    outer_silu: bool,
+) {
     let (t, n) = (dm.rows, dm.cols);
     assert_eq!((dgu.rows, dgu.cols), (2 * t, n));
     assert_eq!((gu.rows, gu.cols), (2 * t, n));
+    if let Some(m) = &m {
+        assert_eq!((m.rows, m.cols), (t, n), "swiglu_bwd: the product is t × n");
+    }
     // Rows 0..t of dgu are dg, rows t..2t are du: handle row i of both in one task.
     let ld = dgu.ld;
     let base = super::par::SendPtr(dgu.buf[dgu.off..].as_mut_ptr());
+    let m_at = m.map(|m| (super::par::SendPtr(m.buf[m.off..].as_mut_ptr()), m.ld));
     (0..t).into_par_iter().with_min_len((4096 / n.max(1)).max(1)).for_each(|i| {
-        // SAFETY: task i owns rows i and t + i of dgu.
+        // SAFETY: task i owns rows i and t + i of dgu, and row i of m.
         let (dg, du) = unsafe {
             (
                 std::slice::from_raw_parts_mut(base.get().add(i * ld), n),
                 std::slice::from_raw_parts_mut(base.get().add((t + i) * ld), n),
             )
         };
-        T::swiglu_bwd_row(dg, du, row(&dm, i), row(&gu, i), row(&gu, t + i), outer_silu);
+        let (g, u) = (row(&gu, i), row(&gu, t + i));
+        T::swiglu_bwd_row(dg, du, row(&dm, i), g, u, outer_silu);
+        if let Some((mb, mld)) = &m_at {
+            // The forward's row function on the rows just read, still in L1.
+            let mr = unsafe { std::slice::from_raw_parts_mut(mb.get().add(i * mld), n) };
+            T::swiglu_row(mr, g, u, outer_silu);
+        }
     });
 }
 

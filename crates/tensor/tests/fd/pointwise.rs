@@ -28,8 +28,20 @@ fn silu_and_swiglu() {
             dot(&m, &w)
         };
         let mut dgu = vec![0.0; t * 2 * n];
-        CPU.swiglu_bwd(mat_mut(&mut dgu, 2 * t, n), mat(&w, t, n), mat(&gu, 2 * t, n), outer);
+        CPU.swiglu_bwd(mat_mut(&mut dgu, 2 * t, n), None, mat(&w, t, n), mat(&gu, 2 * t, n), outer);
         check(if outer { "swiglu" } else { "gated product" }, &gu, &dgu, f);
+        // With the product asked for: the same gradient, and the forward's product bit for bit.
+        let (mut dgu2, mut m, mut m_fwd) = (vec![0.0; t * 2 * n], vec![7.0; t * n], vec![0.0; t * n]);
+        CPU.swiglu_bwd(
+            mat_mut(&mut dgu2, 2 * t, n),
+            Some(mat_mut(&mut m, t, n)),
+            mat(&w, t, n),
+            mat(&gu, 2 * t, n),
+            outer,
+        );
+        CPU.swiglu(mat_mut(&mut m_fwd, t, n), mat(&gu, 2 * t, n), outer);
+        assert_eq!(dgu2, dgu);
+        assert_eq!(m, m_fwd);
     }
 }
 
