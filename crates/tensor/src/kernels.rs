@@ -90,15 +90,16 @@ macro_rules! kernel_table {
             /// `m = act(g) ⊙ u` with `gu` the rows of g stacked over the rows of u (2T × n);
             /// act = SiLU when `outer_silu`, else identity.
             [Other] fn swiglu(m: MatMut<Self::Buf>, gu: Mat<Self::Buf>, outer_silu: bool);
-            /// Overwrites `dgu` (stacked like `gu`). With `m`, also writes the forward's product
-            /// there, the bits [`swiglu`](Self::swiglu) gives, while g and u are at hand: a
-            /// backward that recomputes the product rather than keeping it.
+            /// Overwrites `dgu` (stacked like `gu`) from `dm`. With `rebuild`, then overwrites
+            /// `dm`, row by row once read, with the forward's product m, the bits
+            /// [`swiglu`](Self::swiglu) gives: a backward that rebuilds the product rather than
+            /// keeping it, in lines it has just read.
             [Other] fn swiglu_bwd(
                 dgu: MatMut<Self::Buf>,
-                m: Option<MatMut<Self::Buf>>,
-                dm: Mat<Self::Buf>,
+                dm: MatMut<Self::Buf>,
                 gu: Mat<Self::Buf>,
                 outer_silu: bool,
+                rebuild: bool,
             );
             /// `y[i, :] += b`.
             [Other] fn add_bias(y: MatMut<Self::Buf>, b: Mat<Self::Buf>);

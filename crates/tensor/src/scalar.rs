@@ -107,6 +107,22 @@ pub trait Scalar: Float + Default + Debug + Send + Sync + 'static + std::iter::S
             *o = if outer { *gv * sigmoid(*gv) } else { *gv } * *uv;
         }
     }
+    /// [`swiglu_bwd_row`](Self::swiglu_bwd_row), then `dm` overwritten by
+    /// [`swiglu_row`](Self::swiglu_row)'s product, in one loop (each act(g) computed once).
+    fn swiglu_bwd_rebuild_row(dg: &mut [Self], du: &mut [Self], dm: &mut [Self], g: &[Self], u: &[Self], outer: bool) {
+        for ((((dg, du), d), gv), uv) in dg.iter_mut().zip(du.iter_mut()).zip(dm.iter_mut()).zip(g).zip(u) {
+            if outer {
+                let s = sigmoid(*gv);
+                *dg = *d * *uv * (s * (Self::one() + *gv * (Self::one() - s)));
+                *du = *d * *gv * s;
+                *d = *gv * s * *uv;
+            } else {
+                *dg = *d * *uv;
+                *du = *d * *gv;
+                *d = *gv * *uv;
+            }
+        }
+    }
     /// `dg, du` of `m = act(g)·u` given `dm`.
     fn swiglu_bwd_row(dg: &mut [Self], du: &mut [Self], dm: &[Self], g: &[Self], u: &[Self], outer: bool) {
         for ((((dg, du), d), gv), uv) in dg.iter_mut().zip(du.iter_mut()).zip(dm).zip(g).zip(u) {
@@ -327,6 +343,9 @@ impl Scalar for f32 {
     fn swiglu_bwd_row(dg: &mut [f32], du: &mut [f32], dm: &[f32], g: &[f32], u: &[f32], outer: bool) {
         simd::swiglu_bwd_row(dg, du, dm, g, u, outer)
     }
+    fn swiglu_bwd_rebuild_row(dg: &mut [f32], du: &mut [f32], dm: &mut [f32], g: &[f32], u: &[f32], outer: bool) {
+        simd::swiglu_bwd_rebuild_row(dg, du, dm, g, u, outer)
+    }
     fn sumsq_lanes(x: &[f32]) -> f64 {
         simd::sumsq_lanes(x)
     }
@@ -537,6 +556,25 @@ mod simd {
         }
     }
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
+    pub fn swiglu_bwd_rebuild_row(dg: &mut [f32], du: &mut [f32], dm: &mut [f32], g: &[f32], u: &[f32], outer: bool) {
+        let n = dg.len().min(du.len()).min(dm.len()).min(g.len()).min(u.len());
+        let (dg, du, dm, g, u) = (&mut dg[..n], &mut du[..n], &mut dm[..n], &g[..n], &u[..n]);
+        if outer {
+            for i in 0..n {
+                let s = sig(g[i]);
+                dg[i] = dm[i] * u[i] * (s * (1.0 + g[i] * (1.0 - s)));
+                du[i] = dm[i] * g[i] * s;
+                dm[i] = g[i] * s * u[i];
+            }
+        } else {
+            for i in 0..n {
+                dg[i] = dm[i] * u[i];
+                du[i] = dm[i] * g[i];
+                dm[i] = g[i] * u[i];
+            }
+        }
+    }
+    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
     pub fn sumsq_lanes(x: &[f32]) -> f64 {
         super::lane_sum(x, &|v: f32| {
             let v = v as f64;
@@ -726,6 +764,16 @@ mod tests {
         assert_eq!(sum.to_bits(), f32::dot(&g, &c).to_bits());
         f32::scale_row(&mut g, 0.7);
         assert_eq!(bits(&d), bits(&g));
+
+        for outer in [false, true] {
+            // The gradient of swiglu_bwd_row and the product of swiglu_row, bit for bit.
+            let (mut dg, mut du, mut dm) = (vec![0.0f32; n], vec![0.0f32; n], a.clone());
+            f32::swiglu_bwd_rebuild_row(&mut dg, &mut du, &mut dm, &b, &c, outer);
+            let (mut dg2, mut du2, mut m) = (vec![0.0f32; n], vec![0.0f32; n], vec![0.0f32; n]);
+            f32::swiglu_bwd_row(&mut dg2, &mut du2, &a, &b, &c, outer);
+            f32::swiglu_row(&mut m, &b, &c, outer);
+            assert_eq!((bits(&dg), bits(&du), bits(&dm)), (bits(&dg2), bits(&du2), bits(&m)), "outer {outer}");
+        }
 
         let mut d = a.clone();
         f32::softmax_grad_row(&mut d, &b, 0.3);

@@ -31,21 +31,21 @@ pub(crate) fn swiglu(be: &Cuda, m: MatMut<CudaBuf>, gu: Mat<CudaBuf>, outer_silu
 pub(crate) fn swiglu_bwd(
     be: &Cuda,
     dgu: MatMut<CudaBuf>,
-    m: Option<MatMut<CudaBuf>>,
-    dm: Mat<CudaBuf>,
+    dm: MatMut<CudaBuf>,
     gu: Mat<CudaBuf>,
     outer_silu: bool,
+    rebuild: bool,
 ) {
-    // The product by the forward's kernel (the same bits), then the gradient.
-    if let Some(m) = m {
-        swiglu(be, m, gu, outer_silu);
-    }
     assert_eq!((dgu.rows, dgu.cols), (2 * dm.rows, dm.cols), "swiglu_bwd: dgu stacked like gu");
     assert_eq!((gu.rows, gu.cols), (2 * dm.rows, dm.cols), "swiglu_bwd: gu");
-    let mut p = P::of(&[tvm(&dgu), tv(&dm), tv(&gu)]);
+    let mut p = P::of(&[tvm(&dgu), tvm(&dm), tv(&gu)]);
     p.n[2] = outer_silu as i64;
     be.ew("k_swiglu_bwd", dm.rows, dm.cols, &mut p);
     be.touched(&dgu);
+    // Then the product, by the forward's kernel (the same bits), over dm (stream order).
+    if rebuild {
+        swiglu(be, dm, gu, outer_silu);
+    }
 }
 
 pub(crate) fn add_bias(be: &Cuda, y: MatMut<CudaBuf>, b: Mat<CudaBuf>) {

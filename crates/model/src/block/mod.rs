@@ -39,8 +39,8 @@ pub struct BlockGrads<B: Backend> {
     pub dqkv: B::Buf,
     pub dattn: B::Buf,
     pub dgu: B::Buf,
-    /// dL/dm in the backward; in the forward, the SwiGLU product m itself on its way to the
-    /// down projection (not kept).
+    /// The SwiGLU product m on its way to the down projection in the forward (not kept); dL/dm
+    /// in the backward, then m again, rebuilt over it by SwiGLU's backward.
     pub dm: B::Buf,
     pub attn_scratch: B::Buf,
     /// LaX: gradients w.r.t. a layer's z, passed down to the layer below (two per group

@@ -69,18 +69,13 @@ impl Block {
         // MLP half.
         let (ci, co) = carry_io(&mut carries[3], rd, above_lax, self.down.has_lax());
         // The SwiGLU product m was not kept: the down projection's weight gradient, which reads
-        // it, waits until SwiGLU's backward has rebuilt it (into `sc.h`, free until the gate/up
-        // group's backward) while reading g and u anyway.
+        // it, waits until SwiGLU's backward has rebuilt it over dm, row by row once read, while
+        // reading g and u anyway.
         let saved = ProjSaved { x: None, acts: &acts.down, prev: pg(|b| &b.down, |a| &a.down) };
         self.down.backward(cx, grads, saved, GradFlow { dout: dx, dx: dm, carry_in: ci, carry_out: co }, sc);
-        be.swiglu_bwd(
-            MatMut::new(dgu, 2 * t, f),
-            Some(MatMut::new(&mut sc.h, t, f)),
-            Mat::new(dm, t, f),
-            Mat::new(&acts.gu_out, 2 * t, f),
-            self.outer_silu,
-        );
-        self.down.input_weight_grads(cx, grads, Mat::new(&sc.h, t, f), dx, &acts.down, sc);
+        let gu_out = Mat::new(&acts.gu_out, 2 * t, f);
+        be.swiglu_bwd(MatMut::new(dgu, 2 * t, f), MatMut::new(dm, t, f), gu_out, self.outer_silu, true);
+        self.down.input_weight_grads(cx, grads, Mat::new(dm, t, f), dx, &acts.down, sc);
         let (ci, co) = carry_io(&mut carries[2], rd, above_lax, self.gu.has_lax());
         let saved = ProjSaved { x: Some(Mat::new(&acts.mid, t, dres)), acts: &acts.gu, prev: pg(|b| &b.gu, |a| &a.gu) };
         self.gu.backward(cx, grads, saved, GradFlow { dout: dgu, dx, carry_in: ci, carry_out: co }, sc);

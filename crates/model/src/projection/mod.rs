@@ -184,8 +184,7 @@ pub struct LaxActs<B: Backend> {
 
 /// Scratch space shared by all groups of all layers.
 pub struct Scratch<B: Backend> {
-    /// The GEMM input when a norm feeds a group (RMSNorm's output, or x ⊙ γ for a dense group);
-    /// in a layer's backward, first the SwiGLU product rebuilt for the down projection.
+    /// The GEMM input when a norm feeds a group (RMSNorm's output, or x ⊙ γ for a dense group).
     pub h: B::Buf,
     /// diag(γ)·A in the forward, xᵀ·dP in the backward: the online norm's γ folded into A
     /// (`d_in × c·r`).

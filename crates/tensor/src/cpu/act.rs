@@ -23,35 +23,34 @@ pub fn swiglu<T: Scalar>(m: MatMut<Vec<T>>, gu: Mat<Vec<T>>, outer_silu: bool) {
 
 pub fn swiglu_bwd<T: Scalar>(
     dgu: MatMut<Vec<T>>,
-    m: Option<MatMut<Vec<T>>>,
-    dm: Mat<Vec<T>>,
+    dm: MatMut<Vec<T>>,
     gu: Mat<Vec<T>>,
     outer_silu: bool,
+    rebuild: bool,
 ) {
     let (t, n) = (dm.rows, dm.cols);
     assert_eq!((dgu.rows, dgu.cols), (2 * t, n));
     assert_eq!((gu.rows, gu.cols), (2 * t, n));
-    if let Some(m) = &m {
-        assert_eq!((m.rows, m.cols), (t, n), "swiglu_bwd: the product is t × n");
-    }
     // Rows 0..t of dgu are dg, rows t..2t are du: handle row i of both in one task.
     let ld = dgu.ld;
     let base = super::par::SendPtr(dgu.buf[dgu.off..].as_mut_ptr());
-    let m_at = m.map(|m| (super::par::SendPtr(m.buf[m.off..].as_mut_ptr()), m.ld));
+    let dm_ld = dm.ld;
+    let dm_base = super::par::SendPtr(dm.buf[dm.off..].as_mut_ptr());
     (0..t).into_par_iter().with_min_len((4096 / n.max(1)).max(1)).for_each(|i| {
-        // SAFETY: task i owns rows i and t + i of dgu, and row i of m.
-        let (dg, du) = unsafe {
+        // SAFETY: task i owns rows i and t + i of dgu, and row i of dm.
+        let (dg, du, dm) = unsafe {
             (
                 std::slice::from_raw_parts_mut(base.get().add(i * ld), n),
                 std::slice::from_raw_parts_mut(base.get().add((t + i) * ld), n),
+                std::slice::from_raw_parts_mut(dm_base.get().add(i * dm_ld), n),
             )
         };
         let (g, u) = (row(&gu, i), row(&gu, t + i));
-        T::swiglu_bwd_row(dg, du, row(&dm, i), g, u, outer_silu);
-        if let Some((mb, mld)) = &m_at {
-            // The forward's row function on the rows just read, still in L1.
-            let mr = unsafe { std::slice::from_raw_parts_mut(mb.get().add(i * mld), n) };
-            T::swiglu_row(mr, g, u, outer_silu);
+        if rebuild {
+            // Each element of dm read, then overwritten by the forward's product.
+            T::swiglu_bwd_rebuild_row(dg, du, dm, g, u, outer_silu);
+        } else {
+            T::swiglu_bwd_row(dg, du, dm, g, u, outer_silu);
         }
     });
 }

@@ -27,21 +27,17 @@ fn silu_and_swiglu() {
             CPU.swiglu(mat_mut(&mut m, t, n), mat(&p.to_vec(), 2 * t, n), outer);
             dot(&m, &w)
         };
-        let mut dgu = vec![0.0; t * 2 * n];
-        CPU.swiglu_bwd(mat_mut(&mut dgu, 2 * t, n), None, mat(&w, t, n), mat(&gu, 2 * t, n), outer);
+        let (mut dgu, mut dm) = (vec![0.0; t * 2 * n], w.clone());
+        CPU.swiglu_bwd(mat_mut(&mut dgu, 2 * t, n), mat_mut(&mut dm, t, n), mat(&gu, 2 * t, n), outer, false);
         check(if outer { "swiglu" } else { "gated product" }, &gu, &dgu, f);
-        // With the product asked for: the same gradient, and the forward's product bit for bit.
-        let (mut dgu2, mut m, mut m_fwd) = (vec![0.0; t * 2 * n], vec![7.0; t * n], vec![0.0; t * n]);
-        CPU.swiglu_bwd(
-            mat_mut(&mut dgu2, 2 * t, n),
-            Some(mat_mut(&mut m, t, n)),
-            mat(&w, t, n),
-            mat(&gu, 2 * t, n),
-            outer,
-        );
+        assert_eq!(dm, w, "without rebuild, dm is only read");
+        // Rebuilding the product: the same gradient, and dm then holds the forward's product
+        // bit for bit.
+        let (mut dgu2, mut m_fwd) = (vec![0.0; t * 2 * n], vec![0.0; t * n]);
+        CPU.swiglu_bwd(mat_mut(&mut dgu2, 2 * t, n), mat_mut(&mut dm, t, n), mat(&gu, 2 * t, n), outer, true);
         CPU.swiglu(mat_mut(&mut m_fwd, t, n), mat(&gu, 2 * t, n), outer);
         assert_eq!(dgu2, dgu);
-        assert_eq!(m, m_fwd);
+        assert_eq!(dm, m_fwd);
     }
 }
 
