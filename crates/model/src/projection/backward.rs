@@ -73,6 +73,7 @@ impl ProjGroup {
                 }
                 let input = if has_norm { Some(Mat::new(&*h, t, din)) } else { x };
                 if let Some(input) = input {
+                    // (No latent at full rank: the dP argument goes unread.)
                     self.input_products(cx, grads, input, dout, dout, None);
                 }
             }
