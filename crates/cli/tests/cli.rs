@@ -253,9 +253,6 @@ fn bench_alternates_its_steps_with_the_peer_and_gives_the_median_ratio() {
     let a = &r["results"][0];
     assert_eq!(a["torch_step_ratios"].as_array().unwrap().len(), 3, "{a}");
     assert_eq!(a["torch"]["tokens_per_sec"].as_f64(), Some(1.0), "{a}");
-    // The peer clips its gradients' global norm as our steps do (the same work a step).
-    let args = std::fs::read_to_string(dir.path().join("args-0")).unwrap();
-    assert!(args.contains("\n--clip\n1\n"), "the peer's arguments: {args}");
     assert_eq!(a["torch_split"].as_array().unwrap().len(), 0, "{a}");
 }
 

@@ -107,32 +107,32 @@ pub trait Scalar: Float + Default + Debug + Send + Sync + 'static + std::iter::S
             *o = if outer { *gv * sigmoid(*gv) } else { *gv } * *uv;
         }
     }
-    /// [`swiglu_bwd_row`](Self::swiglu_bwd_row), then `dm` overwritten by
-    /// [`swiglu_row`](Self::swiglu_row)'s product, in one loop (each act(g) computed once).
-    fn swiglu_bwd_rebuild_row(dg: &mut [Self], du: &mut [Self], dm: &mut [Self], g: &[Self], u: &[Self], outer: bool) {
+    /// `dg, du` of `m = act(g)·u` given `dm`; with `rebuild`, each element of `dm` is then
+    /// overwritten by the product, the bits of [`swiglu_row`](Self::swiglu_row) (act(g)
+    /// computed once for both).
+    fn swiglu_bwd_row(
+        dg: &mut [Self],
+        du: &mut [Self],
+        dm: &mut [Self],
+        g: &[Self],
+        u: &[Self],
+        outer: bool,
+        rebuild: bool,
+    ) {
         for ((((dg, du), d), gv), uv) in dg.iter_mut().zip(du.iter_mut()).zip(dm.iter_mut()).zip(g).zip(u) {
             if outer {
                 let s = sigmoid(*gv);
                 *dg = *d * *uv * (s * (Self::one() + *gv * (Self::one() - s)));
                 *du = *d * *gv * s;
-                *d = *gv * s * *uv;
+                if rebuild {
+                    *d = *gv * s * *uv;
+                }
             } else {
                 *dg = *d * *uv;
                 *du = *d * *gv;
-                *d = *gv * *uv;
-            }
-        }
-    }
-    /// `dg, du` of `m = act(g)·u` given `dm`.
-    fn swiglu_bwd_row(dg: &mut [Self], du: &mut [Self], dm: &[Self], g: &[Self], u: &[Self], outer: bool) {
-        for ((((dg, du), d), gv), uv) in dg.iter_mut().zip(du.iter_mut()).zip(dm).zip(g).zip(u) {
-            if outer {
-                let s = sigmoid(*gv);
-                *dg = *d * *uv * (s * (Self::one() + *gv * (Self::one() - s)));
-                *du = *d * *gv * s;
-            } else {
-                *dg = *d * *uv;
-                *du = *d * *gv;
+                if rebuild {
+                    *d = *gv * *uv;
+                }
             }
         }
     }
@@ -340,11 +340,16 @@ impl Scalar for f32 {
     fn swiglu_row(m: &mut [f32], g: &[f32], u: &[f32], outer: bool) {
         simd::swiglu_row(m, g, u, outer)
     }
-    fn swiglu_bwd_row(dg: &mut [f32], du: &mut [f32], dm: &[f32], g: &[f32], u: &[f32], outer: bool) {
-        simd::swiglu_bwd_row(dg, du, dm, g, u, outer)
-    }
-    fn swiglu_bwd_rebuild_row(dg: &mut [f32], du: &mut [f32], dm: &mut [f32], g: &[f32], u: &[f32], outer: bool) {
-        simd::swiglu_bwd_rebuild_row(dg, du, dm, g, u, outer)
+    fn swiglu_bwd_row(
+        dg: &mut [f32],
+        du: &mut [f32],
+        dm: &mut [f32],
+        g: &[f32],
+        u: &[f32],
+        outer: bool,
+        rebuild: bool,
+    ) {
+        simd::swiglu_bwd_row(dg, du, dm, g, u, outer, rebuild)
     }
     fn sumsq_lanes(x: &[f32]) -> f64 {
         simd::sumsq_lanes(x)
@@ -538,39 +543,47 @@ mod simd {
         }
     }
 
+    /// One loop for each of the four cases, so each vectorises without a test inside.
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-    pub fn swiglu_bwd_row(dg: &mut [f32], du: &mut [f32], dm: &[f32], g: &[f32], u: &[f32], outer: bool) {
-        let n = dg.len().min(du.len()).min(dm.len()).min(g.len()).min(u.len());
-        let (dg, du, dm, g, u) = (&mut dg[..n], &mut du[..n], &dm[..n], &g[..n], &u[..n]);
-        if outer {
-            for i in 0..n {
-                let s = sig(g[i]);
-                dg[i] = dm[i] * u[i] * (s * (1.0 + g[i] * (1.0 - s)));
-                du[i] = dm[i] * g[i] * s;
-            }
-        } else {
-            for i in 0..n {
-                dg[i] = dm[i] * u[i];
-                du[i] = dm[i] * g[i];
-            }
-        }
-    }
-    #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-    pub fn swiglu_bwd_rebuild_row(dg: &mut [f32], du: &mut [f32], dm: &mut [f32], g: &[f32], u: &[f32], outer: bool) {
+    pub fn swiglu_bwd_row(
+        dg: &mut [f32],
+        du: &mut [f32],
+        dm: &mut [f32],
+        g: &[f32],
+        u: &[f32],
+        outer: bool,
+        rebuild: bool,
+    ) {
         let n = dg.len().min(du.len()).min(dm.len()).min(g.len()).min(u.len());
         let (dg, du, dm, g, u) = (&mut dg[..n], &mut du[..n], &mut dm[..n], &g[..n], &u[..n]);
-        if outer {
-            for i in 0..n {
-                let s = sig(g[i]);
-                dg[i] = dm[i] * u[i] * (s * (1.0 + g[i] * (1.0 - s)));
-                du[i] = dm[i] * g[i] * s;
-                dm[i] = g[i] * s * u[i];
+        match (outer, rebuild) {
+            (true, false) => {
+                for i in 0..n {
+                    let s = sig(g[i]);
+                    dg[i] = dm[i] * u[i] * (s * (1.0 + g[i] * (1.0 - s)));
+                    du[i] = dm[i] * g[i] * s;
+                }
             }
-        } else {
-            for i in 0..n {
-                dg[i] = dm[i] * u[i];
-                du[i] = dm[i] * g[i];
-                dm[i] = g[i] * u[i];
+            (true, true) => {
+                for i in 0..n {
+                    let s = sig(g[i]);
+                    dg[i] = dm[i] * u[i] * (s * (1.0 + g[i] * (1.0 - s)));
+                    du[i] = dm[i] * g[i] * s;
+                    dm[i] = g[i] * s * u[i];
+                }
+            }
+            (false, false) => {
+                for i in 0..n {
+                    dg[i] = dm[i] * u[i];
+                    du[i] = dm[i] * g[i];
+                }
+            }
+            (false, true) => {
+                for i in 0..n {
+                    dg[i] = dm[i] * u[i];
+                    du[i] = dm[i] * g[i];
+                    dm[i] = g[i] * u[i];
+                }
             }
         }
     }
@@ -768,9 +781,10 @@ mod tests {
         for outer in [false, true] {
             // The gradient of swiglu_bwd_row and the product of swiglu_row, bit for bit.
             let (mut dg, mut du, mut dm) = (vec![0.0f32; n], vec![0.0f32; n], a.clone());
-            f32::swiglu_bwd_rebuild_row(&mut dg, &mut du, &mut dm, &b, &c, outer);
-            let (mut dg2, mut du2, mut m) = (vec![0.0f32; n], vec![0.0f32; n], vec![0.0f32; n]);
-            f32::swiglu_bwd_row(&mut dg2, &mut du2, &a, &b, &c, outer);
+            f32::swiglu_bwd_row(&mut dg, &mut du, &mut dm, &b, &c, outer, true);
+            let (mut dg2, mut du2, mut dm2, mut m) = (vec![0.0f32; n], vec![0.0f32; n], a.clone(), vec![0.0f32; n]);
+            f32::swiglu_bwd_row(&mut dg2, &mut du2, &mut dm2, &b, &c, outer, false);
+            assert_eq!(dm2, a, "without rebuild, dm is only read");
             f32::swiglu_row(&mut m, &b, &c, outer);
             assert_eq!((bits(&dg), bits(&du), bits(&dm)), (bits(&dg2), bits(&du2), bits(&m)), "outer {outer}");
         }

@@ -73,8 +73,7 @@ impl ProjGroup {
                 }
                 let input = if has_norm { Some(Mat::new(&*h, t, din)) } else { x };
                 if let Some(input) = input {
-                    // (No latent at full rank: the dP argument goes unread.)
-                    self.input_products(cx, grads, input, dout, dout, None);
+                    self.input_products(cx, grads, input, dout, None);
                 }
             }
             Weights::LowRank { a, b, lax } => {
@@ -199,7 +198,7 @@ impl ProjGroup {
                 // dA's GEMM: into the grads, or, with γ folded, xᵀ·dP into `wa` first.
                 let input = if has_norm && !fold { Some(Mat::new(&*h, t, din)) } else { x };
                 if let Some(input) = input {
-                    self.input_products(cx, grads, input, dout, dp, fold.then_some(&mut *wa));
+                    self.input_products(cx, grads, input, dp, fold.then_some(&mut *wa));
                 }
                 if fold {
                     // With A' = diag(γ)·A: dA += diag(γ)·(xᵀ·dP) and dγ_j += Σ_k A_jk·(xᵀ·dP)_jk.
@@ -264,8 +263,12 @@ impl ProjGroup {
         sc: &Scratch<B>,
     ) {
         assert!(self.norm.is_none(), "a group after a norm keeps its input");
-        let dp = if self.crossing(acts) { &sc.dlat2 } else { &sc.dlat };
-        self.input_products(cx, grads, input, dout, dp, None);
+        let dz = match self.w {
+            Weights::Full { .. } => dout,
+            Weights::LowRank { .. } if self.crossing(acts) => &sc.dlat2,
+            Weights::LowRank { .. } => &sc.dlat,
+        };
+        self.input_products(cx, grads, input, dz, None);
     }
 
     /// Whether this group's latents cross from the layer below (LaX): its backward then
@@ -274,22 +277,22 @@ impl ProjGroup {
         matches!((&self.w, &acts.lax), (Weights::LowRank { lax: Some(_), .. }, Some(_)))
     }
 
-    /// The products that read the group's input: dW_j += dY_jᵀ·x (full rank), or dA += xᵀ·dP
-    /// (low rank; into `wa`, overwritten, when γ is folded into A).
+    /// The products that read the group's input, from the gradient `dz` of what the input
+    /// feeds: dW_j += dY_jᵀ·x (full rank, `dz` = dY), or dA += xᵀ·dP (low rank, `dz` = dP;
+    /// into `wa`, overwritten, when γ is folded into A).
     fn input_products<B: Backend>(
         &self,
         cx: &Ctx<B>,
         grads: &mut [B::Buf],
         input: Mat<B::Buf>,
-        dout: &B::Buf,
-        dp: &B::Buf,
+        dz: &B::Buf,
         wa: Option<&mut B::Buf>,
     ) {
         let (be, t, din) = (cx.be, cx.t, self.d_in_loc);
         match &self.w {
             Weights::Full { w } => {
                 for (j, wj) in w.iter().enumerate() {
-                    be.gemm(wj.of_mut(grads), self.out_mat(dout, t, j).t(), input, 1.0, true);
+                    be.gemm(wj.of_mut(grads), self.out_mat(dz, t, j).t(), input, 1.0, true);
                 }
             }
             Weights::LowRank { a, .. } => {
@@ -300,11 +303,11 @@ impl ProjGroup {
                 };
                 if self.grouped {
                     let da = MatMut::at(da_buf, da_off, din, a.cols, da_ld);
-                    be.gemm(da, input.t(), geo.whole_mat(dp, t), 1.0, !fold);
+                    be.gemm(da, input.t(), geo.whole_mat(dz, t), 1.0, !fold);
                 } else {
                     for j in 0..self.c {
                         let da = MatMut::at(&mut *da_buf, da_off + j * r, din, r, da_ld);
-                        be.gemm(da, input.t(), geo.comp_mat(dp, t, j), 1.0, !fold);
+                        be.gemm(da, input.t(), geo.comp_mat(dz, t, j), 1.0, !fold);
                     }
                 }
             }

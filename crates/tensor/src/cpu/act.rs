@@ -45,13 +45,7 @@ pub fn swiglu_bwd<T: Scalar>(
                 std::slice::from_raw_parts_mut(dm_base.get().add(i * dm_ld), n),
             )
         };
-        let (g, u) = (row(&gu, i), row(&gu, t + i));
-        if rebuild {
-            // Each element of dm read, then overwritten by the forward's product.
-            T::swiglu_bwd_rebuild_row(dg, du, dm, g, u, outer_silu);
-        } else {
-            T::swiglu_bwd_row(dg, du, dm, g, u, outer_silu);
-        }
+        T::swiglu_bwd_row(dg, du, dm, row(&gu, i), row(&gu, t + i), outer_silu, rebuild);
     });
 }
 
