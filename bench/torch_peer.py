@@ -310,6 +310,23 @@ def profiled_split(step, steps):
     return {"steps": steps, "step_s": wall, "gemm_s": gemm, "attention_s": attention, "other_s": other}
 
 
+def gemm_peak():
+    """Best float32 `torch.mm` rate (GFLOP/s) over square products of 1024 and 2048, three
+    each: the same products `boost bench` times for its own GEMM peak, on the threads set. The
+    BLAS behind `torch.mm` may take a slower path than the CPU allows (MKL runs its AVX2
+    kernels on AMD CPUs with AVX-512), which this shows beside the step times."""
+    best = 0.0
+    for n in (1024, 2048):
+        a = torch.ones(n, n)
+        b = torch.full((n, n), 0.5)
+        c = torch.empty(n, n)
+        for _ in range(3):
+            t0 = time.perf_counter()
+            torch.mm(a, b, out=c)
+            best = max(best, 2.0 * n**3 / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="PyTorch eager CPU training-step benchmark")
     add_model_args(ap)
@@ -336,7 +353,8 @@ def main(argv=None):
         action="store_true",
         help="after the warm-up, print {\"ready\": true}, then run one timed step per line "
         "'step' read on stdin, printing {\"step_time_s\": ...} after each, or one profiled step "
-        "per line 'profile', printing {\"split\": ...} (see --profile-steps); at the end of stdin "
+        "per line 'profile', printing {\"split\": ...} (see --profile-steps), or the torch.mm "
+        "peak per line 'gemm_peak', printing {\"gemm_peak_gflops\": ...}; at the end of stdin "
         "print the summary (--rounds is ignored); `boost bench` alternates its steps with these",
     )
     args = ap.parse_args(argv)
@@ -387,6 +405,8 @@ def main(argv=None):
         for line in sys.stdin:
             if line.strip() == "step":
                 print(json.dumps({"step_time_s": timed(args.warmup + len(times))}), flush=True)
+            elif line.strip() == "gemm_peak":
+                print(json.dumps({"gemm_peak_gflops": gemm_peak()}), flush=True)
             elif line.strip() == "profile":
                 # A profiler that fails (an old torch, say) costs the split, not the run.
                 try:

@@ -169,15 +169,16 @@ fn bench_refuses_options_of_a_mode_it_does_not_run() {
 /// A stand-in for Python that speaks `torch_peer.py --serve`'s protocol (ready, then one
 /// `{"step_time_s": …}` per `step` line, then the summary) and takes `secs` a step, or dies
 /// with a Python-like error at its `die_at`-th step. A `profile` line gets `profiled` (a split
-/// of a profiled step, or the error the peer reports when its profiler fails). Its arguments
-/// are written one a line to `args-<die_at>` beside it.
+/// of a profiled step, or the error the peer reports when its profiler fails), a `gemm_peak`
+/// line a peak of 200 GFLOP/s. Its arguments are written one a line to `args-<die_at>` beside
+/// it.
 fn fake_peer(dir: &std::path::Path, secs: &str, die_at: Option<usize>, profiled: &str) -> std::path::PathBuf {
     let die = die_at.map_or(String::new(), |n| {
         format!("  if [ $n -eq {n} ]; then echo 'RuntimeError: out of memory' >&2; exit 1; fi\n")
     });
     let args = dir.join(format!("args-{}", die_at.unwrap_or(0)));
     let script = format!(
-        "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > '{}'\necho 'warming up'\necho '{{\"ready\": true}}'\nn=0\nwhile read line; do\n  if [ \"$line\" = profile ]; then echo '{profiled}'; continue; fi\n  n=$((n + 1))\n{die}  echo '{{\"step_time_s\": {secs}}}'\ndone\necho '{{\"step_time_s\": {secs}, \"tokens_per_sec\": 1.0}}'\n",
+        "#!/bin/sh\nfor a in \"$@\"; do echo \"$a\"; done > '{}'\necho 'warming up'\necho '{{\"ready\": true}}'\nn=0\nwhile read line; do\n  if [ \"$line\" = profile ]; then echo '{profiled}'; continue; fi\n  if [ \"$line\" = gemm_peak ]; then echo '{{\"gemm_peak_gflops\": 200}}'; continue; fi\n  n=$((n + 1))\n{die}  echo '{{\"step_time_s\": {secs}}}'\ndone\necho '{{\"step_time_s\": {secs}, \"tokens_per_sec\": 1.0}}'\n",
         args.display()
     );
     let path = dir.join(format!("python-{}", die_at.unwrap_or(0)));
@@ -206,6 +207,12 @@ fn bench_alternates_its_steps_with_the_peer_and_gives_the_median_ratio() {
     sorted.sort_by(|x, y| x.partial_cmp(y).unwrap());
     assert_eq!(a["torch_ratio"].as_f64().unwrap(), sorted[2], "{a}");
     assert_eq!(a["torch"]["tokens_per_sec"].as_f64(), Some(1.0), "{a}");
+    // The peer's GEMM peak is taken beside each of ours (four), and its MFU against it is
+    // the same model FLOPs at its tokens/s.
+    assert_eq!(f("torch_gemm_peaks_gflops"), [200.0; 4], "{a}");
+    assert_eq!(a["torch_gemm_peak_gflops"].as_f64(), Some(200.0), "{a}");
+    let want = a["model_flops_per_token"].as_f64().unwrap() * 1.0 / 200e9;
+    assert!((a["torch_mfu"].as_f64().unwrap() - want).abs() <= 1e-12 * want, "{a}");
     // The peer clips its gradients' global norm as our steps do (the same work a step).
     let args = std::fs::read_to_string(dir.path().join("args-0")).unwrap();
     assert!(args.contains("\n--clip\n1\n"), "the peer's arguments: {args}");
@@ -230,6 +237,7 @@ fn bench_alternates_its_steps_with_the_peer_and_gives_the_median_ratio() {
     for theirs in [" · 125 (", " · 50 (", " · 75 (", " · 300 ("] {
         assert!(row.contains(theirs), "{theirs} in {row}");
     }
+    assert!(table.contains("PyTorch's GEMM peak (torch.mm on the same squares and threads, beside its steps): cola 200 GFLOP/s, its MFU "), "{table}");
 
     // A peer that dies mid-run is named with its error; our side still finishes, and the
     // ratio covers only the pairs that ran.

@@ -45,6 +45,13 @@ pub struct ArchResult {
     pub torch: Option<serde_json::Value>,
     /// Our tokens/s over the peer's: the median of `torch_step_ratios`.
     pub torch_ratio: Option<f64>,
+    /// The peer's GEMM peak (`torch.mm` on the same square products and threads as
+    /// `gemm_peaks_gflops`), measured right after each of ours, and their upper median: the
+    /// rate its BLAS reaches on this CPU, which may be a slower SIMD path than ours.
+    pub torch_gemm_peaks_gflops: Vec<f64>,
+    pub torch_gemm_peak_gflops: Option<f64>,
+    /// The peer's MFU: the same model FLOPs at its tokens/s, against its own GEMM peak.
+    pub torch_mfu: Option<f64>,
     /// The peer's step time over ours, for each pair of steps run one right after the other.
     pub torch_step_ratios: Vec<f64>,
     /// Where the time of a step goes on each side: pairs of steps run after the timed ones,
@@ -226,6 +233,7 @@ struct Measured {
     torch: Option<serde_json::Value>,
     splits: Vec<SplitPair>,
     peaks: Vec<f64>,
+    torch_peaks: Vec<f64>,
     kernels: KernelTimes,
     gemms: Vec<(GemmShape, GemmTotals)>,
     params: usize,
@@ -254,20 +262,22 @@ fn measure(opts: &BenchOptions, cfg: &ModelConfig, log: &dyn Fn(String)) -> Resu
         }
         None => None,
     };
-    let (mut times, mut ratios, mut peaks) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut times, mut ratios, mut peaks, mut torch_peaks) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // Asks the peer, if it still runs; one that fails is named and dropped.
+    let ask = |peer: &mut Option<Peer>, what: fn(&mut Peer) -> Result<f64>| {
+        let t = what(peer.as_mut()?);
+        t.map_err(|e| {
+            log(format!("PyTorch peer stopped: {e:#}"));
+            *peer = None;
+        })
+        .ok()
+    };
     let first_block = opts.rounds.div_ceil(2);
     for block in [0..first_block, first_block..opts.rounds] {
         peaks.push(gemm_peak());
+        torch_peaks.extend(ask(&mut peer, Peer::gemm_peak));
         for i in block {
-            // The peer's step, if it still runs; one that fails is named and dropped.
-            let mut peer_step = || {
-                let t = peer.as_mut()?.step();
-                t.map_err(|e| {
-                    log(format!("PyTorch peer stopped: {e:#}"));
-                    peer = None;
-                })
-                .ok()
-            };
+            let mut peer_step = || ask(&mut peer, Peer::step);
             // Who goes first alternates, so neither side always follows the other.
             let (mine, theirs) = if i % 2 == 0 {
                 let mine = ours.step();
@@ -282,6 +292,7 @@ fn measure(opts: &BenchOptions, cfg: &ModelConfig, log: &dyn Fn(String)) -> Resu
             }
         }
         peaks.push(gemm_peak());
+        torch_peaks.extend(ask(&mut peer, Peer::gemm_peak));
     }
     let (kernels, gemms) = (ours.model.be.take(), ours.model.be.take_gemm_shapes());
     // Where each side's step goes, from a few more pairs of steps: ours read from the kernel
@@ -330,6 +341,7 @@ fn measure(opts: &BenchOptions, cfg: &ModelConfig, log: &dyn Fn(String)) -> Resu
         torch,
         splits,
         peaks,
+        torch_peaks,
         kernels,
         gemms,
         params: m.store.global_len(),
@@ -364,6 +376,9 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
         let torch = m.torch;
         // The median of the pairs' ratios: each pair ran on nearly the same machine.
         let torch_ratio = (!m.ratios.is_empty()).then(|| median(&m.ratios));
+        let torch_peak = (!m.torch_peaks.is_empty()).then(|| median(&m.torch_peaks));
+        let torch_tps = torch.as_ref().and_then(|v| v["tokens_per_sec"].as_f64());
+        let torch_mfu = torch_peak.zip(torch_tps).map(|(p, t)| flops * t / (p * 1e9));
         let r = ArchResult {
             arch: name.clone(),
             params: m.params,
@@ -381,6 +396,9 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
             mfu: flops * tps / (peak * 1e9),
             mfu_full_attention: flops_full * tps / (peak * 1e9),
             peak_rss_mib: peak_rss_mib(),
+            torch_gemm_peaks_gflops: m.torch_peaks,
+            torch_gemm_peak_gflops: torch_peak,
+            torch_mfu,
             torch_split: m.splits,
             torch,
             torch_ratio,
@@ -397,6 +415,12 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
             100.0 * r.mfu,
             torch_ratio.map(|x| format!(", {x:.2}× PyTorch")).unwrap_or_default()
         ));
+        if let Some(p) = r.torch_gemm_peak_gflops {
+            log(format!(
+                "{name}: PyTorch's GEMM peak (torch.mm) {p:.1} GFLOP/s{}",
+                r.torch_mfu.map(|x| format!(", its MFU against it {:.1}%", 100.0 * x)).unwrap_or_default()
+            ));
+        }
         results.push(r);
     }
     let tps = |a: Arch| results.iter().find(|r| r.arch == a.name()).map(|r| r.tokens_per_sec);
@@ -437,6 +461,21 @@ pub fn table(r: &BenchReport) -> String {
             a.peak_rss_mib,
             pt.map(|x| format!("{x:.0}")).unwrap_or("—".into()),
             a.torch_ratio.map(|x| format!("{x:.2}×")).unwrap_or("—".into()),
+        );
+    }
+    let torch_peaks: Vec<String> = r
+        .results
+        .iter()
+        .filter_map(|a| {
+            let p = a.torch_gemm_peak_gflops?;
+            let mfu = a.torch_mfu.map(|x| format!(", its MFU {:.1}%", 100.0 * x)).unwrap_or_default();
+            Some(format!("{} {p:.0} GFLOP/s{mfu}", a.arch))
+        })
+        .collect();
+    if !torch_peaks.is_empty() {
+        s += &format!(
+            "\nPyTorch's GEMM peak (torch.mm on the same squares and threads, beside its steps): {}\n",
+            torch_peaks.join("; ")
         );
     }
     if let Some(x) = r.lowrank_speedup {

@@ -103,6 +103,13 @@ impl Peer {
         r["step_time_s"].as_f64().with_context(|| format!("the PyTorch peer answered {r} to a step"))
     }
 
+    /// The peer's GEMM peak: the best `torch.mm` rate, GFLOP/s, over the square products
+    /// [`crate::bench::gemm_peak`] times, on the same threads.
+    pub fn gemm_peak(&mut self) -> Result<f64> {
+        let r = self.ask("gemm_peak")?;
+        r["gemm_peak_gflops"].as_f64().with_context(|| format!("the PyTorch peer answered {r} to gemm_peak"))
+    }
+
     /// One step of the peer under `torch.profiler`: its split by operator kind.
     pub fn profile(&mut self) -> Result<StepSplit> {
         let r = self.ask("profile")?;
