@@ -238,6 +238,20 @@ fn bench_alternates_its_steps_with_the_peer_and_gives_the_median_ratio() {
         assert!(row.contains(theirs), "{theirs} in {row}");
     }
     assert!(table.contains("PyTorch's GEMM peak (torch.mm on the same squares and threads, beside its steps): cola 200 GFLOP/s, its MFU "), "{table}");
+    // The note on a peer's slow BLAS appears exactly when its peak is under 75 % of ours (the
+    // fake's 200 GFLOP/s against this machine's), naming the share.
+    let ours = table.lines().find(|l| l.starts_with("| cola | ")).and_then(|l| l.split(" GFLOP/s)").next());
+    let ours: f64 =
+        ours.and_then(|l| l.rsplit('(').next()).and_then(|x| x.parse().ok()).expect("our peak in the table");
+    // (The table rounds our peak to a unit, hence the slack of one per cent.)
+    let share = 100.0 * 200.0 / ours;
+    match table.split("note: PyTorch's GEMM peak is cola ").nth(1) {
+        Some(rest) => {
+            let named: f64 = rest.split('%').next().and_then(|x| x.parse().ok()).expect("a share in the note");
+            assert!(named < 75.0 && (named - share).abs() <= 1.0, "{named}% named, {share:.1}% expected: {table}");
+        }
+        None => assert!(share >= 74.0, "no note at {share:.1}%: {table}"),
+    }
 
     // A peer that dies mid-run is named with its error; our side still finishes, and the
     // ratio covers only the pairs that ran.

@@ -439,6 +439,10 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
     })
 }
 
+/// The peer's GEMM peak over ours below which the table notes that the ratio reflects the
+/// peer's BLAS.
+pub const SLOW_PEER_BLAS: f64 = 0.75;
+
 /// The report as a Markdown table.
 pub fn table(r: &BenchReport) -> String {
     let mut s = format!(
@@ -476,6 +480,22 @@ pub fn table(r: &BenchReport) -> String {
         s += &format!(
             "\nPyTorch's GEMM peak (torch.mm on the same squares and threads, beside its steps): {}\n",
             torch_peaks.join("; ")
+        );
+    }
+    // A peer whose BLAS runs far below our peak (MKL's AVX2 kernels on an AMD CPU with
+    // AVX-512) makes the ratio measure its library as much as the engine: say so.
+    let slow: Vec<String> = r
+        .results
+        .iter()
+        .filter_map(|a| {
+            let share = a.torch_gemm_peak_gflops? / a.gemm_peak_gflops;
+            (share < SLOW_PEER_BLAS).then(|| format!("{} {:.0}%", a.arch, 100.0 * share))
+        })
+        .collect();
+    if !slow.is_empty() {
+        s += &format!(
+            "note: PyTorch's GEMM peak is {} of ours on this CPU: its BLAS takes a slower path, and the ratio reflects that as much as the engine\n",
+            slow.join(", ")
         );
     }
     if let Some(x) = r.lowrank_speedup {
