@@ -47,11 +47,22 @@ fn avx2_fma() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
+/// Whether the gemm crate runs its AVX-512 kernels here (built in, and the CPU has AVX-512F).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn gemm_avx512() -> bool {
+    cfg!(feature = "avx512") && std::arch::is_x86_feature_detected!("avx512f")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+pub(super) fn gemm_avx512() -> bool {
+    false
+}
+
 /// The gemm crate's own dispatch (gemm-common's `init_gemm_fn`): AVX-512F first when built
 /// in, then FMA.
 #[cfg(target_arch = "x86_64")]
 fn gemm_path() -> &'static str {
-    if cfg!(feature = "avx512") && std::arch::is_x86_feature_detected!("avx512f") {
+    if gemm_avx512() {
         "AVX-512"
     } else if avx2_fma() {
         "AVX2+FMA"
