@@ -132,8 +132,10 @@ fn by_columns(m: usize, n: usize, k: usize) -> bool {
     short_wide_over_long_k(m, n, k) && super::machine::gemm_avx512()
 }
 
+/// At least 16 rows (one vector of the crate's kernels), so that both orientations take its
+/// packed kernels rather than its row-vector ones.
 fn short_wide_over_long_k(m: usize, n: usize, k: usize) -> bool {
-    m <= BY_COLUMNS_MAX_ROWS && n > m && k >= BY_COLUMNS_MIN_K
+    (16..=BY_COLUMNS_MAX_ROWS).contains(&m) && n > m && k >= BY_COLUMNS_MIN_K
 }
 
 thread_local! {
@@ -455,11 +457,11 @@ mod tests {
         assert!(is(128, 512, 2048) && is(128, 1376, 2048));
         assert_eq!(by_columns(128, 512, 2048), super::super::machine::gemm_avx512());
         assert!(!is(512, 128, 2048) && !is(2048, 512, 128) && !is(2048, 128, 1376));
-        assert!(!is(8192, 512, 2048) && !is(256, 512, 2048) && !is(128, 512, 512));
+        assert!(!is(8192, 512, 2048) && !is(256, 512, 2048) && !is(128, 512, 512) && !is(1, 8192, 2048));
         // Accumulating or not, a weight gradient's layout or not, ragged sides, one thread or
         // two: bit for bit one serial call (on any CPU: called directly).
         let cases =
-            [((128, 512, 1024), true), ((96, 700, 1100), true), ((128, 333, 1024), false), ((5, 40, 1500), true)];
+            [((128, 512, 1024), true), ((96, 700, 1100), true), ((128, 333, 1024), false), ((16, 40, 1500), true)];
         for ((m, n, k), ta) in cases {
             assert!(is(m, n, k));
             let (a, b, c0) = operands(m, n, k);
