@@ -139,7 +139,8 @@ fn short_wide_over_long_k(m: usize, n: usize, k: usize) -> bool {
 }
 
 thread_local! {
-    /// [`gemm_by_columns`]'s column-major output, grown to the largest product and reused.
+    /// [`gemm_by_columns`]'s column-major output, grown to the largest product and reused
+    /// (steps allocate nothing after the first).
     static COLUMNS: std::cell::RefCell<Vec<f64>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -159,12 +160,15 @@ unsafe fn gemm_by_columns<T: Scalar>(
     alpha: f64,
     accumulate: bool,
 ) {
-    COLUMNS.with(|cols| {
-        let mut cols = cols.borrow_mut();
-        let words = (m * n * std::mem::size_of::<T>()).div_ceil(8);
-        if cols.len() < words {
-            cols.resize(words, 0.0);
-        }
+    // Taken out for the call, not borrowed across it: while this thread waits on the copies'
+    // and the product's rayon tasks it may run another task that calls this function, which
+    // then finds no buffer here and makes its own.
+    let mut cols = COLUMNS.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    let words = (m * n * std::mem::size_of::<T>()).div_ceil(8);
+    if cols.len() < words {
+        cols.resize(words, 0.0);
+    }
+    {
         // SAFETY: the f64 buffer holds at least m·n elements of T (size 4 or 8, alignment ≤ 8).
         let ct = unsafe { std::slice::from_raw_parts_mut(cols.as_mut_ptr() as *mut T, m * n) };
         // The copies in halves for two threads: column halves of C going in, row halves out.
@@ -191,6 +195,13 @@ unsafe fn gemm_by_columns<T: Scalar>(
                 transpose(dst, c_ld, &ct[i0..], m, n, i1 - i0);
             }
         });
+    }
+    // The larger buffer stays for the next call.
+    COLUMNS.with(|c| {
+        let mut kept = c.borrow_mut();
+        if kept.len() < cols.len() {
+            *kept = cols;
+        }
     });
 }
 
@@ -484,6 +495,32 @@ mod tests {
                     assert_eq!(differ, 0, "{m}×{n}·k {k}, accumulate {acc}, {threads} threads: {differ} differ");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn column_way_products_in_a_parallel_loop_nest_on_one_thread_without_harm() {
+        // Many such products as tasks of one pool: a thread that waits inside one of them
+        // runs another (rayon's work stealing), which must find its own scratch.
+        let (m, n, k) = (64, 256, 1024);
+        let (a, b, c0) = operands(m, n, k);
+        let a_op = Operand { ptr: a.as_ptr(), rs: 1, cs: m as isize };
+        let b_op = Operand { ptr: b.as_ptr(), rs: n as isize, cs: 1 };
+        let mut whole = c0.clone();
+        // SAFETY: the operands cover their shapes with these strides.
+        unsafe { gemm_serial((m, n, k), whole.as_mut_ptr(), n, a_op, b_op, 0.7, true) };
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
+        // (Holding the scratch borrowed across the call panicked here in 2 of 3 runs of 16
+        // rounds.)
+        for _ in 0..48 {
+            let mut outs = vec![c0.clone(); 48];
+            pool.install(|| {
+                outs.par_iter_mut().for_each(|c| {
+                    // SAFETY: as above; each task writes its own output.
+                    unsafe { gemm_by_columns((m, n, k), (c.as_mut_ptr(), n), a_op, b_op, 0.7, true) };
+                })
+            });
+            assert!(outs.iter().all(|c| c.iter().zip(&whole).all(|(x, y)| x.to_bits() == y.to_bits())));
         }
     }
 
