@@ -71,11 +71,8 @@ pub unsafe fn gemm_raw<T: Scalar>(
     GEMM_IN_FLIGHT.fetch_add(1, Ordering::SeqCst);
     let threads = if parallel { rayon::current_num_threads() } else { 1 };
     let (along_m, panels) = panels((m, n, k), std::mem::size_of::<T>(), threads);
-    if panels == 1 {
-        // SAFETY: forwarded from the caller.
-        unsafe { gemm_serial((m, n, k), c, c_ld, a, b, alpha, accumulate) };
-    } else if !parallel {
-        // Several panels (a large output over a long K) on the calling thread.
+    if panels == 1 || !parallel {
+        // One panel, or several (a large output over a long K) on the calling thread.
         let side = if along_m { m } else { n };
         for p in 0..panels {
             let (lo, hi) = (panel_edge(side, panels, p), panel_edge(side, panels, p + 1));
@@ -163,21 +160,21 @@ unsafe fn gemm_by_columns<T: Scalar>(
     // Taken out for the call, not borrowed across it: while this thread waits on the copies'
     // and the product's rayon tasks it may run another task that calls this function, which
     // then finds no buffer here and makes its own.
-    let mut cols = COLUMNS.with(|c| std::mem::take(&mut *c.borrow_mut()));
+    let mut scratch = COLUMNS.with(|c| std::mem::take(&mut *c.borrow_mut()));
     let words = (m * n * std::mem::size_of::<T>()).div_ceil(8);
-    if cols.len() < words {
-        cols.resize(words, 0.0);
+    if scratch.len() < words {
+        scratch.resize(words, 0.0);
     }
     {
         // SAFETY: the f64 buffer holds at least m·n elements of T (size 4 or 8, alignment ≤ 8).
-        let ct = unsafe { std::slice::from_raw_parts_mut(cols.as_mut_ptr() as *mut T, m * n) };
+        let ct = unsafe { std::slice::from_raw_parts_mut(scratch.as_mut_ptr() as *mut T, m * n) };
         // The copies in halves for two threads: column halves of C going in, row halves out.
-        let (c_in, c_out) = (SendPtr(c), SendPtr(c));
+        let c = SendPtr(c);
         if accumulate {
             let copy_in = |dst: &mut [T], j0: usize| {
                 let cols = dst.len() / m;
                 // SAFETY: rows 0..m of c cover columns j0..j0 + cols ≤ n with stride c_ld; only read.
-                let src = unsafe { std::slice::from_raw_parts(c_in.get().add(j0) as *const T, (m - 1) * c_ld + cols) };
+                let src = unsafe { std::slice::from_raw_parts(c.get().add(j0) as *const T, (m - 1) * c_ld + cols) };
                 transpose(dst, m, src, c_ld, m, cols);
             };
             let (left, right) = ct.split_at_mut(n / 2 * m);
@@ -190,8 +187,7 @@ unsafe fn gemm_by_columns<T: Scalar>(
         [(0, m / 2), (m / 2, m)].par_iter().for_each(|&(i0, i1)| {
             if i1 > i0 {
                 // SAFETY: rows i0..i1 of c are this task's (the halves are disjoint rows).
-                let dst =
-                    unsafe { std::slice::from_raw_parts_mut(c_out.get().add(i0 * c_ld), (i1 - i0 - 1) * c_ld + n) };
+                let dst = unsafe { std::slice::from_raw_parts_mut(c.get().add(i0 * c_ld), (i1 - i0 - 1) * c_ld + n) };
                 transpose(dst, c_ld, &ct[i0..], m, n, i1 - i0);
             }
         });
@@ -199,8 +195,8 @@ unsafe fn gemm_by_columns<T: Scalar>(
     // The larger buffer stays for the next call.
     COLUMNS.with(|c| {
         let mut kept = c.borrow_mut();
-        if kept.len() < cols.len() {
-            *kept = cols;
+        if kept.len() < scratch.len() {
+            *kept = scratch;
         }
     });
 }
@@ -384,13 +380,47 @@ pub fn gemm<T: Scalar>(c: MatMut<Vec<T>>, a: Mat<Vec<T>>, b: Mat<Vec<T>>, alpha:
 mod tests {
     use super::*;
 
-    /// A few products of the step's kinds (weight gradients read transposed and accumulated,
-    /// forward and input-gradient shapes, a ragged side), small enough for a debug build.
-    fn operands(m: usize, n: usize, k: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-        let fill = |len: usize, seed: usize| -> Vec<f32> {
-            (0..len).map(|i| (((i * 7919 + seed * 104729) % 2003) as f32) * 1e-3 - 1.0).collect()
-        };
-        (fill(m * k, 1), fill(k * n, 2), fill(m * n, 3))
+    /// A product's operands, `a` read transposed when `ta` (a weight gradient's layout), and
+    /// its output before the call.
+    struct Product {
+        mnk: (usize, usize, usize),
+        ta: bool,
+        a: Vec<f32>,
+        b: Vec<f32>,
+        c0: Vec<f32>,
+    }
+
+    impl Product {
+        fn new((m, n, k): (usize, usize, usize), ta: bool) -> Self {
+            let fill = |len: usize, seed: usize| -> Vec<f32> {
+                (0..len).map(|i| (((i * 7919 + seed * 104729) % 2003) as f32) * 1e-3 - 1.0).collect()
+            };
+            Self { mnk: (m, n, k), ta, a: fill(m * k, 1), b: fill(k * n, 2), c0: fill(m * n, 3) }
+        }
+
+        fn a_op(&self) -> Operand<f32> {
+            let (m, _, k) = self.mnk;
+            let (rs, cs) = if self.ta { (1, m as isize) } else { (k as isize, 1) };
+            Operand { ptr: self.a.as_ptr(), rs, cs }
+        }
+
+        fn b_op(&self) -> Operand<f32> {
+            Operand { ptr: self.b.as_ptr(), rs: self.mnk.1 as isize, cs: 1 }
+        }
+
+        /// The output of one serial call on the whole product (alpha 0.7): the bits every
+        /// other way of computing it must give.
+        fn one_call(&self, acc: bool) -> Vec<f32> {
+            let mut c = self.c0.clone();
+            // SAFETY: the operands cover their shapes with these strides.
+            unsafe { gemm_serial(self.mnk, c.as_mut_ptr(), self.mnk.1, self.a_op(), self.b_op(), 0.7, acc) };
+            c
+        }
+    }
+
+    /// Elements whose bits differ.
+    fn differing(c: &[f32], whole: &[f32]) -> usize {
+        c.iter().zip(whole).filter(|(x, y)| x.to_bits() != y.to_bits()).count()
     }
 
     #[test]
@@ -402,16 +432,8 @@ mod tests {
             ((336, 200, 72), false, false),
         ];
         for ((m, n, k), ta, acc) in cases {
-            let (a, b, c0) = operands(m, n, k);
-            let a_op = if ta {
-                Operand { ptr: a.as_ptr(), rs: 1, cs: m as isize }
-            } else {
-                Operand { ptr: a.as_ptr(), rs: k as isize, cs: 1 }
-            };
-            let b_op = Operand { ptr: b.as_ptr(), rs: n as isize, cs: 1 };
-            let mut whole = c0.clone();
-            // SAFETY: the operands cover their shapes with these strides.
-            unsafe { gemm_serial((m, n, k), whole.as_mut_ptr(), n, a_op, b_op, 0.7, acc) };
+            let p = Product::new((m, n, k), ta);
+            let whole = p.one_call(acc);
             let along_m = m >= n;
             let side = if along_m { m } else { n };
             // Two panels cut at every multiple of 16 leaving each at least 32, and three at a
@@ -419,12 +441,14 @@ mod tests {
             let mut cut_lists: Vec<Vec<usize>> = (2..side / 16 - 1).map(|i| vec![0, i * 16, side]).collect();
             cut_lists.extend((2..side / 16 - 4).step_by(3).map(|i| vec![0, i * 16, (i + 2) * 16, side]));
             for cuts in cut_lists {
-                let mut c = c0.clone();
+                let mut c = p.c0.clone();
                 for w in cuts.windows(2) {
-                    // SAFETY: as above; the panels lie within the side.
-                    unsafe { gemm_panel((m, n, k), along_m, (w[0], w[1]), (c.as_mut_ptr(), n), a_op, b_op, 0.7, acc) };
+                    // SAFETY: the operands cover their shapes; the panels lie within the side.
+                    unsafe {
+                        gemm_panel((m, n, k), along_m, (w[0], w[1]), (c.as_mut_ptr(), n), p.a_op(), p.b_op(), 0.7, acc)
+                    };
                 }
-                let differ = c.iter().zip(&whole).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+                let differ = differing(&c, &whole);
                 assert_eq!(differ, 0, "{m}×{n}·k {k} cut at {cuts:?}: {differ} elements differ from one call");
             }
         }
@@ -443,18 +467,16 @@ mod tests {
         // thread, each bit for bit one serial call.
         let (m, n, k) = (2048, 1024, 544);
         assert_eq!(panels((m, n, k), 4, 2), (true, 4));
-        let (a, b, c0) = operands(m, n, k);
-        let a_op = Operand { ptr: a.as_ptr(), rs: 1, cs: m as isize };
-        let b_op = Operand { ptr: b.as_ptr(), rs: n as isize, cs: 1 };
-        let mut whole = c0.clone();
-        // SAFETY: the operands cover their shapes with these strides.
-        unsafe { gemm_serial((m, n, k), whole.as_mut_ptr(), n, a_op, b_op, 0.7, true) };
+        let p = Product::new((m, n, k), true);
+        let whole = p.one_call(true);
         let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
         for parallel in [true, false] {
-            let mut c = c0.clone();
-            // SAFETY: as above.
-            pool.install(|| unsafe { gemm_raw((m, n, k), (c.as_mut_ptr(), n), a_op, b_op, 0.7, true, parallel) });
-            let differ = c.iter().zip(&whole).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+            let mut c = p.c0.clone();
+            // SAFETY: the operands cover their shapes with these strides.
+            pool.install(|| unsafe {
+                gemm_raw((m, n, k), (c.as_mut_ptr(), n), p.a_op(), p.b_op(), 0.7, true, parallel)
+            });
+            let differ = differing(&c, &whole);
             assert_eq!(differ, 0, "parallel {parallel}: {differ} elements differ from one call");
         }
     }
@@ -475,23 +497,16 @@ mod tests {
             [((128, 512, 1024), true), ((96, 700, 1100), true), ((128, 333, 1024), false), ((16, 40, 1500), true)];
         for ((m, n, k), ta) in cases {
             assert!(is(m, n, k));
-            let (a, b, c0) = operands(m, n, k);
-            let a_op = if ta {
-                Operand { ptr: a.as_ptr(), rs: 1, cs: m as isize }
-            } else {
-                Operand { ptr: a.as_ptr(), rs: k as isize, cs: 1 }
-            };
-            let b_op = Operand { ptr: b.as_ptr(), rs: n as isize, cs: 1 };
+            let p = Product::new((m, n, k), ta);
             for acc in [true, false] {
-                let mut whole = c0.clone();
-                // SAFETY: the operands cover their shapes with these strides.
-                unsafe { gemm_serial((m, n, k), whole.as_mut_ptr(), n, a_op, b_op, 0.7, acc) };
+                let whole = p.one_call(acc);
                 for threads in [1, 2] {
                     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
-                    let mut c = c0.clone();
-                    // SAFETY: as above.
-                    pool.install(|| unsafe { gemm_by_columns((m, n, k), (c.as_mut_ptr(), n), a_op, b_op, 0.7, acc) });
-                    let differ = c.iter().zip(&whole).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+                    let mut c = p.c0.clone();
+                    let (a, b) = (p.a_op(), p.b_op());
+                    // SAFETY: the operands cover their shapes with these strides.
+                    pool.install(|| unsafe { gemm_by_columns((m, n, k), (c.as_mut_ptr(), n), a, b, 0.7, acc) });
+                    let differ = differing(&c, &whole);
                     assert_eq!(differ, 0, "{m}×{n}·k {k}, accumulate {acc}, {threads} threads: {differ} differ");
                 }
             }
@@ -503,24 +518,21 @@ mod tests {
         // Many such products as tasks of one pool: a thread that waits inside one of them
         // runs another (rayon's work stealing), which must find its own scratch.
         let (m, n, k) = (64, 256, 1024);
-        let (a, b, c0) = operands(m, n, k);
-        let a_op = Operand { ptr: a.as_ptr(), rs: 1, cs: m as isize };
-        let b_op = Operand { ptr: b.as_ptr(), rs: n as isize, cs: 1 };
-        let mut whole = c0.clone();
-        // SAFETY: the operands cover their shapes with these strides.
-        unsafe { gemm_serial((m, n, k), whole.as_mut_ptr(), n, a_op, b_op, 0.7, true) };
+        let p = Product::new((m, n, k), true);
+        let whole = p.one_call(true);
+        let (a_op, b_op) = (p.a_op(), p.b_op());
         let pool = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
         // (Holding the scratch borrowed across the call panicked here in 2 of 3 runs of 16
         // rounds.)
         for _ in 0..48 {
-            let mut outs = vec![c0.clone(); 48];
+            let mut outs = vec![p.c0.clone(); 48];
             pool.install(|| {
                 outs.par_iter_mut().for_each(|c| {
-                    // SAFETY: as above; each task writes its own output.
+                    // SAFETY: the operands cover their shapes; each task writes its own output.
                     unsafe { gemm_by_columns((m, n, k), (c.as_mut_ptr(), n), a_op, b_op, 0.7, true) };
                 })
             });
-            assert!(outs.iter().all(|c| c.iter().zip(&whole).all(|(x, y)| x.to_bits() == y.to_bits())));
+            assert!(outs.iter().all(|c| differing(c, &whole) == 0));
         }
     }
 
