@@ -2,6 +2,7 @@
 //! forward's log-sum-exps.
 
 use super::buffers::{kv_cols_t, reserve_tiles, with_kv_cols, with_tiles};
+use super::tile::{Live, block_product};
 use super::{KEY_CHUNK, Layout, MAX_BLOCK_ROWS, block_rows, check};
 use crate::args::AttentionBwd;
 use crate::backend::AttnShape;
@@ -115,14 +116,16 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
                             // P, rebuilt: scale·Q·Kᵀ, then exp(s − lse) row by row.
                             let (pb, dsb) = (p.as_mut_ptr(), ds.as_mut_ptr());
                             let (q, kt) = (at(l.q, h * l.dh, i0), cols_t(0));
-                            gemm_raw((m, n, l.dh), (pb, n), q, kt, scale, false, false);
+                            // Row i0 + r sees key k0 + j for j ≤ r + off.
+                            let off = i0 as isize - k0 as isize;
+                            block_product((m, n, l.dh), (pb, n), q, kt, scale, false, Live::Cols(off), None);
                             // Row i sees keys k0..=i of the chunk.
                             let last = |i: usize| (i - k0).min(n - 1);
                             for i in i0..i1 {
                                 probs_from_lse(&mut p[(i - i0) * n..(i - i0 + 1) * n], last(i), lse[hu * l.s + i]);
                             }
                             // dP = dO·Vᵀ
-                            gemm_raw((m, n, l.dh), (dsb, n), d_o, cols_t(1), 1.0, false, false);
+                            block_product((m, n, l.dh), (dsb, n), d_o, cols_t(1), 1.0, false, Live::Cols(off), None);
                             // D = Σ_j P·dP of each row: from the tile when it holds whole rows
                             // (one chunk), else dO·O, read for all of the block's rows before
                             // they are used.
@@ -148,26 +151,20 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
                             let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: n as isize };
                             let pm_t = Operand { ptr: pb as *const T, rs: 1, cs: n as isize };
                             // dQ (this chunk's terms) = scale·dS·K
-                            gemm_raw(
+                            let (k, q) = (at(l.k, g * l.dh, k0), at(l.q, h * l.dh, i0));
+                            block_product(
                                 (m, l.dh, n),
                                 dq_at(h * l.dh, i0),
                                 dsm,
-                                at(l.k, g * l.dh, k0),
+                                k,
                                 scale,
                                 false,
-                                false,
+                                Live::KTo(off),
+                                None,
                             );
-                            // dK += scale·dSᵀ·Q
-                            gemm_raw(
-                                (n, l.dh, m),
-                                dat(l.k, g * l.dh, k0),
-                                dsm_t,
-                                at(l.q, h * l.dh, i0),
-                                scale,
-                                true,
-                                false,
-                            );
-                            // dV += Pᵀ·dO
+                            // dK += scale·dSᵀ·Q and dV += Pᵀ·dO, through the `gemm` crate: its
+                            // packing of the transposed tiles beat the unpacked products here.
+                            gemm_raw((n, l.dh, m), dat(l.k, g * l.dh, k0), dsm_t, q, scale, true, false);
                             gemm_raw((n, l.dh, m), dat(l.v, g * l.dh, k0), pm_t, d_o, 1.0, true, false);
                         }
                     }

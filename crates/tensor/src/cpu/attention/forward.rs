@@ -4,9 +4,10 @@
 //! chunk's columns (at seq 4096, 256 KiB rather than 2 MiB a thread).
 
 use super::buffers::{kv_cols_t, reserve_tiles, with_kv_cols, with_tiles};
+use super::tile::{Live, block_product};
 use super::{KEY_CHUNK, Layout, MAX_BLOCK_ROWS, block_rows, check};
 use crate::backend::AttnShape;
-use crate::cpu::gemm::{Operand, gemm_raw};
+use crate::cpu::gemm::Operand;
 use crate::cpu::par::SendPtr;
 use crate::scalar::Scalar;
 use crate::view::MatMut;
@@ -65,11 +66,17 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
                     // output columns; the tile is this thread's.
                     unsafe {
                         let pb = p.as_mut_ptr();
-                        gemm_raw((rows, n, l.dh), (pb, n), q, kt, scale, false, false);
+                        // Query i0 + r sees key k0 + j for j ≤ r + i0 − k0.
+                        let off = i0 as isize - k0 as isize;
+                        // With each row's largest live score of the chunk.
+                        let mut top = [T::neg_infinity(); MAX_BLOCK_ROWS];
+                        let cols = Live::Cols(off);
+                        block_product((rows, n, l.dh), (pb, n), q, kt, scale, false, cols, Some(&mut top[..rows]));
                         for r in 0..rows {
                             let row = &mut p[r * n..(r + 1) * n];
                             let live = (i0 + r - k0).min(n - 1);
-                            let (m, s) = exp_causal(row, live, max[r]);
+                            let m = top[r].max(max[r]);
+                            let s = exp_causal(row, live, m);
                             // Earlier chunks' sum and output, rescaled to the new max (a
                             // first chunk has none: its product overwrites the output).
                             if k0 > 0 {
@@ -82,7 +89,7 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
                             max[r] = m;
                         }
                         let pr = Operand { ptr: pb as *const T, rs: n as isize, cs: 1 };
-                        gemm_raw((rows, l.dh, n), (o, o_ld), pr, v, 1.0, k0 > 0, false);
+                        block_product((rows, l.dh, n), (o, o_ld), pr, v, 1.0, k0 > 0, Live::KTo(off), None);
                     }
                 }
                 // Normalised here, d_h values a row, rather than each exponential before the
@@ -98,14 +105,12 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
     });
 }
 
-/// The softmax's numerators e^(r − m) of `r[0..=live]`, zeros after, where m is the larger
-/// of `r[0..=live]`'s max and `max` (the running max of earlier key chunks); returns m and
-/// the numerators' sum.
+/// The softmax's numerators e^(r − m) of `r[0..=live]`, zeros after, where m is at least
+/// their max (the running max over this and earlier key chunks); returns the numerators' sum.
 #[inline]
-fn exp_causal<T: Scalar>(r: &mut [T], live: usize, max: T) -> (T, T) {
+fn exp_causal<T: Scalar>(r: &mut [T], live: usize, m: T) -> T {
     let (live, dead) = r.split_at_mut(live + 1);
-    let m = T::max_of(live).max(max);
     let sum = T::exp_shifted(live, m);
     dead.fill(T::zero());
-    (m, sum)
+    sum
 }

@@ -10,11 +10,13 @@
 //! at a time); the forward keeps each row's log-sum-exp, and the backward recomputes the
 //! block's probabilities from it (FlashAttention's recompute), so the memory kept per layer is
 //! O(S·h) rather than O(h·S²). Every sum runs in an order fixed by the shape, never by the
-//! thread count.
+//! thread count. A block's products are [`tile`]'s (hand-written for f32 on AVX-512, the
+//! `gemm` crate's otherwise).
 
 mod backward;
 mod buffers;
 mod forward;
+mod tile;
 
 pub use backward::{attention_bwd, attention_bwd_scratch_len};
 pub use forward::attention_fwd;
