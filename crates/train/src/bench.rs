@@ -201,11 +201,14 @@ impl Ours {
         let t = self.micro_batch * self.seq;
         let b = Batch { ids: &self.ids[..t], targets: &self.ids[1..], batch: self.micro_batch, seq: self.seq };
         let t0 = Instant::now();
-        let m = &mut self.model;
-        m.store.zero_grads(&m.be);
-        m.forward_backward(&Solo, &b, 1.0 / t as f64);
-        let n = grad_norm(&m.be, &m.store, 0, &Solo);
-        self.opt.update(&m.be, &mut m.store, &self.tc, 1e-4, clip_coef(n, GRAD_CLIP));
+        // Run as the trainer runs a single-rank step: in the pool, its workers held awake.
+        boost_tensor::cpu::pool::hold_pool(|| {
+            let m = &mut self.model;
+            m.store.zero_grads(&m.be);
+            m.forward_backward(&Solo, &b, 1.0 / t as f64);
+            let n = grad_norm(&m.be, &m.store, 0, &Solo);
+            self.opt.update(&m.be, &mut m.store, &self.tc, 1e-4, clip_coef(n, GRAD_CLIP));
+        });
         t0.elapsed().as_secs_f64()
     }
 }

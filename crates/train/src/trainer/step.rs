@@ -19,11 +19,11 @@ impl<B: Backend> Job<'_, B> {
         }
         let t0 = Instant::now();
         let out = if self.world == 1 {
-            // Inside the compute pool: parallel kernels then queue their jobs locally,
-            // without the allocations of jobs pushed from outside the pool. (Ranks of a
-            // parallel run stay on their own threads: a rank blocked in a collective must
-            // never hold a pool worker.)
-            rayon::scope(|_| self.train_step())?
+            // Inside the compute pool, with its other workers kept awake: parallel kernels
+            // queue their jobs locally (no allocations of jobs pushed from outside the pool),
+            // and no worker is woken late at each kernel. (Ranks of a parallel run stay on
+            // their own threads: a rank blocked in a collective must never hold a pool worker.)
+            boost_tensor::cpu::pool::hold_pool(|| self.train_step())?
         } else {
             self.train_step()?
         };
