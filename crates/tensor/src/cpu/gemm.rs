@@ -92,7 +92,8 @@ pub unsafe fn gemm_raw<T: Scalar>(
         let cuts = Cuts::new(side, short, panels, panels <= threads);
         let times: [Mutex<PanelTime>; MAX_TIMED] = std::array::from_fn(|_| Mutex::new(PanelTime::default()));
         let c = SendPtr(c);
-        (0..panels).into_par_iter().for_each(|p| {
+        // Waiting for the last panel awake: the caller is usually the step's thread.
+        super::pool::for_each_awake(panels, |p| {
             // Equal panels need neither the core nor the time.
             let core = if cuts.by_speed { core_speed::current_core() } else { 0 };
             let (lo, hi) = cuts.take(p, core_speed::speed(core));

@@ -1,7 +1,8 @@
-//! Running a training step with the compute pool held awake.
+//! Keeping the compute pool's workers awake: through a training step, and in a parallel
+//! loop's wait for its last task.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Runs `f` on worker 0 of the current rayon pool while the other workers keep looking for
 /// work until `f` returns, rather than sleeping after rayon's few idle rounds.
@@ -44,6 +45,46 @@ pub fn hold_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     out.into_inner().unwrap_or_else(|e| e.into_inner()).expect("worker 0 returned a result")
 }
 
+/// Runs `f(0)` … `f(n − 1)` over the current pool, the caller taking part, each index once;
+/// returns when all have. The caller waits for the last by looking for work and yielding its
+/// core, never sleeping: rayon's join sleeps after a few idle rounds and is woken through the
+/// kernel. GEMM panels end at different times (core speeds, the host), and the caller is the
+/// step's thread: its sleeps there were more than half of a cola-60m step's context switches
+/// with the pool held awake ([`hold_pool`]).
+pub fn for_each_awake(n: usize, f: impl Fn(usize) + Sync) {
+    let next = AtomicUsize::new(0);
+    let left = AtomicUsize::new(n);
+    let work = || {
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            if i >= n {
+                break;
+            }
+            // Counted on return and on unwind: a panicking task must not leave the caller
+            // waiting (the scope then passes the panic on).
+            struct Finished<'a>(&'a AtomicUsize);
+            impl Drop for Finished<'_> {
+                fn drop(&mut self) {
+                    self.0.fetch_sub(1, Ordering::Release);
+                }
+            }
+            let _finished = Finished(&left);
+            f(i);
+        }
+    };
+    rayon::in_place_scope(|s| {
+        for _ in 1..n.min(rayon::current_num_threads()) {
+            s.spawn(|_| work());
+        }
+        work();
+        while left.load(Ordering::Acquire) > 0 {
+            if rayon::yield_now() != Some(rayon::Yield::Executed) {
+                std::thread::yield_now();
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,30 +98,19 @@ mod tests {
     }
 
     #[test]
-    fn the_step_runs_once_on_worker_0_and_its_parallel_work_on_every_worker() {
+    fn the_step_runs_once_on_worker_0_and_its_parallel_work_completes() {
         for threads in [1, 2, 3] {
             let runs = AtomicUsize::new(0);
-            let (sum, worker, seen) = pool(threads).install(|| {
+            let (sum, worker) = pool(threads).install(|| {
                 hold_pool(|| {
                     runs.fetch_add(1, Ordering::SeqCst);
-                    let seen: Vec<AtomicBool> = (0..threads).map(|_| AtomicBool::new(false)).collect();
-                    let sum: u64 = (0..1_000_000usize)
-                        .into_par_iter()
-                        .with_max_len(1000)
-                        .map(|i| {
-                            seen[rayon::current_thread_index().unwrap()].store(true, Ordering::SeqCst);
-                            i as u64
-                        })
-                        .sum();
-                    let seen = seen.iter().filter(|s| s.load(Ordering::SeqCst)).count();
-                    (sum, rayon::current_thread_index(), seen)
+                    let sum: u64 = (0..1_000_000u64).into_par_iter().sum();
+                    (sum, rayon::current_thread_index())
                 })
             });
             assert_eq!(runs.load(Ordering::SeqCst), 1, "{threads} threads");
             assert_eq!(sum, 999_999 * 1_000_000 / 2);
             assert_eq!(worker, Some(0));
-            // A thousand tasks, the other workers awake and looking: each takes some.
-            assert_eq!(seen, threads, "{threads} threads: workers that took part");
         }
     }
 
@@ -99,5 +129,38 @@ mod tests {
         let (panicked, after) = rx.recv_timeout(Duration::from_secs(60)).expect("hold_pool hung after a panic");
         assert!(panicked);
         assert_eq!(after, 7);
+    }
+
+    #[test]
+    fn for_each_awake_runs_every_index_once_on_every_thread_count() {
+        for threads in [1, 2, 3] {
+            for n in [0, 1, 2, 7, 100] {
+                let counts: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                pool(threads).install(|| {
+                    for_each_awake(n, |i| {
+                        counts[i].fetch_add(1, Ordering::SeqCst);
+                    })
+                });
+                assert!(counts.iter().all(|c| c.load(Ordering::SeqCst) == 1), "{threads} threads, {n} tasks");
+            }
+        }
+    }
+
+    #[test]
+    fn a_panicking_task_reaches_the_caller_without_a_hang() {
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let caught = std::panic::catch_unwind(|| {
+                pool(2).install(|| {
+                    for_each_awake(8, |i| {
+                        if i == 5 {
+                            panic!("task 5 failed");
+                        }
+                    })
+                })
+            });
+            tx.send(caught.is_err()).unwrap();
+        });
+        assert!(rx.recv_timeout(Duration::from_secs(60)).expect("for_each_awake hung after a panic"));
     }
 }
