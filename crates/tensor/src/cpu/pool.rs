@@ -51,7 +51,16 @@ pub fn hold_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// kernel. GEMM panels end at different times (core speeds, the host), and the caller is the
 /// step's thread: its sleeps there were more than half of a cola-60m step's context switches
 /// with the pool held awake ([`hold_pool`]).
+///
+/// From outside the pool (a rank of an in-process parallel run on its own thread) the pool
+/// alone runs the tasks, as a rayon loop does, and the caller blocks: it would otherwise add a
+/// thread of its own to the pool's.
 pub fn for_each_awake(n: usize, f: impl Fn(usize) + Sync) {
+    if rayon::current_thread_index().is_none() {
+        use rayon::prelude::*;
+        (0..n).into_par_iter().for_each(&f);
+        return;
+    }
     let next = AtomicUsize::new(0);
     let left = AtomicUsize::new(n);
     let work = || {
@@ -135,13 +144,21 @@ mod tests {
     fn for_each_awake_runs_every_index_once_on_every_thread_count() {
         for threads in [1, 2, 3] {
             for n in [0, 1, 2, 7, 100] {
-                let counts: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
-                pool(threads).install(|| {
-                    for_each_awake(n, |i| {
-                        counts[i].fetch_add(1, Ordering::SeqCst);
-                    })
-                });
-                assert!(counts.iter().all(|c| c.load(Ordering::SeqCst) == 1), "{threads} threads, {n} tasks");
+                // In the pool, and from a thread outside it.
+                for inside in [true, false] {
+                    let counts: Vec<AtomicUsize> = (0..n).map(|_| AtomicUsize::new(0)).collect();
+                    let run = || {
+                        for_each_awake(n, |i| {
+                            counts[i].fetch_add(1, Ordering::SeqCst);
+                        })
+                    };
+                    if inside {
+                        pool(threads).install(run)
+                    } else {
+                        run()
+                    }
+                    assert!(counts.iter().all(|c| c.load(Ordering::SeqCst) == 1), "{threads} threads, {n} tasks");
+                }
             }
         }
     }
