@@ -22,6 +22,11 @@ fn a_run_without_a_terminal_logs_every_n_steps() {
         run(boost().arg("train").args(tiny(&data, &root.path().join("a"), &["train.steps=5", "train.log_every=2"])));
     let lines = log_lines(&out.stderr);
     assert_eq!(lines.len(), 3, "steps 2, 4 and the last (5):\n{}", String::from_utf8_lossy(&out.stderr));
+    // The peak MFU is taken against is this machine's, measured at the start, and named.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let peak = stderr.lines().find_map(|l| l.split("GEMM peak, measured now: ").nth(1)).expect("the peak's line");
+    let gflops: f64 = peak.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(gflops > 0.0 && gflops.is_finite(), "{peak}");
     for (line, step) in lines.iter().zip([2, 4, 5]) {
         let f: Vec<&str> = line.split_whitespace().collect();
         // 2026-11-24T03:45:12Z step 2/5 loss 5.6 lr 1e-3 grad_norm 0.8 tok/s 900 MFU 1.2% eta 0:00:01

@@ -14,15 +14,15 @@ pub(super) struct BatchLog {
     /// Model FLOPs per token (6·N_matmul + causal attention, docs/COST_MODEL.md §6).
     flops_per_token: f64,
     /// The GEMM peak MFU is measured against (FLOP/s), when one is known for the device.
-    peak: Option<f64>,
+    pub(super) peak: Option<f64>,
     first_step: u64,
     start: Instant,
 }
 
 impl BatchLog {
     /// The log of a lead rank, or `None` when a progress bar shows instead, the run is quiet,
-    /// or `train.log_every = 0`.
-    pub(super) fn new(cfg: &Config, quiet: bool, first_step: u64) -> Option<Self> {
+    /// or `train.log_every = 0`; `processes`: the run's operating-system processes.
+    pub(super) fn new(cfg: &Config, quiet: bool, first_step: u64, processes: usize) -> Option<Self> {
         let bar = cfg.run.progress && std::io::stderr().is_terminal();
         if quiet || bar || cfg.train.log_every == 0 {
             return None;
@@ -33,11 +33,11 @@ impl BatchLog {
         }
         let attention = 6.0 * (cfg.train.seq_len * model.d * model.layers) as f64;
         let flops_per_token = 6.0 * boost_perf::matmul_params(&model) as f64 + attention;
-        // The `cpu` preset's peak was measured by `boost plan --calibrate-cpu`; no GPU peak is
-        // assumed for a device this process has not measured.
-        let peak = (cfg.train.device == "cpu")
-            .then(|| boost_perf::Hardware::preset("cpu").ok().map(|h| h.compute.peak_flops))
-            .flatten();
+        // This machine's GEMM peak, measured now (a fraction of a second), times the processes
+        // of the run (each of an mpirun launch has its own compute pool; in-process ranks
+        // share one). The `cpu` preset's, measured on another machine, gave MFU above 100 % on
+        // a faster CPU. No GPU peak is assumed for a device this process has not measured.
+        let peak = (cfg.train.device == "cpu").then(|| crate::bench::gemm_peak() * 1e9 * processes as f64);
         Some(Self {
             every: cfg.train.log_every as u64,
             steps: cfg.train.steps as u64,

@@ -56,7 +56,12 @@ impl<'a, B: Backend> Job<'a, B> {
         };
         let show_bar = lead && cfg.run.progress;
         let bar = if show_bar { progress(ctx.opts, t.steps as u64, at.step) } else { ProgressBar::hidden() };
-        let batch_log = if lead { super::batch_log::BatchLog::new(cfg, ctx.opts.quiet, at.step) } else { None };
+        let processes = if boost_comm::mpi::launched() { world } else { 1 };
+        let batch_log =
+            if lead { super::batch_log::BatchLog::new(cfg, ctx.opts.quiet, at.step, processes) } else { None };
+        if let Some(peak) = batch_log.as_ref().and_then(|b| b.peak) {
+            log.line(format!("MFU against this machine's GEMM peak, measured now: {:.1} GFLOP/s (f32)", peak / 1e9));
+        }
         let runner = StepRunner::new(cfg, &learner.model, c.dp);
         let summary = Summary {
             run_dir: ctx.run_dir.to_path_buf(),
