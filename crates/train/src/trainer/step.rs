@@ -18,14 +18,17 @@ impl<B: Backend> Job<'_, B> {
             bail!("injected fault at step {}", self.at.step);
         }
         let t0 = Instant::now();
-        let out = if self.world == 1 {
-            // Inside the compute pool, with its other workers kept awake: parallel kernels
-            // queue their jobs locally (no allocations of jobs pushed from outside the pool),
-            // and no worker is woken late at each kernel. (Ranks of a parallel run stay on
-            // their own threads: a rank blocked in a collective must never hold a pool worker.)
-            boost_tensor::cpu::pool::hold_pool(|| self.train_step())?
-        } else {
-            self.train_step()?
+        // A single rank runs inside the compute pool: parallel kernels queue their jobs
+        // locally, without the allocations of jobs pushed from outside it. (Ranks of a
+        // parallel run stay on their own threads: a rank blocked in a collective must never
+        // hold a pool worker.)
+        let out = match (self.world, self.ctx.cfg.train.device.as_str()) {
+            // On the CPU with the other workers kept awake, so none is woken late at each
+            // kernel.
+            (1, "cpu") => boost_tensor::cpu::pool::hold_pool(|| self.train_step())?,
+            // A GPU step mostly waits on the device: idle workers may sleep.
+            (1, _) => rayon::scope(|_| self.train_step())?,
+            _ => self.train_step()?,
         };
         let comm = self.recorder.map(|r| r.take());
         let exposed_tp = self.learner.model.take_chunk_exposed();
