@@ -47,15 +47,20 @@ fn avx2_fma() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
-/// Whether the gemm crate runs its AVX-512 kernels here (built in, and the CPU has AVX-512F).
+/// Whether the CPU has AVX-512F.
 #[cfg(target_arch = "x86_64")]
-pub(super) fn gemm_avx512() -> bool {
-    cfg!(feature = "avx512") && std::arch::is_x86_feature_detected!("avx512f")
+pub(super) fn avx512f() -> bool {
+    std::arch::is_x86_feature_detected!("avx512f")
 }
 
 #[cfg(not(target_arch = "x86_64"))]
-pub(super) fn gemm_avx512() -> bool {
+pub(super) fn avx512f() -> bool {
     false
+}
+
+/// Whether the gemm crate runs its AVX-512 kernels here (built in, and the CPU has AVX-512F).
+pub(super) fn gemm_avx512() -> bool {
+    cfg!(feature = "avx512") && avx512f()
 }
 
 /// The gemm crate's own dispatch (gemm-common's `init_gemm_fn`): AVX-512F first when built

@@ -24,22 +24,12 @@ pub fn hold_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     rayon::broadcast(|ctx| {
         if ctx.index() == 0 {
             // Set on return and on unwind, so a panic in `f` ends the other workers' loops.
-            struct Done<'a>(&'a AtomicBool);
-            impl Drop for Done<'_> {
-                fn drop(&mut self) {
-                    self.0.store(true, Ordering::Release);
-                }
-            }
-            let _done = Done(&done);
+            let _done = OnExit(|| done.store(true, Ordering::Release));
             let f = f.lock().unwrap_or_else(|e| e.into_inner()).take().expect("worker 0 runs the step once");
             let r = f();
             *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
         } else {
-            while !done.load(Ordering::Acquire) {
-                if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                    std::thread::yield_now();
-                }
-            }
+            wait_awake(|| done.load(Ordering::Acquire));
         }
     });
     out.into_inner().unwrap_or_else(|e| e.into_inner()).expect("worker 0 returned a result")
@@ -71,13 +61,9 @@ pub fn for_each_awake(n: usize, f: impl Fn(usize) + Sync) {
             }
             // Counted on return and on unwind: a panicking task must not leave the caller
             // waiting (the scope then passes the panic on).
-            struct Finished<'a>(&'a AtomicUsize);
-            impl Drop for Finished<'_> {
-                fn drop(&mut self) {
-                    self.0.fetch_sub(1, Ordering::Release);
-                }
-            }
-            let _finished = Finished(&left);
+            let _finished = OnExit(|| {
+                left.fetch_sub(1, Ordering::Release);
+            });
             f(i);
         }
     };
@@ -86,12 +72,26 @@ pub fn for_each_awake(n: usize, f: impl Fn(usize) + Sync) {
             s.spawn(|_| work());
         }
         work();
-        while left.load(Ordering::Acquire) > 0 {
-            if rayon::yield_now() != Some(rayon::Yield::Executed) {
-                std::thread::yield_now();
-            }
-        }
+        wait_awake(|| left.load(Ordering::Acquire) == 0);
     });
+}
+
+/// Until `done()`, run the pool's pending work, yielding the core when there is none.
+fn wait_awake(done: impl Fn() -> bool) {
+    while !done() {
+        if rayon::yield_now() != Some(rayon::Yield::Executed) {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Runs its closure when dropped: on return and on unwind alike.
+struct OnExit<F: FnMut()>(F);
+
+impl<F: FnMut()> Drop for OnExit<F> {
+    fn drop(&mut self) {
+        (self.0)()
+    }
 }
 
 #[cfg(test)]

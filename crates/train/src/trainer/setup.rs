@@ -60,7 +60,14 @@ impl<'a, B: Backend> Job<'a, B> {
         let batch_log =
             if lead { super::batch_log::BatchLog::new(cfg, ctx.opts.quiet, at.step, processes) } else { None };
         if let Some(peak) = batch_log.as_ref().and_then(|b| b.peak) {
-            log.line(format!("MFU against this machine's GEMM peak, measured now: {:.1} GFLOP/s (f32)", peak / 1e9));
+            let each = match processes {
+                1 => String::new(),
+                n => format!(": this process's {:.1}, × {n} processes", peak / 1e9 / n as f64),
+            };
+            log.line(format!(
+                "MFU against this machine's GEMM peak, measured now: {:.1} GFLOP/s (f32){each}",
+                peak / 1e9
+            ));
         }
         let runner = StepRunner::new(cfg, &learner.model, c.dp);
         let summary = Summary {

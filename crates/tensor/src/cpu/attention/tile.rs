@@ -52,17 +52,7 @@ impl Live {
 
 /// Whether the products run here rather than in the `gemm` crate: f32 on a CPU with AVX-512F.
 fn here<T: 'static>() -> bool {
-    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && avx512()
-}
-
-#[cfg(target_arch = "x86_64")]
-fn avx512() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn avx512() -> bool {
-    false
+    std::any::TypeId::of::<T>() == std::any::TypeId::of::<f32>() && crate::cpu::machine::avx512f()
 }
 
 /// `c[m×n] = α·a[m×k]·b[k×n] (+ c)` of one block, on the calling thread, and with `maxes`
@@ -114,12 +104,13 @@ mod avx512 {
     use super::{KC, Live, MR, NR, NV};
     use std::arch::x86_64::*;
 
-    /// K's live range `[lo, hi)` and the live columns `..cols` of the row block ending at `r1`.
-    fn bounds(live: Live, r1: usize, n: usize, k: usize) -> (usize, usize, usize) {
+    /// The live K entries `..k_hi` (from the first) and the live columns `..cols` of the row
+    /// block ending at `r1`.
+    fn bounds(live: Live, r1: usize, n: usize, k: usize) -> (usize, usize) {
         let clamp = |x: isize, top: usize| x.clamp(0, top as isize) as usize;
         match live {
-            Live::Cols(off) => (0, k, clamp(r1 as isize + off, n)),
-            Live::KTo(off) => (0, clamp(r1 as isize + off, k), n),
+            Live::Cols(off) => (k, clamp(r1 as isize + off, n)),
+            Live::KTo(off) => (clamp(r1 as isize + off, k), n),
         }
     }
 
@@ -161,13 +152,13 @@ mod avx512 {
             for j0 in (0..n).step_by(NR) {
                 for r0 in (0..m).step_by(MR) {
                     let rows = MR.min(m - r0);
-                    let (k_lo, k_hi, cols) = bounds(live, r0 + rows, n, k);
-                    let (lo, hi) = (k_lo.max(kc0), k_hi.min(kc1));
+                    let (k_hi, cols) = bounds(live, r0 + rows, n, k);
+                    let (lo, hi) = (kc0, k_hi.min(kc1));
                     if j0 >= cols {
                         continue;
                     }
                     let width = NR.min(cols - j0);
-                    if k_lo >= k_hi && kc0 == 0 && !accumulate {
+                    if k_hi == 0 && kc0 == 0 && !accumulate {
                         // No live K at all: the block is zero.
                         for r in r0..r0 + rows {
                             // SAFETY: row r of c has `width` columns from j0.
@@ -200,7 +191,7 @@ mod avx512 {
                             width,
                             alpha,
                             // A row block's first K block writes; later ones add to it.
-                            accumulate: accumulate || lo > k_lo,
+                            accumulate: accumulate || kc0 > 0,
                             maxes: maxes.filter(|_| hi == k_hi).map(|mx| (mx.add(r0), first_live)),
                         }
                     };
