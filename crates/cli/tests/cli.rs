@@ -129,7 +129,13 @@ fn bench_names_the_cpu_and_the_simd_paths_it_ran() {
     let out = run(boost().arg("bench").args(quick).args(["--warmup", "0", "--no-torch", "--json"]));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let (cpu, simd) = (r["cpu"].as_str().unwrap(), r["simd"].as_str().unwrap());
-    assert!(!cpu.is_empty() && simd.starts_with("GEMM ") && simd.contains(", element-wise "), "{cpu}; {simd}");
+    assert!(
+        !cpu.is_empty()
+            && simd.starts_with("GEMM ")
+            && simd.contains(", element-wise ")
+            && simd.contains(", attention "),
+        "{cpu}; {simd}"
+    );
     // MFU is taken against the GEMM peak measured beside the model's steps: four peaks, their
     // upper median, and the MFU that follows from it.
     let a = &r["results"][0];

@@ -46,9 +46,10 @@ mod simd {
     use std::any::TypeId;
     use std::arch::x86_64::*;
 
-    /// The widest block this CPU has: 16 (AVX-512F), 8 (AVX) or 0.
+    /// The widest block this CPU has: 16 (AVX-512F, unless `BOOST_CPU_CAPABILITY` caps the
+    /// kernels at AVX2), 8 (AVX) or 0.
     pub fn widest() -> usize {
-        if std::arch::is_x86_feature_detected!("avx512f") {
+        if crate::cpu::machine::avx512f() {
             16
         } else if std::arch::is_x86_feature_detected!("avx") {
             8
