@@ -15,7 +15,8 @@
 #   cpu    the host CPU: every test binary of the workspace but boost-cuda's (the gemm
 #          crate's AVX-512 kernels are built in by default; the CLI's tests run boost_cpu),
 #          then `boost bench --arch cola,full --threads T` against the PyTorch CPU peer, each
-#          run followed by boost_avx2's (AVX2 GEMM kernels only) where gpu_build made it; for each
+#          run followed by boost_avx2's (AVX2 GEMM kernels only, the hand-written ones capped
+#          at AVX2 by BOOST_CPU_CAPABILITY) where gpu_build made it; for each
 #          T of CPU_BENCH_THREADS (default 2; a list, in order, e.g. "2 16 2"),
 #          CPU_BENCH_REPEAT times each (default 3); it names the SIMD paths that ran. With
 #          CPU_BENCH_LONG (sequence lengths), also cola at micro-batch 1 at those lengths.
@@ -237,10 +238,13 @@ EOF3
     for threads in $(for t in ${CPU_BENCH_THREADS:-2}; do yes "$t" | head -n "${CPU_BENCH_REPEAT:-3}"; done); do
         n=$((n + 1))
         # The default build (AVX-512 GEMM kernels; boost_cpu, else the cuda build), then
-        # boost_avx2 (AVX2 only) where made.
+        # boost_avx2 where made, with its hand-written kernels capped at AVX2 too
+        # (BOOST_CPU_CAPABILITY), as an AVX2-only CPU would run them.
         for exe in $default boost_avx2; do
             [ -x "$bin/$exe" ] || continue
-            cpu_bench "$exe" "$n-t$threads${exe#boost}" --arch cola,full --threads "$threads"
+            cap=""
+            [ "$exe" = boost_avx2 ] && cap=avx2
+            BOOST_CPU_CAPABILITY=$cap cpu_bench "$exe" "$n-t$threads${exe#boost}" --arch cola,full --threads "$threads"
         done
     done
     # Long sequences at micro-batch 1 (CPU_BENCH_LONG, e.g. "2048 4096"), at each thread count.
