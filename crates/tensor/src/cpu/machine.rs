@@ -45,7 +45,7 @@ pub fn simd_paths() -> SimdPaths {
 /// Whether `BOOST_CPU_CAPABILITY` keeps the hand-written kernels off AVX-512 (`avx2`); unset,
 /// empty or `avx512`, they take what the CPU has. Another value is reported once on stderr and
 /// ignored.
-fn capped_to_avx2() -> bool {
+pub(super) fn capped_to_avx2() -> bool {
     static CAPPED: OnceLock<bool> = OnceLock::new();
     *CAPPED.get_or_init(|| {
         let v = std::env::var("BOOST_CPU_CAPABILITY").unwrap_or_default();

@@ -356,7 +356,7 @@ mod tests {
     fn block_products_report_which_path_ran() {
         // The test above exercises the hand-written kernel only where this holds: a CPU with
         // AVX-512F, not capped at AVX2 by BOOST_CPU_CAPABILITY.
-        let capped = std::env::var("BOOST_CPU_CAPABILITY").is_ok_and(|v| v.trim().eq_ignore_ascii_case("avx2"));
+        let capped = crate::cpu::machine::capped_to_avx2();
         let expected = cfg!(target_arch = "x86_64") && std::arch::is_x86_feature_detected!("avx512f") && !capped;
         assert_eq!(here::<f32>(), expected);
         assert!(!here::<f64>());
