@@ -15,13 +15,13 @@ pub struct BenchArgs {
     #[arg(long, default_value = "cola,full", value_delimiter = ',')]
     pub arch: Vec<String>,
     /// Vocabulary size (with 32000 the full-rank LM head alone caps the low-rank speedup).
-    #[arg(long, default_value_t = 8192)]
+    #[arg(long, default_value_t = 8192, value_parser = at_least_one)]
     pub vocab: usize,
     /// Tokens per sequence.
-    #[arg(long, value_name = "N", default_value_t = 256)]
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = at_least_one)]
     pub seq: usize,
     /// Sequences per micro-batch.
-    #[arg(long, value_name = "N", default_value_t = 8)]
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = at_least_one)]
     pub micro_batch: usize,
     /// Compute threads, for us and the peer (0: one per core).
     #[arg(long, value_name = "N", default_value_t = 0)]
@@ -85,7 +85,8 @@ pub struct BenchArgs {
     #[arg(long, requires = "grid")]
     pub zero: bool,
     /// With --tp: emulate a slower link. `a100` scales the A100 NVLink preset so that
-    /// communication/compute matches an A100; or `ALPHA_US,GBPS`; default none.
+    /// communication/compute matches an A100; or `ALPHA_US,GBPS` (µs, GB/s; as
+    /// `parallel.link`, a bandwidth of 0 is none); default none.
     #[arg(long, value_name = "LINK", requires = "tp")]
     pub link: Option<String>,
 }
@@ -149,6 +150,15 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     })
 }
 
+/// A count that must be at least 1 (a sequence length, a batch, a vocabulary).
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 fn link_of(a: &BenchArgs) -> Result<Option<boost_comm::Link>> {
     Ok(match a.link.as_deref() {
         None | Some("none") => None,
@@ -166,8 +176,14 @@ fn link_of(a: &BenchArgs) -> Result<Option<boost_comm::Link>> {
             Some(l)
         }
         Some(spec) => {
-            let (al, bw) = spec.split_once(',').context("--link takes `a100`, `none` or `ALPHA_US,GBPS`")?;
-            Some(boost_comm::Link::new(al.trim().parse()?, bw.trim().parse()?))
+            // As `parallel.link`: two numbers ≥ 0, a bandwidth of 0 turning emulation off.
+            let l = boost_config::parse_link("--link", spec).map_err(|_| {
+                anyhow::anyhow!(
+                    "--link \"{spec}\": give `a100`, `none`, or ALPHA_US,GBPS as two numbers ≥ 0, e.g. 20,25 \
+                     (latency in µs, bandwidth in GB/s; a bandwidth of 0 turns emulation off)"
+                )
+            })?;
+            (l.gbps > 0.0).then(|| boost_comm::Link::new(l.alpha_us, l.gbps))
         }
     })
 }
@@ -212,6 +228,15 @@ fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -
                     let k = k.parse().ok().filter(|&k: &usize| k > 0).with_context(|| {
                         format!("--recompute {p}: the layer count after ':' must be a positive integer")
                     })?;
+                    // As `train.recompute_layers`: at most the layers there are (the bench's
+                    // ranks hold every layer: tensor parallelism only).
+                    if let Some(m) = opts.models.iter().find(|m| k > m.layers) {
+                        anyhow::bail!(
+                            "--recompute {p}: {k} exceeds the {} layers of the model (model.layers); use 1..={}",
+                            m.layers,
+                            m.layers
+                        );
+                    }
                     (n, k)
                 }
                 None => (p.as_str(), 0),

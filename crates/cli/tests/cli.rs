@@ -59,6 +59,12 @@ fn bad_input_names_the_problem() {
         (&["eval", "--checkpoint", "/nonexistent/ck"], "/nonexistent/ck"),
         (&["train", "--config", "/nonexistent/c.toml"], "/nonexistent/c.toml"),
         (&["train", "--set", "train.steps=3", "--dump-grads", "5"], "--dump-grads 5"),
+        (&["bench", "--no-torch", "--tp", "2", "--link", "20"], "--link \"20\""),
+        (&["bench", "--no-torch", "--tp", "2", "--link", "nan,5"], "--link \"nan,5\""),
+        (
+            &["bench", "--no-torch", "--tp", "2", "--recompute", "full:99", "--set", "model.layers=2"],
+            "full:99: 99 exceeds the 2 layers",
+        ),
     ];
     for (args, want) in cases {
         let out = boost().args(*args).current_dir(root.path()).output().unwrap();
@@ -66,6 +72,24 @@ fn bad_input_names_the_problem() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: error does not name {want}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: panicked: {err}");
+    }
+    // Counts that must be positive are refused as the arguments are parsed (a usage error,
+    // exit code 2), naming the flag; a sequence or micro-batch of 0 reached a kernel's slice
+    // indexing before.
+    let usage: &[(&[&str], &str)] = &[
+        (&["bench", "--no-torch", "--seq", "0"], "--seq"),
+        (&["bench", "--no-torch", "--micro-batch", "0"], "--micro-batch"),
+        (&["bench", "--no-torch", "--vocab", "0"], "--vocab"),
+        (&["plan", "--search", "--top", "0"], "--top"),
+    ];
+    for (args, want) in usage {
+        let out = boost().args(*args).current_dir(root.path()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(want) && err.contains("must be at least 1"),
+            "{args:?}: error does not name {want}: {err}"
+        );
     }
 }
 

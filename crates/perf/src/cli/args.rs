@@ -89,7 +89,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub gpus: Option<usize>,
     /// Rows `--search` prints.
-    #[arg(long, default_value_t = 15)]
+    #[arg(long, default_value_t = 15, value_parser = at_least_one)]
     pub top: usize,
     /// Let `--search` use the non-equivalent local norm.
     #[arg(long)]
@@ -189,4 +189,13 @@ pub fn setup_from_args(args: &PlanArgs, hw: &Hardware) -> Result<Setup> {
     }
     s.validate().context("the planned set-up")?;
     Ok(s)
+}
+
+/// `--top`: a row count of at least 1.
+fn at_least_one(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
 }
