@@ -4,6 +4,7 @@
 use crate::commands::set_threads;
 use anyhow::{Context, Result};
 use boost_config::Config;
+use boost_perf::cli::at_least_one;
 use clap::Args;
 
 #[derive(Args, Debug, Clone)]
@@ -148,15 +149,6 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         }
         t
     })
-}
-
-/// A count that must be at least 1 (a sequence length, a batch, a vocabulary).
-fn at_least_one(text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(0) => Err("must be at least 1".into()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 fn link_of(a: &BenchArgs) -> Result<Option<boost_comm::Link>> {

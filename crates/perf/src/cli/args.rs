@@ -191,8 +191,9 @@ pub fn setup_from_args(args: &PlanArgs, hw: &Hardware) -> Result<Setup> {
     Ok(s)
 }
 
-/// `--top`: a row count of at least 1.
-fn at_least_one(text: &str) -> Result<usize, String> {
+/// A clap value parser for counts that must be at least 1 (`--top` here, and `boost bench`'s
+/// sequence length, micro-batch and vocabulary).
+pub fn at_least_one(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(0) => Err("must be at least 1".into()),
         Ok(n) => Ok(n),

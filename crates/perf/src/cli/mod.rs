@@ -7,7 +7,7 @@ mod paper;
 mod report;
 mod search;
 
-pub use args::{PlanArgs, setup_from_args};
+pub use args::{PlanArgs, at_least_one, setup_from_args};
 pub use op_table::{ops_json, ops_table};
 pub use report::report;
 
