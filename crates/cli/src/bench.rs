@@ -93,7 +93,7 @@ pub struct BenchArgs {
 }
 
 pub fn run(a: &BenchArgs) -> Result<()> {
-    set_threads(a.threads);
+    set_threads(a.threads)?;
     // The peer gets the same number of threads as we do, so 0 becomes the pool's size.
     let threads = rayon::current_num_threads();
     let mut models = Vec::new();

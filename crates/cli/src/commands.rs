@@ -53,11 +53,15 @@ pub struct TrainArgs {
 }
 
 /// Build the global compute pool with `train.threads` threads (0: one per core).
-pub fn set_threads(n: usize) {
+pub fn set_threads(n: usize) -> Result<()> {
+    if n > boost_config::MAX_THREADS {
+        anyhow::bail!("--threads {}", boost_config::threads_message(n));
+    }
     if n > 0 {
         // Fails only if a pool already exists, which then keeps its size.
         rayon::ThreadPoolBuilder::new().num_threads(n).build_global().ok();
     }
+    Ok(())
 }
 
 /// The configuration `train` runs with, and the checkpoint it resumes from: the checkpoint's
@@ -96,7 +100,7 @@ pub fn train(a: &TrainArgs) -> Result<()> {
         print!("{}", cfg.to_annotated_toml());
         return Ok(());
     }
-    set_threads(cfg.train.threads);
+    set_threads(cfg.train.threads)?;
     let fault = match &a.inject_fault {
         None => None,
         Some(s) => {
@@ -150,7 +154,7 @@ pub struct EvalArgs {
 }
 
 pub fn eval(a: &EvalArgs) -> Result<()> {
-    set_threads(a.threads);
+    set_threads(a.threads)?;
     let ck = Checkpoint::open(&checkpoint::resolve(&a.checkpoint)?)?;
     let report = match &a.text {
         Some(t) => eval::eval_text(&ck, t)?,

@@ -43,7 +43,7 @@ pub struct GenerateArgs {
 }
 
 pub fn run(a: &GenerateArgs) -> Result<()> {
-    set_threads(a.threads);
+    set_threads(a.threads)?;
     let sampling = Sampling { temperature: a.temperature, top_k: a.top_k, top_p: a.top_p, seed: a.seed };
     sampling.validate()?;
     let ck = Checkpoint::open(&checkpoint::resolve(&a.checkpoint)?)?;

@@ -59,6 +59,8 @@ fn bad_input_names_the_problem() {
         (&["eval", "--checkpoint", "/nonexistent/ck"], "/nonexistent/ck"),
         (&["train", "--config", "/nonexistent/c.toml"], "/nonexistent/c.toml"),
         (&["train", "--set", "train.steps=3", "--dump-grads", "5"], "--dump-grads 5"),
+        (&["eval", "--checkpoint", "/nonexistent/ck", "--threads", "100000"], "--threads is 100000; at most 1024"),
+        (&["train", "--set", "train.threads=2000"], "train.threads"),
         (&["bench", "--no-torch", "--tp", "2", "--link", "20"], "--link \"20\""),
         (&["bench", "--no-torch", "--tp", "2", "--link", "nan,5"], "--link \"nan,5\""),
         (

@@ -78,6 +78,53 @@ fn a_run_directory_is_locked_and_never_truncated() {
     assert_eq!(snapshot(&run_dir), before);
 }
 
+/// A new run never replaces a `config.toml` it did not write, nor writes through a symbolic
+/// link in its directory (both used to: the link's target took the resolved config, or the
+/// lock's PID).
+#[test]
+fn a_run_never_writes_over_or_through_files_it_did_not_make() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let notes = root.path().join("notes.txt");
+    fs::write(&notes, "my notes\n").unwrap();
+
+    let mine = root.path().join("mine");
+    fs::create_dir(&mine).unwrap();
+    fs::write(mine.join("config.toml"), "# my config\n").unwrap();
+    let e = fails(&train(&data, &mine, &[]).output().unwrap());
+    assert!(e.contains(&mine.join("config.toml").display().to_string()) && e.contains("never replaces"), "{e}");
+    assert_eq!(fs::read_to_string(mine.join("config.toml")).unwrap(), "# my config\n");
+
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::symlink;
+        let linked = root.path().join("linked");
+        fs::create_dir(&linked).unwrap();
+        symlink(&notes, linked.join("config.toml")).unwrap();
+        let e = fails(&train(&data, &linked, &[]).output().unwrap());
+        assert!(e.contains("config.toml"), "{e}");
+        let locked = root.path().join("locked");
+        fs::create_dir(&locked).unwrap();
+        symlink(&notes, locked.join(".lock")).unwrap();
+        let e = fails(&train(&data, &locked, &[]).output().unwrap());
+        assert!(e.contains(".lock") && e.contains("symbolic link"), "{e}");
+        assert_eq!(fs::read_to_string(&notes).unwrap(), "my notes\n", "the link's target is untouched");
+    }
+
+    // A run that stopped before its first checkpoint left its own config: the same run again
+    // starts over it, and a resumed run replaces its own.
+    let again = root.path().join("again");
+    run(&mut train(&data, &again, &[]));
+    fs::remove_dir_all(again.join("checkpoints")).unwrap();
+    fs::remove_file(again.join("metrics.jsonl")).unwrap();
+    run(&mut train(&data, &again, &[]));
+    run(train(&data, &again, &["train.steps=6"]).arg("--resume"));
+    assert!(fs::read_to_string(again.join("config.toml")).unwrap().contains("steps = 6"));
+
+    let e = fails(&boost().args(["train", "--set", "run.dir="]).output().unwrap());
+    assert!(e.contains("run.dir") && e.contains("empty"), "{e}");
+}
+
 #[test]
 fn metrics_hold_one_line_per_step_after_a_resume_and_stale_temporaries_go() {
     let root = tempfile::tempdir().unwrap();
@@ -312,6 +359,20 @@ fn bad_input_is_refused_without_a_panic() {
     let out = boost().args(["eval", "--micro-batch", "0", "--checkpoint"]).arg(&run_dir).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--micro-batch"));
+    // A micro-batch past the validation split's windows takes them all in one pass (its
+    // buffers were sized by the flag: 10⁸ sequences aborted on a 51 GB allocation, 10¹² here).
+    let loss = |mb: Option<&str>| {
+        let mut cmd = boost();
+        cmd.args(["eval", "--checkpoint"]).arg(&run_dir);
+        if let Some(mb) = mb {
+            cmd.args(["--micro-batch", mb]);
+        }
+        let rep: serde_json::Value = serde_json::from_slice(&run(&mut cmd).stdout).unwrap();
+        rep["loss"].as_f64().unwrap()
+    };
+    let (whole, usual) = (loss(Some("1000000000000")), loss(None));
+    // The same windows in other batches: equal to f32 summation order.
+    assert!((whole - usual).abs() <= 1e-5 * usual, "{whole} against {usual}");
     // A run directory or its checkpoints/ resolves to the newest checkpoint; an empty
     // `latest` is reported and the highest step taken.
     fs::write(run_dir.join("checkpoints/latest"), "").unwrap();

@@ -18,7 +18,7 @@ pub use overrides::apply_set;
 pub use parallel::{
     GpuCollectives, GroupLinks, LinkSpec, NormMode, ParallelConfig, PipeSchedule, Scheme, SchemeChoice, parse_link,
 };
-pub use train::{Device, Recompute, Schedule, TrainConfig, parse_device};
+pub use train::{Device, MAX_THREADS, Recompute, Schedule, TrainConfig, parse_device, threads_message};
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -116,6 +116,9 @@ impl Config {
         self.model.validate()?;
         self.train.validate()?;
         self.data.validate()?;
+        if self.run.dir.trim().is_empty() {
+            return Err(ConfigError::new("run.dir", "is empty; name the run's directory, e.g. runs/demo"));
+        }
         self.parallel.validate(&self.model)?;
         // Fewer micro-batches than stages is allowed: the schedule just has a larger bubble.
         if self.train.sample_every > 0 && (self.parallel.tp > 1 || self.parallel.pp > 1) {

@@ -116,6 +116,16 @@ impl Default for TrainConfig {
     }
 }
 
+/// The most compute threads a run or command takes: more is a typo rather than a machine
+/// (each is an OS thread, and a pool of 100,000 took minutes to start).
+pub const MAX_THREADS: usize = 1024;
+
+/// Why a thread count is refused (for `train.threads` and every command's `--threads`).
+pub fn threads_message(n: usize) -> String {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    format!("is {n}; at most {MAX_THREADS} compute threads (this machine has {cores} cores; 0 takes one per core)")
+}
+
 impl TrainConfig {
     pub fn tokens_per_micro_batch(&self) -> usize {
         self.seq_len * self.micro_batch
@@ -129,6 +139,9 @@ impl TrainConfig {
         pos("seq_len", self.seq_len)?;
         pos("micro_batch", self.micro_batch)?;
         pos("accumulation", self.accumulation)?;
+        if self.threads > MAX_THREADS {
+            return Err(ConfigError::new("train.threads", threads_message(self.threads)));
+        }
         if !(self.lr > 0.0 && self.lr.is_finite()) {
             return Err(ConfigError::new("train.lr", "must be a positive number, e.g. 3e-3"));
         }

@@ -1,7 +1,7 @@
 //! Horizontal stacked bars: one bar per item, one coloured segment per component (a step's
 //! time split into GEMM, attention, communication, …), the total printed at the bar's end.
 
-use crate::canvas::{FONT, Figure, plot_err};
+use crate::canvas::{AXIS_LIMIT, FONT, Figure, drawable, plot_err};
 use anyhow::Result;
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -42,6 +42,12 @@ impl StackedBars<'_> {
         let n = self.bars.len().max(1);
         let total = |b: &Bar| b.values.iter().sum::<f64>();
         let xmax = self.bars.iter().map(total).fold(0.0, f64::max) * self.headroom;
+        let lowest = self.bars.iter().flat_map(|b| &b.values).fold(0.0, |m: f64, v| m.min(*v));
+        if !drawable(lowest, xmax) {
+            let text = format!("{}: values beyond ±{AXIS_LIMIT:e} (up to {xmax:e}), not drawn", self.title);
+            area.titled(&text, (FONT, 20)).map_err(plot_err)?;
+            return Ok(());
+        }
         let mut chart = ChartBuilder::on(area)
             .caption(self.title, (FONT, 20))
             .margin(12)

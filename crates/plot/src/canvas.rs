@@ -108,3 +108,13 @@ fn render<DB: DrawingBackend>(area: DrawingArea<DB, Shift>, figure: &impl Figure
 pub fn plot_err<E: std::error::Error + Send + Sync>(e: DrawingAreaErrorKind<E>) -> anyhow::Error {
     anyhow!("{e}")
 }
+
+/// The largest magnitude an axis is drawn to. plotters' tick search never ends on a range
+/// near f64's limit (a loss of 1.7e308 beside 0 hung `boost plot`); no metric of a training
+/// run comes near this bound, so values past it are reported instead of drawn.
+pub const AXIS_LIMIT: f64 = 1e100;
+
+/// Whether an axis from `lo` to `hi` can be drawn (both finite and within [`AXIS_LIMIT`]).
+pub fn drawable(lo: f64, hi: f64) -> bool {
+    lo.is_finite() && hi.is_finite() && lo.abs() <= AXIS_LIMIT && hi.abs() <= AXIS_LIMIT
+}

@@ -3,7 +3,7 @@
 //! and each run's mean time split per step.
 
 use crate::bars::{Bar, Segment, StackedBars};
-use crate::canvas::{FONT, Figure, plot_err};
+use crate::canvas::{AXIS_LIMIT, FONT, Figure, drawable, plot_err};
 use crate::metrics::{Point, Run, SPLIT};
 use anyhow::Result;
 use plotters::coord::Shift;
@@ -80,6 +80,13 @@ impl RunsFigure<'_> {
         }
         if !y0.is_finite() {
             area.titled(&format!("{title}: no values"), (FONT, 18)).map_err(plot_err)?;
+            return Ok(());
+        }
+        if !drawable(y0, y1) || !drawable(0.0, x1) {
+            let text = format!(
+                "{title}: values beyond ±{AXIS_LIMIT:e} (from {y0:e} to {y1:e}, tokens to {x1:e} M), not drawn"
+            );
+            area.titled(&text, (FONT, 18)).map_err(plot_err)?;
             return Ok(());
         }
         let pad = ((y1 - y0) * 0.05).max(y1.abs() * 1e-3).max(1e-12);

@@ -97,3 +97,28 @@ fn figures_are_png_or_svg_and_never_replace_a_file_unasked() {
         .collect();
     assert!(leftovers.is_empty(), "no temporary file is left behind");
 }
+
+/// Values near f64's limit are reported in the panel, not drawn: plotters' tick search never
+/// ended on such a range (`boost plot` hung on a loss of 1.7e308 beside 0). The figure is drawn
+/// on a thread so that a regression fails here instead of hanging the tests.
+#[test]
+fn values_near_the_float_limit_do_not_hang_the_figure() {
+    let d = tempfile::tempdir().unwrap();
+    let huge = |step: u64, v: f64| {
+        serde_json::json!({"step": step, "loss": v, "lr": -v, "tokens_per_sec": v, "tokens": 100 * step, "step_time_s": v})
+            .to_string()
+    };
+    let run = d.path().join("huge");
+    write_run(&run, &[huge(1, 1.7e308), huge(2, 0.0), huge(3, -1e308)], true);
+    let runs = [Run::read(&run).unwrap()];
+    let out = d.path().join("huge.svg");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = out.clone();
+    std::thread::spawn(move || {
+        tx.send(Output::new(&path, false).write(&RunsFigure { runs: &runs }).map_err(|e| e.to_string()))
+    });
+    let drawn = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the figure did not finish within 60 s");
+    drawn.unwrap();
+    let text = fs::read_to_string(&out).unwrap();
+    assert!(text.contains("not drawn"), "the panels say why they are empty");
+}

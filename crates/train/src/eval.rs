@@ -73,9 +73,10 @@ pub fn eval_data(ckpt: &Checkpoint, data_dir: Option<&Path>, micro_batch: Option
     resolve_vocab(&mut cfg, &data)?;
     let mut model = model_of(ckpt, &cfg)?;
     let seq = cfg.train.seq_len;
-    let mb = micro_batch.unwrap_or(cfg.train.micro_batch);
     let val = data.val_loader(seq)?;
     let n = val.windows() as usize;
+    // No pass takes more than the split's windows (buffers are sized by the micro-batch).
+    let mb = micro_batch.unwrap_or(cfg.train.micro_batch).min(n.max(1));
     let mut total = LossSum::default();
     let (mut inputs, mut targets) = (vec![0u32; mb * seq], vec![0u32; mb * seq]);
     let mut w = 0;

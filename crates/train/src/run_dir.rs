@@ -23,14 +23,16 @@ impl RunLock {
     pub fn acquire(run_dir: &Path) -> Result<Self> {
         fs::create_dir_all(run_dir).with_context(|| format!("cannot create run.dir {}", run_dir.display()))?;
         let path = run_dir.join(LOCK);
-        // Not truncated before the lock is ours: the file names the current owner.
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
+        // Not truncated before the lock is ours: the file names the current owner. Never
+        // through a symbolic link, whose target this would write the PID into.
+        let mut file = no_follow(OpenOptions::new().create(true).truncate(false).read(true).write(true))
             .open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
+            .with_context(|| match fs::symlink_metadata(&path) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    format!("{} is a symbolic link, which a run never writes through; remove it", path.display())
+                }
+                _ => format!("cannot open {}", path.display()),
+            })?;
         match file.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => {
@@ -51,6 +53,33 @@ impl RunLock {
         file.sync_all().ok();
         Ok(Self { _file: file })
     }
+}
+
+/// `options` opening a path itself, not the target of a symbolic link there (Unix).
+fn no_follow(options: &mut OpenOptions) -> &mut OpenOptions {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW)
+    }
+    #[cfg(not(unix))]
+    options
+}
+
+/// Write the run's resolved config to `run_dir/config.toml`: beside it, then renamed over it,
+/// so a symbolic link there is replaced rather than written through. A fresh run refuses a
+/// `config.toml` it did not write (one with other contents); a resumed run replaces its own.
+pub fn write_config(run_dir: &Path, toml: &str, resuming: bool) -> Result<()> {
+    let path = run_dir.join("config.toml");
+    if !resuming && fs::symlink_metadata(&path).is_ok() && fs::read(&path).ok().as_deref() != Some(toml.as_bytes()) {
+        bail!(
+            "{} exists with other contents than this run's config (a file of yours, or an earlier run's that left no checkpoint or metrics); a new run never replaces it: move it away, or start elsewhere with `--set run.dir=<new dir>` (a config file can be given with --config FILE from any other path)",
+            path.display()
+        );
+    }
+    let tmp = run_dir.join(".config.toml.tmp");
+    fs::write(&tmp, toml).with_context(|| format!("cannot write {}", tmp.display()))?;
+    fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))
 }
 
 /// A new run (no `--resume`) never writes into a directory that holds another run's

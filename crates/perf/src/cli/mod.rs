@@ -34,6 +34,9 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(out) = &args.calibrate_cpu {
+        if args.threads > boost_config::MAX_THREADS {
+            anyhow::bail!("--threads {}", boost_config::threads_message(args.threads));
+        }
         crate::calibrate::calibrate_cpu(out, args.threads, args.rounds, !args.json, args.force)?;
         println!("wrote {}", out.display());
         return Ok(());

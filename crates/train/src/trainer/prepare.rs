@@ -5,7 +5,7 @@ use super::{Log, TrainOptions};
 use crate::checkpoint::Checkpoint;
 use crate::compat;
 use crate::run_dir::{self, RunLock};
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use boost_config::Config;
 use boost_data::Dataset;
 use std::path::PathBuf;
@@ -78,7 +78,6 @@ fn claim_run_dir(cfg: &Config, run_dir: &std::path::Path, resume: Option<&Checkp
             side.display()
         ));
     }
-    let toml = run_dir.join("config.toml");
-    std::fs::write(&toml, cfg.to_toml()).with_context(|| format!("cannot write {}", toml.display()))?;
+    run_dir::write_config(run_dir, &cfg.to_toml(), resume.is_some())?;
     Ok(lock)
 }
