@@ -5,6 +5,7 @@
 //! model trains or scores on it.
 
 use anyhow::{Context, Result, bail};
+use std::collections::BTreeSet;
 use std::fs;
 use std::io::Write;
 use std::path::Path;
@@ -57,14 +58,25 @@ pub enum Verified {
 /// Check every file `dir/SHA256SUMS` lists. A mismatch, a missing listed file or a garbled
 /// manifest is an error naming the file.
 pub fn verify(dir: &Path) -> Result<Verified> {
+    Ok(match verify_listed(dir)? {
+        Some(_) => Verified::Ok,
+        None => Verified::Unverifiable,
+    })
+}
+
+/// [`verify`], returning the names of the files `dir/SHA256SUMS` lists (each one checked), or
+/// `None` when there is no manifest. A reader must open only listed files: an unlisted one
+/// is unverified.
+pub fn verify_listed(dir: &Path) -> Result<Option<BTreeSet<String>>> {
     let path = dir.join(FILE);
     if !path.exists() {
-        return Ok(Verified::Unverifiable);
+        return Ok(None);
     }
     let text = fs::read_to_string(&path).map_err(|e| anyhow::anyhow!("{} is unreadable ({e})", path.display()))?;
     if text.trim().is_empty() {
         bail!("{} is empty", path.display());
     }
+    let mut listed = BTreeSet::new();
     for (i, line) in text.lines().enumerate() {
         let Some((sum, name)) = line.split_once("  ") else {
             bail!("{}:{}: not a `<sha256>  <file>` line", path.display(), i + 1);
@@ -79,6 +91,7 @@ pub fn verify(dir: &Path) -> Result<Verified> {
         if sha256_file(&file)? != sum.to_ascii_lowercase() {
             bail!("{} is corrupt or truncated: it does not match its checksum in {}", file.display(), path.display());
         }
+        listed.insert(name.to_string());
     }
-    Ok(Verified::Ok)
+    Ok(Some(listed))
 }

@@ -37,7 +37,7 @@ pub use gather::{gather, gather_sets, gather_with};
 pub use part::{PartFile, Slice, failed_name, sidecar_name, write_failed, write_part};
 pub use prune::remove_stale;
 pub use read::{Checkpoint, local_slice};
-pub use resolve::{latest, list, resolve};
+pub use resolve::{latest, latest_noted, list, resolve, resolve_noted};
 pub use write::{save, write_safetensors};
 
 use serde::{Deserialize, Serialize};

@@ -11,10 +11,10 @@ use boost_model::params::Piece;
 use boost_tensor::{Backend, MatMut};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fs;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 /// An opened checkpoint directory.
 pub struct Checkpoint {
@@ -31,16 +31,18 @@ pub struct Checkpoint {
 struct Mapped {
     map: Mmap,
     index: HashMap<String, (Vec<usize>, Range<usize>)>,
+    /// The step its safetensors metadata records, where it records one.
+    step: Option<String>,
 }
 
-/// Where to turn when a checkpoint is damaged: the other checkpoints beside it.
+/// Where to turn when a checkpoint is damaged: the other complete checkpoints beside it.
 fn earlier_hint(dir: &Path) -> String {
     let others: Vec<String> = dir
         .parent()
         .and_then(|root| list(root).ok())
         .unwrap_or_default()
         .into_iter()
-        .filter(|(_, d)| d != dir)
+        .filter(|(_, d)| d != dir && d.join("meta.json").is_file())
         .map(|(_, d)| d.display().to_string())
         .collect();
     if others.is_empty() {
@@ -52,6 +54,44 @@ fn earlier_hint(dir: &Path) -> String {
 
 fn corrupt(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("{} is corrupt or truncated ({e}); use an earlier checkpoint", path.display())
+}
+
+/// The files `SHA256SUMS` lists (each already verified), or `None` for a checkpoint written
+/// before manifests existed. Every file the reader opens must be listed: an unlisted file
+/// was never verified.
+struct Sums<'a> {
+    dir: &'a Path,
+    listed: Option<BTreeSet<String>>,
+}
+
+impl Sums<'_> {
+    fn need(&self, name: &str) -> Result<()> {
+        let Some(listed) = &self.listed else {
+            return Ok(());
+        };
+        if listed.contains(name) {
+            return Ok(());
+        }
+        let sums = self.dir.join(crate::manifest::FILE);
+        bail!(
+            "{} is not listed in {}, so it cannot be verified and is not used (every file of a checkpoint is listed there when it is written: the list or the file was changed since). Restore {} from where the checkpoint came from, or {}; if you changed {name} on purpose, add its line (`cd {} && sha256sum {name} >> {}`)",
+            self.dir.join(name).display(),
+            sums.display(),
+            crate::manifest::FILE,
+            earlier_hint(self.dir),
+            self.dir.display(),
+            crate::manifest::FILE
+        )
+    }
+}
+
+/// A file name inside the checkpoint directory: one plain component, no separators, no
+/// `.` or `..`.
+fn plain_name(name: &str) -> bool {
+    let p = Path::new(name);
+    let mut parts = p.components();
+    let one = matches!((parts.next(), parts.next()), (Some(Component::Normal(n)), None) if n == p.as_os_str());
+    one && !name.contains(['/', '\\', '\0'])
 }
 
 /// Map `path` and index its tensors (fp32 only).
@@ -71,8 +111,9 @@ fn map_file(path: &Path) -> Result<Mapped> {
         let (a, b) = info.data_offsets;
         index.insert(name.clone(), (info.shape.clone(), base + a..base + b));
     }
+    let step = meta.metadata().as_ref().and_then(|m| m.get("step")).cloned();
     drop(st);
-    Ok(Mapped { map, index })
+    Ok(Mapped { map, index, step })
 }
 
 /// Where a checkpoint's tensors are: each tensor's rectangles, the mapped files by name, and
@@ -84,34 +125,40 @@ impl Checkpoint {
         if !dir.is_dir() {
             bail!("{} is not a checkpoint directory", dir.display());
         }
-        match crate::manifest::verify(dir) {
-            Ok(crate::manifest::Verified::Ok) => {}
-            Ok(crate::manifest::Verified::Unverifiable) => eprintln!(
-                "warning: {} has no {} (written by an earlier version): its files cannot be verified",
-                dir.display(),
-                crate::manifest::FILE
-            ),
+        let listed = match crate::manifest::verify_listed(dir) {
+            Ok(l) => l,
             Err(e) => bail!("{e}; {}", earlier_hint(dir)),
-        }
+        };
+        let sums = Sums { dir, listed };
+        sums.need("meta.json")?;
         let meta_path = dir.join("meta.json");
         let text = fs::read_to_string(&meta_path).with_context(|| format!("{} is missing", meta_path.display()))?;
         let meta: CheckpointMeta = serde_json::from_str(&text).map_err(|e| corrupt(&meta_path, e))?;
+        if sums.listed.is_none() {
+            unverifiable(dir, &meta)?;
+        }
         let (tensors, files, sharded) = match meta.format {
-            FORMAT => Self::single_file(dir)?,
-            SHARDED_FORMAT => Self::sharded(dir)?,
+            FORMAT => Self::single_file(dir, &sums)?,
+            SHARDED_FORMAT => Self::sharded(dir, &sums)?,
             f => bail!(
                 "{} has checkpoint format {f}, this build reads formats {FORMAT} and {SHARDED_FORMAT}",
                 dir.display()
             ),
         };
+        if dir.join("tokenizer.json").exists() {
+            sums.need("tokenizer.json")?;
+        }
+        check_step(dir, &meta, &files)?;
+        check_shapes(dir, &meta, &tensors, sharded)?;
         Ok(Self { dir: dir.to_path_buf(), meta, tensors, files, sharded })
     }
 
     /// Today's single-file layout: `model.safetensors` and `optim.safetensors`, whole tensors.
-    fn single_file(dir: &Path) -> Result<Layout> {
+    fn single_file(dir: &Path, sums: &Sums) -> Result<Layout> {
         let mut tensors = BTreeMap::new();
         let mut files = HashMap::new();
         for file in ["model.safetensors", "optim.safetensors"] {
+            sums.need(file)?;
             let m = map_file(&dir.join(file))?;
             for (key, (shape, _)) in &m.index {
                 let (r, c) = matrix(shape);
@@ -124,29 +171,67 @@ impl Checkpoint {
     }
 
     /// The sharded layout: `shards.json` names every rectangle; each must be in its file with
-    /// the size its rectangle needs.
-    fn sharded(dir: &Path) -> Result<Layout> {
+    /// the shape and size its rectangle needs.
+    fn sharded(dir: &Path, sums: &Sums) -> Result<Layout> {
+        sums.need(MANIFEST)?;
         let path = dir.join(MANIFEST);
         let text = fs::read_to_string(&path).with_context(|| format!("{} is missing", path.display()))?;
         let m: Manifest = serde_json::from_str(&text).map_err(|e| corrupt(&path, e))?;
+        for (key, n) in [("dp", m.dp), ("pp", m.pp), ("tp", m.tp)] {
+            if n == 0 {
+                return Err(corrupt(&path, format!("`{key}` is 0; the layout that wrote it has at least 1")));
+            }
+        }
         let mut files = HashMap::new();
         for f in &m.files {
-            if f.file.contains('/') || f.file.contains("..") {
-                return Err(corrupt(&path, format!("file name {:?}", f.file)));
+            if !plain_name(&f.file) {
+                return Err(corrupt(
+                    &path,
+                    format!("`files` names {:?}, which is not a file name inside the checkpoint directory", f.file),
+                ));
             }
+            sums.need(&f.file)?;
             files.insert(f.file.clone(), map_file(&dir.join(&f.file))?);
         }
         for (name, e) in &m.tensors {
             let (r, c) = matrix(&e.shape);
             for s in &e.slices {
+                if !plain_name(&s.file) {
+                    return Err(corrupt(
+                        &path,
+                        format!(
+                            "`tensors.{name}` names the file {:?}, which is not a file name inside the checkpoint directory",
+                            s.file
+                        ),
+                    ));
+                }
                 let file = dir.join(&s.file);
-                let Some((_, bytes)) = files.get(&s.file).and_then(|f| f.index.get(&s.key)) else {
+                let Some((stored, bytes)) = files.get(&s.file).and_then(|f| f.index.get(&s.key)) else {
                     return Err(corrupt(&file, format!("no tensor {} ({name}) listed in {MANIFEST}", s.key)));
                 };
                 let ok = s.rows[0] <= s.rows[1] && s.rows[1] <= r && s.cols[0] <= s.cols[1] && s.cols[1] <= c;
-                let area = (s.rows[1] - s.rows[0]).saturating_mul(s.cols[1] - s.cols[0]);
+                let area = if ok { (s.rows[1] - s.rows[0]).saturating_mul(s.cols[1] - s.cols[0]) } else { 0 };
                 if !ok || bytes.len() != 4 * area {
                     return Err(corrupt(&file, format!("{} does not match its rectangle in {MANIFEST}", s.key)));
+                }
+                // A vector's rectangle is stored as a vector, a matrix's as a matrix.
+                let want = if e.shape.len() == 1 {
+                    vec![s.cols[1] - s.cols[0]]
+                } else {
+                    vec![s.rows[1] - s.rows[0], s.cols[1] - s.cols[0]]
+                };
+                if *stored != want {
+                    bail!(
+                        "{}: tensor {} has shape {stored:?} in its header, but its rectangle in {MANIFEST} (rows {}..{}, columns {}..{} of {name}, shape {:?}) has shape {want:?}; the file was changed after it was written: {}",
+                        file.display(),
+                        s.key,
+                        s.rows[0],
+                        s.rows[1],
+                        s.cols[0],
+                        s.cols[1],
+                        e.shape,
+                        earlier_hint(dir)
+                    );
                 }
             }
         }
@@ -266,6 +351,104 @@ impl Checkpoint {
         }
         super::assemble::write_whole(self, dest)
     }
+}
+
+/// A checkpoint without `SHA256SUMS`: one written before manifests existed (single-file,
+/// format 1) opens with a warning; a sharded one (format 2) was always written with it, so
+/// the manifest was removed and nothing of it can be trusted.
+fn unverifiable(dir: &Path, meta: &CheckpointMeta) -> Result<()> {
+    let sums = crate::manifest::FILE;
+    let sharded = dir.join(MANIFEST).exists();
+    if meta.format == SHARDED_FORMAT || sharded {
+        let why = if sharded {
+            format!("it holds {MANIFEST}, so it is a sharded (format {SHARDED_FORMAT}) checkpoint")
+        } else {
+            format!("its meta.json says format {SHARDED_FORMAT} (sharded)")
+        };
+        bail!(
+            "{} has no {sums}, but {why}, and every version that writes that format writes {sums}: it was removed, so the files cannot be verified and are not used. Restore {sums} from where the checkpoint came from, or {}",
+            dir.display(),
+            earlier_hint(dir)
+        );
+    }
+    if meta.format == FORMAT {
+        eprintln!(
+            "warning: {} has no {sums} (written by an earlier version): its files cannot be verified",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The step of `meta.json` must be the one the tensor files record and the one the directory
+/// is named for: a resume continues from it.
+fn check_step(dir: &Path, meta: &CheckpointMeta, files: &HashMap<String, Mapped>) -> Result<()> {
+    let mut names: Vec<&String> = files.keys().collect();
+    names.sort();
+    for name in names {
+        if let Some(step) = &files[name].step
+            && step.trim().parse::<u64>().ok() != Some(meta.step)
+        {
+            bail!(
+                "{} says step {}, but {} records step {step}: the checkpoint does not know which step it holds (a resume would continue from the wrong one); {}",
+                dir.join("meta.json").display(),
+                meta.step,
+                dir.join(name).display(),
+                earlier_hint(dir)
+            );
+        }
+    }
+    let named = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("step-"));
+    if let Some(n) = named.and_then(|n| n.parse::<u64>().ok())
+        && n != meta.step
+    {
+        bail!(
+            "{} says step {}, but its directory is named for step {n}: the checkpoint does not know which step it holds (a resume would continue from the wrong one); {}",
+            dir.join("meta.json").display(),
+            meta.step,
+            earlier_hint(dir)
+        );
+    }
+    Ok(())
+}
+
+/// Every stored tensor of the model the checkpoint's config describes (weights and `m.`/`v.`
+/// moments) must have its canonical shape: the same element count in another shape would
+/// load, score and export as a different model. A config this build cannot read is left to
+/// the caller, which needs it and reports it.
+fn check_shapes(
+    dir: &Path,
+    meta: &CheckpointMeta,
+    tensors: &BTreeMap<String, TensorEntry>,
+    sharded: bool,
+) -> Result<()> {
+    let Ok(cfg) = boost_config::Config::from_toml_str(&meta.config) else {
+        return Ok(());
+    };
+    let Ok(pieces) = boost_model::layout_pieces(&cfg.model, boost_model::Layout::single(&cfg.model)) else {
+        return Ok(());
+    };
+    let expected: HashMap<&str, &[usize]> = pieces.iter().map(|p| (p.name.as_str(), p.shape.as_slice())).collect();
+    for (name, e) in tensors {
+        let base = name.strip_prefix("m.").or_else(|| name.strip_prefix("v.")).unwrap_or(name);
+        let Some(want) = expected.get(base) else {
+            continue;
+        };
+        if e.shape != *want {
+            let file = match e.slices.first() {
+                Some(s) if !sharded => dir.join(&s.file),
+                _ => dir.join(MANIFEST),
+            };
+            bail!(
+                "{}: tensor {name} has shape {:?}, but the model of {} (its config) has it as {want:?}; the file was changed after it was written: {}",
+                file.display(),
+                e.shape,
+                dir.join("meta.json").display(),
+                earlier_hint(dir)
+            );
+        }
+    }
+    Ok(())
 }
 
 fn is_whole(s: &SliceRef, shape: &[usize]) -> bool {
