@@ -16,7 +16,7 @@ use boost_model::{Layout, Model};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Solo};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Component, Path, PathBuf};
 
 /// The longest `train.seq_len` an import sets from `max_position_embeddings`.
 pub const MAX_SEQ_LEN: usize = 2048;
@@ -42,13 +42,10 @@ pub struct Energy {
 /// Import `opts.hf` into `opts.out`; returns the checkpoint directory and each low-rank
 /// projection's retained energy (also passed to `log` as it is computed).
 pub fn import(opts: &ImportOptions, log: &dyn Fn(String)) -> Result<(PathBuf, Vec<Energy>)> {
-    if opts.out.exists() && std::fs::read_dir(&opts.out).map(|mut d| d.next().is_some()).unwrap_or(true) {
-        bail!(
-            "--out {} exists and is not empty; an import never writes into it, choose a new directory",
-            opts.out.display()
-        );
-    }
+    check_out(opts)?;
     let mut folder = Folder::open(&opts.hf)?;
+    let tokenizer = opts.hf.join("tokenizer.json");
+    let tokenizer = check_tokenizer(&tokenizer)?.then_some(tokenizer);
     let cfg = config_of(&folder.shape, opts)?;
     let mut model = Model::new(Cpu::<f32>::new(), &cfg.model, Layout::single(&cfg.model), cfg.train.seed)?;
     let mut energies = Vec::new();
@@ -77,9 +74,8 @@ pub fn import(opts: &ImportOptions, log: &dyn Fn(String)) -> Result<(PathBuf, Ve
     let meta = CheckpointMeta::outside_training(checkpoint::FORMAT, 0, &cfg);
     let opt = AdamW::new(&model.be, &model.store);
     let tensors = checkpoint::gather(&model, &opt, &Solo)?;
-    let tokenizer = opts.hf.join("tokenizer.json");
     let root = opts.out.join("checkpoints");
-    let dir = checkpoint::save(&root, &tensors, &meta, tokenizer.is_file().then_some(tokenizer.as_path()), 0)?;
+    let dir = checkpoint::save(&root, &tensors, &meta, tokenizer.as_deref(), 0)?;
     std::fs::write(opts.out.join("config.toml"), cfg.to_toml())
         .with_context(|| format!("cannot write {}", opts.out.join("config.toml").display()))?;
     Ok((dir, energies))
@@ -90,7 +86,69 @@ fn low_rank(folder: &mut Folder, prefix: &str, r: usize) -> Result<svd::Factors>
     let name = format!("{prefix}.weight");
     let shape = dense_shape(folder, prefix)?;
     let w = folder.tensor(&name, &shape)?;
-    svd::factor(&w, shape[0], shape[1], r)
+    svd::factor(&w, shape[0], shape[1], r).with_context(|| format!("{name} of {}", folder.dir.display()))
+}
+
+/// Refuses an `--out` that is a file, lies inside the Hugging Face folder (which an import only
+/// reads) or is a non-empty directory.
+fn check_out(opts: &ImportOptions) -> Result<()> {
+    let out = &opts.out;
+    if out.exists() && !out.is_dir() {
+        bail!(
+            "--out {} is a file, not a directory; an import creates a run directory, choose a new path",
+            out.display()
+        );
+    }
+    if let (Ok(hf), Some(target)) = (opts.hf.canonicalize(), resolved(out))
+        && target.starts_with(&hf)
+    {
+        bail!(
+            "--out {} is inside the Hugging Face folder --hf {}, which an import only reads; choose a directory \
+             outside it",
+            out.display(),
+            opts.hf.display()
+        );
+    }
+    if out.exists() && std::fs::read_dir(out).map(|mut d| d.next().is_some()).unwrap_or(true) {
+        bail!(
+            "--out {} exists and is not empty; an import never writes into it, choose a new directory",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
+/// Where `path` is or would be created: its nearest existing ancestor canonicalized, the rest
+/// appended (with `..` taken lexically; nothing below that ancestor exists to be a link).
+fn resolved(path: &Path) -> Option<PathBuf> {
+    let path = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().ok()?.join(path) };
+    let parts: Vec<Component> = path.components().collect();
+    (1..=parts.len()).rev().find_map(|k| {
+        let mut out = parts[..k].iter().collect::<PathBuf>().canonicalize().ok()?;
+        for part in &parts[k..] {
+            match part {
+                Component::ParentDir => {
+                    out.pop();
+                }
+                Component::CurDir => {}
+                other => out.push(other),
+            }
+        }
+        Some(out)
+    })
+}
+
+/// Whether the folder has a tokenizer; one that does not load as a tokenizer (as `generate`
+/// and `export` will load it from the checkpoint) is refused, naming the file.
+fn check_tokenizer(path: &Path) -> Result<bool> {
+    if !path.exists() {
+        return Ok(false);
+    }
+    if !path.is_file() {
+        bail!("{} is not a file; the tokenizer must be a tokenizer.json file", path.display());
+    }
+    boost_data::Tokenizer::from_file(path).context("import refuses the folder's tokenizer.json")?;
+    Ok(true)
 }
 
 /// `[d_out, d_in]` of projection `prefix` in Llama's layout.
