@@ -205,6 +205,9 @@ fn exports_never_clobber() {
         let e = fails(&export(out, true));
         assert!(e.contains(what), "{e}");
     }
+    // A new folder inside the checkpoint (it used to be written there).
+    let e = fails(&export(&ck.join("hf"), false));
+    assert!(e.contains("inside the checkpoint being exported"), "{e}");
     assert_eq!(snapshot(&run_dir), before, "the checkpoints and the run are unchanged");
 
     let mine = root.path().join("mine");

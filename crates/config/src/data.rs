@@ -109,6 +109,12 @@ impl DataConfig {
             if m.dir.is_empty() {
                 return Err(ConfigError::new(format!("data.mix[{i}].dir"), "is empty; name a dataset directory"));
             }
+            if m.name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+                return Err(ConfigError::new(
+                    format!("data.mix[{i}].name"),
+                    "is empty; name the dataset (its validation loss is reported under it), or leave `name` out for the directory's name",
+                ));
+            }
             if !names.insert(m.label()) {
                 return Err(ConfigError::new(
                     format!("data.mix[{i}]"),
@@ -167,6 +173,8 @@ mod tests {
         let e =
             load(&[r#"data.mix=[{ dir = "x/a", weight = 1 }, { dir = "y/a", weight = 1 }]"#]).unwrap_err().to_string();
         assert!(e.contains("data.mix[1]") && e.contains("\"a\""), "{e}");
+        let e = load(&[r#"data.mix=[{ dir = "a", weight = 1, name = "" }]"#]).unwrap_err().to_string();
+        assert!(e.contains("data.mix[0].name"), "{e}");
         let e = load(&[r#"data.mix=[{ dir = "a", weight = 1, share = 2 }]"#]).unwrap_err().to_string();
         assert!(e.contains("share"), "{e}");
     }

@@ -138,8 +138,28 @@ impl Hardware {
                 bail!("hardware key `{k}` must be a positive number, got {v}");
             }
         }
-        if c.gemm_half_dim < 0.0 || c.kernel_overhead_s < 0.0 {
-            bail!("compute.gemm_half_dim and compute.kernel_overhead_s must be ≥ 0");
+        // Fractions of a whole: more than all of it predicts more than the hardware does.
+        let fractions = [
+            ("compute.gemm_efficiency", c.gemm_efficiency),
+            ("compute.attention_efficiency", c.attention_efficiency),
+            ("memory.efficiency", self.memory.efficiency),
+            ("usable_memory_fraction", self.usable_memory_fraction),
+        ];
+        for (k, v) in fractions {
+            if v > 1.0 {
+                bail!("hardware key `{k}` is a fraction of the peak or the memory, at most 1, got {v}");
+            }
+        }
+        let non_negative = [
+            ("compute.gemm_half_dim", c.gemm_half_dim),
+            ("compute.kernel_overhead_s", c.kernel_overhead_s),
+            ("intra_node.alpha_s", self.intra_node.alpha_s),
+            ("inter_node.alpha_s", self.inter_node.alpha_s),
+        ];
+        for (k, v) in non_negative {
+            if !(v >= 0.0 && v.is_finite()) {
+                bail!("hardware key `{k}` must be a number ≥ 0, got {v}");
+            }
         }
         if self.devices_per_node == 0 {
             bail!("devices_per_node must be at least 1");
@@ -251,5 +271,35 @@ impl<'a> Timer<'a> {
             Op::Elementwise(e) => self.elementwise(e),
             Op::Collective(c) => self.collective(c),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cluster file with one line changed, as a user might have written it.
+    fn with(key: &str, value: &str) -> Result<Hardware> {
+        let text = PRESETS[0].1;
+        let line =
+            text.lines().find(|l| l.trim_start().starts_with(&format!("{key} ="))).expect("the key is in the preset");
+        Hardware::from_toml_str(&text.replacen(line, &format!("{key} = {value}"), 1))
+    }
+
+    #[test]
+    fn physically_impossible_cluster_values_are_refused_by_key() {
+        // A negative latency predicted a negative step time (−72.8 s), a memory fraction of 2
+        // twice the device's memory.
+        for (key, value, named) in [
+            ("alpha_s", "-1.0", "intra_node.alpha_s"),
+            ("usable_memory_fraction", "2.0", "usable_memory_fraction"),
+            ("gemm_efficiency", "1.5", "compute.gemm_efficiency"),
+            ("kernel_overhead_s", "-1e-6", "compute.kernel_overhead_s"),
+        ] {
+            let e = with(key, value).unwrap_err().to_string();
+            assert!(e.contains(named), "{key} = {value}: {e}");
+        }
+        assert!(with("usable_memory_fraction", "1.0").is_ok());
+        assert!(with("alpha_s", "0.0").is_ok());
     }
 }

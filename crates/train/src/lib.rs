@@ -25,5 +25,6 @@ pub mod guard;
 pub mod import;
 pub mod manifest;
 pub mod owned_part;
+pub mod paths;
 pub mod run_dir;
 pub mod signals;

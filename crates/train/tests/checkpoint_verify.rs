@@ -268,6 +268,20 @@ fn a_step_in_meta_json_that_the_tensor_files_disagree_with_is_refused() {
     Checkpoint::open(&copy(&sharded(), &tmp.path().join("checkpoints/step-00000002"))).unwrap();
 }
 
+/// Every use of a checkpoint reads the run config in `meta.json`; a bad one is named with
+/// that file when the checkpoint is opened (the message named no file before).
+#[test]
+fn a_run_config_in_meta_json_that_does_not_parse_names_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (config, said) in [("[model\nx", "not valid TOML"), ("[train]\nseq_len = 0\n", "train.seq_len")] {
+        let dir = copy(&fixture().single, &tmp.path().join(format!("c{}", said.len())));
+        edit_json(&dir.join("meta.json"), |m| m["config"] = config.into());
+        resum(&dir);
+        let e = open_err(&dir);
+        assert!(e.contains("meta.json") && e.contains("run config") && e.contains(said), "{e}");
+    }
+}
+
 #[test]
 fn shards_json_must_name_a_layout_and_files_inside_the_checkpoint() {
     let tmp = tempfile::tempdir().unwrap();

@@ -414,17 +414,18 @@ fn check_step(dir: &Path, meta: &CheckpointMeta, files: &HashMap<String, Mapped>
 
 /// Every stored tensor of the model the checkpoint's config describes (weights and `m.`/`v.`
 /// moments) must have its canonical shape: the same element count in another shape would
-/// load, score and export as a different model. A config this build cannot read is left to
-/// the caller, which needs it and reports it.
+/// load, score and export as a different model. A config this build cannot read is an error
+/// naming `meta.json`.
 fn check_shapes(
     dir: &Path,
     meta: &CheckpointMeta,
     tensors: &BTreeMap<String, TensorEntry>,
     sharded: bool,
 ) -> Result<()> {
-    let Ok(cfg) = boost_config::Config::from_toml_str(&meta.config) else {
-        return Ok(());
-    };
+    // Every use of a checkpoint reads this config; a bad one is named here, with its file.
+    let cfg = boost_config::Config::from_toml_str(&meta.config).map_err(|e| {
+        anyhow::anyhow!("{}: the run config it holds (`config`) is not valid: {e}", dir.join("meta.json").display())
+    })?;
     let Ok(pieces) = boost_model::layout_pieces(&cfg.model, boost_model::Layout::single(&cfg.model)) else {
         return Ok(());
     };

@@ -38,8 +38,15 @@ pub fn export(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
 
 /// Refuse an `--out` that would lose something.
 fn check_out(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
+    let inside = || {
+        anyhow::anyhow!(
+            "--out {} is inside the checkpoint being exported, which an export only reads; choose a directory outside {}",
+            out.display(),
+            ckpt.dir.display()
+        )
+    };
     if !out.exists() {
-        return Ok(());
+        return if crate::paths::inside(out, &ckpt.dir) { Err(inside()) } else { Ok(()) };
     }
     if !out.is_dir() {
         bail!("--out {} is a file; name a directory for the export", out.display());
@@ -47,6 +54,9 @@ fn check_out(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
     let same = |a: &Path, b: &Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
     if same(out, &ckpt.dir) || ckpt.dir.ancestors().any(|d| same(d, out)) {
         bail!("--out {} is the checkpoint being exported (or holds it); choose a new directory", out.display());
+    }
+    if crate::paths::inside(out, &ckpt.dir) {
+        return Err(inside());
     }
     let owned = ["meta.json", "latest", "metrics.jsonl", "checkpoints", "model.safetensors", ".lock"];
     if let Some(f) = owned.iter().find(|f| out.join(f).exists()) {

@@ -16,7 +16,7 @@ use boost_model::{Layout, Model};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Solo};
 use std::collections::HashMap;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// The longest `train.seq_len` an import sets from `max_position_embeddings`.
 pub const MAX_SEQ_LEN: usize = 2048;
@@ -99,9 +99,7 @@ fn check_out(opts: &ImportOptions) -> Result<()> {
             out.display()
         );
     }
-    if let (Ok(hf), Some(target)) = (opts.hf.canonicalize(), resolved(out))
-        && target.starts_with(&hf)
-    {
+    if crate::paths::inside(out, &opts.hf) {
         bail!(
             "--out {} is inside the Hugging Face folder --hf {}, which an import only reads; choose a directory \
              outside it",
@@ -116,26 +114,6 @@ fn check_out(opts: &ImportOptions) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Where `path` is or would be created: its nearest existing ancestor canonicalized, the rest
-/// appended (with `..` taken lexically; nothing below that ancestor exists to be a link).
-fn resolved(path: &Path) -> Option<PathBuf> {
-    let path = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir().ok()?.join(path) };
-    let parts: Vec<Component> = path.components().collect();
-    (1..=parts.len()).rev().find_map(|k| {
-        let mut out = parts[..k].iter().collect::<PathBuf>().canonicalize().ok()?;
-        for part in &parts[k..] {
-            match part {
-                Component::ParentDir => {
-                    out.pop();
-                }
-                Component::CurDir => {}
-                other => out.push(other),
-            }
-        }
-        Some(out)
-    })
 }
 
 /// Whether the folder has a tokenizer; one that does not load as a tokenizer (as `generate`
