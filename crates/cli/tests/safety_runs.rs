@@ -390,6 +390,23 @@ fn bad_input_is_refused_without_a_panic() {
     assert!(e.contains("global batch") && e.contains("train.micro_batch"), "{e}");
 }
 
+/// A run that cannot fit is refused before it allocates or touches anything (a 7b model on a
+/// 24 GB machine was killed by the kernel, with no message). The set-up needs terabytes, so
+/// no machine running the tests has them available.
+#[test]
+fn a_run_larger_than_the_memory_is_refused_before_it_starts() {
+    let root = tempfile::tempdir().unwrap();
+    let run_dir = root.path().join("huge");
+    let out = boost()
+        .args(["train", "--quiet", "--set", "model.preset=30b", "--set", "train.micro_batch=4096", "--set"])
+        .arg(format!("run.dir={}", run_dir.display()))
+        .output()
+        .unwrap();
+    let e = fails(&out);
+    assert!(e.contains("GiB available") && e.contains("train.micro_batch") && e.contains("train.check_memory"), "{e}");
+    assert!(!run_dir.exists(), "nothing was created");
+}
+
 #[test]
 fn divergence_is_warned_about_and_flagged() {
     let root = tempfile::tempdir().unwrap();

@@ -73,6 +73,10 @@ pub struct TrainConfig {
     /// Write checkpoints from a background thread: each rank copies its state to host
     /// memory and training continues while the copy is written.
     pub async_checkpoint: bool,
+    /// Before a CPU run allocates, refuse it when the memory `boost plan` predicts for the
+    /// ranks of this process exceeds what the machine has available (an out-of-memory kill
+    /// otherwise, minutes in). `false` skips the check, for an estimate that is wrong.
+    pub check_memory: bool,
     /// A timestamped log line every N steps when there is no progress bar (stderr is not a
     /// terminal, as under SLURM, nohup or mpirun, or `run.progress = false`); 0 = none.
     pub log_every: usize,
@@ -107,6 +111,7 @@ impl Default for TrainConfig {
             skip_nonfinite: false,
             checkpoint_on_signal: true,
             async_checkpoint: false,
+            check_memory: true,
             log_every: 10,
             sample_every: 0,
             recompute: Recompute::None,

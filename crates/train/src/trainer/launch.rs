@@ -1,6 +1,7 @@
 //! Starting a run's ranks: one thread per rank in this process, or one process per rank
 //! under `mpirun`, each on the CPU or its GPU.
 
+use super::memory_check::{check_memory, local_ranks};
 use super::prepare::prepare;
 use super::run::Job;
 use super::{Summary, TrainOptions};
@@ -29,6 +30,9 @@ pub(crate) fn run_options(cfg: &Config) -> RunOptions {
 pub fn train(cfg: Config, opts: TrainOptions) -> Result<Summary> {
     check_options(&cfg, &opts)?;
     let gpu = gpu_device(&cfg, 0)?;
+    if gpu.is_none() {
+        check_memory(&cfg, cfg.parallel.world_size())?;
+    }
     let p = prepare(cfg, &opts, true)?;
     let par = &p.cfg.parallel;
     let dims = Dims::new(par.dp, par.pp, par.tp);
@@ -86,6 +90,9 @@ pub fn train_launched(cfg: Config, opts: TrainOptions) -> Result<Option<Summary>
     let dims = Dims::new(par.dp, par.pp, par.tp);
     let ropts = run_options(&cfg);
     let gpu = gpu_device(&cfg, local_rank())?;
+    if gpu.is_none() {
+        check_memory(&cfg, local_ranks())?;
+    }
     boost_comm::mpi::run_mpi(dims, &ropts, |rank, grid| {
         if dims.world() != grid.world.size() {
             bail!(

@@ -6,6 +6,7 @@ mod checkpointing;
 mod eval;
 mod launch;
 mod learner;
+mod memory_check;
 mod prepare;
 mod run;
 mod runner;
