@@ -268,6 +268,24 @@ fn a_step_in_meta_json_that_the_tensor_files_disagree_with_is_refused() {
     Checkpoint::open(&copy(&sharded(), &tmp.path().join("checkpoints/step-00000002"))).unwrap();
 }
 
+/// A checkpoint is written only from finite values; a NaN found in one (its manifest
+/// recomputed, as a tool that rewrote the file would) is named with the tensor and its index
+/// rather than surfacing later as a diverged run.
+#[test]
+fn a_non_finite_value_in_a_checkpoint_names_the_tensor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = copy(&fixture().single, &tmp.path().join("nan"));
+    let p = dir.join("model.safetensors");
+    let (h, mut data) = header(&p);
+    let name = "model.norm.weight";
+    let at = h[name]["data_offsets"][0].as_u64().unwrap() as usize + 4 * 3;
+    data[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    set_header(&p, &h, &data);
+    resum(&dir);
+    let e = format!("{:#}", open_and_load(&dir).unwrap_err());
+    assert!(e.contains(name) && e.contains("NaN") && e.contains("[0, 3]"), "{e}");
+}
+
 /// Every use of a checkpoint reads the run config in `meta.json`; a bad one is named with
 /// that file when the checkpoint is opened (the message named no file before).
 #[test]

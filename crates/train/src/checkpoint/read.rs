@@ -286,6 +286,17 @@ impl Checkpoint {
                 self.dir.display()
             );
         }
+        // A checkpoint is only written from finite weights and moments: a non-finite value was
+        // put there since (and would surface later as a diverged run, pointing at train.lr).
+        if let Some(i) = out.iter().position(|x| !x.is_finite()) {
+            let (r, c) = (rows.start + i / cols.len(), cols.start + i % cols.len());
+            bail!(
+                "{}: {name} holds {} at [{r}, {c}]; a checkpoint is written only from finite values, so the file was                  damaged since; {}",
+                self.dir.display(),
+                out[i],
+                earlier_hint(&self.dir)
+            );
+        }
         Ok(out)
     }
 
