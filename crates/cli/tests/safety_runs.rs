@@ -125,6 +125,38 @@ fn a_run_never_writes_over_or_through_files_it_did_not_make() {
     assert!(e.contains("run.dir") && e.contains("empty"), "{e}");
 }
 
+/// A resume never mixes two runs in one directory: another run's checkpoint goes only into a
+/// directory as fresh as a new run's (it used to add its checkpoints and metrics to the
+/// directory's own, and `keep_checkpoints` then pruned the directory's run). A resume with
+/// nothing to train, or with another data order, is refused rather than run.
+#[test]
+fn a_resume_never_mixes_two_runs_or_runs_for_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let (a, b) = (root.path().join("a"), root.path().join("b"));
+    run(&mut train(&data, &a, &[]));
+    run(&mut train(&data, &b, &["train.seed=7"]));
+    let before = snapshot(&a);
+    let other = b.join("checkpoints/step-00000004");
+    let e = fails(
+        &train(&data, &a, &["train.steps=8", "train.keep_checkpoints=1"]).arg("--resume").arg(&other).output().unwrap(),
+    );
+    assert!(e.contains("already holds checkpoints") && e.contains("another run's"), "{e}");
+    assert_eq!(snapshot(&a), before, "the directory's own run is untouched");
+
+    let e = fails(&train(&data, &a, &["train.steps=2"]).arg("--resume").output().unwrap());
+    assert!(e.contains("train.steps = 2") && e.contains("step 4"), "{e}");
+    let e = fails(
+        &train(&data, &root.path().join("c"), &["train.steps=6", "data.seed=5"])
+            .arg("--resume")
+            .arg(a.join("checkpoints/step-00000004"))
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("data.seed"), "{e}");
+    assert_eq!(snapshot(&a), before);
+}
+
 #[test]
 fn metrics_hold_one_line_per_step_after_a_resume_and_stale_temporaries_go() {
     let root = tempfile::tempdir().unwrap();

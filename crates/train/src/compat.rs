@@ -20,6 +20,27 @@ pub fn check_resume(ck: &Checkpoint, cfg: &Config, data: &Dataset) -> Result<Vec
             ck.dir.display()
         );
     }
+    // Nothing to train is a mistake, not a run: it would only rewrite the run's config.
+    if cfg.train.steps as u64 <= ck.meta.step {
+        bail!(
+            "train.steps = {} but the checkpoint {} is at step {}: a resumed run has nothing to do; set train.steps above {}",
+            cfg.train.steps,
+            ck.dir.display(),
+            ck.meta.step,
+            ck.meta.step
+        );
+    }
+    // The saved data position indexes the permutation data.seed draws: another seed would
+    // continue from a position in another order (another loss curve, silently).
+    if cfg.data.seed != ck.meta.data_seed {
+        bail!(
+            "`data.seed` is {} in the checkpoint {} but {} in this run; the data position it saved belongs to the \
+             order that seed draws, so a resume keeps it: drop the change (or start a new run with `--set run.dir=<new dir>`)",
+            ck.meta.data_seed,
+            ck.dir.display(),
+            cfg.data.seed
+        );
+    }
     check_mix(ck, &saved, cfg, data)?;
     let ours = data.dir.join("tokenizer.json");
     if let Some(theirs) = ck.tokenizer_path()

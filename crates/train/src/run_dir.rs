@@ -101,9 +101,24 @@ pub fn check_fresh(run_dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Resuming at `step` must not write over checkpoints newer than it in `run_dir`: the run
-/// would replace them step by step. Branch into another run directory instead.
-pub fn check_resume(run_dir: &Path, step: u64) -> Result<()> {
+/// A resume into `run_dir` continues the run that directory holds, or starts one there: a
+/// checkpoint from elsewhere (`ck_dir` outside `run_dir/checkpoints`) goes only into a
+/// directory as fresh as a new run's ([`check_fresh`]), or two runs' checkpoints and metrics
+/// would mix (and pruning would delete the other run's). Resuming at `step` must not write
+/// over checkpoints newer than it either: branch into another run directory instead.
+pub fn check_resume(run_dir: &Path, ck_dir: &Path, step: u64) -> Result<()> {
+    let ours = matches!(
+        (ck_dir.parent().map(Path::canonicalize), run_dir.join("checkpoints").canonicalize()),
+        (Some(Ok(a)), Ok(b)) if a == b
+    );
+    if !ours {
+        return check_fresh(run_dir).map_err(|e| {
+            anyhow::anyhow!(
+                "{e}; the checkpoint being resumed, {}, is another run's, and a resume never mixes two runs in one directory",
+                ck_dir.display()
+            )
+        });
+    }
     let mut newer: Vec<(u64, PathBuf)> =
         checkpoint::list(&run_dir.join("checkpoints"))?.into_iter().filter(|(s, _)| *s > step).collect();
     if newer.is_empty() {

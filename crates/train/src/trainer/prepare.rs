@@ -63,7 +63,7 @@ pub(super) fn prepare(mut cfg: Config, opts: &TrainOptions, lead: bool) -> Resul
 fn claim_run_dir(cfg: &Config, run_dir: &std::path::Path, resume: Option<&Checkpoint>, log: Log) -> Result<RunLock> {
     let lock = RunLock::acquire(run_dir)?;
     match resume {
-        Some(ck) => run_dir::check_resume(run_dir, ck.meta.step)?,
+        Some(ck) => run_dir::check_resume(run_dir, &ck.dir, ck.meta.step)?,
         None => run_dir::check_fresh(run_dir)?,
     }
     if let Some(line) = run_dir::clean_stale(run_dir) {
