@@ -52,7 +52,7 @@ pub struct BenchArgs {
     /// Also print every GEMM shape of the step with its GFLOP/s against the measured peak
     /// (always in the JSON report), and each shape's rate alone (the same product on its own
     /// operands, called back to back) against a peak measured beside it.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["tp", "grid"])]
     pub gemm_shapes: bool,
     /// Compare the tensor-parallel schemes at this degree instead (ranks in this process):
     /// full-rank Megatron, and the low-rank architecture under vanilla and BTP.
@@ -169,10 +169,11 @@ fn link_of(a: &BenchArgs) -> Result<Option<boost_comm::Link>> {
         }
         Some(spec) => {
             // As `parallel.link`: two numbers ≥ 0, a bandwidth of 0 turning emulation off.
-            let l = boost_config::parse_link("--link", spec).map_err(|_| {
+            let l = boost_config::parse_link("--link", spec).map_err(|e| {
                 anyhow::anyhow!(
-                    "--link \"{spec}\": give `a100`, `none`, or ALPHA_US,GBPS as two numbers ≥ 0, e.g. 20,25 \
-                     (latency in µs, bandwidth in GB/s; a bandwidth of 0 turns emulation off)"
+                    "--link \"{spec}\": {}; give `a100`, `none`, or ALPHA_US,GBPS as two numbers ≥ 0, e.g. 20,25 \
+                     (latency in µs, bandwidth in GB/s; a bandwidth of 0 turns emulation off)",
+                    e.message
                 )
             })?;
             (l.gbps > 0.0).then(|| boost_comm::Link::new(l.alpha_us, l.gbps))

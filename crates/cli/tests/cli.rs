@@ -63,6 +63,11 @@ fn bad_input_names_the_problem() {
         (&["train", "--set", "train.threads=2000"], "train.threads"),
         (&["bench", "--no-torch", "--tp", "2", "--link", "20"], "--link \"20\""),
         (&["bench", "--no-torch", "--tp", "2", "--link", "nan,5"], "--link \"nan,5\""),
+        (&["bench", "--no-torch", "--tp", "2", "--link", "1e300,1"], "a second a step"),
+        (&["train", "--set", "model.init_std=0"], "model.init_std"),
+        (&["train", "--set", "data.vocab_size=1000000000"], "data.vocab_size"),
+        (&["train", "--set", "parallel.link_gbps=1e-300", "--set", "parallel.link_alpha_us=1"], "parallel.link_gbps"),
+        (&["train", "--set", "parallel.link.tp=\"1,1e-300\""], "parallel.link.tp"),
         (
             &["bench", "--no-torch", "--tp", "2", "--recompute", "full:99", "--set", "model.layers=2"],
             "full:99: 99 exceeds the 2 layers",

@@ -89,6 +89,14 @@ impl DataConfig {
                 ),
             ));
         }
+        // As `boost data --vocab-size`: every id is a row of the embedding, and real
+        // vocabularies stop near 2^18.
+        if self.tokenizer == "bpe" && self.vocab_size > 1 << 20 {
+            return Err(ConfigError::new(
+                "data.vocab_size",
+                format!("is {}; a trained BPE takes at most 1048576 (2^20) entries, e.g. 32000", self.vocab_size),
+            ));
+        }
         if !matches!(self.corpus.as_str(), "auto" | "shakespeare" | "none") {
             return Err(ConfigError::new(
                 "data.corpus",

@@ -368,6 +368,9 @@ impl ModelConfig {
         };
         positive("model.norm_eps", self.norm_eps, "1e-6")?;
         positive("model.rope_theta", self.rope_theta, "10000")?;
+        // A standard deviation: 0 makes every weight 0 (no gradient ever flows: the run trains
+        // nothing), a negative one is the positive one's model with flipped signs.
+        positive("model.init_std", self.init_std, "0.02")?;
         positive("model.lax.ln_eps", self.lax.ln_eps, "1e-6")?;
         Ok(())
     }

@@ -146,9 +146,31 @@ pub fn parse_link(key: &str, text: &str) -> Result<LinkSpec, ConfigError> {
     let (a, b) = text.split_once(',').ok_or_else(|| bad("it needs two numbers"))?;
     let num = |s: &str| s.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0);
     match (num(a), num(b)) {
-        (Some(alpha_us), Some(gbps)) => Ok(LinkSpec { alpha_us, gbps }),
+        (Some(alpha_us), Some(gbps)) => {
+            link_in_range(key, alpha_us, gbps)?;
+            Ok(LinkSpec { alpha_us, gbps })
+        }
         _ => Err(bad("each must be a number ≥ 0")),
     }
+}
+
+/// The slowest link emulation models: a latency of at most a second a step, a bandwidth of 0
+/// (off) or at least 1 kB/s. Beyond them a call sleeps for days (and past `Duration`'s range
+/// the sleep panicked): a typo, not a network.
+const MAX_ALPHA_US: f64 = 1e6;
+const MIN_GBPS: f64 = 1e-6;
+
+fn link_in_range(key: &str, alpha_us: f64, gbps: f64) -> Result<(), ConfigError> {
+    if alpha_us > MAX_ALPHA_US || (gbps > 0.0 && gbps < MIN_GBPS) {
+        return Err(ConfigError::new(
+            key,
+            format!(
+                "latency {alpha_us} µs, bandwidth {gbps} GB/s: link emulation takes latencies up to {MAX_ALPHA_US:e} µs \
+                 (a second a step) and bandwidths of 0 (off) or at least {MIN_GBPS:e} GB/s (1 kB/s)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 impl Default for ParallelConfig {
@@ -219,6 +241,7 @@ impl ParallelConfig {
                 ));
             }
         }
+        link_in_range("parallel.link_alpha_us, parallel.link_gbps", self.link_alpha_us, self.link_gbps)?;
         for (group, text) in [("tp", &self.link.tp), ("pp", &self.link.pp), ("dp", &self.link.dp)] {
             if let Some(t) = text {
                 parse_link(&format!("parallel.link.{group}"), t)?;
