@@ -6,6 +6,7 @@ use crate::dataset::{BuildOptions, Meta, TokenizerChoice};
 use crate::input::Inputs;
 use crate::output::OutputGuard;
 use crate::shakespeare;
+use crate::tokenizer::{MAX_VOCAB_SIZE, Tokenizer};
 use anyhow::{Result, bail};
 use std::path::PathBuf;
 use std::time::Instant;
@@ -46,8 +47,10 @@ pub struct DataArgs {
     #[arg(long, value_name = "bpe|PATH", default_value = "bpe")]
     pub tokenizer: String,
 
-    /// Vocabulary size of the trained BPE (256 bytes, <|endoftext|>, and merges).
-    #[arg(long, value_name = "N", default_value_t = 4096)]
+    /// Vocabulary size of the trained BPE (256 bytes, <|endoftext|>, and merges), at most
+    /// 1048576. With --tokenizer PATH the vocabulary is the tokenizer's own, and a different
+    /// --vocab-size is refused.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_VOCAB_SIZE)]
     pub vocab_size: usize,
 
     /// Fraction of documents held out for validation (at least one document either side).
@@ -78,11 +81,36 @@ pub struct DataArgs {
     pub json: bool,
 }
 
+/// The default of `--vocab-size` (that of `data.vocab_size`).
+pub const DEFAULT_VOCAB_SIZE: usize = 4096;
+
 /// Runs `boost data`: reads the inputs, builds the dataset and prints a summary.
 pub fn run(args: &DataArgs) -> Result<()> {
     let t0 = Instant::now();
     if args.tokenizer == "bpe" && args.vocab_size < 260 {
         bail!("--vocab-size {} is too small: a byte-level BPE needs at least 260 entries", args.vocab_size);
+    }
+    if args.tokenizer == "bpe" && args.vocab_size > MAX_VOCAB_SIZE {
+        bail!(
+            "--vocab-size {} is too large: a trained BPE has at most {MAX_VOCAB_SIZE} entries (token ids \
+             are rows of the model's embedding; real vocabularies have at most a few hundred thousand), \
+             e.g. --vocab-size 32768",
+            args.vocab_size
+        );
+    }
+    if args.tokenizer != "bpe" && args.vocab_size != DEFAULT_VOCAB_SIZE {
+        // A given tokenizer brings its own vocabulary; a --vocab-size that says otherwise would be
+        // ignored. (The default cannot be told from the same number given explicitly.)
+        let tok = Tokenizer::from_file(&args.tokenizer)?;
+        if tok.vocab_size() != args.vocab_size {
+            bail!(
+                "--vocab-size {} does not apply to --tokenizer {}, whose vocabulary has {} entries: \
+                 leave --vocab-size out (it sets the size of a trained BPE, --tokenizer bpe)",
+                args.vocab_size,
+                args.tokenizer,
+                tok.vocab_size()
+            );
+        }
     }
     let carry: &[&str] = if args.corpus.is_some() { &[shakespeare::TARBALL] } else { &[] };
     // Refuse an occupied --out before reading or downloading anything.

@@ -89,9 +89,12 @@ pub struct Inputs {
 
 impl Inputs {
     /// Lists the files of `paths`; `text_field` is the JSONL field or Parquet column holding the
-    /// text. Fails naming a path that cannot be read or a directory without files.
+    /// text. Fails naming a path that cannot be read, a directory without files, or a file that
+    /// two inputs name (the same canonical path, e.g. one given twice, or also inside a given
+    /// directory): its documents would be read twice, into both splits.
     pub fn open(paths: &[PathBuf], text_field: &str) -> Result<Inputs> {
         let mut files = Vec::new();
+        let mut seen: std::collections::HashMap<PathBuf, (&Path, PathBuf)> = std::collections::HashMap::new();
         for p in paths {
             let found = expand(p)?;
             if found.is_empty() {
@@ -100,6 +103,25 @@ impl Inputs {
             for f in found {
                 let len =
                     std::fs::metadata(&f).with_context(|| format!("cannot read the input {}", f.display()))?.len();
+                let canon =
+                    std::fs::canonicalize(&f).with_context(|| format!("cannot read the input {}", f.display()))?;
+                if let Some((first, first_file)) = seen.get(&canon) {
+                    let how = |given: &Path, file: &Path| {
+                        if given == file {
+                            format!("as {}", given.display())
+                        } else {
+                            format!("as {} in {}", file.display(), given.display())
+                        }
+                    };
+                    bail!(
+                        "the input file {} is given twice ({}, and {}): its documents would be read twice and \
+                         could land in both the training and the validation split; give each file once",
+                        canon.display(),
+                        how(first, first_file),
+                        how(p, &f)
+                    );
+                }
+                seen.insert(canon, (p.as_path(), f.clone()));
                 files.push((f, len));
             }
         }
