@@ -256,6 +256,13 @@ fn exports_never_clobber() {
     }
     // The export of a run directory is its newest checkpoint.
     assert_eq!(fs::read(mine.join("model.safetensors")).unwrap(), fs::read(ck.join("model.safetensors")).unwrap());
+    // An export interrupted by Ctrl-C left its hidden folder (of a process now gone): the next
+    // export to the same --out removes it.
+    let stale = root.path().join(".fresh.export-999999999.tmp");
+    fs::create_dir_all(&stale).unwrap();
+    fs::write(stale.join("model.safetensors"), "half").unwrap();
+    run(boost().args(["export", "--checkpoint"]).arg(&ck).arg("--out").arg(root.path().join("fresh")));
+    assert!(!stale.exists() && root.path().join("fresh/model.safetensors").is_file());
 }
 
 #[test]

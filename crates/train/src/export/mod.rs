@@ -27,6 +27,7 @@ pub fn export(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
     };
     fs::create_dir_all(&parent).with_context(|| format!("cannot create {}", parent.display()))?;
     let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "export".into());
+    remove_stale(&parent, &name);
     let tmp = parent.join(format!(".{name}.export-{}.tmp", std::process::id()));
     fs::remove_dir_all(&tmp).ok();
     let built = write_into(ckpt, &cfg, &tmp).and_then(|()| swap_in(&tmp, out));
@@ -34,6 +35,35 @@ pub fn export(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
         fs::remove_dir_all(&tmp).ok();
     }
     built
+}
+
+/// Remove what an interrupted export to the same `--out` left beside it (Ctrl-C, a kill): the
+/// `.{name}.export-PID.tmp` folders of processes that are gone.
+fn remove_stale(parent: &Path, name: &str) {
+    let prefix = format!(".{name}.export-");
+    let Ok(entries) = fs::read_dir(parent) else { return };
+    for e in entries.flatten() {
+        let file = e.file_name().to_string_lossy().into_owned();
+        let pid = file.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".tmp")).and_then(|p| p.parse::<i32>().ok());
+        if pid.is_some_and(|p| p > 0 && !alive(p)) {
+            fs::remove_dir_all(e.path()).ok();
+        }
+    }
+}
+
+/// Whether process `pid` exists (signal 0 checks without sending; EPERM: it exists).
+fn alive(pid: i32) -> bool {
+    #[cfg(unix)]
+    {
+        // SAFETY: kill with signal 0 sends nothing.
+        let r = unsafe { libc::kill(pid, 0) };
+        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        true
+    }
 }
 
 /// Refuse an `--out` that would lose something.
