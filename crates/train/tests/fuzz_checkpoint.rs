@@ -1,6 +1,8 @@
 //! Bounded fuzzing of the checkpoint reader: damaged bytes in any file of a real checkpoint
-//! (with its manifest, and without it so the safetensors and JSON parsers see the damage)
-//! give an error or, for an undamaged copy, a loaded model — never a panic.
+//! give an error or, for an undamaged copy, a loaded model — never a panic. Two harnesses:
+//! the damage with the manifest in place (or dropped), and the damage behind a recomputed
+//! `SHA256SUMS`, so that the safetensors and JSON parsers and the shape, step and layout checks
+//! see it (a sharded checkpoint without `SHA256SUMS` is refused before they run).
 
 mod common;
 
@@ -50,6 +52,59 @@ fn open_and_load(dir: &Path) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     ck.load_model(&mut m).map_err(|e| e.to_string())
+}
+
+/// The files the second harness damages: `shards.json` too, and not the manifest it rewrites.
+const BEHIND_THE_MANIFEST: [&str; 5] =
+    ["meta.json", "model.safetensors", "optim.safetensors", "shards.json", "tokenizer.json"];
+
+/// [`open_and_load`], and the optimizer's moments too.
+fn open_and_load_all(dir: &Path) -> Result<(), String> {
+    open_and_load(dir)?;
+    let f = fixture();
+    let ck = Checkpoint::open(dir).map_err(|e| e.to_string())?;
+    let m = boost_model::Model::declare(
+        boost_tensor::cpu::Cpu::<f32>::new(),
+        &f.model,
+        boost_model::Layout::single(&f.model),
+    )
+    .map_err(|e| e.to_string())?;
+    let mut opt = boost_train::optim::AdamW::new(&m.be, &m.store);
+    ck.load_optim(&m, &mut opt).map_err(|e| e.to_string())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn damage_behind_a_recomputed_manifest_never_panics(
+        file in 0usize..BEHIND_THE_MANIFEST.len(),
+        // Where to damage, as a fraction of the file (the headers sit at the front: bias there).
+        at in prop_oneof![0.0f64..0.02, 0.0f64..1.0],
+        byte in any::<u8>(),
+        truncate in any::<bool>(),
+    ) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("ck");
+        copy_to(&dir);
+        let p = dir.join(BEHIND_THE_MANIFEST[file]);
+        let mut bytes = fs::read(&p).unwrap();
+        let i = ((bytes.len() as f64 * at) as usize).min(bytes.len().saturating_sub(1));
+        if truncate { bytes.truncate(i) } else { bytes[i] = byte }
+        fs::write(&p, &bytes).unwrap();
+        boost_train::manifest::write(&dir).unwrap();
+        let result = std::panic::catch_unwind(|| open_and_load_all(&dir));
+        prop_assert!(result.is_ok(), "reading {} damaged at byte {i} panicked", BEHIND_THE_MANIFEST[file]);
+    }
+}
+
+#[test]
+fn an_undamaged_copy_with_a_recomputed_manifest_loads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("ck");
+    copy_to(&dir);
+    boost_train::manifest::write(&dir).unwrap();
+    open_and_load_all(&dir).unwrap();
 }
 
 proptest! {
