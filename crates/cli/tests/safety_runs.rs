@@ -120,6 +120,17 @@ fn a_run_never_writes_over_or_through_files_it_did_not_make() {
     run(&mut train(&data, &again, &[]));
     run(train(&data, &again, &["train.steps=6"]).arg("--resume"));
     assert!(fs::read_to_string(again.join("config.toml")).unwrap().contains("steps = 6"));
+    // Another run's checkpoint resumed into a directory holding only a config of yours: the
+    // directory is fresh, but the config is not the run's to replace.
+    let e = fails(
+        &train(&data, &mine, &["train.steps=8"])
+            .arg("--resume")
+            .arg(again.join("checkpoints/step-00000006"))
+            .output()
+            .unwrap(),
+    );
+    assert!(e.contains("never replaces"), "{e}");
+    assert_eq!(fs::read_to_string(mine.join("config.toml")).unwrap(), "# my config\n");
 
     let e = fails(&boost().args(["train", "--set", "run.dir="]).output().unwrap());
     assert!(e.contains("run.dir") && e.contains("empty"), "{e}");

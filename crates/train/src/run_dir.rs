@@ -55,6 +55,14 @@ impl RunLock {
     }
 }
 
+/// Whether checkpoint `ck_dir` is one of `run_dir`'s own (in its `checkpoints/`).
+pub fn holds(run_dir: &Path, ck_dir: &Path) -> bool {
+    matches!(
+        (ck_dir.parent().map(Path::canonicalize), run_dir.join("checkpoints").canonicalize()),
+        (Some(Ok(a)), Ok(b)) if a == b
+    )
+}
+
 /// `options` opening a path itself, not the target of a symbolic link there (Unix).
 fn no_follow(options: &mut OpenOptions) -> &mut OpenOptions {
     #[cfg(unix)]
@@ -68,10 +76,11 @@ fn no_follow(options: &mut OpenOptions) -> &mut OpenOptions {
 
 /// Write the run's resolved config to `run_dir/config.toml`: beside it, then renamed over it,
 /// so a symbolic link there is replaced rather than written through. A fresh run refuses a
-/// `config.toml` it did not write (one with other contents); a resumed run replaces its own.
-pub fn write_config(run_dir: &Path, toml: &str, resuming: bool) -> Result<()> {
+/// `config.toml` it did not write (one with other contents), and so does a resume of another
+/// run's checkpoint into it; a run resumed in its own directory replaces its own.
+pub fn write_config(run_dir: &Path, toml: &str, own_run: bool) -> Result<()> {
     let path = run_dir.join("config.toml");
-    if !resuming && fs::symlink_metadata(&path).is_ok() && fs::read(&path).ok().as_deref() != Some(toml.as_bytes()) {
+    if !own_run && fs::symlink_metadata(&path).is_ok() && fs::read(&path).ok().as_deref() != Some(toml.as_bytes()) {
         bail!(
             "{} exists with other contents than this run's config (a file of yours, or an earlier run's that left no checkpoint or metrics); a new run never replaces it: move it away, or start elsewhere with `--set run.dir=<new dir>` (a config file can be given with --config FILE from any other path)",
             path.display()
@@ -107,11 +116,7 @@ pub fn check_fresh(run_dir: &Path) -> Result<()> {
 /// would mix (and pruning would delete the other run's). Resuming at `step` must not write
 /// over checkpoints newer than it either: branch into another run directory instead.
 pub fn check_resume(run_dir: &Path, ck_dir: &Path, step: u64) -> Result<()> {
-    let ours = matches!(
-        (ck_dir.parent().map(Path::canonicalize), run_dir.join("checkpoints").canonicalize()),
-        (Some(Ok(a)), Ok(b)) if a == b
-    );
-    if !ours {
+    if !holds(run_dir, ck_dir) {
         return check_fresh(run_dir).map_err(|e| {
             anyhow::anyhow!(
                 "{e}; the checkpoint being resumed, {}, is another run's, and a resume never mixes two runs in one directory",

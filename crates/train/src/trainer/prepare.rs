@@ -78,6 +78,7 @@ fn claim_run_dir(cfg: &Config, run_dir: &std::path::Path, resume: Option<&Checkp
             side.display()
         ));
     }
-    run_dir::write_config(run_dir, &cfg.to_toml(), resume.is_some())?;
+    let own_run = resume.is_some_and(|ck| run_dir::holds(run_dir, &ck.dir));
+    run_dir::write_config(run_dir, &cfg.to_toml(), own_run)?;
     Ok(lock)
 }
