@@ -3,25 +3,12 @@
 //! contradicts (it used to be ignored), and an input file given twice (its documents used to
 //! land in both the training and the validation split).
 
+mod common;
+
 use boost_data::tokenizer::MAX_VOCAB_SIZE;
 use boost_data::{Inputs, Tokenizer, cli, read_inputs};
+use common::cli_args;
 use std::path::{Path, PathBuf};
-
-fn args(out: &Path, inputs: Vec<PathBuf>) -> cli::DataArgs {
-    cli::DataArgs {
-        corpus: None,
-        inputs,
-        out: out.to_path_buf(),
-        tokenizer: "bpe".into(),
-        vocab_size: 300,
-        val_fraction: 0.5,
-        seed: 1,
-        text_field: "text".into(),
-        bpe_sample_bytes: boost_data::DEFAULT_BPE_SAMPLE_BYTES,
-        shard_tokens: boost_data::DEFAULT_SHARD_TOKENS,
-        json: false,
-    }
-}
 
 fn corpus(dir: &Path) -> PathBuf {
     let f = dir.join("docs.jsonl");
@@ -37,7 +24,7 @@ fn a_vocabulary_too_large_is_refused_before_anything_is_read() {
     let input = corpus(d.path());
     for v in [1_000_000_000usize, 4_294_967_295, MAX_VOCAB_SIZE + 1] {
         let out = d.path().join(format!("v{v}"));
-        let e = format!("{:#}", cli::run(&args(&out, vec![input.clone()]).with_vocab(v)).unwrap_err());
+        let e = format!("{:#}", cli::run(&cli_args(&out, vec![input.clone()]).with_vocab(v)).unwrap_err());
         assert!(e.contains(&format!("--vocab-size {v}")) && e.contains(&MAX_VOCAB_SIZE.to_string()), "{e}");
         assert!(!out.exists());
     }
@@ -46,7 +33,7 @@ fn a_vocabulary_too_large_is_refused_before_anything_is_read() {
     assert!(e.contains("1000000000") && e.contains(&MAX_VOCAB_SIZE.to_string()), "{e}");
     // The cap itself trains, and learns what the text allows.
     let out = d.path().join("cap");
-    cli::run(&args(&out, vec![input]).with_vocab(MAX_VOCAB_SIZE)).unwrap();
+    cli::run(&cli_args(&out, vec![input]).with_vocab(MAX_VOCAB_SIZE)).unwrap();
     let ds = boost_data::Dataset::open(&out).unwrap();
     assert!(ds.meta.vocab_size > 257 && (ds.meta.vocab_size as usize) < 2000, "{}", ds.meta.vocab_size);
 }
@@ -70,7 +57,7 @@ fn a_vocab_size_that_a_given_tokenizer_contradicts_is_refused() {
     Tokenizer::train_bpe(&["some words, and a few more words", "document"], 280).unwrap().save(&tok_path).unwrap();
     let given = |v: usize, out: &str| cli::DataArgs {
         tokenizer: tok_path.display().to_string(),
-        ..args(&d.path().join(out), vec![input.clone()]).with_vocab(v)
+        ..cli_args(&d.path().join(out), vec![input.clone()]).with_vocab(v)
     };
     let e = format!("{:#}", cli::run(&given(300, "a")).unwrap_err());
     assert!(e.contains("--vocab-size 300") && e.contains("280") && e.contains(&tok_path.display().to_string()), "{e}");
@@ -100,7 +87,7 @@ fn an_input_given_twice_is_refused_naming_it() {
         vec![dotted.clone(), input.clone()],
     ] {
         let out = d.path().join("out");
-        let e = format!("{:#}", cli::run(&args(&out, twice.clone())).unwrap_err());
+        let e = format!("{:#}", cli::run(&cli_args(&out, twice.clone())).unwrap_err());
         assert!(e.contains(&canon) && e.contains("twice"), "{twice:?}: {e}");
         assert!(!out.exists(), "{twice:?}");
         let e = format!("{:#}", read_inputs(&twice, "text").unwrap_err());

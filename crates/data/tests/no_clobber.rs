@@ -4,23 +4,7 @@
 mod common;
 
 use boost_data::{Dataset, OutputGuard, build, cli, prepare};
-use common::{docs, hash_tree, opts};
-
-fn cli_args(out: &std::path::Path, inputs: Vec<std::path::PathBuf>) -> cli::DataArgs {
-    cli::DataArgs {
-        corpus: None,
-        inputs,
-        out: out.to_path_buf(),
-        tokenizer: "bpe".into(),
-        vocab_size: 300,
-        val_fraction: 0.5,
-        seed: 1,
-        text_field: "text".into(),
-        bpe_sample_bytes: boost_data::DEFAULT_BPE_SAMPLE_BYTES,
-        shard_tokens: boost_data::DEFAULT_SHARD_TOKENS,
-        json: false,
-    }
-}
+use common::{cli_args, docs, hash_tree, opts};
 
 #[test]
 fn an_existing_dataset_is_never_replaced() {

@@ -45,3 +45,20 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
         }
     }
 }
+
+/// `boost data` arguments for a small trained BPE (vocabulary 300, half the documents held out).
+pub fn cli_args(out: &std::path::Path, inputs: Vec<std::path::PathBuf>) -> boost_data::cli::DataArgs {
+    boost_data::cli::DataArgs {
+        corpus: None,
+        inputs,
+        out: out.to_path_buf(),
+        tokenizer: "bpe".into(),
+        vocab_size: 300,
+        val_fraction: 0.5,
+        seed: 1,
+        text_field: "text".into(),
+        bpe_sample_bytes: boost_data::DEFAULT_BPE_SAMPLE_BYTES,
+        shard_tokens: boost_data::DEFAULT_SHARD_TOKENS,
+        json: false,
+    }
+}
