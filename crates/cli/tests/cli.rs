@@ -59,6 +59,23 @@ fn bad_input_names_the_problem() {
         (&["eval", "--checkpoint", "/nonexistent/ck"], "/nonexistent/ck"),
         (&["train", "--config", "/nonexistent/c.toml"], "/nonexistent/c.toml"),
         (&["train", "--set", "train.steps=3", "--dump-grads", "5"], "--dump-grads 5"),
+        // Refused before the data is read (the data.dir given does not exist).
+        (
+            &[
+                "train",
+                "--set",
+                "model.arch=lax",
+                "--set",
+                "parallel.tp=2",
+                "--set",
+                "parallel.scheme=vanilla",
+                "--set",
+                "data.corpus=none",
+                "--set",
+                "data.dir=/nonexistent/x",
+            ],
+            "config key `parallel.scheme`: vanilla with model.arch = lax at parallel.tp = 2: LaX under vanilla TP",
+        ),
         (&["eval", "--checkpoint", "/nonexistent/ck", "--threads", "100000"], "--threads is 100000; at most 1024"),
         (&["train", "--set", "train.threads=2000"], "train.threads"),
         (&["bench", "--no-torch", "--tp", "2", "--link", "20"], "--link \"20\""),

@@ -39,8 +39,21 @@ pub fn apply_set(table: &mut Table, assignment: &str) -> Result<(), ConfigError>
             }
         };
     }
-    cur.insert(parts[parts.len() - 1].to_string(), parse_value(raw.trim()));
+    let raw = raw.trim();
+    let value = parse_value(raw);
+    // A whole number TOML cannot hold would otherwise reach the typed config as a string
+    // ("invalid type: string, expected usize").
+    if value.is_str() && looks_like_integer(raw) {
+        return Err(ConfigError::new(key, format!("{raw} is out of range: integers are at most {}", i64::MAX)));
+    }
+    cur.insert(parts[parts.len() - 1].to_string(), value);
     Ok(())
+}
+
+/// An optional sign and decimal digits (TOML's `_` separators allowed).
+fn looks_like_integer(raw: &str) -> bool {
+    let digits = raw.strip_prefix(['+', '-']).unwrap_or(raw);
+    digits.starts_with(|c: char| c.is_ascii_digit()) && digits.chars().all(|c| c.is_ascii_digit() || c == '_')
 }
 
 #[cfg(test)]
@@ -70,5 +83,15 @@ mod tests {
         apply_set(&mut t, "train.steps=3").unwrap();
         let e = apply_set(&mut t, "train.steps.x=3").unwrap_err();
         assert_eq!(e.key, "train.steps");
+        // Past i64: named as out of range, not typed as a string.
+        for big in ["99999999999999999999", "-9223372036854775809"] {
+            let e = apply_set(&mut t, &format!("train.steps={big}")).unwrap_err();
+            assert_eq!(e.key, "train.steps");
+            assert!(e.message.contains("out of range") && e.message.contains(big), "{}", e.message);
+        }
+        apply_set(&mut t, "train.steps=9223372036854775807").unwrap();
+        // Strings that only start like numbers stay strings.
+        apply_set(&mut t, "data.dir=123abc").unwrap();
+        assert_eq!(t["data"]["dir"].as_str(), Some("123abc"));
     }
 }

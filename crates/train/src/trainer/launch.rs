@@ -41,8 +41,18 @@ pub fn train(cfg: Config, opts: TrainOptions) -> Result<Summary> {
     Ok(out.swap_remove(0).expect("rank 0 reports the run"))
 }
 
-/// Options that contradict the config are refused before any work.
+/// Options that contradict the config, and a parallel scheme that cannot run this model,
+/// are refused before any work (the data, the run directory, the ranks).
 fn check_options(cfg: &Config, opts: &TrainOptions) -> Result<()> {
+    let (model, par) = (&cfg.model, &cfg.parallel);
+    boost_model::Layout::from_config(model, par, 0).plan(model).map_err(|e| {
+        anyhow::anyhow!(
+            "config key `parallel.scheme`: {} with model.arch = {} at parallel.tp = {}: {e}",
+            par.resolved_scheme(model).name(),
+            model.arch.name(),
+            par.tp
+        )
+    })?;
     if let Some(step) = opts.dump_grads.filter(|&s| s == 0 || s > cfg.train.steps as u64) {
         bail!(
             "--dump-grads {step}: the run ends at step {} (train.steps); choose a step in 1..={}",
