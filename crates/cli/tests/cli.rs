@@ -334,3 +334,24 @@ fn bench_alternates_its_steps_with_the_peer_and_gives_the_median_ratio() {
 
 /// What the fake peer answers to `profile`: a profiled step's split.
 const SPLIT: &str = r#"{"split": {"gemm_s": 0.125, "attention_s": 0.05, "other_s": 0.075, "step_s": 0.3}}"#;
+
+/// `eval --data` on token files without a tokenizer (llm.c shards) scores them, and says that
+/// their ids are taken as the checkpoint's tokenizer's, which it cannot check.
+#[test]
+fn eval_on_token_files_without_a_tokenizer_warns() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    // A vocabulary that holds the fixture's GPT-2 ids.
+    run(boost().arg("train").args(tiny(&data, &run_dir, &["model.vocab=50257", "train.steps=2"])).arg("--quiet"));
+    let llmc = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/token_formats/llmc");
+    let ck = run_dir.join("checkpoints/step-00000002");
+    let out = run(boost().args(["eval", "--checkpoint"]).arg(&ck).arg("--data").arg(&llmc));
+    let rep: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(rep["loss"].as_f64().unwrap().is_finite());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("warning") && err.contains("has no tokenizer.json"), "{err}");
+    // Its own data, which has the same tokenizer, gives no warning.
+    let own = run(boost().args(["eval", "--checkpoint"]).arg(&ck).arg("--data").arg(&data));
+    assert!(!String::from_utf8_lossy(&own.stderr).contains("warning"), "{}", String::from_utf8_lossy(&own.stderr));
+}

@@ -32,9 +32,21 @@ fn report(l: LossSum, source: String, step: u64) -> EvalReport {
     EvalReport { loss, ppl: loss.exp(), tokens: l.tokens, source, step }
 }
 
-/// Scoring tokens of another tokenizer would give a number that means nothing: refuse it.
+/// Scoring tokens of another tokenizer would give a number that means nothing: refuse it, or
+/// warn where the data has no tokenizer to compare.
 fn same_tokenizer(ckpt: &Checkpoint, data_dir: &Path) -> Result<()> {
     let ours = data_dir.join("tokenizer.json");
+    if let Some(theirs) = ckpt.tokenizer_path()
+        && !ours.is_file()
+    {
+        // Token files without a tokenizer (llm.c, Megatron): nothing to compare, so say what
+        // the loss assumes rather than score ids of another vocabulary in silence.
+        eprintln!(
+            "warning: --data {} has no tokenizer.json to compare with the checkpoint's ({}); its token ids are scored as that tokenizer's",
+            data_dir.display(),
+            theirs.display()
+        );
+    }
     if let Some(theirs) = ckpt.tokenizer_path()
         && ours.is_file()
         && std::fs::read(&theirs).with_context(|| format!("cannot read {}", theirs.display()))?
