@@ -43,17 +43,19 @@ pub fn apply_set(table: &mut Table, assignment: &str) -> Result<(), ConfigError>
     let value = parse_value(raw);
     // A whole number TOML cannot hold would otherwise reach the typed config as a string
     // ("invalid type: string, expected usize").
-    if value.is_str() && looks_like_integer(raw) {
+    if value.is_str() && past_i64(raw) {
         return Err(ConfigError::new(key, format!("{raw} is out of range: integers are at most {}", i64::MAX)));
     }
     cur.insert(parts[parts.len() - 1].to_string(), value);
     Ok(())
 }
 
-/// An optional sign and decimal digits (TOML's `_` separators allowed).
-fn looks_like_integer(raw: &str) -> bool {
-    let digits = raw.strip_prefix(['+', '-']).unwrap_or(raw);
-    digits.starts_with(|c: char| c.is_ascii_digit()) && digits.chars().all(|c| c.is_ascii_digit() || c == '_')
+/// A decimal integer as TOML writes one (an optional sign, no leading zero, `_` separators)
+/// outside i64's range. Other digit strings (`007`) stay strings, as before.
+fn past_i64(raw: &str) -> bool {
+    let digits = raw.strip_prefix(['+', '-']).unwrap_or(raw).replace('_', "");
+    let integer = !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) && !digits.starts_with('0');
+    integer && raw.replace('_', "").parse::<i64>().is_err()
 }
 
 #[cfg(test)]
@@ -90,8 +92,11 @@ mod tests {
             assert!(e.message.contains("out of range") && e.message.contains(big), "{}", e.message);
         }
         apply_set(&mut t, "train.steps=9223372036854775807").unwrap();
-        // Strings that only start like numbers stay strings.
-        apply_set(&mut t, "data.dir=123abc").unwrap();
-        assert_eq!(t["data"]["dir"].as_str(), Some("123abc"));
+        // Strings that only start like numbers, or that TOML does not read as integers
+        // (a leading zero), stay strings.
+        for s in ["123abc", "007"] {
+            apply_set(&mut t, &format!("data.dir={s}")).unwrap();
+            assert_eq!(t["data"]["dir"].as_str(), Some(s));
+        }
     }
 }
