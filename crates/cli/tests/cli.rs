@@ -97,6 +97,10 @@ fn bad_input_names_the_problem() {
         assert!(err.contains(want), "{args:?}: error does not name {want}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: panicked: {err}");
     }
+    // Every refusal above comes before any work: nothing was written where they ran (no
+    // data directory, run directory, lock or checkpoint).
+    let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert!(left.is_empty(), "refused commands wrote {left:?}");
     // Counts that must be positive are refused as the arguments are parsed (a usage error,
     // exit code 2), naming the flag; a sequence or micro-batch of 0 reached a kernel's slice
     // indexing before.
@@ -335,10 +339,11 @@ fn bench_alternates_its_steps_with_the_peer_and_gives_the_median_ratio() {
 /// What the fake peer answers to `profile`: a profiled step's split.
 const SPLIT: &str = r#"{"split": {"gemm_s": 0.125, "attention_s": 0.05, "other_s": 0.075, "step_s": 0.3}}"#;
 
-/// `eval --data` on token files without a tokenizer (llm.c shards) scores them, and says that
-/// their ids are taken as the checkpoint's tokenizer's, which it cannot check.
+/// `eval --data` refuses data built with another tokenizer than the checkpoint's; token files
+/// without a tokenizer (llm.c shards) it scores, saying that their ids are taken as the
+/// checkpoint's tokenizer's, which it cannot check.
 #[test]
-fn eval_on_token_files_without_a_tokenizer_warns() {
+fn eval_on_other_data_refuses_another_tokenizer_and_warns_without_one() {
     let root = tempfile::tempdir().unwrap();
     let data = dataset(root.path());
     let run_dir = root.path().join("run");
@@ -354,4 +359,16 @@ fn eval_on_token_files_without_a_tokenizer_warns() {
     // Its own data, which has the same tokenizer, gives no warning.
     let own = run(boost().args(["eval", "--checkpoint"]).arg(&ck).arg("--data").arg(&data));
     assert!(!String::from_utf8_lossy(&own.stderr).contains("warning"), "{}", String::from_utf8_lossy(&own.stderr));
+    // Data with a tokenizer of its own (another vocabulary size) is refused.
+    let other = root.path().join("other");
+    let mut cmd = boost();
+    cmd.arg("data");
+    for d in ["doc0.txt", "doc1.txt"] {
+        cmd.arg("--input").arg(root.path().join(d));
+    }
+    run(cmd.arg("--out").arg(&other).args(["--vocab-size", "280", "--val-fraction", "0.5"]));
+    let refused = boost().args(["eval", "--checkpoint"]).arg(&ck).arg("--data").arg(&other).output().unwrap();
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{err}");
+    assert!(err.contains("differs from the checkpoint's"), "{err}");
 }

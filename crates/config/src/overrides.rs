@@ -53,9 +53,10 @@ pub fn apply_set(table: &mut Table, assignment: &str) -> Result<(), ConfigError>
 /// A decimal integer as TOML writes one (an optional sign, no leading zero, `_` separators)
 /// outside i64's range. Other digit strings (`007`) stay strings, as before.
 fn past_i64(raw: &str) -> bool {
-    let digits = raw.strip_prefix(['+', '-']).unwrap_or(raw).replace('_', "");
-    let integer = !digits.is_empty() && digits.chars().all(|c| c.is_ascii_digit()) && !digits.starts_with('0');
-    integer && raw.replace('_', "").parse::<i64>().is_err()
+    let plain = raw.replace('_', "");
+    let digits = plain.strip_prefix(['+', '-']).unwrap_or(&plain);
+    let integer = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && !digits.starts_with('0');
+    integer && plain.parse::<i64>().is_err()
 }
 
 #[cfg(test)]

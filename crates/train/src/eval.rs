@@ -35,10 +35,9 @@ fn report(l: LossSum, source: String, step: u64) -> EvalReport {
 /// Scoring tokens of another tokenizer would give a number that means nothing: refuse it, or
 /// warn where the data has no tokenizer to compare.
 fn same_tokenizer(ckpt: &Checkpoint, data_dir: &Path) -> Result<()> {
+    let Some(theirs) = ckpt.tokenizer_path() else { return Ok(()) };
     let ours = data_dir.join("tokenizer.json");
-    if let Some(theirs) = ckpt.tokenizer_path()
-        && !ours.is_file()
-    {
+    if !ours.is_file() {
         // Token files without a tokenizer (llm.c, Megatron): nothing to compare, so say what
         // the loss assumes rather than score ids of another vocabulary in silence.
         eprintln!(
@@ -46,11 +45,10 @@ fn same_tokenizer(ckpt: &Checkpoint, data_dir: &Path) -> Result<()> {
             data_dir.display(),
             theirs.display()
         );
+        return Ok(());
     }
-    if let Some(theirs) = ckpt.tokenizer_path()
-        && ours.is_file()
-        && std::fs::read(&theirs).with_context(|| format!("cannot read {}", theirs.display()))?
-            != std::fs::read(&ours).with_context(|| format!("cannot read {}", ours.display()))?
+    if std::fs::read(&theirs).with_context(|| format!("cannot read {}", theirs.display()))?
+        != std::fs::read(&ours).with_context(|| format!("cannot read {}", ours.display()))?
     {
         bail!(
             "the tokenizer of --data {} ({}) differs from the checkpoint's ({}); score data built with the checkpoint's tokenizer (`boost data --tokenizer {}`), or use --text FILE",

@@ -9,7 +9,7 @@ use crate::checkpoint::Checkpoint;
 use crate::dp::Groups;
 use anyhow::{Result, bail};
 use boost_comm::{Coord, Dims, Grid, GridOptions, Link, Links, Recorder, RunOptions, run_ranks_with};
-use boost_config::Config;
+use boost_config::{Config, ConfigError};
 use boost_data::Dataset;
 use boost_tensor::Backend;
 use boost_tensor::cpu::Cpu;
@@ -46,11 +46,10 @@ pub fn train(cfg: Config, opts: TrainOptions) -> Result<Summary> {
 fn check_options(cfg: &Config, opts: &TrainOptions) -> Result<()> {
     let (model, par) = (&cfg.model, &cfg.parallel);
     boost_model::Layout::from_config(model, par, 0).plan(model).map_err(|e| {
-        anyhow::anyhow!(
-            "config key `parallel.scheme`: {} with model.arch = {} at parallel.tp = {}: {e}",
-            par.resolved_scheme(model).name(),
-            model.arch.name(),
-            par.tp
+        let scheme = par.resolved_scheme(model).name();
+        ConfigError::new(
+            "parallel.scheme",
+            format!("{scheme} with model.arch = {} at parallel.tp = {}: {e}", model.arch.name(), par.tp),
         )
     })?;
     if let Some(step) = opts.dump_grads.filter(|&s| s == 0 || s > cfg.train.steps as u64) {
