@@ -57,10 +57,10 @@ fn main() {
     let result = match cli.command {
         Command::Train(a) => commands::train(&a),
         Command::Eval(a) => commands::eval(&a),
-        Command::Export(a) => commands::export(&a),
+        Command::Export(a) => interruptible(|| commands::export(&a)),
         Command::Generate(a) => generate::run(&a),
-        Command::Import(a) => import::run(&a),
-        Command::Data(a) => boost_data::cli::run(&a),
+        Command::Import(a) => interruptible(|| import::run(&a)),
+        Command::Data(a) => interruptible(|| boost_data::cli::run(&a)),
         Command::Plan(a) => boost_perf::cli::run(&a),
         Command::Bench(a) => bench::run(&a),
         Command::Plot(a) => plot::run(&a),
@@ -69,4 +69,11 @@ fn main() {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// Runs a command that builds its output beside it: Ctrl-C or SIGTERM removes the unfinished
+/// build and exits (`boost_data::interrupt`). `train` stops at a step boundary instead.
+fn interruptible(command: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    boost_data::interrupt::install()?;
+    command()
 }

@@ -104,4 +104,12 @@ fn import_round_trips_factors_and_refuses_bad_folders() {
     for x in ["x1", "x2", "x3", "x4"] {
         assert!(!r.join(x).exists(), "a refused import leaves nothing behind: {x}");
     }
+    // Imports are built beside their --out and moved into place; none leaves its folder behind.
+    let hidden: Vec<_> = std::fs::read_dir(r)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".import-"))
+        .collect();
+    assert!(hidden.is_empty(), "{hidden:?}");
 }

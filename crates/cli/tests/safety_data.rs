@@ -82,3 +82,53 @@ fn a_bad_config_file_names_its_line_and_column() {
     let e = fails(boost().args(["train", "--quiet", "--set", "parallel.link_alpha_us=-5"]));
     assert!(e.contains("parallel.link_alpha_us") && e.contains("-5"), "{e}");
 }
+
+/// Ctrl-C while `boost data` writes its shards: the half-built folder beside the output and the
+/// lock are removed, and the process exits with 130 (128 + SIGINT). Before, the signal killed
+/// it and both stayed behind until the next build to the same output.
+#[test]
+fn ctrl_c_during_a_data_build_leaves_nothing_behind() {
+    let root = tempfile::tempdir().unwrap();
+    // 24 MB of JSONL: long enough to tokenize that the signal lands while shards are written.
+    let words = ["alpha", "beta", "gamma", "delta", "tokens", "model", "rank", "layer", "the", "of"];
+    let mut x: u64 = 7;
+    let mut text = String::new();
+    for _ in 0..40_000 {
+        text.push_str("{\"text\": \"");
+        for w in 0..120 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            text.push_str(words[(x % words.len() as u64) as usize]);
+            text.push_str(if w < 119 { " " } else { "\"}\n" });
+        }
+    }
+    let input = root.path().join("corpus.jsonl");
+    std::fs::write(&input, text).unwrap();
+    let out = root.path().join("ds");
+    let mut child = boost()
+        .args(["data", "--vocab-size", "300", "--input"])
+        .arg(&input)
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let building = |p: &Path| {
+        std::fs::read_dir(p).unwrap().flatten().any(|e| e.file_name().to_string_lossy().starts_with(".ds.build-"))
+    };
+    let start = std::time::Instant::now();
+    while !building(root.path()) {
+        assert!(child.try_wait().unwrap().is_none(), "the build ended before it could be interrupted");
+        assert!(start.elapsed().as_secs() < 120, "no build folder appeared in 120 s");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // SAFETY: a signal to our own child, which has not been waited for, so its PID is its own.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{e}");
+    assert!(e.contains("interrupted by SIGINT") && e.contains("removed the unfinished output"), "{e}");
+    let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(left, [std::ffi::OsString::from("corpus.jsonl")], "only the input is left");
+}

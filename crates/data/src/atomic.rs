@@ -3,6 +3,7 @@
 //! They are created with the ordinary permissions (`0666` / `0777` less the umask), unlike
 //! `tempfile`'s owner-only ones, so the finished files look like any other output.
 
+use crate::interrupt::Pending;
 use anyhow::{Context, Result};
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -16,12 +17,14 @@ fn unique_name(prefix: &str) -> String {
     format!("{prefix}{}-{}-{nanos:x}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
-/// A path removed on drop unless [`TempPath::persist`] moved it into place.
+/// A path removed on drop unless [`TempPath::persist`] moved it into place, and on an
+/// interrupt ([`crate::interrupt`]) while it is alive.
 #[derive(Debug)]
 pub(crate) struct TempPath {
     path: PathBuf,
     is_dir: bool,
     armed: bool,
+    _pending: Pending,
 }
 
 impl TempPath {
@@ -50,9 +53,9 @@ impl Drop for TempPath {
 pub(crate) fn temp_file_in(dir: &Path, prefix: &str) -> Result<(TempPath, File)> {
     loop {
         let path = dir.join(unique_name(prefix));
-        match OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(f) => {
-                return Ok((TempPath { path, is_dir: false, armed: true }, f));
+        match Pending::create(&path, |p| OpenOptions::new().write(true).create_new(true).open(p)) {
+            Ok((_pending, f)) => {
+                return Ok((TempPath { path, is_dir: false, armed: true, _pending }, f));
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => {
@@ -66,9 +69,9 @@ pub(crate) fn temp_file_in(dir: &Path, prefix: &str) -> Result<(TempPath, File)>
 pub(crate) fn temp_dir_in(dir: &Path, prefix: &str) -> Result<TempPath> {
     loop {
         let path = dir.join(unique_name(prefix));
-        match std::fs::create_dir(&path) {
-            Ok(()) => {
-                return Ok(TempPath { path, is_dir: true, armed: true });
+        match Pending::create(&path, |p| std::fs::create_dir(p)) {
+            Ok((_pending, ())) => {
+                return Ok(TempPath { path, is_dir: true, armed: true, _pending });
             }
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
             Err(e) => {

@@ -68,6 +68,7 @@ pub mod dataset;
 mod entropy;
 pub mod foreign;
 pub mod input;
+pub mod interrupt;
 pub mod llmc;
 pub mod loader;
 pub mod megatron;

@@ -8,6 +8,7 @@
 //! existing dataset (or any other file) is never replaced.
 
 use crate::atomic::TempPath;
+use crate::interrupt::Pending;
 use anyhow::{Context, Result, bail};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
@@ -22,6 +23,8 @@ pub struct OutputGuard {
     carry: Vec<String>,
     lock_path: PathBuf,
     _lock: File,
+    /// The lock file, removed on an interrupt while the build runs.
+    pending_lock: Option<Pending>,
 }
 
 /// What an output directory holds.
@@ -78,7 +81,7 @@ impl OutputGuard {
         };
         std::fs::create_dir_all(&parent).with_context(|| format!("cannot create {}", parent.display()))?;
         let lock_path = parent.join(format!(".{base}.lock"));
-        let lock = lock(&lock_path, out)?;
+        let (pending_lock, lock) = Pending::create(&lock_path, |p| lock(p, out))?;
         let guard = OutputGuard {
             out: out.to_path_buf(),
             parent,
@@ -86,6 +89,7 @@ impl OutputGuard {
             carry: carry.iter().map(|s| s.to_string()).collect(),
             lock_path,
             _lock: lock,
+            pending_lock: Some(pending_lock),
         };
         if let OutputState::Occupied(names) = output_state(out, carry)? {
             if names.is_empty() {
@@ -116,6 +120,8 @@ impl OutputGuard {
     /// Moves the finished build into place: the carried entries of the output go into `tmp`
     /// first, then `tmp` is renamed onto the (now missing or empty) output.
     pub(crate) fn commit(&self, tmp: TempPath) -> Result<()> {
+        // An interrupt waits until the carried entries and the build are in place.
+        let _critical = crate::interrupt::critical();
         let mut moved = Vec::new();
         for name in &self.carry {
             let src = self.out.join(name);
@@ -156,6 +162,9 @@ impl OutputGuard {
 
 impl Drop for OutputGuard {
     fn drop(&mut self) {
+        // No longer the interrupt's to remove: once removed here, the path may be another
+        // build's lock file.
+        self.pending_lock.take();
         // Removed while still locked; a waiter that opened the old file sees it is gone and retries.
         let _ = std::fs::remove_file(&self.lock_path);
     }

@@ -28,3 +28,4 @@ pub mod owned_part;
 pub mod paths;
 pub mod run_dir;
 pub mod signals;
+pub mod staging;

@@ -8,11 +8,12 @@ mod config;
 pub use config::hf_config;
 
 use crate::checkpoint::Checkpoint;
+use crate::staging::Staged;
 use anyhow::{Context, Result, bail};
 use boost_config::{Arch, Config};
 use boost_data::Tokenizer;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Write the export of checkpoint `ckpt` as the directory `out`. `out` must not exist or be
 /// empty (with `force`, a non-empty one is replaced); a checkpoint or run directory is never
@@ -21,49 +22,9 @@ use std::path::{Path, PathBuf};
 pub fn export(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
     let cfg = Config::from_toml_str(&ckpt.meta.config).context("the checkpoint's config")?;
     check_out(ckpt, out, force)?;
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    fs::create_dir_all(&parent).with_context(|| format!("cannot create {}", parent.display()))?;
-    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "export".into());
-    remove_stale(&parent, &name);
-    let tmp = parent.join(format!(".{name}.export-{}.tmp", std::process::id()));
-    fs::remove_dir_all(&tmp).ok();
-    let built = write_into(ckpt, &cfg, &tmp).and_then(|()| swap_in(&tmp, out));
-    if built.is_err() {
-        fs::remove_dir_all(&tmp).ok();
-    }
-    built
-}
-
-/// Remove what an interrupted export to the same `--out` left beside it (Ctrl-C, a kill): the
-/// `.{name}.export-PID.tmp` folders of processes that are gone.
-fn remove_stale(parent: &Path, name: &str) {
-    let prefix = format!(".{name}.export-");
-    let Ok(entries) = fs::read_dir(parent) else { return };
-    for e in entries.flatten() {
-        let file = e.file_name().to_string_lossy().into_owned();
-        let pid = file.strip_prefix(&prefix).and_then(|r| r.strip_suffix(".tmp")).and_then(|p| p.parse::<i32>().ok());
-        if pid.is_some_and(|p| p > 0 && !alive(p)) {
-            fs::remove_dir_all(e.path()).ok();
-        }
-    }
-}
-
-/// Whether process `pid` exists (signal 0 checks without sending; EPERM: it exists).
-fn alive(pid: i32) -> bool {
-    #[cfg(unix)]
-    {
-        // SAFETY: kill with signal 0 sends nothing.
-        let r = unsafe { libc::kill(pid, 0) };
-        r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = pid;
-        true
-    }
+    let staged = Staged::new(out, "export")?;
+    write_into(ckpt, &cfg, staged.path())?;
+    staged.finish()
 }
 
 /// Refuse an `--out` that would lose something.
@@ -142,18 +103,4 @@ fn write_into(ckpt: &Checkpoint, cfg: &Config, dir: &Path) -> Result<()> {
         }
     }
     crate::manifest::write(dir)
-}
-
-/// Put the finished folder `tmp` at `out`, replacing an existing (checked) `out` only after
-/// the new one is complete.
-fn swap_in(tmp: &Path, out: &Path) -> Result<()> {
-    if out.exists() {
-        let old = tmp.with_extension("old");
-        fs::rename(out, &old).with_context(|| format!("cannot move {} aside", out.display()))?;
-        fs::rename(tmp, out).with_context(|| format!("cannot move the export to {}", out.display()))?;
-        fs::remove_dir_all(&old).ok();
-    } else {
-        fs::rename(tmp, out).with_context(|| format!("cannot move the export to {}", out.display()))?;
-    }
-    Ok(())
 }

@@ -10,6 +10,7 @@ pub use folder::{Folder, LlamaShape, llama_shape};
 
 use crate::checkpoint::{self, CheckpointMeta};
 use crate::optim::AdamW;
+use crate::staging::Staged;
 use anyhow::{Context, Result, bail};
 use boost_config::{Arch, Config};
 use boost_model::{Layout, Model};
@@ -74,10 +75,13 @@ pub fn import(opts: &ImportOptions, log: &dyn Fn(String)) -> Result<(PathBuf, Ve
     let meta = CheckpointMeta::outside_training(checkpoint::FORMAT, 0, &cfg);
     let opt = AdamW::new(&model.be, &model.store);
     let tensors = checkpoint::gather(&model, &opt, &Solo)?;
-    let root = opts.out.join("checkpoints");
-    let dir = checkpoint::save(&root, &tensors, &meta, tokenizer.as_deref(), 0)?;
-    std::fs::write(opts.out.join("config.toml"), cfg.to_toml())
-        .with_context(|| format!("cannot write {}", opts.out.join("config.toml").display()))?;
+    // Built beside `--out` and moved into place, so an interrupted import leaves no half run.
+    let staged = Staged::new(&opts.out, "import")?;
+    let dir = checkpoint::save(&staged.path().join("checkpoints"), &tensors, &meta, tokenizer.as_deref(), 0)?;
+    let config = staged.path().join("config.toml");
+    std::fs::write(&config, cfg.to_toml()).with_context(|| format!("cannot write {}", config.display()))?;
+    let dir = opts.out.join(dir.strip_prefix(staged.path()).context("the checkpoint's folder")?);
+    staged.finish()?;
     Ok((dir, energies))
 }
 

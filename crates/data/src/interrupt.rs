@@ -1,0 +1,117 @@
+//! Ctrl-C (SIGINT) or SIGTERM during a command that builds its output in temporary paths
+//! beside it (`boost data`, `boost export`, `boost import`): the temporary paths still pending
+//! are removed, then the process exits with 128 + the signal's number, so an interrupted build
+//! leaves nothing behind. The renames that put a finished output in place run as a
+//! [`critical`] section, which the clean-up waits for: an output is never left half-moved.
+//!
+//! Only commands that call [`install`] stop this way. `boost train` has its own handling (a
+//! checkpoint at the next step boundary: boost_train::signals); there, as in library use, a
+//! registration costs a lock and nothing else.
+
+use anyhow::Context;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
+
+/// The temporary paths to remove on an interrupt, by registration number.
+static PENDING: Mutex<Vec<(u64, PathBuf)>> = Mutex::new(Vec::new());
+static NEXT: AtomicU64 = AtomicU64::new(0);
+/// Held for reading by [`critical`] sections, for writing by the clean-up.
+static CRITICAL: RwLock<()> = RwLock::new(());
+
+fn pending() -> MutexGuard<'static, Vec<(u64, PathBuf)>> {
+    PENDING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// On the first SIGINT or SIGTERM: wait for a critical section in progress, remove the pending
+/// paths, exit with 128 + the signal's number.
+pub fn install() -> anyhow::Result<()> {
+    let mut signals = Signals::new([SIGINT, SIGTERM]).context("installing the signal handlers")?;
+    std::thread::Builder::new()
+        .name("interrupt".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                // Both locks stay held until the process exits: nothing registers, creates or
+                // renames after the clean-up.
+                let _critical = CRITICAL.write().unwrap_or_else(|e| e.into_inner());
+                let pending = pending();
+                let removed = remove_all(&pending);
+                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
+                match removed {
+                    0 => eprintln!("interrupted by {name}"),
+                    n => eprintln!("interrupted by {name}; removed the unfinished output ({n} temporary path(s))"),
+                }
+                std::process::exit(128 + sig);
+            }
+        })
+        .context("starting the signal thread")?;
+    Ok(())
+}
+
+/// Removes the paths of `pending` that exist; returns how many it removed.
+fn remove_all(pending: &[(u64, PathBuf)]) -> usize {
+    pending.iter().filter(|(_, p)| remove(p)).count()
+}
+
+fn remove(path: &Path) -> bool {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path).is_ok(),
+        Ok(_) => std::fs::remove_file(path).is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// A temporary path that an interrupt removes while this is alive.
+#[derive(Debug)]
+pub struct Pending(u64);
+
+impl Pending {
+    /// Registers `path` and runs `make` (which creates it) under the registry's lock, so the
+    /// path is never on disk without being pending.
+    pub fn create<T, E>(path: &Path, make: impl FnOnce(&Path) -> Result<T, E>) -> Result<(Pending, T), E> {
+        let mut pending = pending();
+        let made = make(path)?;
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        pending.push((id, path.to_path_buf()));
+        Ok((Pending(id), made))
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        pending().retain(|(id, _)| *id != self.0);
+    }
+}
+
+/// A section an interrupt does not cut short (moving a finished output into place): the
+/// clean-up waits for it to end.
+pub fn critical() -> RwLockReadGuard<'static, ()> {
+    CRITICAL.read().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn removes_what_is_pending_and_nothing_released() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("build.tmp");
+        let file = d.path().join("part.tmp");
+        let kept = d.path().join("done.tmp");
+        let (_dir, ()) = Pending::create(&dir, |p| std::fs::create_dir(p)).unwrap();
+        std::fs::write(dir.join("shard.bin"), b"tokens").unwrap();
+        let (_file, _) = Pending::create(&file, |p| std::fs::File::create(p)).unwrap();
+        let (released, _) = Pending::create(&kept, |p| std::fs::File::create(p)).unwrap();
+        drop(released);
+        // A path whose creation failed is not registered.
+        assert!(Pending::create(&d.path().join("no/such/dir"), |p| std::fs::create_dir(p)).is_err());
+        let mine: Vec<_> = pending().iter().filter(|(_, p)| p.starts_with(d.path())).cloned().collect();
+        assert_eq!(mine.len(), 2, "{mine:?}");
+        assert_eq!(remove_all(&mine), 2);
+        assert!(!dir.exists() && !file.exists());
+        assert!(kept.exists(), "a released path is left alone");
+    }
+}
