@@ -335,7 +335,18 @@ impl ModelConfig {
             ));
         }
         let kv = self.kv_heads();
-        if kv == 0 || !self.heads.is_multiple_of(kv) {
+        if kv == 0 {
+            return Err(ConfigError::new(
+                "model.kv_heads",
+                format!(
+                    "0 leaves attention without keys and values; choose kv_heads in {} (fewer than model.heads = {} \
+                     shares each key/value head among queries), or leave it unset for one per head",
+                    choices(&crate::divisors(self.heads)),
+                    self.heads
+                ),
+            ));
+        }
+        if !self.heads.is_multiple_of(kv) {
             return Err(ConfigError::new(
                 "model.kv_heads",
                 format!(

@@ -98,6 +98,12 @@ fn impossible_shapes_name_the_key_and_the_valid_range() {
     let e = load(&["model.kv_heads=3"]).unwrap_err();
     assert_eq!(e.key, "model.kv_heads", "{e}");
     assert!(e.message.contains("{1, 2, 4}"), "{e}");
+    let e = load(&["model.kv_heads=0"]).unwrap_err();
+    assert_eq!(e.key, "model.kv_heads", "{e}");
+    assert!(
+        e.message.contains("{1, 2, 4}") && e.message.contains("unset") && !e.message.contains("multiple of"),
+        "{e}"
+    );
     let e = load(&["model.layers=0"]).unwrap_err();
     assert_eq!(e.key, "model.layers", "{e}");
     assert!(e.message.contains("at least 1"), "{e}");
