@@ -69,7 +69,8 @@ pub struct Pending(u64);
 
 impl Pending {
     /// Registers `path` and runs `make` (which creates it) under the registry's lock, so the
-    /// path is never on disk without being pending.
+    /// path is never on disk without being pending. `make` must not register another path
+    /// (the lock is not reentrant); when it fails, nothing is registered.
     pub fn create<T, E>(path: &Path, make: impl FnOnce(&Path) -> Result<T, E>) -> Result<(Pending, T), E> {
         let mut pending = pending();
         let made = make(path)?;
