@@ -8,9 +8,6 @@
 //! checkpoint at the next step boundary: boost_train::signals); there, as in library use, a
 //! registration costs a lock and nothing else.
 
-use anyhow::Context;
-use signal_hook::consts::{SIGINT, SIGTERM};
-use signal_hook::iterator::Signals;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
@@ -27,7 +24,11 @@ fn pending() -> MutexGuard<'static, Vec<(u64, PathBuf)>> {
 
 /// On the first SIGINT or SIGTERM: wait for a critical section in progress, remove the pending
 /// paths, exit with 128 + the signal's number.
+#[cfg(unix)]
 pub fn install() -> anyhow::Result<()> {
+    use anyhow::Context;
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    use signal_hook::iterator::Signals;
     let mut signals = Signals::new([SIGINT, SIGTERM]).context("installing the signal handlers")?;
     std::thread::Builder::new()
         .name("interrupt".into())
@@ -50,11 +51,19 @@ pub fn install() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Elsewhere the signals keep their default action.
+#[cfg(not(unix))]
+pub fn install() -> anyhow::Result<()> {
+    Ok(())
+}
+
 /// Removes the paths of `pending` that exist; returns how many it removed.
+#[cfg_attr(not(unix), allow(dead_code))]
 fn remove_all(pending: &[(u64, PathBuf)]) -> usize {
     pending.iter().filter(|(_, p)| remove(p)).count()
 }
 
+#[cfg_attr(not(unix), allow(dead_code))]
 fn remove(path: &Path) -> bool {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => std::fs::remove_dir_all(path).is_ok(),
