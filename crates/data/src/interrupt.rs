@@ -23,12 +23,23 @@ fn pending() -> MutexGuard<'static, Vec<(u64, PathBuf)>> {
 }
 
 /// On the first SIGINT or SIGTERM: wait for a critical section in progress, remove the pending
-/// paths, exit with 128 + the signal's number.
+/// paths, exit with 128 + the signal's number. A second signal exits at once.
 #[cfg(unix)]
 pub fn install() -> anyhow::Result<()> {
     use anyhow::Context;
     use signal_hook::consts::{SIGINT, SIGTERM};
+    use signal_hook::flag;
     use signal_hook::iterator::Signals;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    let seen = Arc::new(AtomicBool::new(false));
+    // Registered before the flag is set, so they see it as it was before this signal.
+    for sig in [SIGINT, SIGTERM] {
+        flag::register_conditional_shutdown(sig, 128 + sig, seen.clone()).context("installing the signal handlers")?;
+    }
+    for sig in [SIGINT, SIGTERM] {
+        flag::register(sig, seen.clone()).context("installing the signal handlers")?;
+    }
     let mut signals = Signals::new([SIGINT, SIGTERM]).context("installing the signal handlers")?;
     std::thread::Builder::new()
         .name("interrupt".into())
