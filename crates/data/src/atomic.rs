@@ -11,6 +11,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
+/// The folder `path` is created in: its parent, or `.` for a bare name.
+pub fn parent_dir(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// `{prefix}{pid}-{n}-{nanos}.tmp`: the creating process's id first, so a later run can tell
+/// the leftovers of a process that is gone.
 fn unique_name(prefix: &str) -> String {
     let nanos =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
@@ -20,7 +30,7 @@ fn unique_name(prefix: &str) -> String {
 /// A path removed on drop unless [`TempPath::persist`] moved it into place, and on an
 /// interrupt ([`crate::interrupt`]) while it is alive.
 #[derive(Debug)]
-pub(crate) struct TempPath {
+pub struct TempPath {
     path: PathBuf,
     is_dir: bool,
     armed: bool,
@@ -28,12 +38,12 @@ pub(crate) struct TempPath {
 }
 
 impl TempPath {
-    pub(crate) fn path(&self) -> &Path {
+    pub fn path(&self) -> &Path {
         &self.path
     }
 
     /// Renames the temporary file or directory to `dest`.
-    pub(crate) fn persist(mut self, dest: &Path) -> Result<()> {
+    pub fn persist(mut self, dest: &Path) -> Result<()> {
         std::fs::rename(&self.path, dest)
             .with_context(|| format!("cannot rename {} to {}", self.path.display(), dest.display()))?;
         self.armed = false;
@@ -66,7 +76,7 @@ pub(crate) fn temp_file_in(dir: &Path, prefix: &str) -> Result<(TempPath, File)>
 }
 
 /// Creates a new, empty directory in `dir` named `{prefix}…`.
-pub(crate) fn temp_dir_in(dir: &Path, prefix: &str) -> Result<TempPath> {
+pub fn temp_dir_in(dir: &Path, prefix: &str) -> Result<TempPath> {
     loop {
         let path = dir.join(unique_name(prefix));
         match Pending::create(&path, |p| std::fs::create_dir(p)) {

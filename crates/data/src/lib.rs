@@ -60,7 +60,7 @@
 //! infinite, seeded, epoch-wise shuffled stream of them by position, so a checkpoint needs only
 //! the number of sequences consumed; see the [`loader`] module.
 
-mod atomic;
+pub mod atomic;
 mod build;
 pub mod checksum;
 pub mod cli;

@@ -72,10 +72,7 @@ impl OutputGuard {
     /// naming the PID of another builder holding the lock, or naming the directory and what it
     /// holds. Leftover temporary builds of `out` (from a crash) are removed.
     pub fn acquire(out: &Path, carry: &[&str]) -> Result<OutputGuard> {
-        let parent = match out.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
+        let parent = crate::atomic::parent_dir(out);
         let Some(base) = out.file_name().map(|n| n.to_string_lossy().into_owned()) else {
             bail!("{} names no directory; give --out a directory name such as data/mine", out.display());
         };

@@ -102,10 +102,7 @@ pub fn write_shard(path: &Path, tokens: &[u32], vocab: u32) -> Result<()> {
     }
     let width = width_for_vocab(vocab);
     let header = Header { width, count: tokens.len() as u64, vocab };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let dir = crate::atomic::parent_dir(path);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let (tmp, file) = crate::atomic::temp_file_in(&dir, ".shard-")?;
     {

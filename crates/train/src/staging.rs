@@ -5,78 +5,66 @@
 //! those of processes that are gone (a `kill -9`).
 
 use anyhow::{Context, Result};
-use boost_data::interrupt::{self, Pending};
+use boost_data::atomic::{self, TempPath};
+use boost_data::interrupt;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The folder being built for `out`.
+/// The folder being built for `out`: removed on drop, or on an interrupt, until
+/// [`Staged::finish`] moves it into place.
 pub struct Staged {
-    tmp: PathBuf,
+    tmp: TempPath,
     out: PathBuf,
-    done: bool,
-    _pending: Pending,
 }
 
 impl Staged {
     /// Creates the temporary folder beside `out` (and `out`'s parent if missing).
     pub fn new(out: &Path, what: &str) -> Result<Staged> {
-        let parent = match out.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
+        let parent = atomic::parent_dir(out);
         fs::create_dir_all(&parent).with_context(|| format!("cannot create {}", parent.display()))?;
         let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| what.into());
         let prefix = format!(".{name}.{what}-");
         remove_stale(&parent, &prefix);
-        let tmp = parent.join(format!("{prefix}{}.tmp", std::process::id()));
-        fs::remove_dir_all(&tmp).ok();
-        let (pending, ()) =
-            Pending::create(&tmp, |p| fs::create_dir(p)).with_context(|| format!("cannot create {}", tmp.display()))?;
-        Ok(Staged { tmp, out: out.to_path_buf(), done: false, _pending: pending })
+        Ok(Staged { tmp: atomic::temp_dir_in(&parent, &prefix)?, out: out.to_path_buf() })
     }
 
     /// The folder to write into.
     pub fn path(&self) -> &Path {
-        &self.tmp
+        self.tmp.path()
     }
 
     /// Puts the finished folder at the output, replacing an existing one (which the caller
     /// checked may be replaced) only once the new one is complete.
-    pub fn finish(mut self) -> Result<()> {
+    pub fn finish(self) -> Result<()> {
         // An interrupt waits until the old folder is replaced, never leaving the output missing.
         let _critical = interrupt::critical();
-        let (tmp, out) = (&self.tmp, &self.out);
-        if out.exists() {
-            let old = tmp.with_extension("old");
-            fs::rename(out, &old).with_context(|| format!("cannot move {} aside", out.display()))?;
-            if let Err(e) = fs::rename(tmp, out) {
-                // Put the old folder back.
-                let _ = fs::rename(&old, out);
-                return Err(e).with_context(|| format!("cannot move the new folder to {}", out.display()));
-            }
-            fs::remove_dir_all(&old).ok();
-        } else {
-            fs::rename(tmp, out).with_context(|| format!("cannot move the new folder to {}", out.display()))?;
+        let out = &self.out;
+        if !out.exists() {
+            return self.tmp.persist(out);
         }
-        self.done = true;
+        let old = self.tmp.path().with_extension("old");
+        fs::rename(out, &old).with_context(|| format!("cannot move {} aside", out.display()))?;
+        if let Err(e) = self.tmp.persist(out) {
+            // Put the old folder back.
+            let _ = fs::rename(&old, out);
+            return Err(e);
+        }
+        fs::remove_dir_all(&old).ok();
         Ok(())
     }
 }
 
-impl Drop for Staged {
-    fn drop(&mut self) {
-        if !self.done {
-            fs::remove_dir_all(&self.tmp).ok();
-        }
-    }
-}
-
-/// Removes the `{prefix}PID.tmp` folders of processes that are gone.
+/// Removes the `{prefix}PID….tmp` folders ([`atomic::temp_dir_in`]'s names) of processes that
+/// are gone.
 fn remove_stale(parent: &Path, prefix: &str) {
     let Ok(entries) = fs::read_dir(parent) else { return };
     for e in entries.flatten() {
         let file = e.file_name().to_string_lossy().into_owned();
-        let pid = file.strip_prefix(prefix).and_then(|r| r.strip_suffix(".tmp")).and_then(|p| p.parse::<i32>().ok());
+        let pid = file
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix(".tmp"))
+            .and_then(|r| r.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok());
         if pid.is_some_and(|p| p > 0 && !alive(p)) {
             fs::remove_dir_all(e.path()).ok();
         }
@@ -133,13 +121,15 @@ mod tests {
         let out = d.path().join("model");
         // PID 2^22 + 1 is above Linux's pid_max limit, so no process has it.
         let dead = d.path().join(format!(".model.export-{}.tmp", (1 << 22) + 1));
-        let live = d.path().join(format!(".model.export-{}.tmp", std::process::id()));
+        let dead_unique = d.path().join(format!(".model.export-{}-0-1f.tmp", (1 << 22) + 1));
         let other = d.path().join(".other.export-1.tmp");
-        for p in [&dead, &other] {
+        for p in [&dead, &dead_unique, &other] {
             fs::create_dir(p).unwrap();
         }
         let s = Staged::new(&out, "export").unwrap();
-        assert_eq!(s.path(), live, "this process's own folder");
+        let own = s.path().file_name().unwrap().to_string_lossy().into_owned();
+        assert!(own.starts_with(&format!(".model.export-{}-", std::process::id())), "this process's own folder: {own}");
+        assert!(!dead_unique.exists(), "a dead process's folder is removed");
         assert!(!dead.exists(), "a dead process's folder is removed");
         assert!(other.exists(), "another output's is not");
     }
