@@ -1,6 +1,6 @@
 //! An output folder built beside its final path and renamed into place (`boost export`,
 //! `boost import`), so a crash, a kill or Ctrl-C never leaves it half-written. The folder being
-//! built is `.{name}.{what}-{pid}.tmp` next to the output: an interrupt removes it
+//! built is `.{name}.{what}-{pid}-….tmp` next to the output: an interrupt removes it
 //! (`boost_data::interrupt`), a failure removes it, and a later run to the same output removes
 //! those of processes that are gone (a `kill -9`).
 
