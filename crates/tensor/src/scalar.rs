@@ -28,6 +28,16 @@ pub trait Scalar: Float + Default + Debug + Send + Sync + 'static + std::iter::S
             *v = (*v - m).exp_fast();
         }
     }
+    /// A causal row: `x[..live] ← e^(x − m)` and `x[live..] ← 0`, returning the live part's
+    /// sum. f32 takes the last live entries in a masked vector rather than one at a time
+    /// (rows of every length 1..=S: a scalar tail of 7.5 entries on average took a third of
+    /// the exponentials' time at seq 256), summed in [`Scalar::total`]'s lanes.
+    fn exp_shifted_live(x: &mut [Self], live: usize, m: Self) -> Self {
+        let (l, dead) = x.split_at_mut(live);
+        let s = Self::exp_shifted(l, m);
+        dead.fill(Self::zero());
+        s
+    }
     /// Σ x. f32 sums in 16 fixed lanes combined in a fixed order (vectorises; the same bits
     /// on every machine); f64 in index order.
     fn total(x: &[Self]) -> Self {
@@ -311,10 +321,15 @@ impl Scalar for f32 {
         expf(self)
     }
     fn exp_shifted(x: &mut [f32], m: f32) -> f32 {
-        simd::exp_shifted_sum(x, m)
+        // A whole row: its tail after the last whole vector one entry at a time, summed after
+        // the lanes as `total` sums it (the same bits).
+        simd::exp_shifted_live(x, x.len(), m)
     }
     fn exp_shifted_unsummed(x: &mut [f32], m: f32) {
         simd::exp_shifted(x, m)
+    }
+    fn exp_shifted_live(x: &mut [f32], live: usize, m: f32) -> f32 {
+        simd::exp_shifted_live(x, live, m)
     }
     fn exp_sum(x: &[f32], m: f32) -> f32 {
         simd::exp_sum(x, m)
@@ -484,22 +499,52 @@ mod simd {
         }
     }
 
-    /// `exp_shifted` and `sum` in one pass, summing in `sum`'s order (the same bits).
+    /// Lane i of a vector keeps its value when i < `tail`, else becomes +0 (a bit mask, which
+    /// vectorises to an `and` and clears a NaN or infinity as well).
+    #[inline(always)]
+    fn lanes_below(tail: usize) -> [u32; L] {
+        std::array::from_fn(|i| if i < tail { u32::MAX } else { 0 })
+    }
+
+    #[inline(always)]
+    fn keep(v: f32, bits: u32) -> f32 {
+        f32::from_bits(v.to_bits() & bits)
+    }
+
+    /// [`super::Scalar::exp_shifted_live`]: whole vectors up to `live`, then the vector holding
+    /// the last live entries with its later lanes zero (when the row has room for it; else
+    /// they go one at a time and are summed after the lanes, as `total` sums a tail), then
+    /// zeros. Which entries enter which lane depends on `live` and the row's length only.
     #[multiversion(targets("x86_64+avx512f+avx512bw+avx512dq+avx512vl", "x86_64+avx2+fma"))]
-    pub fn exp_shifted_sum(x: &mut [f32], m: f32) -> f32 {
+    pub fn exp_shifted_live(x: &mut [f32], live: usize, m: f32) -> f32 {
         let mut acc = [0.0f32; L];
-        let mut chunks = x.chunks_exact_mut(L);
-        for c in &mut chunks {
+        let (whole, rest) = x.split_at_mut(live / L * L);
+        for c in whole.chunks_exact_mut(L) {
             for i in 0..L {
                 c[i] = expf(c[i] - m);
                 acc[i] += c[i];
             }
         }
-        let tail = chunks.into_remainder().iter_mut().fold(0.0, |s, v| {
-            *v = expf(*v - m);
-            s + *v
-        });
-        fold_lanes(acc, tail)
+        let tail = live % L;
+        let mut last = 0.0;
+        if tail > 0 && rest.len() >= L {
+            let (c, dead) = rest.split_at_mut(L);
+            let bits = lanes_below(tail);
+            for i in 0..L {
+                // Lanes past the live entries may hold anything (even NaN): masked to zero.
+                c[i] = keep(expf(c[i] - m), bits[i]);
+                acc[i] += c[i];
+            }
+            dead.fill(0.0);
+        } else {
+            let (c, dead) = rest.split_at_mut(tail);
+            for v in c.iter_mut() {
+                *v = expf(*v - m);
+                last += *v;
+            }
+            dead.fill(0.0);
+        }
+        fold_lanes(acc, last)
     }
 
     /// Σ e^(x − m) in `sum`'s order, without writing the exponentials.
@@ -739,6 +784,32 @@ mod tests {
         // Against the unvectorised scalar fold (f64 here): within f32 rounding of the terms.
         let naive: f64 = x.iter().map(|v| (*v as f64 - 1.5).exp()).sum();
         assert!((s as f64 - naive).abs() < 1e-6 * naive, "{s} vs {naive}");
+    }
+
+    #[test]
+    fn causal_rows_take_their_last_entries_masked_and_zero_the_rest() {
+        let x: Vec<f32> = (0..70).map(|i| ((i * 7919 % 1000) as f32 - 500.0) * 7e-3).collect();
+        for n in [1, 5, 16, 17, 37, 64, 70] {
+            for live in 0..=n {
+                let mut row = x[..n].to_vec();
+                // What lies past the live entries is the caller's old tile: even NaN or ∞.
+                for (j, v) in row[live..].iter_mut().enumerate() {
+                    *v = [f32::NAN, f32::INFINITY, 1e30][j % 3];
+                }
+                let s = f32::exp_shifted_live(&mut row, live, 0.25);
+                for j in 0..live {
+                    assert_eq!(row[j].to_bits(), expf(x[j] - 0.25).to_bits(), "n {n} live {live} entry {j}");
+                }
+                assert!(row[live..].iter().all(|v| v.to_bits() == 0), "n {n} live {live}: dead entries not +0");
+                // The sum: the lanes' order (a masked last vector when the row has room for
+                // one), within f32 rounding of the f64 sum.
+                let exact: f64 = x[..live].iter().map(|v| (*v as f64 - 0.25).exp()).sum();
+                assert!((s as f64 - exact).abs() <= 1e-6 * exact.max(1e-30), "n {n} live {live}: {s} vs {exact}");
+                if live / 16 * 16 + 16 <= n || live % 16 == 0 {
+                    assert_eq!(s.to_bits(), f32::total(&row).to_bits(), "n {n} live {live}: not in lane order");
+                }
+            }
+        }
     }
 
     /// The dispatched (SIMD) f32 row kernels against element-by-element scalar renderings of

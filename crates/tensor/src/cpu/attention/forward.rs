@@ -109,8 +109,5 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
 /// their max (the running max over this and earlier key chunks); returns the numerators' sum.
 #[inline]
 fn exp_causal<T: Scalar>(r: &mut [T], live: usize, m: T) -> T {
-    let (live, dead) = r.split_at_mut(live + 1);
-    let sum = T::exp_shifted(live, m);
-    dead.fill(T::zero());
-    sum
+    T::exp_shifted_live(r, live + 1, m)
 }
