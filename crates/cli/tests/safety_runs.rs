@@ -274,6 +274,18 @@ fn exports_never_clobber() {
     fs::write(stale.join("model.safetensors"), "half").unwrap();
     run(boost().args(["export", "--checkpoint"]).arg(&ck).arg("--out").arg(root.path().join("fresh")));
     assert!(!stale.exists() && root.path().join("fresh/model.safetensors").is_file());
+
+    // `export --force` killed (kill -9) between moving `mine` aside and renaming the new one in:
+    // the next export to `mine` puts the old folder back before checking it, so it is refused
+    // (an export is never replaced) and the folder is where it was, byte for byte.
+    let weights = fs::read(mine.join("model.safetensors")).unwrap();
+    let aside = root.path().join(".mine.export-999999999-0-1f.old");
+    fs::rename(&mine, &aside).unwrap();
+    let out = export(&mine, false);
+    let e = fails(&out);
+    assert!(e.contains("restored") && e.contains("holds model.safetensors"), "{e}");
+    assert!(!aside.exists());
+    assert_eq!(fs::read(mine.join("model.safetensors")).unwrap(), weights);
 }
 
 #[test]

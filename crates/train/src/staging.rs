@@ -2,7 +2,9 @@
 //! `boost import`), so a crash, a kill or Ctrl-C never leaves it half-written. The folder being
 //! built is `.{name}.{what}-{pid}-….tmp` next to the output: an interrupt removes it
 //! (`boost_data::interrupt`), a failure removes it, and a later run to the same output removes
-//! those of processes that are gone (a `kill -9`).
+//! those of processes that are gone (a `kill -9`). Replacing an output moves the old one aside
+//! to `….old` first; if a `kill -9` lands between that and the new folder's rename, the next
+//! run to the same output puts the old one back ([`recover`]).
 
 use anyhow::{Context, Result};
 use boost_data::atomic::{self, TempPath};
@@ -22,8 +24,7 @@ impl Staged {
     pub fn new(out: &Path, what: &str) -> Result<Staged> {
         let parent = atomic::parent_dir(out);
         fs::create_dir_all(&parent).with_context(|| format!("cannot create {}", parent.display()))?;
-        let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| what.into());
-        let prefix = format!(".{name}.{what}-");
+        let prefix = prefix(out, what);
         remove_stale(&parent, &prefix);
         Ok(Staged { tmp: atomic::temp_dir_in(&parent, &prefix)?, out: out.to_path_buf() })
     }
@@ -42,7 +43,7 @@ impl Staged {
         if !out.exists() {
             return self.tmp.persist(out);
         }
-        let old = self.tmp.path().with_extension("old");
+        let old = self.aside();
         fs::rename(out, &old).with_context(|| format!("cannot move {} aside", out.display()))?;
         if let Err(e) = self.tmp.persist(out) {
             // Put the old folder back.
@@ -52,23 +53,68 @@ impl Staged {
         fs::remove_dir_all(&old).ok();
         Ok(())
     }
+
+    /// Where `finish` moves an existing output before renaming the new one in (`….old`).
+    fn aside(&self) -> PathBuf {
+        self.tmp.path().with_extension("old")
+    }
+}
+
+/// Puts back an old output that a killed [`Staged::finish`] had moved aside: when `out` is
+/// missing and a process that is gone left `.{name}.{what}-PID….old` beside it, that folder is
+/// renamed back to `out`. Call it before checking `out`, so the check sees what the user had.
+/// Returns the folder restored. A `.old` folder left beside an `out` that exists (the kill came
+/// after the new output was in place) is not deleted: it is named in a warning.
+pub fn recover(out: &Path, what: &str) -> Result<Option<PathBuf>> {
+    let mut left = dead_folders(&atomic::parent_dir(out), &prefix(out, what), ".old");
+    // Newest last: the most recent replacement is the one whose output went missing.
+    left.sort_by_key(|p| fs::metadata(p).and_then(|m| m.modified()).ok());
+    if !out.exists()
+        && let Some(old) = left.pop()
+    {
+        fs::rename(&old, out).with_context(|| {
+            format!("cannot put back {} (an earlier run's output) at {}", old.display(), out.display())
+        })?;
+        eprintln!("restored {} from {}: an earlier {what} was killed while replacing it", out.display(), old.display());
+        return Ok(Some(old));
+    }
+    for old in left {
+        eprintln!(
+            "warning: {} holds the output an earlier {what} replaced at {} (it was killed before removing it); delete it if it is not needed",
+            old.display(),
+            out.display()
+        );
+    }
+    Ok(None)
+}
+
+/// The names' prefix of the folders built for `out`: `.{name}.{what}-`.
+fn prefix(out: &Path, what: &str) -> String {
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| what.into());
+    format!(".{name}.{what}-")
 }
 
 /// Removes the `{prefix}PID….tmp` folders ([`atomic::temp_dir_in`]'s names) of processes that
 /// are gone.
 fn remove_stale(parent: &Path, prefix: &str) {
-    let Ok(entries) = fs::read_dir(parent) else { return };
-    for e in entries.flatten() {
-        let file = e.file_name().to_string_lossy().into_owned();
-        let pid = file
-            .strip_prefix(prefix)
-            .and_then(|r| r.strip_suffix(".tmp"))
-            .and_then(|r| r.split('-').next())
-            .and_then(|p| p.parse::<i32>().ok());
-        if pid.is_some_and(|p| p > 0 && !alive(p)) {
-            fs::remove_dir_all(e.path()).ok();
-        }
+    for p in dead_folders(parent, prefix, ".tmp") {
+        fs::remove_dir_all(p).ok();
     }
+}
+
+/// The `{prefix}PID…{suffix}` entries of `parent` whose process is gone.
+fn dead_folders(parent: &Path, prefix: &str, suffix: &str) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(parent) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| owner(&e.file_name().to_string_lossy(), prefix, suffix).is_some_and(|p| p > 0 && !alive(p)))
+        .map(|e| e.path())
+        .collect()
+}
+
+/// The PID in a `{prefix}PID…{suffix}` name (the PID is read before the first `-`).
+fn owner(file: &str, prefix: &str, suffix: &str) -> Option<i32> {
+    file.strip_prefix(prefix)?.strip_suffix(suffix)?.split('-').next()?.parse().ok()
 }
 
 /// Whether process `pid` exists (signal 0 checks without sending; EPERM: it exists).
@@ -132,5 +178,38 @@ mod tests {
         assert!(!dead_unique.exists(), "a dead process's folder is removed");
         assert!(!dead.exists(), "a dead process's folder is removed");
         assert!(other.exists(), "another output's is not");
+    }
+
+    #[test]
+    fn puts_back_what_a_kill_between_the_renames_moved_aside() {
+        let d = tempfile::tempdir().unwrap();
+        let out = d.path().join("model");
+        // The state a `kill -9` between `finish`'s two renames leaves: the old output moved
+        // aside by a process that is gone (PID above Linux's pid_max), nothing at `out`.
+        let dead = (1 << 22) + 1;
+        let old = d.path().join(format!(".model.export-{dead}-0-1f.old"));
+        fs::create_dir(&old).unwrap();
+        fs::write(old.join("model.safetensors"), "the user's weights").unwrap();
+        // Another output's and a live process's (this one's) are never touched.
+        let other = d.path().join(format!(".other.export-{dead}-0-1f.old"));
+        let live = d.path().join(format!(".model.export-{}-0-1f.old", std::process::id()));
+        for p in [&other, &live] {
+            fs::create_dir(p).unwrap();
+        }
+        assert_eq!(recover(&out, "export").unwrap().as_deref(), Some(old.as_path()));
+        assert_eq!(fs::read_to_string(out.join("model.safetensors")).unwrap(), "the user's weights");
+        assert!(!old.exists() && other.exists() && live.exists());
+
+        // With the output in place (the kill came after the new one's rename), a folder moved
+        // aside is left where it is, whole: only a warning names it.
+        fs::create_dir(&old).unwrap();
+        fs::write(old.join("model.safetensors"), "replaced").unwrap();
+        assert_eq!(recover(&out, "export").unwrap(), None);
+        assert_eq!(fs::read_to_string(old.join("model.safetensors")).unwrap(), "replaced");
+        assert_eq!(fs::read_to_string(out.join("model.safetensors")).unwrap(), "the user's weights");
+        // `finish` names its folder moved aside as `recover` expects.
+        let s = Staged::new(&out, "export").unwrap();
+        let aside = s.aside().file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(owner(&aside, &prefix(&out, "export"), ".old"), Some(std::process::id() as i32), "{aside}");
     }
 }

@@ -8,7 +8,7 @@ mod config;
 pub use config::hf_config;
 
 use crate::checkpoint::Checkpoint;
-use crate::staging::Staged;
+use crate::staging::{self, Staged};
 use anyhow::{Context, Result, bail};
 use boost_config::{Arch, Config};
 use boost_data::Tokenizer;
@@ -21,6 +21,7 @@ use std::path::Path;
 /// place, so `out` is never half-written.
 pub fn export(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
     let cfg = Config::from_toml_str(&ckpt.meta.config).context("the checkpoint's config")?;
+    staging::recover(out, "export")?;
     check_out(ckpt, out, force)?;
     let staged = Staged::new(out, "export")?;
     write_into(ckpt, &cfg, staged.path())?;

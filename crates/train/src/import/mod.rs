@@ -10,7 +10,7 @@ pub use folder::{Folder, LlamaShape, llama_shape};
 
 use crate::checkpoint::{self, CheckpointMeta};
 use crate::optim::AdamW;
-use crate::staging::Staged;
+use crate::staging::{self, Staged};
 use anyhow::{Context, Result, bail};
 use boost_config::{Arch, Config};
 use boost_model::{Layout, Model};
@@ -43,6 +43,7 @@ pub struct Energy {
 /// Import `opts.hf` into `opts.out`; returns the checkpoint directory and each low-rank
 /// projection's retained energy (also passed to `log` as it is computed).
 pub fn import(opts: &ImportOptions, log: &dyn Fn(String)) -> Result<(PathBuf, Vec<Energy>)> {
+    staging::recover(&opts.out, "import")?;
     check_out(opts)?;
     let mut folder = Folder::open(&opts.hf)?;
     let tokenizer = opts.hf.join("tokenizer.json");
