@@ -132,3 +132,47 @@ fn ctrl_c_during_a_data_build_leaves_nothing_behind() {
     let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().flatten().map(|e| e.file_name()).collect();
     assert_eq!(left, [std::ffi::OsString::from("corpus.jsonl")], "only the input is left");
 }
+
+/// `boost train` stops at a step boundary on Ctrl-C, but before its first step it may be
+/// downloading and building the demo corpus, which needs the network: there
+/// `signals::exit_during` makes a signal end the process at once, removing what was being
+/// built, as `boost data` does. This test runs its own binary again as the child, which installs
+/// `boost train`'s handlers and, inside `exit_during` as `prepare` calls it, creates a pending
+/// build folder as the data build does and waits. A real SIGINT must end it with 130 and no
+/// folder left; before, the child slept on and failed.
+#[test]
+fn ctrl_c_while_train_prepares_its_data_ends_it_at_once() {
+    const CHILD: &str = "BOOST_TEST_PREPARE_DIR";
+    if let Ok(dir) = std::env::var(CHILD) {
+        boost_train::signals::install().unwrap();
+        boost_train::signals::exit_during(|| {
+            let build = boost_data::atomic::temp_dir_in(Path::new(&dir), ".ds.build-").unwrap();
+            std::fs::write(build.path().join("shard-0.bin"), b"tokens").unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(120));
+            drop(build);
+        });
+        panic!("the signal did not end the data preparation");
+    }
+    let root = tempfile::tempdir().unwrap();
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "ctrl_c_while_train_prepares_its_data_ends_it_at_once", "--nocapture", "--test-threads=1"])
+        .env(CHILD, root.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let building = || std::fs::read_dir(root.path()).unwrap().next().is_some();
+    let start = std::time::Instant::now();
+    while !building() {
+        assert!(start.elapsed().as_secs() < 60, "no build folder appeared in 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // SAFETY: a signal to our own child, which has not been waited for, so its PID is its own.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{e}");
+    assert!(e.contains("interrupted by SIGINT") && e.contains("removed the unfinished output"), "{e}");
+    assert!(start.elapsed().as_secs() < 60, "ended by the signal, not after the child's wait");
+    assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0, "the build folder is removed");
+}

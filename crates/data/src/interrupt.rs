@@ -5,11 +5,12 @@
 //! [`critical`] section, which the clean-up waits for: an output is never left half-moved.
 //!
 //! Only commands that call [`install`] stop this way. `boost train` has its own handling (a
-//! checkpoint at the next step boundary: boost_train::signals); there, as in library use, a
+//! checkpoint at the next step boundary: boost_train::signals), and ends this way only while it
+//! prepares its data, before the first step ([`exit_on_signal_during`]); in library use a
 //! registration costs a lock and nothing else.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 /// The temporary paths to remove on an interrupt, by registration number.
@@ -31,7 +32,6 @@ pub fn install() -> anyhow::Result<()> {
     use signal_hook::flag;
     use signal_hook::iterator::Signals;
     use std::sync::Arc;
-    use std::sync::atomic::AtomicBool;
     let seen = Arc::new(AtomicBool::new(false));
     // Registered before the flag is set, so they see it as it was before this signal.
     for sig in [SIGINT, SIGTERM] {
@@ -45,17 +45,7 @@ pub fn install() -> anyhow::Result<()> {
         .name("interrupt".into())
         .spawn(move || {
             if let Some(sig) = signals.forever().next() {
-                // Both locks stay held until the process exits: nothing registers, creates or
-                // renames after the clean-up.
-                let _critical = CRITICAL.write().unwrap_or_else(|e| e.into_inner());
-                let pending = pending();
-                let removed = remove_all(&pending);
-                let name = if sig == SIGINT { "SIGINT" } else { "SIGTERM" };
-                match removed {
-                    0 => eprintln!("interrupted by {name}"),
-                    n => eprintln!("interrupted by {name}; removed the unfinished output ({n} temporary path(s))"),
-                }
-                std::process::exit(128 + sig);
+                clean_up_and_exit(sig);
             }
         })
         .context("starting the signal thread")?;
@@ -68,13 +58,62 @@ pub fn install() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What an interrupt does: waits for a critical section in progress, removes the pending paths
+/// and exits with 128 + `sig`.
+pub fn clean_up_and_exit(sig: i32) -> ! {
+    // Both locks stay held until the process exits: nothing registers, creates or renames
+    // after the clean-up.
+    let _critical = CRITICAL.write().unwrap_or_else(|e| e.into_inner());
+    let pending = pending();
+    let removed = remove_all(&pending);
+    let name = match sig {
+        2 => "SIGINT",
+        15 => "SIGTERM",
+        _ => "a signal",
+    };
+    match removed {
+        0 => eprintln!("interrupted by {name}"),
+        n => eprintln!("interrupted by {name}; removed the unfinished output ({n} temporary path(s))"),
+    }
+    std::process::exit(128 + sig);
+}
+
+/// Runs `f`, and if `signal()` reports a signal while it runs, ends the process as an
+/// interrupt does ([`clean_up_and_exit`]). For a command whose own handler only records the
+/// signal: `boost train` stops at a step boundary, but before its first step it may be
+/// downloading and building the demo corpus, which a Ctrl-C should end at once. A helper
+/// thread polls `signal` every 20 ms until `f` returns or unwinds.
+pub fn exit_on_signal_during<R>(signal: fn() -> Option<i32>, f: impl FnOnce() -> R) -> R {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(Ordering::Acquire) {
+                if let Some(sig) = signal() {
+                    clean_up_and_exit(sig);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        });
+        // Set on return and on unwind, so the scope's join never waits on the poller.
+        let _done = SetOnDrop(&done);
+        f()
+    })
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
 /// Removes the paths of `pending` that exist; returns how many it removed.
-#[cfg_attr(not(unix), allow(dead_code))]
 fn remove_all(pending: &[(u64, PathBuf)]) -> usize {
     pending.iter().filter(|(_, p)| remove(p)).count()
 }
 
-#[cfg_attr(not(unix), allow(dead_code))]
 fn remove(path: &Path) -> bool {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.is_dir() => std::fs::remove_dir_all(path).is_ok(),

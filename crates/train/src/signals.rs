@@ -1,7 +1,8 @@
 //! SIGINT and SIGTERM end a run cleanly: the first asks every rank to stop at the next step
 //! boundary (the ranks agree through the end-of-step loss report, so all stop at the same
 //! step), a final checkpoint is written (`train.checkpoint_on_signal`), and the process
-//! exits 128 + the signal's number. A second signal exits at once.
+//! exits 128 + the signal's number. A second signal exits at once. Before the first step,
+//! while the data is prepared, a signal ends the process at once instead ([`exit_during`]).
 
 use anyhow::{Context, Result};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -10,6 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 /// The first signal received (0: none). Process-wide: every in-process rank reads it.
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// Whether [`install`] ran (the `boost` binary), for [`exit_during`].
+static INSTALLED: AtomicBool = AtomicBool::new(false);
 
 /// Install the handlers (the `boost` binary does; library users and tests need not).
 pub fn install() -> Result<()> {
@@ -30,7 +33,16 @@ pub fn install() -> Result<()> {
         }
         .context("installing the signal handlers")?;
     }
+    INSTALLED.store(true, Ordering::SeqCst);
     Ok(())
+}
+
+/// Runs `f` (the data's preparation, before the first step: the demo corpus's download and
+/// build) so that a signal during it ends the process at once, removing what was being built,
+/// as `boost data` does: there is no step boundary yet to stop at. Only with the handlers
+/// installed; in library use `f` just runs.
+pub fn exit_during<R>(f: impl FnOnce() -> R) -> R {
+    if INSTALLED.load(Ordering::SeqCst) { boost_data::interrupt::exit_on_signal_during(received, f) } else { f() }
 }
 
 /// The signal that asked this process to stop, if any.

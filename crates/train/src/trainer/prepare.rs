@@ -43,7 +43,7 @@ pub(super) fn prepare(mut cfg: Config, opts: &TrainOptions, lead: bool) -> Resul
         Some(dir) => Some(Checkpoint::open(dir)?),
         None => None,
     };
-    let data = boost_data::prepare_for_model(&cfg.data, cfg.model.vocab)?;
+    let data = crate::signals::exit_during(|| boost_data::prepare_for_model(&cfg.data, cfg.model.vocab))?;
     resolve_vocab(&mut cfg, &data)?;
     cfg.validate()?;
     if let Some(ck) = &resume {
