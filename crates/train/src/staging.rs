@@ -69,6 +69,7 @@ pub fn recover(out: &Path, what: &str) -> Result<Option<PathBuf>> {
     let mut left = dead_folders(&atomic::parent_dir(out), &prefix(out, what), ".old");
     // Newest last: the most recent replacement is the one whose output went missing.
     left.sort_by_key(|p| fs::metadata(p).and_then(|m| m.modified()).ok());
+    let mut restored = None;
     if !out.exists()
         && let Some(old) = left.pop()
     {
@@ -76,7 +77,7 @@ pub fn recover(out: &Path, what: &str) -> Result<Option<PathBuf>> {
             format!("cannot put back {} (an earlier run's output) at {}", old.display(), out.display())
         })?;
         eprintln!("restored {} from {}: an earlier {what} was killed while replacing it", out.display(), old.display());
-        return Ok(Some(old));
+        restored = Some(old);
     }
     for old in left {
         eprintln!(
@@ -85,7 +86,7 @@ pub fn recover(out: &Path, what: &str) -> Result<Option<PathBuf>> {
             out.display()
         );
     }
-    Ok(None)
+    Ok(restored)
 }
 
 /// The names' prefix of the folders built for `out`: `.{name}.{what}-`.
