@@ -66,16 +66,22 @@ pub fn clean_up_and_exit(sig: i32) -> ! {
     let _critical = CRITICAL.write().unwrap_or_else(|e| e.into_inner());
     let pending = pending();
     let removed = remove_all(&pending);
-    let name = match sig {
-        2 => "SIGINT",
-        15 => "SIGTERM",
-        _ => "a signal",
-    };
+    let name = signal_name(sig);
     match removed {
         0 => eprintln!("interrupted by {name}"),
         n => eprintln!("interrupted by {name}; removed the unfinished output ({n} temporary path(s))"),
     }
     std::process::exit(128 + sig);
+}
+
+/// The name of the signals these commands stop on (`boost train`'s messages use it too).
+pub fn signal_name(sig: i32) -> &'static str {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    match sig {
+        SIGINT => "SIGINT",
+        SIGTERM => "SIGTERM",
+        _ => "a signal",
+    }
 }
 
 /// Runs `f`, and if `signal()` reports a signal while it runs, ends the process as an
