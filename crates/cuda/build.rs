@@ -43,9 +43,10 @@ fn main() {
             .lines()
             .filter_map(|l| l.trim().strip_prefix("KERNEL(")?.split(')').next().map(str::to_string))
             .collect();
-        // A kernel whose body (up to the next kernel) uses a block barrier.
+        // A kernel whose body (up to the next kernel) uses a block barrier (tc_attn_*: the
+        // tensor-core attention's templates, with barriers and warp operations).
         for (k, body) in text.split("KERNEL(").skip(1).enumerate() {
-            if ["__syncthreads", "block_sum", "block_max", "col_reduce"].iter().any(|m| body.contains(m)) {
+            if ["__syncthreads", "block_sum", "block_max", "col_reduce", "tc_attn_"].iter().any(|m| body.contains(m)) {
                 sync.push(names[k].clone());
             }
         }

@@ -223,9 +223,48 @@ void emu_syncthreads() {
     pass_on();
 }
 
+// Warp operations. Each thread leaves its operands at its own slot, every thread waits at a
+// barrier, reads its warp's slots, and waits again before any slot can be overwritten.
+namespace {
+struct MmaIn {
+    unsigned a[4], b[2];
+};
+MmaIn mma_in[1024];
+unsigned shfl_in[1024];
+}  // namespace
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 for the running thread's warp, with
+// the fragment layouts of the PTX ISA (attention_tc.cu's header); sums in k order in fp32.
+void emu_mma_bf16_16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    int t = F.cur, w = t & ~31, lane = t & 31;
+    mma_in[t] = MmaIn{{a[0], a[1], a[2], a[3]}, {b0, b1}};
+    emu_syncthreads();
+    auto half = [](unsigned u, int k) { return bf2f((bf16_t)(k & 1 ? u >> 16 : u & 0xffffu)); };
+    auto A = [&](int r, int k) { return half(mma_in[w + (r % 8) * 4 + (k % 8) / 2].a[(r >= 8) + 2 * (k >= 8)], k); };
+    auto B = [&](int k, int n) { return half(mma_in[w + n * 4 + (k % 8) / 2].b[k >= 8], k); };
+    int gr = lane / 4, qd = lane % 4;
+    for (int q = 0; q < 4; q++) {
+        int r = gr + 8 * (q / 2), n = 2 * qd + q % 2;
+        float acc = c[q];
+        for (int k = 0; k < 16; k++) acc += A(r, k) * B(k, n);
+        c[q] = acc;
+    }
+    emu_syncthreads();
+}
+
+// shfl.sync.bfly: v of the lane lane ^ m of the running thread's warp.
+unsigned emu_shfl_xor(unsigned v, int m) {
+    shfl_in[F.cur] = v;
+    emu_syncthreads();
+    unsigned r = shfl_in[F.cur ^ m];
+    emu_syncthreads();
+    return r;
+}
+
 #include "act.cu"
 #include "adamw.cu"
 #include "attention.cu"
+#include "attention_tc.cu"
 #include "elementwise.cu"
 #include "embed.cu"
 #include "kron.cu"

@@ -38,27 +38,6 @@ __device__ __forceinline__ long long fa_rows(long long dh) {
     return r < FA_R ? r : FA_R;
 }
 
-struct Qkv {
-    Tv q, k, v;
-};
-
-// The q, k and v blocks of a qkv (or dqkv) buffer as views.
-__device__ __forceinline__ Qkv qkv_views(const Tv& base, long long t, long long qw, long long kw) {
-    unsigned long long es = base.bf ? 2ull : 4ull;
-    Qkv r;
-    r.q = base;
-    r.q.ld = qw;
-    r.k = base;
-    r.k.p = base.p + es * (unsigned long long)(t * qw);
-    r.k.ld = kw;
-    r.v = base;
-    r.v.p = base.p + es * (unsigned long long)(t * (qw + kw));
-    r.v.ld = kw;
-    return r;
-}
-
-__device__ __forceinline__ long long min_ll(long long a, long long b) { return a < b ? a : b; }
-
 // The 2×2 block of dot products a_r·b_c (r, c ∈ {0, 1}) over n elements: four sums from four
 // loads per element instead of eight (the score tiles are bound by shared-memory loads).
 __device__ __forceinline__ void dots2x2(const float* a0, const float* a1, const float* b0, const float* b1,

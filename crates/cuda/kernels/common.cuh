@@ -126,3 +126,26 @@ __device__ __forceinline__ void col_reduce(const Tv& out, long long rows, long l
 #define FOR_EACH(rows, cols)                                                  \
     for (long long e = gtid(), n_ = (rows) * (cols); e < n_; e += gthreads()) \
         for (long long i = e / (cols), j = e % (cols), once_ = 1; once_; once_ = 0)
+
+// Attention's operands (attention.cu, attention_tc.cu): q, k and v one after the other in a qkv
+// buffer (q: T × qw, k and v: T × kw each).
+struct Qkv {
+    Tv q, k, v;
+};
+
+// The q, k and v blocks of a qkv (or dqkv) buffer as views.
+__device__ __forceinline__ Qkv qkv_views(const Tv& base, long long t, long long qw, long long kw) {
+    unsigned long long es = base.bf ? 2ull : 4ull;
+    Qkv r;
+    r.q = base;
+    r.q.ld = qw;
+    r.k = base;
+    r.k.p = base.p + es * (unsigned long long)(t * qw);
+    r.k.ld = kw;
+    r.v = base;
+    r.v.p = base.p + es * (unsigned long long)(t * (qw + kw));
+    r.v.ld = kw;
+    return r;
+}
+
+__device__ __forceinline__ long long min_ll(long long a, long long b) { return a < b ? a : b; }

@@ -1,9 +1,12 @@
 //! Causal attention without the S×S matrix (kernels/attention.cu): the forward keeps one
 //! log-sum-exp per (sequence, head, query row), the backward recomputes the probabilities
 //! from it, with D = Σ_j P·dP (= dO·O) per row in `scratch`. Used for head_dim ≤
-//! [`FLASH_MAX_HEAD_DIM`]; wider heads take the cuBLAS path of `attention.rs`.
+//! [`FLASH_MAX_HEAD_DIM`]; wider heads take the cuBLAS path of `attention.rs`. Under
+//! `Precision::Bf16` the head widths of [`TENSOR_CORE_HEAD_DIMS`] take the tensor-core
+//! kernels of kernels/attention_tc.cu (bf16 products, as every GEMM there); the rest, and all
+//! of `Precision::F32`, the fp32 kernels of kernels/attention.cu.
 
-use crate::backend::Cuda;
+use crate::backend::{Cuda, Precision};
 use crate::buf::{CudaBuf, DType};
 use crate::device::{Launch, P};
 use crate::launch::{tv, tv_f32, tv_of, tvm};
@@ -13,6 +16,17 @@ use boost_tensor::{AttentionBwd, AttnShape, DeviceBuf, MatMut};
 pub(crate) const FLASH_MAX_HEAD_DIM: usize = 128;
 /// `FA_NT`: threads per block.
 const THREADS: u32 = 256;
+
+/// Head widths with a tensor-core instance (`k_attn_tc_*_{32,64,128}`).
+pub(crate) const TENSOR_CORE_HEAD_DIMS: [usize; 3] = [32, 64, 128];
+/// `TC_NT` and `TC_ROWS` of kernels/attention_tc.cu: threads and rows of a block.
+const TC_THREADS: u32 = 128;
+const TC_ROWS: usize = 64;
+
+/// The tensor-core kernels take a shape under `Precision::Bf16` when they have its head width.
+fn tensor_cores(be: &Cuda, sh: &AttnShape) -> bool {
+    be.precision() == Precision::Bf16 && TENSOR_CORE_HEAD_DIMS.contains(&sh.head_dim)
+}
 
 /// Rows of a block's tile (`fa_rows` of kernels/attention.cu): as many as fit `FA_BUF` floats
 /// at head_dim + 1 a row, at most `FA_R`.
@@ -50,9 +64,31 @@ fn stats(b: &CudaBuf, sh: &AttnShape, what: &str) -> crate::device::Tv {
     tv_f32(b.ptr(0), 1)
 }
 
+/// Launch `kernel` (the fp32 one's name; its tensor-core instance when [`tensor_cores`]) over
+/// the sequence's row blocks × `heads` × the batch.
 fn grid(be: &Cuda, kernel: &'static str, heads: usize, sh: &AttnShape, p: &P) {
-    let blocks = sh.seq.div_ceil(rows(sh.head_dim)) as u32;
-    be.launch(kernel, Launch { grid: (blocks, heads as u32, sh.batch as u32), block: (THREADS, 1, 1) }, p);
+    let (name, rows, threads) = if tensor_cores(be, sh) {
+        (tensor_core_kernel(kernel, sh.head_dim), TC_ROWS, TC_THREADS)
+    } else {
+        (kernel, rows(sh.head_dim), THREADS)
+    };
+    let blocks = sh.seq.div_ceil(rows) as u32;
+    be.launch(name, Launch { grid: (blocks, heads as u32, sh.batch as u32), block: (threads, 1, 1) }, p);
+}
+
+/// `k_attn_X` → `k_attn_tc_X_<head_dim>`.
+fn tensor_core_kernel(kernel: &str, head_dim: usize) -> &'static str {
+    const NAMES: [[&str; 3]; 3] = [
+        ["k_attn_tc_fwd_32", "k_attn_tc_fwd_64", "k_attn_tc_fwd_128"],
+        ["k_attn_tc_bwd_q_32", "k_attn_tc_bwd_q_64", "k_attn_tc_bwd_q_128"],
+        ["k_attn_tc_bwd_kv_32", "k_attn_tc_bwd_kv_64", "k_attn_tc_bwd_kv_128"],
+    ];
+    let which = ["k_attn_fwd", "k_attn_bwd_q", "k_attn_bwd_kv"].iter().position(|k| *k == kernel);
+    let width = TENSOR_CORE_HEAD_DIMS.iter().position(|&d| d == head_dim);
+    match (which, width) {
+        (Some(k), Some(w)) => NAMES[k][w],
+        _ => unreachable!("no tensor-core instance of {kernel} at head_dim {head_dim}"),
+    }
 }
 
 pub(crate) fn fwd(be: &Cuda, out: MatMut<CudaBuf>, lse: &mut CudaBuf, qkv: &CudaBuf, sh: AttnShape) {

@@ -22,7 +22,9 @@ fn attention_case<B: Backend>(be: &B, act: bool) -> Outs {
     let mut outs = Vec::new();
     // The CUDA flash kernels' tiles have 32 rows up to head_dim 63, 32 at 64 (the padded
     // rows fill the tile), 16 at 128: seq 70, 33 and 40 cross tiles at each; head_dim 160
-    // takes the path that keeps the probabilities (the flash kernels take up to 128).
+    // takes the path that keeps the probabilities (the flash kernels take up to 128). Under
+    // Precision::Bf16, head_dim 32, 64 and 128 take the tensor-core kernels, whose blocks own
+    // 64 rows and walk key tiles of 64 (forward) and 32 (backward): seq 150 and 130 cross both.
     let shapes = [
         (2, 5, 4, 2, 4),
         (1, 7, 3, 3, 6),
@@ -30,6 +32,8 @@ fn attention_case<B: Backend>(be: &B, act: bool) -> Outs {
         (2, 70, 4, 2, 8),
         (1, 33, 2, 2, 64),
         (1, 40, 4, 2, 128),
+        (2, 150, 4, 2, 32),
+        (1, 130, 2, 1, 64),
         (1, 6, 2, 1, 160),
     ];
     for (batch, seq, heads, kv_heads, head_dim) in shapes {

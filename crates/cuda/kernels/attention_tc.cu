@@ -1,0 +1,386 @@
+// Causal attention with GQA on the tensor cores, for Precision::Bf16 and head_dim 32, 64 or
+// 128: attention.cu's algorithm (one log-sum-exp per row; D = dO·O; dQ on the query side, dK
+// and dV on the key side walking the query rows in order, no atomics) with the products of
+// each warp's 16 rows taken by mma.sync m16n8k16 — bf16 operands, fp32 accumulation — in
+// FlashAttention-2's register layout, where a score tile's accumulators are the next
+// product's A operand. q·scale, k, v, dO, P and dS are rounded to bf16 for the products, as
+// cuBLAS rounds a GEMM's inputs under Bf16; the softmax, its statistics, the sums of D and
+// the outputs stay fp32. Every sum runs in a fixed order: deterministic.
+//
+// Parameters as attention.cu's: v0 = qkv, n[0..5] = batch, seq, heads, kv_heads, head_dim,
+// f[0] = the score scale; forward v1 = out, v2 = log-sum-exps; backward v1 = dout, v2 =
+// log-sum-exps, v3 = D, v4 = dqkv, v5 = the forward's output. A block of TC_NT threads (4
+// warps) owns TC_ROWS rows, 16 a warp; the other side is staged in bf16 tiles of shared
+// memory, rows padded by 8 elements so that a warp's fragment loads hit 32 different banks.
+//
+// Fragments (PTX ISA, mma.m16n8k16 with .bf16): lane = 4·gr + qd; A (16×16) a[0..3] hold rows
+// gr, gr + 8, gr, gr + 8 at columns 2qd, 2qd + 1 (+8 for a[2], a[3]); B (16×8) b0, b1 hold
+// rows 2qd, 2qd + 1 (+8 for b1) of column gr; C (16×8, fp32) c[0..3] hold (gr, 2qd),
+// (gr, 2qd + 1), (gr + 8, 2qd), (gr + 8, 2qd + 1). Two bf16 in a 32-bit word: the lower
+// column in the low half.
+#undef KERNEL_BOUNDS
+#define KERNEL_BOUNDS __launch_bounds__(TC_NT)
+#include "common.cuh"
+
+#define TC_NT 128   // threads per block: 4 warps
+#define TC_ROWS 64  // rows a block owns, 16 a warp
+
+// Shared tiles are read as 32-bit words (CUDA's __align__(16), spelled for the emulator too).
+#define TC_ALIGN __attribute__((aligned(16)))
+
+// The two bf16 at p (4-byte aligned) as one word.
+__device__ __forceinline__ unsigned ld2(const bf16_t* p) {
+#ifdef BOOST_EMU
+    unsigned u;
+    memcpy(&u, p, 4);
+    return u;
+#else
+    return *(const unsigned*)p;
+#endif
+}
+
+// lo and hi rounded to bf16 (nearest even) in one word, lo in the low half.
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+#ifdef BOOST_EMU
+    return (unsigned)f2bf(lo) | ((unsigned)f2bf(hi) << 16);
+#else
+    unsigned u;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u) : "f"(hi), "f"(lo));
+    return u;
+#endif
+}
+
+// c += A·B for the warp (layouts above).
+__device__ __forceinline__ void mma16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+#ifdef BOOST_EMU
+    emu_mma_bf16_16816(c, a, b0, b1);
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+// x of the lane whose index differs from this one's by the bits of m.
+__device__ __forceinline__ float shfl_xor(float x, int m) {
+#ifdef BOOST_EMU
+    return __uint_as_float(emu_shfl_xor(__float_as_uint(x), m));
+#else
+    unsigned r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(r) : "r"(__float_as_uint(x)), "r"(m));
+    return __uint_as_float(r);
+#endif
+}
+
+// Over the four lanes of a quad (the lanes holding one row of a C fragment), in a fixed order.
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, shfl_xor(x, 1));
+    return fmaxf(x, shfl_xor(x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += shfl_xor(x, 1);
+    return x + shfl_xor(x, 2);
+}
+
+// The lane's place in its fragments: row group and column pair.
+struct Lane {
+    int gr, qd;
+};
+__device__ __forceinline__ Lane lane_of() {
+    int l = threadIdx.x % 32;
+    return Lane{l / 4, l % 4};
+}
+
+// The A operand rows row0.., columns k0.. of a row-major bf16 tile with row stride ld.
+__device__ __forceinline__ void load_a(unsigned a[4], const bf16_t* t, int ld, int row0, int k0, Lane L) {
+    const bf16_t* p0 = t + (row0 + L.gr) * ld + k0 + 2 * L.qd;
+    const bf16_t* p1 = p0 + 8 * ld;
+    a[0] = ld2(p0);
+    a[1] = ld2(p1);
+    a[2] = ld2(p0 + 8);
+    a[3] = ld2(p1 + 8);
+}
+
+// The B operand at rows (k) k0.., columns (n) n0.. where B(k, n) = t[n][k], t row-major with
+// row stride ld.
+__device__ __forceinline__ void load_b(unsigned& b0, unsigned& b1, const bf16_t* t, int ld, int n0, int k0, Lane L) {
+    const bf16_t* p = t + (n0 + L.gr) * ld + k0 + 2 * L.qd;
+    b0 = ld2(p);
+    b1 = ld2(p + 8);
+}
+
+// The A operand of the 16 columns k0 = 16kc.. of a warp's 16-row C tile held as c[k0/8] and
+// c[k0/8 + 1] (16×8 each), rounded to bf16.
+__device__ __forceinline__ void c_to_a(unsigned a[4], const float c0[4], const float c1[4]) {
+    a[0] = pack2(c0[0], c0[1]);
+    a[1] = pack2(c0[2], c0[3]);
+    a[2] = pack2(c1[0], c1[1]);
+    a[3] = pack2(c1[2], c1[3]);
+}
+
+// Rows r0..r0+R of head column block c of x (sequence b) times mul, rounded to bf16, into dst
+// (row rr at dst + rr·ldd) and, when dst_t is given, transposed into dst_t (column rr at
+// dst_t + d·ldt + rr); zeros past the sequence. The block's threads share the copy.
+template <int DH>
+__device__ __forceinline__ void stage_bf(bf16_t* dst, int ldd, bf16_t* dst_t, int ldt, const Tv& x, long long b,
+                                         long long S, long long c, long long r0, int R, float mul) {
+    for (int e = threadIdx.x; e < R * DH; e += TC_NT) {
+        int rr = e / DH, d = e % DH;
+        long long r = r0 + rr;
+        bf16_t h = f2bf(r < S ? ld(x, b * S + r, c * DH + d) * mul : 0.0f);
+        if (dst) dst[rr * ldd + d] = h;
+        if (dst_t) dst_t[d * ldt + rr] = h;
+    }
+}
+
+// Forward. Grid: (⌈seq/64⌉, heads, batch); the block owns query rows i0..i0+64 of head h,
+// which reads kv head h / (heads / kv_heads); key tiles of 64.
+template <int DH>
+__device__ __forceinline__ void tc_attn_fwd(const P& p) {
+    constexpr int BC = 64, LD = DH + 8, LDT = BC + 8;
+    __shared__ TC_ALIGN bf16_t ks[BC * LD];  // the key tile (q·scale before the first one)
+    __shared__ TC_ALIGN bf16_t vt[DH * LDT];  // the value tile, transposed
+    long long S = p.n[1], H = p.n[2], HK = p.n[3];
+    Qkv x = qkv_views(p.v[0], p.n[0] * S, H * DH, HK * DH);
+    long long b = blockIdx.z, h = blockIdx.y, kh = h / (H / HK), i0 = (long long)blockIdx.x * TC_ROWS;
+    int w = threadIdx.x / 32;
+    Lane L = lane_of();
+    long long row[2] = {i0 + 16 * w + L.gr, i0 + 16 * w + L.gr + 8};
+    stage_bf<DH>(ks, LD, nullptr, 0, x.q, b, S, h, i0, TC_ROWS, (float)p.f[0]);
+    __syncthreads();
+    unsigned qa[DH / 16][4];
+    for (int kk = 0; kk < DH / 16; kk++) load_a(qa[kk], ks, LD, 16 * w, 16 * kk, L);
+    float o[DH / 8][4];
+    for (int n = 0; n < DH / 8; n++)
+        for (int e = 0; e < 4; e++) o[n][e] = 0.0f;
+    // Each lane's row maxima (shared by its quad) and partial sums over its own columns.
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+    for (long long j0 = 0; j0 < min_ll(i0 + TC_ROWS, S); j0 += BC) {
+        __syncthreads();  // every warp is done with the last tile (and with q's)
+        stage_bf<DH>(ks, LD, nullptr, 0, x.k, b, S, kh, j0, BC, 1.0f);
+        stage_bf<DH>(nullptr, 0, vt, LDT, x.v, b, S, kh, j0, BC, 1.0f);
+        __syncthreads();
+        float s[BC / 8][4];
+        for (int n = 0; n < BC / 8; n++) {
+            for (int e = 0; e < 4; e++) s[n][e] = 0.0f;
+            for (int kk = 0; kk < DH / 16; kk++) {
+                unsigned b0, b1;
+                load_b(b0, b1, ks, LD, 8 * n, 16 * kk, L);
+                mma16816(s[n], qa[kk], b0, b1);
+            }
+        }
+        // Mask the keys after each row; the new maxima (every row has key 0 in the first
+        // tile, so they are finite from then on).
+        float mx[2] = {m[0], m[1]};
+        for (int n = 0; n < BC / 8; n++)
+            for (int e = 0; e < 4; e++) {
+                if (j0 + 8 * n + 2 * L.qd + e % 2 > row[e / 2]) s[n][e] = NEG_INF;
+                mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+            }
+        float corr[2];
+        for (int r = 0; r < 2; r++) {
+            mx[r] = quad_max(mx[r]);
+            corr[r] = expf(m[r] - mx[r]);
+            m[r] = mx[r];
+            l[r] *= corr[r];
+        }
+        for (int n = 0; n < BC / 8; n++)
+            for (int e = 0; e < 4; e++) {
+                s[n][e] = expf(s[n][e] - m[e / 2]);
+                l[e / 2] += s[n][e];
+            }
+        for (int n = 0; n < DH / 8; n++)
+            for (int e = 0; e < 4; e++) o[n][e] *= corr[e / 2];
+        for (int kc = 0; kc < BC / 16; kc++) {
+            unsigned pa[4];
+            c_to_a(pa, s[2 * kc], s[2 * kc + 1]);
+            for (int n = 0; n < DH / 8; n++) {
+                unsigned b0, b1;
+                load_b(b0, b1, vt, LDT, 8 * n, 16 * kc, L);
+                mma16816(o[n], pa, b0, b1);
+            }
+        }
+    }
+    for (int r = 0; r < 2; r++) l[r] = quad_sum(l[r]);
+    for (int n = 0; n < DH / 8; n++)
+        for (int e = 0; e < 4; e++)
+            if (row[e / 2] < S) st(p.v[1], b * S + row[e / 2], h * DH + 8 * n + 2 * L.qd + e % 2, o[n][e] / l[e / 2]);
+    if (L.qd == 0)
+        for (int r = 0; r < 2; r++)
+            if (row[r] < S) ((float*)p.v[2].p)[(b * H + h) * S + row[r]] = m[r] + logf(l[r]);
+}
+
+// Backward, query side. Grid as the forward's; key tiles of 32. D_i = dO_i·O_i (fp32, summed
+// over head_dim in order), then dQ_i = scale·Σ_j P_ij·(dP_ij − D_i)·k_j with dP_ij = dO_i·v_j.
+template <int DH>
+__device__ __forceinline__ void tc_attn_bwd_q(const P& p) {
+    constexpr int BC = 32, LD = DH + 8, LDT = BC + 8;
+    // The key and value tiles, one after the other (q·scale, then dO, before the first).
+    __shared__ TC_ALIGN bf16_t kv[2 * BC * LD];
+    __shared__ TC_ALIGN bf16_t kt[DH * LDT];  // the key tile, transposed
+    __shared__ float lse_s[TC_ROWS], d_s[TC_ROWS];
+    bf16_t *ks = kv, *vs = kv + BC * LD;
+    long long S = p.n[1], H = p.n[2], HK = p.n[3], T = p.n[0] * S;
+    Qkv x = qkv_views(p.v[0], T, H * DH, HK * DH);
+    Qkv dx = qkv_views(p.v[4], T, H * DH, HK * DH);
+    long long b = blockIdx.z, h = blockIdx.y, kh = h / (H / HK), i0 = (long long)blockIdx.x * TC_ROWS;
+    long long base = (b * H + h) * S;
+    int tid = threadIdx.x, w = tid / 32;
+    Lane L = lane_of();
+    float scale = (float)p.f[0];
+    if (tid < TC_ROWS) {
+        long long i = i0 + tid;
+        float acc = 0.0f;
+        if (i < S)
+            for (int d = 0; d < DH; d++) acc += ld(p.v[1], b * S + i, h * DH + d) * ld(p.v[5], b * S + i, h * DH + d);
+        d_s[tid] = acc;
+        lse_s[tid] = i < S ? ((const float*)p.v[2].p)[base + i] : 0.0f;
+        if (i < S) ((float*)p.v[3].p)[base + i] = acc;
+    }
+    stage_bf<DH>(kv, LD, nullptr, 0, x.q, b, S, h, i0, TC_ROWS, scale);
+    __syncthreads();
+    unsigned qa[DH / 16][4], da[DH / 16][4];
+    for (int kk = 0; kk < DH / 16; kk++) load_a(qa[kk], kv, LD, 16 * w, 16 * kk, L);
+    __syncthreads();
+    stage_bf<DH>(kv, LD, nullptr, 0, p.v[1], b, S, h, i0, TC_ROWS, 1.0f);
+    __syncthreads();
+    for (int kk = 0; kk < DH / 16; kk++) load_a(da[kk], kv, LD, 16 * w, 16 * kk, L);
+    int rr[2] = {16 * w + L.gr, 16 * w + L.gr + 8};
+    float lse[2] = {lse_s[rr[0]], lse_s[rr[1]]}, dsum[2] = {d_s[rr[0]], d_s[rr[1]]};
+    float dq[DH / 8][4];
+    for (int n = 0; n < DH / 8; n++)
+        for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
+    for (long long j0 = 0; j0 < min_ll(i0 + TC_ROWS, S); j0 += BC) {
+        __syncthreads();
+        stage_bf<DH>(ks, LD, kt, LDT, x.k, b, S, kh, j0, BC, 1.0f);
+        stage_bf<DH>(vs, LD, nullptr, 0, x.v, b, S, kh, j0, BC, 1.0f);
+        __syncthreads();
+        float s[BC / 8][4], dp[BC / 8][4];
+        for (int n = 0; n < BC / 8; n++) {
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+            for (int kk = 0; kk < DH / 16; kk++) {
+                unsigned b0, b1;
+                load_b(b0, b1, ks, LD, 8 * n, 16 * kk, L);
+                mma16816(s[n], qa[kk], b0, b1);
+                load_b(b0, b1, vs, LD, 8 * n, 16 * kk, L);
+                mma16816(dp[n], da[kk], b0, b1);
+            }
+            // dS · scale, into s.
+            for (int e = 0; e < 4; e++) {
+                int r = e / 2;
+                bool live = j0 + 8 * n + 2 * L.qd + e % 2 <= i0 + rr[r];
+                s[n][e] = live ? expf(s[n][e] - lse[r]) * (dp[n][e] - dsum[r]) * scale : 0.0f;
+            }
+        }
+        for (int kc = 0; kc < BC / 16; kc++) {
+            unsigned a[4];
+            c_to_a(a, s[2 * kc], s[2 * kc + 1]);
+            for (int n = 0; n < DH / 8; n++) {
+                unsigned b0, b1;
+                load_b(b0, b1, kt, LDT, 8 * n, 16 * kc, L);
+                mma16816(dq[n], a, b0, b1);
+            }
+        }
+    }
+    for (int n = 0; n < DH / 8; n++)
+        for (int e = 0; e < 4; e++) {
+            long long i = i0 + rr[e / 2];
+            if (i < S) st(dx.q, b * S + i, h * DH + 8 * n + 2 * L.qd + e % 2, dq[n][e]);
+        }
+}
+
+// Backward, key side. Grid: (⌈seq/64⌉, kv_heads, batch); the block owns key rows j0..j0+64 of
+// kv head g: dK_j = scale·Σ_h Σ_{i≥j} dS_ij·q_i and dV_j = Σ_h Σ_{i≥j} P_ij·dO_i over the heads
+// h of g in order, query tiles of 32 from the block's first key in order.
+template <int DH>
+__device__ __forceinline__ void tc_attn_bwd_kv(const P& p) {
+    constexpr int BQ = 32, LD = DH + 8, LDT = BQ + 8;
+    // The q·scale and dO tiles, one after the other (k, then v, before the first).
+    __shared__ TC_ALIGN bf16_t qd[2 * BQ * LD];
+    __shared__ TC_ALIGN bf16_t qt[DH * LDT];   // q·scale, transposed
+    __shared__ TC_ALIGN bf16_t dot[DH * LDT];  // dO, transposed
+    __shared__ float lse_s[BQ], d_s[BQ];
+    bf16_t *qs = qd, *dos = qd + BQ * LD;
+    long long S = p.n[1], H = p.n[2], HK = p.n[3], T = p.n[0] * S, group = H / HK;
+    Qkv x = qkv_views(p.v[0], T, H * DH, HK * DH);
+    Qkv dx = qkv_views(p.v[4], T, H * DH, HK * DH);
+    long long b = blockIdx.z, g = blockIdx.y, j0 = (long long)blockIdx.x * TC_ROWS;
+    int tid = threadIdx.x, w = tid / 32;
+    Lane L = lane_of();
+    float scale = (float)p.f[0];
+    stage_bf<DH>(qd, LD, nullptr, 0, x.k, b, S, g, j0, TC_ROWS, 1.0f);
+    __syncthreads();
+    unsigned ka[DH / 16][4], va[DH / 16][4];
+    for (int kk = 0; kk < DH / 16; kk++) load_a(ka[kk], qd, LD, 16 * w, 16 * kk, L);
+    __syncthreads();
+    stage_bf<DH>(qd, LD, nullptr, 0, x.v, b, S, g, j0, TC_ROWS, 1.0f);
+    __syncthreads();
+    for (int kk = 0; kk < DH / 16; kk++) load_a(va[kk], qd, LD, 16 * w, 16 * kk, L);
+    long long key[2] = {j0 + 16 * w + L.gr, j0 + 16 * w + L.gr + 8};
+    float dk[DH / 8][4], dv[DH / 8][4];
+    for (int n = 0; n < DH / 8; n++)
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+    for (long long h = g * group; h < (g + 1) * group; h++) {
+        long long base = (b * H + h) * S;
+        for (long long t0 = j0; t0 < S; t0 += BQ) {
+            __syncthreads();
+            stage_bf<DH>(qs, LD, qt, LDT, x.q, b, S, h, t0, BQ, scale);
+            stage_bf<DH>(dos, LD, dot, LDT, p.v[1], b, S, h, t0, BQ, 1.0f);
+            if (tid < BQ) {
+                bool in = t0 + tid < S;
+                lse_s[tid] = in ? ((const float*)p.v[2].p)[base + t0 + tid] : 0.0f;
+                d_s[tid] = in ? ((const float*)p.v[3].p)[base + t0 + tid] : 0.0f;
+            }
+            __syncthreads();
+            // Pᵀ and dSᵀ (key rows, query columns) into st and dpt.
+            float st_[BQ / 8][4], dpt[BQ / 8][4];
+            for (int n = 0; n < BQ / 8; n++) {
+                for (int e = 0; e < 4; e++) st_[n][e] = dpt[n][e] = 0.0f;
+                for (int kk = 0; kk < DH / 16; kk++) {
+                    unsigned b0, b1;
+                    load_b(b0, b1, qs, LD, 8 * n, 16 * kk, L);
+                    mma16816(st_[n], ka[kk], b0, b1);
+                    load_b(b0, b1, dos, LD, 8 * n, 16 * kk, L);
+                    mma16816(dpt[n], va[kk], b0, b1);
+                }
+                for (int e = 0; e < 4; e++) {
+                    int c = 8 * n + 2 * L.qd + e % 2;
+                    long long i = t0 + c;
+                    bool live = i >= key[e / 2] && i < S;
+                    float pt = live ? expf(st_[n][e] - lse_s[c]) : 0.0f;
+                    st_[n][e] = pt;
+                    dpt[n][e] = pt * (dpt[n][e] - d_s[c]);
+                }
+            }
+            for (int kc = 0; kc < BQ / 16; kc++) {
+                unsigned pa[4], da[4];
+                c_to_a(pa, st_[2 * kc], st_[2 * kc + 1]);
+                c_to_a(da, dpt[2 * kc], dpt[2 * kc + 1]);
+                for (int n = 0; n < DH / 8; n++) {
+                    unsigned b0, b1;
+                    load_b(b0, b1, dot, LDT, 8 * n, 16 * kc, L);
+                    mma16816(dv[n], pa, b0, b1);
+                    load_b(b0, b1, qt, LDT, 8 * n, 16 * kc, L);
+                    mma16816(dk[n], da, b0, b1);
+                }
+            }
+        }
+    }
+    for (int n = 0; n < DH / 8; n++)
+        for (int e = 0; e < 4; e++) {
+            long long j = key[e / 2];
+            if (j >= S) continue;
+            st(dx.k, b * S + j, g * DH + 8 * n + 2 * L.qd + e % 2, dk[n][e]);
+            st(dx.v, b * S + j, g * DH + 8 * n + 2 * L.qd + e % 2, dv[n][e]);
+        }
+}
+
+KERNEL(k_attn_tc_fwd_32) { tc_attn_fwd<32>(p); }
+KERNEL(k_attn_tc_fwd_64) { tc_attn_fwd<64>(p); }
+KERNEL(k_attn_tc_fwd_128) { tc_attn_fwd<128>(p); }
+KERNEL(k_attn_tc_bwd_q_32) { tc_attn_bwd_q<32>(p); }
+KERNEL(k_attn_tc_bwd_q_64) { tc_attn_bwd_q<64>(p); }
+KERNEL(k_attn_tc_bwd_q_128) { tc_attn_bwd_q<128>(p); }
+KERNEL(k_attn_tc_bwd_kv_32) { tc_attn_bwd_kv<32>(p); }
+KERNEL(k_attn_tc_bwd_kv_64) { tc_attn_bwd_kv<64>(p); }
+KERNEL(k_attn_tc_bwd_kv_128) { tc_attn_bwd_kv<128>(p); }
