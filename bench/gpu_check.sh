@@ -11,7 +11,9 @@
 #   train  `boost train` on the demo corpus (data/ must be there): cuda against cpu, one rank,
 #          and a tp2 grid whose ranks share the GPU (collectives staged through the host); a
 #          dp2 ZeRO-1 pair on the GPU (50 steps), overlap on against off, must match bit for bit
-#   bench  examples/cuda_bench against bench/torch_peer_cuda.py, same shape, same GPU
+#   bench  examples/cuda_bench against bench/torch_peer_cuda.py, same shape, same GPU; then
+#          a kernel-by-kernel profile of CoLA at each seq:micro_batch of PROFILE_SHAPES
+#          (default 256:8)
 #   cpu    the host CPU: every test binary of the workspace but boost-cuda's (the gemm
 #          crate's AVX-512 kernels are built in by default; the CLI's tests run boost_cpu),
 #          then `boost bench --arch cola,full --threads T` against the PyTorch CPU peer, each
@@ -190,12 +192,15 @@ print(line + f" (see bench-{tag}.log)")
 EOF2
         done
     done
-    # Where the time of one configuration goes, kernel by kernel (and the earlier build's).
-    for exe in cuda_bench cuda_bench_base; do
-        [ -x "$bin/$exe" ] || continue
-        echo "$exe:" | tee -a "$summary"
-        "$bin/$exe" --arch cola "${shape[@]}" --seq 256 --micro-batch 8 --warmup 3 --rounds 3 --profile 5 2>&1 >/dev/null |
-            grep -A30 '^profile:' | tee -a "$summary"
+    # Where the time of CoLA at seq:micro_batch goes (PROFILE_SHAPES, default 256:8), kernel
+    # by kernel (and the earlier build's).
+    for sm in ${PROFILE_SHAPES:-256:8}; do
+        for exe in cuda_bench cuda_bench_base; do
+            [ -x "$bin/$exe" ] || continue
+            echo "$exe, seq ${sm%%:*} x ${sm##*:}:" | tee -a "$summary"
+            "$bin/$exe" --arch cola "${shape[@]}" --seq "${sm%%:*}" --micro-batch "${sm##*:}" --warmup 3 --rounds 3 --profile 5 2>&1 >/dev/null |
+                grep -A30 '^profile:' | tee -a "$summary"
+        done
     done
 fi
 
