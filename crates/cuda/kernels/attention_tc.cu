@@ -118,23 +118,79 @@ __device__ __forceinline__ void c_to_a(unsigned a[4], const float c0[4], const f
     a[3] = pack2(c1[2], c1[3]);
 }
 
-// Rows r0..r0+R of head column block c of x (sequence b) times mul, rounded to bf16, into dst
-// (row rr at dst + rr·ldd) and, when dst_t is given, transposed into dst_t (column rr at
-// dst_t + d·ldt + rr); zeros past the sequence. The block's threads share the copy.
-template <int DH>
-__device__ __forceinline__ void stage_bf(bf16_t* dst, int ldd, bf16_t* dst_t, int ldt, const Tv& x, long long b,
-                                         long long S, long long c, long long r0, int R, float mul) {
-    for (int e = threadIdx.x; e < R * DH; e += TC_NT) {
-        int rr = e / DH, d = e % DH;
-        long long r = r0 + rr;
-        bf16_t h = f2bf(r < S ? ld(x, b * S + r, c * DH + d) * mul : 0.0f);
-        if (dst) dst[rr * ldd + d] = h;
-        if (dst_t) dst_t[d * ldt + rr] = h;
+// Two words at p (8-byte aligned).
+__device__ __forceinline__ void store2(bf16_t* p, unsigned w0, unsigned w1) {
+#ifdef BOOST_EMU
+    unsigned w[2] = {w0, w1};
+    memcpy(p, w, 8);
+#else
+    *(uint2*)p = make_uint2(w0, w1);
+#endif
+}
+
+// Four consecutive elements of a view at element offset off (fp32 or bf16), as fp32; `vec`:
+// the four are aligned for one vector load.
+__device__ __forceinline__ void load4(const Tv& x, long long off, bool vec, float v[4]) {
+    if (vec && !x.bf) {
+#ifdef BOOST_EMU
+        memcpy(v, (const float*)x.p + off, 16);
+#else
+        float4 f = *(const float4*)((const float*)x.p + off);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+#endif
+    } else if (vec) {
+        unsigned u[2];
+#ifdef BOOST_EMU
+        memcpy(u, (const bf16_t*)x.p + off, 8);
+#else
+        uint2 w = *(const uint2*)((const bf16_t*)x.p + off);
+        u[0] = w.x, u[1] = w.y;
+#endif
+        for (int j = 0; j < 4; j++) v[j] = bf2f((bf16_t)(u[j / 2] >> (16 * (j % 2))));
+    } else {
+        const char* base = (const char*)x.p;
+        for (int j = 0; j < 4; j++)
+            v[j] = x.bf ? bf2f(((const bf16_t*)base)[off + j]) : ((const float*)base)[off + j];
     }
 }
 
-// Forward. Grid: (⌈seq/64⌉, heads, batch); the block owns query rows i0..i0+64 of head h,
-// which reads kv head h / (heads / kv_heads); key tiles of 64.
+// Rows r0..r0+R of head column block c of x (sequence b) times mul, rounded to bf16, into dst
+// (row rr at dst + rr·ldd) and, when dst_t is given, transposed into dst_t (column rr at
+// dst_t + d·ldt + rr); zeros past the sequence. The block's threads share the copy, four
+// consecutive columns a thread at a time, every load of a thread issued before the first
+// store so that they are in flight together.
+template <int DH, int R>
+__device__ __forceinline__ void stage_bf(bf16_t* dst, int ldd, bf16_t* dst_t, int ldt, const Tv& x, long long b,
+                                         long long S, long long c, long long r0, float mul) {
+    constexpr int QUADS = R * DH / 4, PER = (QUADS + TC_NT - 1) / TC_NT;
+    unsigned long long align = x.bf ? 8 : 16;
+    bool vec = x.ld % 4 == 0 && x.p % align == 0;
+    float v[PER][4];
+    for (int k = 0; k < PER; k++) {
+        int e = threadIdx.x + TC_NT * k, rr = e / (DH / 4), d = e % (DH / 4) * 4;
+        long long r = r0 + rr;
+        if (e < QUADS && r < S)
+            load4(x, (b * S + r) * x.ld + c * DH + d, vec, v[k]);
+        else
+            for (int j = 0; j < 4; j++) v[k][j] = 0.0f;
+    }
+    for (int k = 0; k < PER; k++) {
+        int e = threadIdx.x + TC_NT * k, rr = e / (DH / 4), d = e % (DH / 4) * 4;
+        if (e >= QUADS) continue;
+        unsigned w0 = pack2(v[k][0] * mul, v[k][1] * mul), w1 = pack2(v[k][2] * mul, v[k][3] * mul);
+        if (dst) store2(dst + rr * ldd + d, w0, w1);
+        if (dst_t) {
+            dst_t[(d + 0) * ldt + rr] = (bf16_t)(w0 & 0xffffu);
+            dst_t[(d + 1) * ldt + rr] = (bf16_t)(w0 >> 16);
+            dst_t[(d + 2) * ldt + rr] = (bf16_t)(w1 & 0xffffu);
+            dst_t[(d + 3) * ldt + rr] = (bf16_t)(w1 >> 16);
+        }
+    }
+}
+
+// Forward. Grid: (heads, ⌈seq/64⌉, batch), heads first so that the blocks of every head's last
+// rows, which walk the most keys, start first: block (h, y) owns query rows i0..i0+64 of head
+// h, i0 = 64·(⌈seq/64⌉ − 1 − y), which reads kv head h / (heads / kv_heads); key tiles of 64.
 template <int DH>
 __device__ __forceinline__ void tc_attn_fwd(const P& p) {
     constexpr int BC = 64, LD = DH + 8, LDT = BC + 8;
@@ -142,11 +198,12 @@ __device__ __forceinline__ void tc_attn_fwd(const P& p) {
     __shared__ TC_ALIGN bf16_t vt[DH * LDT];  // the value tile, transposed
     long long S = p.n[1], H = p.n[2], HK = p.n[3];
     Qkv x = qkv_views(p.v[0], p.n[0] * S, H * DH, HK * DH);
-    long long b = blockIdx.z, h = blockIdx.y, kh = h / (H / HK), i0 = (long long)blockIdx.x * TC_ROWS;
+    long long b = blockIdx.z, h = blockIdx.x, kh = h / (H / HK);
+    long long i0 = (long long)(gridDim.y - 1 - blockIdx.y) * TC_ROWS;
     int w = threadIdx.x / 32;
     Lane L = lane_of();
     long long row[2] = {i0 + 16 * w + L.gr, i0 + 16 * w + L.gr + 8};
-    stage_bf<DH>(ks, LD, nullptr, 0, x.q, b, S, h, i0, TC_ROWS, (float)p.f[0]);
+    stage_bf<DH, TC_ROWS>(ks, LD, nullptr, 0, x.q, b, S, h, i0, (float)p.f[0]);
     __syncthreads();
     unsigned qa[DH / 16][4];
     for (int kk = 0; kk < DH / 16; kk++) load_a(qa[kk], ks, LD, 16 * w, 16 * kk, L);
@@ -157,8 +214,8 @@ __device__ __forceinline__ void tc_attn_fwd(const P& p) {
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
     for (long long j0 = 0; j0 < min_ll(i0 + TC_ROWS, S); j0 += BC) {
         __syncthreads();  // every warp is done with the last tile (and with q's)
-        stage_bf<DH>(ks, LD, nullptr, 0, x.k, b, S, kh, j0, BC, 1.0f);
-        stage_bf<DH>(nullptr, 0, vt, LDT, x.v, b, S, kh, j0, BC, 1.0f);
+        stage_bf<DH, BC>(ks, LD, nullptr, 0, x.k, b, S, kh, j0, 1.0f);
+        stage_bf<DH, BC>(nullptr, 0, vt, LDT, x.v, b, S, kh, j0, 1.0f);
         __syncthreads();
         float s[BC / 8][4];
         for (int n = 0; n < BC / 8; n++) {
@@ -223,8 +280,8 @@ __device__ __forceinline__ void tc_attn_bwd_q(const P& p) {
     long long S = p.n[1], H = p.n[2], HK = p.n[3], T = p.n[0] * S;
     Qkv x = qkv_views(p.v[0], T, H * DH, HK * DH);
     Qkv dx = qkv_views(p.v[4], T, H * DH, HK * DH);
-    long long b = blockIdx.z, h = blockIdx.y, kh = h / (H / HK), i0 = (long long)blockIdx.x * TC_ROWS;
-    long long base = (b * H + h) * S;
+    long long b = blockIdx.z, h = blockIdx.x, kh = h / (H / HK);
+    long long i0 = (long long)(gridDim.y - 1 - blockIdx.y) * TC_ROWS, base = (b * H + h) * S;
     int tid = threadIdx.x, w = tid / 32;
     Lane L = lane_of();
     float scale = (float)p.f[0];
@@ -237,12 +294,12 @@ __device__ __forceinline__ void tc_attn_bwd_q(const P& p) {
         lse_s[tid] = i < S ? ((const float*)p.v[2].p)[base + i] : 0.0f;
         if (i < S) ((float*)p.v[3].p)[base + i] = acc;
     }
-    stage_bf<DH>(kv, LD, nullptr, 0, x.q, b, S, h, i0, TC_ROWS, scale);
+    stage_bf<DH, TC_ROWS>(kv, LD, nullptr, 0, x.q, b, S, h, i0, scale);
     __syncthreads();
     unsigned qa[DH / 16][4], da[DH / 16][4];
     for (int kk = 0; kk < DH / 16; kk++) load_a(qa[kk], kv, LD, 16 * w, 16 * kk, L);
     __syncthreads();
-    stage_bf<DH>(kv, LD, nullptr, 0, p.v[1], b, S, h, i0, TC_ROWS, 1.0f);
+    stage_bf<DH, TC_ROWS>(kv, LD, nullptr, 0, p.v[1], b, S, h, i0, 1.0f);
     __syncthreads();
     for (int kk = 0; kk < DH / 16; kk++) load_a(da[kk], kv, LD, 16 * w, 16 * kk, L);
     int rr[2] = {16 * w + L.gr, 16 * w + L.gr + 8};
@@ -252,8 +309,8 @@ __device__ __forceinline__ void tc_attn_bwd_q(const P& p) {
         for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
     for (long long j0 = 0; j0 < min_ll(i0 + TC_ROWS, S); j0 += BC) {
         __syncthreads();
-        stage_bf<DH>(ks, LD, kt, LDT, x.k, b, S, kh, j0, BC, 1.0f);
-        stage_bf<DH>(vs, LD, nullptr, 0, x.v, b, S, kh, j0, BC, 1.0f);
+        stage_bf<DH, BC>(ks, LD, kt, LDT, x.k, b, S, kh, j0, 1.0f);
+        stage_bf<DH, BC>(vs, LD, nullptr, 0, x.v, b, S, kh, j0, 1.0f);
         __syncthreads();
         float s[BC / 8][4], dp[BC / 8][4];
         for (int n = 0; n < BC / 8; n++) {
@@ -289,8 +346,8 @@ __device__ __forceinline__ void tc_attn_bwd_q(const P& p) {
         }
 }
 
-// Backward, key side. Grid: (⌈seq/64⌉, kv_heads, batch); the block owns key rows j0..j0+64 of
-// kv head g: dK_j = scale·Σ_h Σ_{i≥j} dS_ij·q_i and dV_j = Σ_h Σ_{i≥j} P_ij·dO_i over the heads
+// Backward, key side. Grid: (kv_heads, ⌈seq/64⌉, batch), the first key rows (which walk the
+// most queries) first: block (g, y) owns key rows j0 = 64·y..j0+64 of kv head g: dK_j = scale·Σ_h Σ_{i≥j} dS_ij·q_i and dV_j = Σ_h Σ_{i≥j} P_ij·dO_i over the heads
 // h of g in order, query tiles of 32 from the block's first key in order.
 template <int DH>
 __device__ __forceinline__ void tc_attn_bwd_kv(const P& p) {
@@ -304,16 +361,16 @@ __device__ __forceinline__ void tc_attn_bwd_kv(const P& p) {
     long long S = p.n[1], H = p.n[2], HK = p.n[3], T = p.n[0] * S, group = H / HK;
     Qkv x = qkv_views(p.v[0], T, H * DH, HK * DH);
     Qkv dx = qkv_views(p.v[4], T, H * DH, HK * DH);
-    long long b = blockIdx.z, g = blockIdx.y, j0 = (long long)blockIdx.x * TC_ROWS;
+    long long b = blockIdx.z, g = blockIdx.x, j0 = (long long)blockIdx.y * TC_ROWS;
     int tid = threadIdx.x, w = tid / 32;
     Lane L = lane_of();
     float scale = (float)p.f[0];
-    stage_bf<DH>(qd, LD, nullptr, 0, x.k, b, S, g, j0, TC_ROWS, 1.0f);
+    stage_bf<DH, TC_ROWS>(qd, LD, nullptr, 0, x.k, b, S, g, j0, 1.0f);
     __syncthreads();
     unsigned ka[DH / 16][4], va[DH / 16][4];
     for (int kk = 0; kk < DH / 16; kk++) load_a(ka[kk], qd, LD, 16 * w, 16 * kk, L);
     __syncthreads();
-    stage_bf<DH>(qd, LD, nullptr, 0, x.v, b, S, g, j0, TC_ROWS, 1.0f);
+    stage_bf<DH, TC_ROWS>(qd, LD, nullptr, 0, x.v, b, S, g, j0, 1.0f);
     __syncthreads();
     for (int kk = 0; kk < DH / 16; kk++) load_a(va[kk], qd, LD, 16 * w, 16 * kk, L);
     long long key[2] = {j0 + 16 * w + L.gr, j0 + 16 * w + L.gr + 8};
@@ -324,8 +381,8 @@ __device__ __forceinline__ void tc_attn_bwd_kv(const P& p) {
         long long base = (b * H + h) * S;
         for (long long t0 = j0; t0 < S; t0 += BQ) {
             __syncthreads();
-            stage_bf<DH>(qs, LD, qt, LDT, x.q, b, S, h, t0, BQ, scale);
-            stage_bf<DH>(dos, LD, dot, LDT, p.v[1], b, S, h, t0, BQ, 1.0f);
+            stage_bf<DH, BQ>(qs, LD, qt, LDT, x.q, b, S, h, t0, scale);
+            stage_bf<DH, BQ>(dos, LD, dot, LDT, p.v[1], b, S, h, t0, 1.0f);
             if (tid < BQ) {
                 bool in = t0 + tid < S;
                 lse_s[tid] = in ? ((const float*)p.v[2].p)[base + t0 + tid] : 0.0f;

@@ -64,16 +64,18 @@ fn stats(b: &CudaBuf, sh: &AttnShape, what: &str) -> crate::device::Tv {
     tv_f32(b.ptr(0), 1)
 }
 
-/// Launch `kernel` (the fp32 one's name; its tensor-core instance when [`tensor_cores`]) over
-/// the sequence's row blocks × `heads` × the batch.
+/// Launch `kernel` (the fp32 one's name) over the sequence's row blocks × `heads` × the batch;
+/// or its tensor-core instance when [`tensor_cores`], over `heads` × the row blocks × the batch.
 fn grid(be: &Cuda, kernel: &'static str, heads: usize, sh: &AttnShape, p: &P) {
-    let (name, rows, threads) = if tensor_cores(be, sh) {
-        (tensor_core_kernel(kernel, sh.head_dim), TC_ROWS, TC_THREADS)
+    let (heads, batch) = (heads as u32, sh.batch as u32);
+    let at = if tensor_cores(be, sh) {
+        let blocks = sh.seq.div_ceil(TC_ROWS) as u32;
+        (tensor_core_kernel(kernel, sh.head_dim), Launch { grid: (heads, blocks, batch), block: (TC_THREADS, 1, 1) })
     } else {
-        (kernel, rows(sh.head_dim), THREADS)
+        let blocks = sh.seq.div_ceil(rows(sh.head_dim)) as u32;
+        (kernel, Launch { grid: (blocks, heads, batch), block: (THREADS, 1, 1) })
     };
-    let blocks = sh.seq.div_ceil(rows) as u32;
-    be.launch(name, Launch { grid: (blocks, heads as u32, sh.batch as u32), block: (threads, 1, 1) }, p);
+    be.launch(at.0, at.1, p);
 }
 
 /// `k_attn_X` → `k_attn_tc_X_<head_dim>`.
