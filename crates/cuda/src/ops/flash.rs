@@ -18,7 +18,7 @@ pub(crate) const FLASH_MAX_HEAD_DIM: usize = 128;
 const THREADS: u32 = 256;
 
 /// Head widths with a tensor-core instance (`k_attn_tc_*_{32,64,128}`).
-pub(crate) const TENSOR_CORE_HEAD_DIMS: [usize; 3] = [32, 64, 128];
+const TENSOR_CORE_HEAD_DIMS: [usize; 3] = [32, 64, 128];
 /// `TC_NT` and `TC_ROWS` of kernels/attention_tc.cu: threads and rows of a block.
 const TC_THREADS: u32 = 128;
 const TC_ROWS: usize = 64;
@@ -64,39 +64,54 @@ fn stats(b: &CudaBuf, sh: &AttnShape, what: &str) -> crate::device::Tv {
     tv_f32(b.ptr(0), 1)
 }
 
-/// Launch `kernel` (the fp32 one's name) over the sequence's row blocks × `heads` × the batch;
-/// or its tensor-core instance when [`tensor_cores`], over `heads` × the row blocks × the batch.
-fn grid(be: &Cuda, kernel: &'static str, heads: usize, sh: &AttnShape, p: &P) {
-    let (heads, batch) = (heads as u32, sh.batch as u32);
-    let at = if tensor_cores(be, sh) {
-        let blocks = sh.seq.div_ceil(TC_ROWS) as u32;
-        (tensor_core_kernel(kernel, sh.head_dim), Launch { grid: (heads, blocks, batch), block: (TC_THREADS, 1, 1) })
-    } else {
-        let blocks = sh.seq.div_ceil(rows(sh.head_dim)) as u32;
-        (kernel, Launch { grid: (blocks, heads, batch), block: (THREADS, 1, 1) })
-    };
-    be.launch(at.0, at.1, p);
+/// The three kernels, each an fp32 one (kernels/attention.cu) and its tensor-core instances
+/// (kernels/attention_tc.cu).
+#[derive(Clone, Copy)]
+enum Pass {
+    Fwd,
+    BwdQ,
+    BwdKv,
 }
 
-/// `k_attn_X` → `k_attn_tc_X_<head_dim>`.
-fn tensor_core_kernel(kernel: &str, head_dim: usize) -> &'static str {
-    const NAMES: [[&str; 3]; 3] = [
-        ["k_attn_tc_fwd_32", "k_attn_tc_fwd_64", "k_attn_tc_fwd_128"],
-        ["k_attn_tc_bwd_q_32", "k_attn_tc_bwd_q_64", "k_attn_tc_bwd_q_128"],
-        ["k_attn_tc_bwd_kv_32", "k_attn_tc_bwd_kv_64", "k_attn_tc_bwd_kv_128"],
-    ];
-    let which = ["k_attn_fwd", "k_attn_bwd_q", "k_attn_bwd_kv"].iter().position(|k| *k == kernel);
-    let width = TENSOR_CORE_HEAD_DIMS.iter().position(|&d| d == head_dim);
-    match (which, width) {
-        (Some(k), Some(w)) => NAMES[k][w],
-        _ => unreachable!("no tensor-core instance of {kernel} at head_dim {head_dim}"),
+impl Pass {
+    fn fp32(self) -> &'static str {
+        match self {
+            Pass::Fwd => "k_attn_fwd",
+            Pass::BwdQ => "k_attn_bwd_q",
+            Pass::BwdKv => "k_attn_bwd_kv",
+        }
     }
+
+    /// The instance for `head_dim`, one of [`TENSOR_CORE_HEAD_DIMS`].
+    fn tensor_core(self, head_dim: usize) -> &'static str {
+        let names = match self {
+            Pass::Fwd => ["k_attn_tc_fwd_32", "k_attn_tc_fwd_64", "k_attn_tc_fwd_128"],
+            Pass::BwdQ => ["k_attn_tc_bwd_q_32", "k_attn_tc_bwd_q_64", "k_attn_tc_bwd_q_128"],
+            Pass::BwdKv => ["k_attn_tc_bwd_kv_32", "k_attn_tc_bwd_kv_64", "k_attn_tc_bwd_kv_128"],
+        };
+        let at = TENSOR_CORE_HEAD_DIMS.iter().position(|&d| d == head_dim);
+        names[at.unwrap_or_else(|| unreachable!("no tensor-core attention at head_dim {head_dim}"))]
+    }
+}
+
+/// Launch `pass` over the sequence's row blocks × `heads` × the batch; its tensor-core
+/// instance, when [`tensor_cores`] takes the shape, over `heads` × the row blocks × the batch.
+fn grid(be: &Cuda, pass: Pass, heads: usize, sh: &AttnShape, p: &P) {
+    let (heads, batch) = (heads as u32, sh.batch as u32);
+    let (kernel, at) = if tensor_cores(be, sh) {
+        let blocks = sh.seq.div_ceil(TC_ROWS) as u32;
+        (pass.tensor_core(sh.head_dim), Launch { grid: (heads, blocks, batch), block: (TC_THREADS, 1, 1) })
+    } else {
+        let blocks = sh.seq.div_ceil(rows(sh.head_dim)) as u32;
+        (pass.fp32(), Launch { grid: (blocks, heads, batch), block: (THREADS, 1, 1) })
+    };
+    be.launch(kernel, at, p);
 }
 
 pub(crate) fn fwd(be: &Cuda, out: MatMut<CudaBuf>, lse: &mut CudaBuf, qkv: &CudaBuf, sh: AttnShape) {
     assert_eq!((out.rows, out.cols), (sh.tokens(), sh.q_width()), "attention: output shape");
     let p = params(&sh, qkv, &[tvm(&out), stats(lse, &sh, "log-sum-exp")]);
-    grid(be, "k_attn_fwd", sh.heads, &sh, &p);
+    grid(be, Pass::Fwd, sh.heads, &sh, &p);
     be.touched(&out);
 }
 
@@ -109,7 +124,40 @@ pub(crate) fn bwd(be: &Cuda, args: AttentionBwd<CudaBuf>) {
     let views = [tv(&dout), stats(lse, &sh, "log-sum-exp"), stats(d, &sh, "scratch"), tv_of(dqkv, 0, 0), tv(&out)];
     let p = params(&sh, qkv, &views);
     // dQ and D first; the key side reads D (kernels run in order on the stream).
-    grid(be, "k_attn_bwd_q", sh.heads, &sh, &p);
-    grid(be, "k_attn_bwd_kv", sh.kv_heads, &sh, &p);
+    grid(be, Pass::BwdQ, sh.heads, &sh, &p);
+    grid(be, Pass::BwdKv, sh.kv_heads, &sh, &p);
     be.touched_all(dqkv);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every name the dispatch launches is a kernel of its file.
+    #[test]
+    fn every_launched_name_is_a_kernel_of_its_file() {
+        let defined =
+            |file: &str, name: &str| crate::kernels::FILES.iter().any(|(f, _, ks)| *f == file && ks.contains(&name));
+        for pass in [Pass::Fwd, Pass::BwdQ, Pass::BwdKv] {
+            assert!(defined("attention", pass.fp32()), "{}", pass.fp32());
+            for d in TENSOR_CORE_HEAD_DIMS {
+                assert!(defined("attention_tc", pass.tensor_core(d)), "{}", pass.tensor_core(d));
+            }
+        }
+    }
+
+    /// Bf16 takes the tensor cores at their widths; other widths and F32 keep the fp32 kernels.
+    #[cfg(feature = "emulate")]
+    #[test]
+    fn bf16_takes_the_tensor_cores_at_their_widths() {
+        let sh = |head_dim| AttnShape { batch: 1, seq: 8, heads: 2, kv_heads: 1, head_dim };
+        let (bf16, f32) = (Cuda::emulated(Precision::Bf16), Cuda::emulated(Precision::F32));
+        for d in [32, 64, 128] {
+            assert!(tensor_cores(&bf16, &sh(d)), "bf16, head_dim {d}");
+            assert!(!tensor_cores(&f32, &sh(d)), "f32, head_dim {d}");
+        }
+        for d in [8, 48, 96] {
+            assert!(!tensor_cores(&bf16, &sh(d)), "bf16, head_dim {d}");
+        }
+    }
 }
