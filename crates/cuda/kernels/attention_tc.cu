@@ -118,6 +118,36 @@ __device__ __forceinline__ void c_to_a(unsigned a[4], const float c0[4], const f
     a[3] = pack2(c1[2], c1[3]);
 }
 
+// c[n] = A·B_n for the warp's 16 rows (a: DH/16 A operands along k) and TILES tiles of 8
+// columns, B(k, n) = t[n][k] (t row-major with row stride ld), k in order.
+template <int DH, int TILES>
+__device__ __forceinline__ void product(float c[TILES][4], const unsigned a[DH / 16][4], const bf16_t* t, int ld,
+                                        Lane L) {
+    for (int n = 0; n < TILES; n++) {
+        for (int e = 0; e < 4; e++) c[n][e] = 0.0f;
+        for (int kk = 0; kk < DH / 16; kk++) {
+            unsigned b0, b1;
+            load_b(b0, b1, t, ld, 8 * n, 16 * kk, L);
+            mma16816(c[n], a[kk], b0, b1);
+        }
+    }
+}
+
+// acc[n] += C·B_n over the DH/8 tiles of 8 columns, C the warp's 16 × 8·NC tile c (rounded to
+// bf16 as an A operand), B(k, n) = t[n][k] (t row-major with row stride ld), k in order.
+template <int DH, int NC>
+__device__ __forceinline__ void accumulate(float acc[DH / 8][4], float c[NC][4], const bf16_t* t, int ld, Lane L) {
+    for (int kc = 0; kc < NC / 2; kc++) {
+        unsigned a[4];
+        c_to_a(a, c[2 * kc], c[2 * kc + 1]);
+        for (int n = 0; n < DH / 8; n++) {
+            unsigned b0, b1;
+            load_b(b0, b1, t, ld, 8 * n, 16 * kc, L);
+            mma16816(acc[n], a, b0, b1);
+        }
+    }
+}
+
 // Two words at p (8-byte aligned).
 __device__ __forceinline__ void store2(bf16_t* p, unsigned w0, unsigned w1) {
 #ifdef BOOST_EMU
@@ -218,14 +248,7 @@ __device__ __forceinline__ void tc_attn_fwd(const P& p) {
         stage_bf<DH, BC>(nullptr, 0, vt, LDT, x.v, b, S, kh, j0, 1.0f);
         __syncthreads();
         float s[BC / 8][4];
-        for (int n = 0; n < BC / 8; n++) {
-            for (int e = 0; e < 4; e++) s[n][e] = 0.0f;
-            for (int kk = 0; kk < DH / 16; kk++) {
-                unsigned b0, b1;
-                load_b(b0, b1, ks, LD, 8 * n, 16 * kk, L);
-                mma16816(s[n], qa[kk], b0, b1);
-            }
-        }
+        product<DH, BC / 8>(s, qa, ks, LD, L);
         // Mask the keys after each row; the new maxima (every row has key 0 in the first
         // tile, so they are finite from then on).
         float mx[2] = {m[0], m[1]};
@@ -248,15 +271,7 @@ __device__ __forceinline__ void tc_attn_fwd(const P& p) {
             }
         for (int n = 0; n < DH / 8; n++)
             for (int e = 0; e < 4; e++) o[n][e] *= corr[e / 2];
-        for (int kc = 0; kc < BC / 16; kc++) {
-            unsigned pa[4];
-            c_to_a(pa, s[2 * kc], s[2 * kc + 1]);
-            for (int n = 0; n < DH / 8; n++) {
-                unsigned b0, b1;
-                load_b(b0, b1, vt, LDT, 8 * n, 16 * kc, L);
-                mma16816(o[n], pa, b0, b1);
-            }
-        }
+        accumulate<DH, BC / 8>(o, s, vt, LDT, L);
     }
     for (int r = 0; r < 2; r++) l[r] = quad_sum(l[r]);
     for (int n = 0; n < DH / 8; n++)
@@ -313,31 +328,16 @@ __device__ __forceinline__ void tc_attn_bwd_q(const P& p) {
         stage_bf<DH, BC>(vs, LD, nullptr, 0, x.v, b, S, kh, j0, 1.0f);
         __syncthreads();
         float s[BC / 8][4], dp[BC / 8][4];
-        for (int n = 0; n < BC / 8; n++) {
-            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
-            for (int kk = 0; kk < DH / 16; kk++) {
-                unsigned b0, b1;
-                load_b(b0, b1, ks, LD, 8 * n, 16 * kk, L);
-                mma16816(s[n], qa[kk], b0, b1);
-                load_b(b0, b1, vs, LD, 8 * n, 16 * kk, L);
-                mma16816(dp[n], da[kk], b0, b1);
-            }
-            // dS · scale, into s.
+        product<DH, BC / 8>(s, qa, ks, LD, L);
+        product<DH, BC / 8>(dp, da, vs, LD, L);
+        // dS · scale, into s.
+        for (int n = 0; n < BC / 8; n++)
             for (int e = 0; e < 4; e++) {
                 int r = e / 2;
                 bool live = j0 + 8 * n + 2 * L.qd + e % 2 <= i0 + rr[r];
                 s[n][e] = live ? expf(s[n][e] - lse[r]) * (dp[n][e] - dsum[r]) * scale : 0.0f;
             }
-        }
-        for (int kc = 0; kc < BC / 16; kc++) {
-            unsigned a[4];
-            c_to_a(a, s[2 * kc], s[2 * kc + 1]);
-            for (int n = 0; n < DH / 8; n++) {
-                unsigned b0, b1;
-                load_b(b0, b1, kt, LDT, 8 * n, 16 * kc, L);
-                mma16816(dq[n], a, b0, b1);
-            }
-        }
+        accumulate<DH, BC / 8>(dq, s, kt, LDT, L);
     }
     for (int n = 0; n < DH / 8; n++)
         for (int e = 0; e < 4; e++) {
@@ -391,15 +391,9 @@ __device__ __forceinline__ void tc_attn_bwd_kv(const P& p) {
             __syncthreads();
             // Pᵀ and dSᵀ (key rows, query columns) into st and dpt.
             float st_[BQ / 8][4], dpt[BQ / 8][4];
-            for (int n = 0; n < BQ / 8; n++) {
-                for (int e = 0; e < 4; e++) st_[n][e] = dpt[n][e] = 0.0f;
-                for (int kk = 0; kk < DH / 16; kk++) {
-                    unsigned b0, b1;
-                    load_b(b0, b1, qs, LD, 8 * n, 16 * kk, L);
-                    mma16816(st_[n], ka[kk], b0, b1);
-                    load_b(b0, b1, dos, LD, 8 * n, 16 * kk, L);
-                    mma16816(dpt[n], va[kk], b0, b1);
-                }
+            product<DH, BQ / 8>(st_, ka, qs, LD, L);
+            product<DH, BQ / 8>(dpt, va, dos, LD, L);
+            for (int n = 0; n < BQ / 8; n++)
                 for (int e = 0; e < 4; e++) {
                     int c = 8 * n + 2 * L.qd + e % 2;
                     long long i = t0 + c;
@@ -408,19 +402,8 @@ __device__ __forceinline__ void tc_attn_bwd_kv(const P& p) {
                     st_[n][e] = pt;
                     dpt[n][e] = pt * (dpt[n][e] - d_s[c]);
                 }
-            }
-            for (int kc = 0; kc < BQ / 16; kc++) {
-                unsigned pa[4], da[4];
-                c_to_a(pa, st_[2 * kc], st_[2 * kc + 1]);
-                c_to_a(da, dpt[2 * kc], dpt[2 * kc + 1]);
-                for (int n = 0; n < DH / 8; n++) {
-                    unsigned b0, b1;
-                    load_b(b0, b1, dot, LDT, 8 * n, 16 * kc, L);
-                    mma16816(dv[n], pa, b0, b1);
-                    load_b(b0, b1, qt, LDT, 8 * n, 16 * kc, L);
-                    mma16816(dk[n], da, b0, b1);
-                }
-            }
+            accumulate<DH, BQ / 8>(dv, st_, dot, LDT, L);
+            accumulate<DH, BQ / 8>(dk, dpt, qt, LDT, L);
         }
     }
     for (int n = 0; n < DH / 8; n++)
