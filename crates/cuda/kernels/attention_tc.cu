@@ -158,9 +158,10 @@ __device__ __forceinline__ void store2(bf16_t* p, unsigned w0, unsigned w1) {
 #endif
 }
 
-// Four consecutive elements of a view at element offset off (fp32 or bf16), as fp32; `vec`:
-// the four are aligned for one vector load.
-__device__ __forceinline__ void load4(const Tv& x, long long off, bool vec, float v[4]) {
+// Elements (i, j..j+4) of a view (fp32 or bf16), as fp32; `vec`: the four are aligned for one
+// vector load.
+__device__ __forceinline__ void load4(const Tv& x, long long i, long long j, bool vec, float v[4]) {
+    long long off = i * x.ld + j;
     if (vec && !x.bf) {
 #ifdef BOOST_EMU
         memcpy(v, (const float*)x.p + off, 16);
@@ -176,11 +177,9 @@ __device__ __forceinline__ void load4(const Tv& x, long long off, bool vec, floa
         uint2 w = *(const uint2*)((const bf16_t*)x.p + off);
         u[0] = w.x, u[1] = w.y;
 #endif
-        for (int j = 0; j < 4; j++) v[j] = bf2f((bf16_t)(u[j / 2] >> (16 * (j % 2))));
+        for (int e = 0; e < 4; e++) v[e] = bf2f((bf16_t)(u[e / 2] >> (16 * (e % 2))));
     } else {
-        const char* base = (const char*)x.p;
-        for (int j = 0; j < 4; j++)
-            v[j] = x.bf ? bf2f(((const bf16_t*)base)[off + j]) : ((const float*)base)[off + j];
+        for (int e = 0; e < 4; e++) v[e] = ld(x, i, j + e);
     }
 }
 
@@ -200,7 +199,7 @@ __device__ __forceinline__ void stage_bf(bf16_t* dst, int ldd, bf16_t* dst_t, in
         int e = threadIdx.x + TC_NT * k, rr = e / (DH / 4), d = e % (DH / 4) * 4;
         long long r = r0 + rr;
         if (e < QUADS && r < S)
-            load4(x, (b * S + r) * x.ld + c * DH + d, vec, v[k]);
+            load4(x, b * S + r, c * DH + d, vec, v[k]);
         else
             for (int j = 0; j < 4; j++) v[k][j] = 0.0f;
     }
@@ -218,6 +217,19 @@ __device__ __forceinline__ void stage_bf(bf16_t* dst, int ldd, bf16_t* dst_t, in
     }
 }
 
+// The warp's A operands for rows r0 + 16w.. (w: its warp) of head column block c of x, times
+// mul: the block's TC_ROWS rows staged through buf (row stride DH + 8), which the block may
+// reuse once this returns.
+template <int DH>
+__device__ __forceinline__ void operand_rows(unsigned a[DH / 16][4], bf16_t* buf, const Tv& x, long long b,
+                                             long long S, long long c, long long r0, float mul, Lane L) {
+    stage_bf<DH, TC_ROWS>(buf, DH + 8, nullptr, 0, x, b, S, c, r0, mul);
+    __syncthreads();
+    int w = threadIdx.x / 32;
+    for (int kk = 0; kk < DH / 16; kk++) load_a(a[kk], buf, DH + 8, 16 * w, 16 * kk, L);
+    __syncthreads();
+}
+
 // Forward. Grid: (heads, ⌈seq/64⌉, batch), heads first so that the blocks of every head's last
 // rows, which walk the most keys, start first: block (h, y) owns query rows i0..i0+64 of head
 // h, i0 = 64·(⌈seq/64⌉ − 1 − y), which reads kv head h / (heads / kv_heads); key tiles of 64.
@@ -233,10 +245,8 @@ __device__ __forceinline__ void tc_attn_fwd(const P& p) {
     int w = threadIdx.x / 32;
     Lane L = lane_of();
     long long row[2] = {i0 + 16 * w + L.gr, i0 + 16 * w + L.gr + 8};
-    stage_bf<DH, TC_ROWS>(ks, LD, nullptr, 0, x.q, b, S, h, i0, (float)p.f[0]);
-    __syncthreads();
     unsigned qa[DH / 16][4];
-    for (int kk = 0; kk < DH / 16; kk++) load_a(qa[kk], ks, LD, 16 * w, 16 * kk, L);
+    operand_rows<DH>(qa, ks, x.q, b, S, h, i0, (float)p.f[0], L);
     float o[DH / 8][4];
     for (int n = 0; n < DH / 8; n++)
         for (int e = 0; e < 4; e++) o[n][e] = 0.0f;
@@ -309,14 +319,9 @@ __device__ __forceinline__ void tc_attn_bwd_q(const P& p) {
         lse_s[tid] = i < S ? ((const float*)p.v[2].p)[base + i] : 0.0f;
         if (i < S) ((float*)p.v[3].p)[base + i] = acc;
     }
-    stage_bf<DH, TC_ROWS>(kv, LD, nullptr, 0, x.q, b, S, h, i0, scale);
-    __syncthreads();
     unsigned qa[DH / 16][4], da[DH / 16][4];
-    for (int kk = 0; kk < DH / 16; kk++) load_a(qa[kk], kv, LD, 16 * w, 16 * kk, L);
-    __syncthreads();
-    stage_bf<DH, TC_ROWS>(kv, LD, nullptr, 0, p.v[1], b, S, h, i0, 1.0f);
-    __syncthreads();
-    for (int kk = 0; kk < DH / 16; kk++) load_a(da[kk], kv, LD, 16 * w, 16 * kk, L);
+    operand_rows<DH>(qa, kv, x.q, b, S, h, i0, scale, L);
+    operand_rows<DH>(da, kv, p.v[1], b, S, h, i0, 1.0f, L);
     int rr[2] = {16 * w + L.gr, 16 * w + L.gr + 8};
     float lse[2] = {lse_s[rr[0]], lse_s[rr[1]]}, dsum[2] = {d_s[rr[0]], d_s[rr[1]]};
     float dq[DH / 8][4];
@@ -365,14 +370,9 @@ __device__ __forceinline__ void tc_attn_bwd_kv(const P& p) {
     int tid = threadIdx.x, w = tid / 32;
     Lane L = lane_of();
     float scale = (float)p.f[0];
-    stage_bf<DH, TC_ROWS>(qd, LD, nullptr, 0, x.k, b, S, g, j0, 1.0f);
-    __syncthreads();
     unsigned ka[DH / 16][4], va[DH / 16][4];
-    for (int kk = 0; kk < DH / 16; kk++) load_a(ka[kk], qd, LD, 16 * w, 16 * kk, L);
-    __syncthreads();
-    stage_bf<DH, TC_ROWS>(qd, LD, nullptr, 0, x.v, b, S, g, j0, 1.0f);
-    __syncthreads();
-    for (int kk = 0; kk < DH / 16; kk++) load_a(va[kk], qd, LD, 16 * w, 16 * kk, L);
+    operand_rows<DH>(ka, qd, x.k, b, S, g, j0, 1.0f, L);
+    operand_rows<DH>(va, qd, x.v, b, S, g, j0, 1.0f, L);
     long long key[2] = {j0 + 16 * w + L.gr, j0 + 16 * w + L.gr + 8};
     float dk[DH / 8][4], dv[DH / 8][4];
     for (int n = 0; n < DH / 8; n++)
