@@ -100,11 +100,13 @@ fn naive_and_finite_differences(sh: AttnShape, stride: usize) {
     let mut dqkv = vec![7.0; sh.qkv_len()]; // overwritten, not accumulated
     // The CPU keeps one log-sum-exp per row and head, and no S × S scratch: only the dQ terms
     // of the backward's 512-key chunks after the first, for the query rows past each chunk's
-    // start.
-    let past_chunks: usize = (1..sh.seq.div_ceil(512)).map(|c| sh.seq - 512 * c).sum();
+    // start, and with several chunks each row's D = dO·O (one per row and head).
+    let chunks = sh.seq.div_ceil(512);
+    let past_chunks: usize = (1..chunks).map(|c| sh.seq - 512 * c).sum();
+    let d_rows = if chunks > 1 { sh.rows_len() } else { 0 };
     assert_eq!(
         (CPU.attention_saved_len(&sh), CPU.attention_scratch_len(&sh)),
-        (sh.rows_len(), past_chunks * sh.batch * sh.q_width())
+        (sh.rows_len(), past_chunks * sh.batch * sh.q_width() + d_rows)
     );
     let mut scratch = vec![0.0; CPU.attention_scratch_len(&sh)];
     CPU.attention_bwd(AttentionBwd {

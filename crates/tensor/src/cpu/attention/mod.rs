@@ -39,7 +39,8 @@ pub(super) fn block_rows(s: usize) -> usize {
 /// rows or after them. Sequences of at most this length are one chunk.
 pub(super) const KEY_CHUNK: usize = 512;
 
-/// The longest query block (the backward keeps a block's D values in an array of this size).
+/// The longest query block (the forward keeps a block's running maxima and sums in arrays of
+/// this size).
 pub(super) const MAX_BLOCK_ROWS: usize = 128;
 
 /// Offsets and row strides of the q, k, v blocks; head h's columns start at h·d_h.
