@@ -30,7 +30,11 @@ pub struct ArchResult {
     pub gemm_s: f64,
     pub attention_s: f64,
     pub other_s: f64,
+    /// The rate of the step's GEMMs (their FLOPs over their kernel time).
     pub gemm_gflops: f64,
+    /// The rate of causal attention, forward and backward (its model FLOPs, the recompute of
+    /// the scores not counted, over its kernel time).
+    pub attention_gflops: f64,
     pub model_flops_per_token: f64,
     /// The GEMM peak measured right before and right after each of this model's two blocks
     /// of steps (four values): a shared machine's speed drifts, so one peak from the start of
@@ -396,6 +400,7 @@ pub fn run(opts: &BenchOptions, log: &dyn Fn(String)) -> Result<BenchReport> {
             attention_s: sec(k.attention),
             other_s: sec(k.other),
             gemm_gflops: k.gemm_flops / k.gemm.as_secs_f64() / 1e9,
+            attention_gflops: attn_fwd_bwd(false) * tokens * steps / k.attention.as_secs_f64() / 1e9,
             model_flops_per_token: flops,
             gemm_peaks_gflops: peaks.clone(),
             gemm_peak_gflops: peak,
@@ -504,6 +509,7 @@ pub fn table(r: &BenchReport) -> String {
             slow.join(", ")
         );
     }
+    s += &mfu_lines(r);
     if let Some(x) = r.lowrank_speedup {
         s += &format!("\nlow-rank / full-rank tokens/s: {x:.2}×\n");
     }
@@ -512,6 +518,31 @@ pub fn table(r: &BenchReport) -> String {
         s += &format!("\nGEMM panels by core speed (1: an equal share): {}\n", speeds.join(", "));
     }
     s + &split_table(r)
+}
+
+/// Where each model's MFU goes: the GEMMs' and attention's rates against the peak beside its
+/// steps, and the time a step spends in other kernels and outside any kernel timer (FLOP-free
+/// time, which only lowers MFU).
+fn mfu_lines(r: &BenchReport) -> String {
+    let mut s = String::from(
+        "
+Where MFU goes (rates against the peak beside the steps):
+",
+    );
+    for a in &r.results {
+        let untimed = (a.step_time_s - a.gemm_s - a.attention_s - a.other_s).max(0.0);
+        s += &format!(
+            "- {}: GEMMs {:.0} GFLOP/s ({:.0}%), attention {:.0} GFLOP/s ({:.0}%), other kernels {:.0} ms and untimed {:.0} ms a step\n",
+            a.arch,
+            a.gemm_gflops,
+            100.0 * a.gemm_gflops / a.gemm_peak_gflops,
+            a.attention_gflops,
+            100.0 * a.attention_gflops / a.gemm_peak_gflops,
+            1e3 * a.other_s,
+            1e3 * untimed,
+        );
+    }
+    s
 }
 
 /// Each side's step by kind of work, from the pairs of steps after the timed ones (medians
@@ -544,4 +575,59 @@ fn split_table(r: &BenchReport) -> String {
         );
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report of one model: a 1 s step with 0.6 s of GEMMs at 200 GFLOP/s and 0.1 s of
+    /// attention at 50, against a peak of 250 beside its steps.
+    fn report() -> BenchReport {
+        let a = ArchResult {
+            arch: "cola".into(),
+            params: 1,
+            matmul_params: 1,
+            step_time_s: 1.0,
+            step_times_s: vec![1.0],
+            tokens_per_sec: 1.0,
+            gemm_s: 0.6,
+            attention_s: 0.1,
+            other_s: 0.25,
+            gemm_gflops: 200.0,
+            attention_gflops: 50.0,
+            model_flops_per_token: 1.0,
+            gemm_peaks_gflops: vec![250.0; 4],
+            gemm_peak_gflops: 250.0,
+            mfu: 0.5,
+            mfu_full_attention: 0.5,
+            peak_rss_mib: 1.0,
+            torch: None,
+            torch_ratio: None,
+            torch_gemm_peaks_gflops: Vec::new(),
+            torch_gemm_peak_gflops: None,
+            torch_mfu: None,
+            torch_step_ratios: Vec::new(),
+            torch_split: Vec::new(),
+            gemm_shapes: Vec::new(),
+        };
+        BenchReport {
+            cpu: "cpu".into(),
+            simd: "simd".into(),
+            threads: 2,
+            seq: 256,
+            micro_batch: 8,
+            gemm_peak_gflops: 240.0,
+            results: vec![a],
+            lowrank_speedup: None,
+            core_speeds: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_table_says_where_mfu_goes() {
+        let t = table(&report());
+        let line = "- cola: GEMMs 200 GFLOP/s (80%), attention 50 GFLOP/s (20%), other kernels 250 ms and untimed 50 ms a step";
+        assert!(t.contains(line), "{t}");
+    }
 }
