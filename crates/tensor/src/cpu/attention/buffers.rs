@@ -66,13 +66,25 @@ pub(super) fn with_tiles<T: Scalar, R>(n: usize, f: impl FnOnce(&mut [T], &mut [
 /// memory follows the calls in flight, not the threads that ever made one.
 static KV_COLS: Mutex<Vec<Vec<f64>>> = Mutex::new(Vec::new());
 
+/// The row stride of the column-major copies: S + 16, one cache line past S. At S a multiple
+/// of 1024 a copy's rows lie a multiple of 4 KiB apart, so a product's panel of them (64 rows
+/// of 4 lines) fell on 4 of the L1's 64 sets and evicted itself; one line more spreads the rows
+/// over all the sets. On the 2-vCPU Xeon (`attention_speed 2 3 4096 1 8`, 14 pairs alternated
+/// in both orders) the forward took 0.93× the time and the backward 0.95×; at 2048 × 1, 0.94×
+/// and 0.96× (10 pairs); at 256 × 8 1.00× and 1.01× (16 pairs). The columns past S are never
+/// read.
+fn cols_ld(s: usize) -> usize {
+    s + 16
+}
+
 /// Runs `f` with column-major copies of k (`copies` = 1) or of k and v (2), for the products
 /// that read them transposed as their right operand (q·kᵀ, dO·vᵀ). The `gemm` crate packs a
 /// row-major operand read that way one element at a time, which took about a fifth of
 /// attention's time (`perf`, AVX-512, at 4096 × 1 and 256 × 8); from a column-major copy it
 /// packs whole rows, and sums in the same order. The copies go through [`transpose`]'s SIMD
-/// blocks (element by element they took 13 % of attention at 256 × 8). Copy c of sequence b and kv head g holds
-/// element (i, j) (head dimension i, key j) at `((c·batch + b)·kv_heads + g)·d_h·S + i·S + j`.
+/// blocks (element by element they took 13 % of attention at 256 × 8). Copy c of sequence b
+/// and kv head g holds element (i, j) (head dimension i, key j) at
+/// `((c·batch + b)·kv_heads + g)·d_h·L + i·L + j`, where L = [`cols_ld`]`(S)`.
 pub(super) fn with_kv_cols<T: Scalar, R>(
     qkv: &[T],
     l: &Layout,
@@ -80,7 +92,7 @@ pub(super) fn with_kv_cols<T: Scalar, R>(
     copies: usize,
     f: impl FnOnce(&[T]) -> R,
 ) -> R {
-    let (per, units) = (l.dh * l.s, sh.batch * sh.kv_heads);
+    let (per, units) = (l.dh * cols_ld(l.s), sh.batch * sh.kv_heads);
     let n = copies * units * per;
     let mut buf = KV_COLS.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
     if buf.len() < words::<T>(n) {
@@ -92,7 +104,7 @@ pub(super) fn with_kv_cols<T: Scalar, R>(
         let (c, b, g) = (u / units, (u % units) / sh.kv_heads, u % sh.kv_heads);
         let (off, ld) = if c == 0 { l.k } else { l.v };
         let first = off + b * l.s * ld + g * l.dh;
-        transpose(dst, l.s, &qkv[first..first + (l.s - 1) * ld + l.dh], ld, l.s, l.dh);
+        transpose(dst, cols_ld(l.s), &qkv[first..first + (l.s - 1) * ld + l.dh], ld, l.s, l.dh);
     });
     let r = f(cols);
     KV_COLS.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
@@ -110,6 +122,6 @@ pub(super) fn kv_cols_t<T>(
     g: usize,
     k0: usize,
 ) -> Operand<T> {
-    let at = ((c * sh.batch + b) * sh.kv_heads + g) * l.dh * l.s + k0;
-    Operand { ptr: cols[at..].as_ptr(), rs: l.s as isize, cs: 1 }
+    let at = ((c * sh.batch + b) * sh.kv_heads + g) * l.dh * cols_ld(l.s) + k0;
+    Operand { ptr: cols[at..].as_ptr(), rs: cols_ld(l.s) as isize, cs: 1 }
 }
