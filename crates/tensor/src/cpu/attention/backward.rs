@@ -1,7 +1,7 @@
 //! The backward: units of (sequence, kv head, key chunk), the probabilities rebuilt from the
 //! forward's log-sum-exps.
 
-use super::buffers::{kv_cols_t, reserve_tiles, with_kv_cols, with_tiles};
+use super::buffers::{Rows, copies_rows, reserve_tiles, with_kv_copies, with_tiles};
 use super::tile::{Live, block_product};
 use super::{KEY_CHUNK, Layout, block_rows, check};
 use crate::args::AttentionBwd;
@@ -101,7 +101,8 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
         });
     }
     let dsum_base = SendPtr(scratch.as_mut_ptr().wrapping_add(d_offset(&sh)));
-    with_kv_cols(qkv, &l, &sh, 2, |kv_cols| {
+    let k_rows = copies_rows(l.s).then_some(Rows::K);
+    with_kv_copies(qkv, &l, &sh, 2, k_rows, |kv| {
         (0..chunks * units).into_par_iter().for_each(|u| {
             // Chunk-major: the first chunks, which every query block reaches, are the costliest.
             let (c, unit) = (u / units, u % units);
@@ -112,7 +113,7 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
                 Operand { ptr: base.get().add(off + (row0 + r) * ld + col) as *const T, rs: ld as isize, cs: 1 }
             };
             // Kᵀ and Vᵀ from key k0 on, from the column-major copies.
-            let cols_t = |c: usize| kv_cols_t(kv_cols, &l, &sh, c, b, g, k0);
+            let cols_t = |c: usize| kv.cols_t(c, b, g, k0);
             let dat = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
                 (d_base.get().add(off + (row0 + r) * ld + col), ld)
             };
@@ -168,7 +169,9 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
                             let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: n as isize };
                             let pm_t = Operand { ptr: pb as *const T, rs: 1, cs: n as isize };
                             // dQ (this chunk's terms) = scale·dS·K
-                            let (k, q) = (at(l.k, g * l.dh, k0), at(l.q, h * l.dh, i0));
+                            // k's rows from the copy when the call made one, else in place.
+                            let k = kv.rows(b, g, k0).unwrap_or_else(|| at(l.k, g * l.dh, k0));
+                            let q = at(l.q, h * l.dh, i0);
                             block_product(
                                 (m, l.dh, n),
                                 dq_at(h * l.dh, i0),

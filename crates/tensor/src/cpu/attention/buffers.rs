@@ -61,10 +61,10 @@ pub(super) fn with_tiles<T: Scalar, R>(n: usize, f: impl FnOnce(&mut [T], &mut [
     })
 }
 
-/// Buffers for the column-major copies of k and v, one per call in flight (in-process ranks
-/// and tensor-parallel chunks call concurrently): a call takes one and gives it back, so the
-/// memory follows the calls in flight, not the threads that ever made one.
-static KV_COLS: Mutex<Vec<Vec<f64>>> = Mutex::new(Vec::new());
+/// Buffers for the copies of k and v, one per call in flight (in-process ranks and
+/// tensor-parallel chunks call concurrently): a call takes one and gives it back, so the memory
+/// follows the calls in flight, not the threads that ever made one.
+static KV_COPIES: Mutex<Vec<Vec<f64>>> = Mutex::new(Vec::new());
 
 /// The row stride of the column-major copies: S + 16, one cache line past S. At S a multiple
 /// of 1024 a copy's rows lie a multiple of 4 KiB apart, so a product's panel of them (64 rows
@@ -77,51 +77,103 @@ fn cols_ld(s: usize) -> usize {
     s + 16
 }
 
-/// Runs `f` with column-major copies of k (`copies` = 1) or of k and v (2), for the products
-/// that read them transposed as their right operand (q·kᵀ, dO·vᵀ). The `gemm` crate packs a
-/// row-major operand read that way one element at a time, which took about a fifth of
-/// attention's time (`perf`, AVX-512, at 4096 × 1 and 256 × 8); from a column-major copy it
-/// packs whole rows, and sums in the same order. The copies go through [`transpose`]'s SIMD
-/// blocks (element by element they took 13 % of attention at 256 × 8). Copy c of sequence b
-/// and kv head g holds element (i, j) (head dimension i, key j) at
-/// `((c·batch + b)·kv_heads + g)·d_h·L + i·L + j`, where L = [`cols_ld`]`(S)`.
-pub(super) fn with_kv_cols<T: Scalar, R>(
+/// Whether a call copies the rows of the k or v head its products read as their right operand
+/// (P·v in the forward, dS·k in the backward) into one contiguous block per sequence and kv
+/// head: past one key chunk. In place those rows lie a q|k|v row apart (2 KiB with 8 kv heads
+/// of 64), so a panel of 128 of them fell on 8 of the L1's sets. On the 2-vCPU Xeon, each
+/// figure the median of 4–5 runs of 6 pairs alternated in one process: the forward took 0.94×
+/// the time and the backward 0.96× at 4096 × 1, 0.91× and 0.95× at 2048 × 1, 0.96× and 0.97×
+/// at 1024 × 2; at 256 × 8 the copy cost more than it saved (forward 1.05–1.20×).
+pub(super) fn copies_rows(s: usize) -> bool {
+    s > super::KEY_CHUNK
+}
+
+/// Which head's rows a call copies ([`copies_rows`]).
+#[derive(Clone, Copy)]
+pub(super) enum Rows {
+    K,
+    V,
+}
+
+/// The copies one call made of k and v, read as right operands.
+pub(super) struct KvCopies<'a, T> {
+    buf: &'a [T],
+    s: usize,
+    dh: usize,
+    kv_heads: usize,
+    /// Where the column-major copies end (the row copy, if any, follows).
+    cols_end: usize,
+    units: usize,
+    rows: bool,
+}
+
+impl<T> KvCopies<'_, T> {
+    /// Kᵀ (`c` = 0) or Vᵀ (1) of sequence `b` and kv head `g`, from key `k0` on.
+    pub(super) fn cols_t(&self, c: usize, b: usize, g: usize, k0: usize) -> Operand<T> {
+        let at = ((c * self.units) + b * self.kv_heads + g) * self.dh * cols_ld(self.s) + k0;
+        Operand { ptr: self.buf[at..].as_ptr(), rs: cols_ld(self.s) as isize, cs: 1 }
+    }
+
+    /// The copied rows (k's or v's, as the call asked) of sequence `b` and kv head `g` from
+    /// row `k0` on; `None` when the call copied none.
+    pub(super) fn rows(&self, b: usize, g: usize, k0: usize) -> Option<Operand<T>> {
+        let at = self.cols_end + ((b * self.kv_heads + g) * self.s + k0) * self.dh;
+        self.rows.then(|| Operand { ptr: self.buf[at..].as_ptr(), rs: self.dh as isize, cs: 1 })
+    }
+}
+
+/// Runs `f` with column-major copies of k (`cols` = 1) or of k and v (2), for the products
+/// that read them transposed as their right operand (q·kᵀ, dO·vᵀ), and with the rows of k or v
+/// in one block per sequence and kv head when `rows` names them (see [`copies_rows`]). The
+/// `gemm` crate packs a row-major operand read transposed one element at a time, which took
+/// about a fifth of attention's time (`perf`, AVX-512, at 4096 × 1 and 256 × 8); from a
+/// column-major copy it packs whole rows, and sums in the same order. The column-major copies
+/// go through [`transpose`]'s SIMD blocks (element by element they took 13 % of attention at
+/// 256 × 8). Copy c of sequence b and kv head g holds element (i, j) (head dimension i, key j)
+/// at `((c·batch + b)·kv_heads + g)·d_h·L + i·L + j`, where L = [`cols_ld`]`(S)`; the row copy
+/// follows them, row j of (b, g) at `((b·kv_heads + g)·S + j)·d_h`. No value changes.
+pub(super) fn with_kv_copies<T: Scalar, R>(
     qkv: &[T],
     l: &Layout,
     sh: &AttnShape,
-    copies: usize,
-    f: impl FnOnce(&[T]) -> R,
+    cols: usize,
+    rows: Option<Rows>,
+    f: impl FnOnce(&KvCopies<T>) -> R,
 ) -> R {
-    let (per, units) = (l.dh * cols_ld(l.s), sh.batch * sh.kv_heads);
-    let n = copies * units * per;
-    let mut buf = KV_COLS.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
+    let units = sh.batch * sh.kv_heads;
+    let (per_cols, per_rows) = (l.dh * cols_ld(l.s), l.s * l.dh);
+    let cols_end = cols * units * per_cols;
+    let n = cols_end + if rows.is_some() { units * per_rows } else { 0 };
+    let mut buf = KV_COPIES.lock().unwrap_or_else(|e| e.into_inner()).pop().unwrap_or_default();
     if buf.len() < words::<T>(n) {
         buf.resize(words::<T>(n), 0.0);
     }
     // SAFETY: the f64 buffer holds at least n elements of T (size 4 or 8, alignment ≤ 8).
-    let cols = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut T, n) };
-    cols.par_chunks_mut(per).enumerate().for_each(|(u, dst)| {
-        let (c, b, g) = (u / units, (u % units) / sh.kv_heads, u % sh.kv_heads);
-        let (off, ld) = if c == 0 { l.k } else { l.v };
-        let first = off + b * l.s * ld + g * l.dh;
+    let all = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut T, n) };
+    let (col_copies, row_copy) = all.split_at_mut(cols_end);
+    // Sequence b's rows of kv head g in the q|k|v buffer: the first element and the row stride.
+    let head = |(off, ld): (usize, usize), u: usize| {
+        let (b, g) = (u / sh.kv_heads, u % sh.kv_heads);
+        (off + b * l.s * ld + g * l.dh, ld)
+    };
+    col_copies.par_chunks_mut(per_cols).enumerate().for_each(|(u, dst)| {
+        let (first, ld) = head(if u < units { l.k } else { l.v }, u % units);
         transpose(dst, cols_ld(l.s), &qkv[first..first + (l.s - 1) * ld + l.dh], ld, l.s, l.dh);
     });
-    let r = f(cols);
-    KV_COLS.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
+    if let Some(which) = rows {
+        let src = match which {
+            Rows::K => l.k,
+            Rows::V => l.v,
+        };
+        row_copy.par_chunks_mut(per_rows).enumerate().for_each(|(u, dst)| {
+            let (first, ld) = head(src, u);
+            for (j, row) in dst.chunks_exact_mut(l.dh).enumerate() {
+                row.copy_from_slice(&qkv[first + j * ld..first + j * ld + l.dh]);
+            }
+        });
+    }
+    let copies = KvCopies { buf: all, s: l.s, dh: l.dh, kv_heads: sh.kv_heads, cols_end, units, rows: rows.is_some() };
+    let r = f(&copies);
+    KV_COPIES.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
     r
-}
-
-/// Kᵀ (`c` = 0) or Vᵀ (1) of sequence `b` and kv head `g`, from key `k0` on, as a right
-/// operand read from the copies `with_kv_cols` made.
-pub(super) fn kv_cols_t<T>(
-    cols: &[T],
-    l: &Layout,
-    sh: &AttnShape,
-    c: usize,
-    b: usize,
-    g: usize,
-    k0: usize,
-) -> Operand<T> {
-    let at = ((c * sh.batch + b) * sh.kv_heads + g) * l.dh * cols_ld(l.s) + k0;
-    Operand { ptr: cols[at..].as_ptr(), rs: cols_ld(l.s) as isize, cs: 1 }
 }

@@ -3,7 +3,7 @@
 //! max and sum; the output so far rescaled when the max grows), so its score tile holds one
 //! chunk's columns (at seq 4096, 256 KiB rather than 2 MiB a thread).
 
-use super::buffers::{kv_cols_t, reserve_tiles, with_kv_cols, with_tiles};
+use super::buffers::{Rows, copies_rows, reserve_tiles, with_kv_copies, with_tiles};
 use super::tile::{Live, block_product};
 use super::{KEY_CHUNK, Layout, MAX_BLOCK_ROWS, block_rows, check};
 use crate::backend::AttnShape;
@@ -33,7 +33,8 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
     let block = block_rows(l.s);
     reserve_tiles::<T>(block * l.s.min(KEY_CHUNK));
     let blocks = l.s.div_ceil(block);
-    with_kv_cols(qkv, &l, &sh, 1, |k_cols| {
+    let v_rows = copies_rows(l.s).then_some(Rows::V);
+    with_kv_copies(qkv, &l, &sh, 1, v_rows, |kv| {
         (0..sh.batch * sh.heads * blocks).into_par_iter().for_each(|u| {
             // The costliest blocks (the last rows, which see the most keys) first.
             let (unit, i0) = (u / blocks, (blocks - 1 - u % blocks) * block);
@@ -59,9 +60,12 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
                     // Keys k0..k1 of this chunk; every row sees at least key k0 (k0 ≤ i0).
                     let k1 = (k0 + KEY_CHUNK).min(i1);
                     let n = k1 - k0;
-                    let (vp, vld) = at(l.v, g * l.dh, k0);
-                    let kt = kv_cols_t(k_cols, &l, &sh, 0, b, g, k0);
-                    let v = Operand { ptr: vp, rs: vld, cs: 1 };
+                    let kt = kv.cols_t(0, b, g, k0);
+                    // v's rows from the copy when the call made one, else in place.
+                    let v = kv.rows(b, g, k0).unwrap_or_else(|| {
+                        let (ptr, rs) = at(l.v, g * l.dh, k0);
+                        Operand { ptr, rs, cs: 1 }
+                    });
                     // SAFETY: unit (b, h, block) owns its rows of `lse` and of its head's
                     // output columns; the tile is this thread's.
                     unsafe {
