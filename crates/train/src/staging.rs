@@ -2,9 +2,9 @@
 //! `boost import`), so a crash, a kill or Ctrl-C never leaves it half-written. The folder being
 //! built is `.{name}.{what}-{pid}-….tmp` next to the output: an interrupt removes it
 //! (`boost_data::interrupt`), a failure removes it, and a later run to the same output removes
-//! those of processes that are gone (a `kill -9`). Replacing an output moves the old one aside
-//! to `….old` first; if a `kill -9` lands between that and the new folder's rename, the next
-//! run to the same output puts the old one back ([`recover`]).
+//! those of processes that are gone (a `kill -9`; [`recover`]). Replacing an output moves the
+//! old one aside to `….old` first; if a `kill -9` lands between that and the new folder's
+//! rename, the next run to the same output puts the old one back ([`recover`]).
 
 use anyhow::{Context, Result};
 use boost_data::atomic::{self, TempPath};
@@ -20,13 +20,12 @@ pub struct Staged {
 }
 
 impl Staged {
-    /// Creates the temporary folder beside `out` (and `out`'s parent if missing).
+    /// Creates the temporary folder beside `out` (and `out`'s parent if missing). Call
+    /// [`recover`] first: it clears what earlier runs to `out` left.
     pub fn new(out: &Path, what: &str) -> Result<Staged> {
         let parent = atomic::parent_dir(out);
         fs::create_dir_all(&parent).with_context(|| format!("cannot create {}", parent.display()))?;
-        let prefix = prefix(out, what);
-        remove_stale(&parent, &prefix);
-        Ok(Staged { tmp: atomic::temp_dir_in(&parent, &prefix)?, out: out.to_path_buf() })
+        Ok(Staged { tmp: atomic::temp_dir_in(&parent, &prefix(out, what))?, out: out.to_path_buf() })
     }
 
     /// The folder to write into.
@@ -60,13 +59,18 @@ impl Staged {
     }
 }
 
-/// Puts back an old output that a killed [`Staged::finish`] had moved aside: when `out` is
-/// missing and a process that is gone left `.{name}.{what}-PID….old` beside it, that folder is
-/// renamed back to `out`. Call it before checking `out`, so the check sees what the user had.
+/// Clears what earlier runs to `out` that are gone left beside it, in one listing of its
+/// folder: removes the folders they were building (`.{name}.{what}-PID….tmp`), and puts back an
+/// old output that a killed [`Staged::finish`] had moved aside: when `out` is missing and such
+/// a process left `.{name}.{what}-PID….old`, that folder is renamed back to `out`. Call it
+/// before checking `out`, so the check sees what the user had, and before [`Staged::new`].
 /// Returns the folder restored. A `.old` folder left beside an `out` that exists (the kill came
 /// after the new output was in place) is not deleted: it is named in a warning.
 pub fn recover(out: &Path, what: &str) -> Result<Option<PathBuf>> {
-    let mut left = dead_folders(&atomic::parent_dir(out), &prefix(out, what), ".old");
+    let (building, mut left) = dead_folders(&atomic::parent_dir(out), &prefix(out, what));
+    for p in building {
+        fs::remove_dir_all(p).ok();
+    }
     // Newest last: the most recent replacement is the one whose output went missing.
     left.sort_by_key(|p| fs::metadata(p).and_then(|m| m.modified()).ok());
     let mut restored = None;
@@ -95,22 +99,21 @@ fn prefix(out: &Path, what: &str) -> String {
     format!(".{name}.{what}-")
 }
 
-/// Removes the `{prefix}PID….tmp` folders ([`atomic::temp_dir_in`]'s names) of processes that
-/// are gone.
-fn remove_stale(parent: &Path, prefix: &str) {
-    for p in dead_folders(parent, prefix, ".tmp") {
-        fs::remove_dir_all(p).ok();
+/// The entries of `parent` named `{prefix}PID….tmp` ([`atomic::temp_dir_in`]'s names) and
+/// `{prefix}PID….old` whose process is gone, in that order.
+fn dead_folders(parent: &Path, prefix: &str) -> (Vec<PathBuf>, Vec<PathBuf>) {
+    let (mut tmp, mut old) = (Vec::new(), Vec::new());
+    let Ok(entries) = fs::read_dir(parent) else { return (tmp, old) };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let dead = |suffix: &str| owner(&name, prefix, suffix).is_some_and(|p| p > 0 && !alive(p));
+        if dead(".tmp") {
+            tmp.push(e.path());
+        } else if dead(".old") {
+            old.push(e.path());
+        }
     }
-}
-
-/// The `{prefix}PID…{suffix}` entries of `parent` whose process is gone.
-fn dead_folders(parent: &Path, prefix: &str, suffix: &str) -> Vec<PathBuf> {
-    let Ok(entries) = fs::read_dir(parent) else { return Vec::new() };
-    entries
-        .flatten()
-        .filter(|e| owner(&e.file_name().to_string_lossy(), prefix, suffix).is_some_and(|p| p > 0 && !alive(p)))
-        .map(|e| e.path())
-        .collect()
+    (tmp, old)
 }
 
 /// The PID in a `{prefix}PID…{suffix}` name (the PID is read before the first `-`).
@@ -173,6 +176,7 @@ mod tests {
         for p in [&dead, &dead_unique, &other] {
             fs::create_dir(p).unwrap();
         }
+        recover(&out, "export").unwrap();
         let s = Staged::new(&out, "export").unwrap();
         let own = s.path().file_name().unwrap().to_string_lossy().into_owned();
         assert!(own.starts_with(&format!(".model.export-{}-", std::process::id())), "this process's own folder: {own}");
