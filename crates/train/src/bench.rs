@@ -524,11 +524,7 @@ pub fn table(r: &BenchReport) -> String {
 /// steps, and the time a step spends in other kernels and outside any kernel timer (FLOP-free
 /// time, which only lowers MFU).
 fn mfu_lines(r: &BenchReport) -> String {
-    let mut s = String::from(
-        "
-Where MFU goes (rates against the peak beside the steps):
-",
-    );
+    let mut s = String::from("\nWhere MFU goes (rates against the peak beside the steps):\n");
     for a in &r.results {
         let untimed = (a.step_time_s - a.gemm_s - a.attention_s - a.other_s).max(0.0);
         s += &format!(
