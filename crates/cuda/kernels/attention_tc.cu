@@ -24,6 +24,7 @@
 
 #define TC_NT 128   // threads per block: 4 warps
 #define TC_ROWS 64  // rows a block owns, 16 a warp
+#define TC_PAD 8    // elements a shared tile's rows are padded by (fragment loads: 32 banks)
 
 // Shared tiles are read as 32-bit words (CUDA's __align__(16), spelled for the emulator too).
 #define TC_ALIGN __attribute__((aligned(16)))
@@ -218,15 +219,15 @@ __device__ __forceinline__ void stage_bf(bf16_t* dst, int ldd, bf16_t* dst_t, in
 }
 
 // The warp's A operands for rows r0 + 16w.. (w: its warp) of head column block c of x, times
-// mul: the block's TC_ROWS rows staged through buf (row stride DH + 8), which the block may
-// reuse once this returns.
+// mul: the block's TC_ROWS rows staged through buf (row stride DH + TC_PAD), which the block
+// may reuse once this returns.
 template <int DH>
 __device__ __forceinline__ void operand_rows(unsigned a[DH / 16][4], bf16_t* buf, const Tv& x, long long b,
                                              long long S, long long c, long long r0, float mul, Lane L) {
-    stage_bf<DH, TC_ROWS>(buf, DH + 8, nullptr, 0, x, b, S, c, r0, mul);
+    stage_bf<DH, TC_ROWS>(buf, DH + TC_PAD, nullptr, 0, x, b, S, c, r0, mul);
     __syncthreads();
     int w = threadIdx.x / 32;
-    for (int kk = 0; kk < DH / 16; kk++) load_a(a[kk], buf, DH + 8, 16 * w, 16 * kk, L);
+    for (int kk = 0; kk < DH / 16; kk++) load_a(a[kk], buf, DH + TC_PAD, 16 * w, 16 * kk, L);
     __syncthreads();
 }
 
@@ -235,7 +236,7 @@ __device__ __forceinline__ void operand_rows(unsigned a[DH / 16][4], bf16_t* buf
 // h, i0 = 64·(⌈seq/64⌉ − 1 − y), which reads kv head h / (heads / kv_heads); key tiles of 64.
 template <int DH>
 __device__ __forceinline__ void tc_attn_fwd(const P& p) {
-    constexpr int BC = 64, LD = DH + 8, LDT = BC + 8;
+    constexpr int BC = 64, LD = DH + TC_PAD, LDT = BC + TC_PAD;
     __shared__ TC_ALIGN bf16_t ks[BC * LD];  // the key tile (q·scale before the first one)
     __shared__ TC_ALIGN bf16_t vt[DH * LDT];  // the value tile, transposed
     long long S = p.n[1], H = p.n[2], HK = p.n[3];
@@ -296,7 +297,7 @@ __device__ __forceinline__ void tc_attn_fwd(const P& p) {
 // over head_dim in order), then dQ_i = scale·Σ_j P_ij·(dP_ij − D_i)·k_j with dP_ij = dO_i·v_j.
 template <int DH>
 __device__ __forceinline__ void tc_attn_bwd_q(const P& p) {
-    constexpr int BC = 32, LD = DH + 8, LDT = BC + 8;
+    constexpr int BC = 32, LD = DH + TC_PAD, LDT = BC + TC_PAD;
     // The key and value tiles, one after the other (q·scale, then dO, before the first).
     __shared__ TC_ALIGN bf16_t kv[2 * BC * LD];
     __shared__ TC_ALIGN bf16_t kt[DH * LDT];  // the key tile, transposed
@@ -356,7 +357,7 @@ __device__ __forceinline__ void tc_attn_bwd_q(const P& p) {
 // h of g in order, query tiles of 32 from the block's first key in order.
 template <int DH>
 __device__ __forceinline__ void tc_attn_bwd_kv(const P& p) {
-    constexpr int BQ = 32, LD = DH + 8, LDT = BQ + 8;
+    constexpr int BQ = 32, LD = DH + TC_PAD, LDT = BQ + TC_PAD;
     // The q·scale and dO tiles, one after the other (k, then v, before the first).
     __shared__ TC_ALIGN bf16_t qd[2 * BQ * LD];
     __shared__ TC_ALIGN bf16_t qt[DH * LDT];   // q·scale, transposed
