@@ -25,6 +25,18 @@
 #define TC_NT 128   // threads per block: 4 warps
 #define TC_ROWS 64  // rows a block owns, 16 a warp
 #define TC_PAD 8    // elements a shared tile's rows are padded by (fragment loads: 32 banks)
+// Loads a thread has in flight at most when staging a tile (four elements each): at head_dim
+// 128 the forward's 64-row tiles are 16 a thread, and holding all of them beside the output's
+// accumulators spilled 236 bytes (ptxas, sm_90); shorter tiles load as before, all at once.
+#define TC_STAGE 8
+
+// A loop over a fragment array's index, fully unrolled so that the array stays in registers
+// (the key side's last loop: at head_dim 128 dK's and dV's accumulators went to local memory).
+#ifdef BOOST_EMU
+#define TC_UNROLL
+#else
+#define TC_UNROLL _Pragma("unroll")
+#endif
 
 // Shared tiles are read as 32-bit words (CUDA's __align__(16), spelled for the emulator too).
 #define TC_ALIGN __attribute__((aligned(16)))
@@ -193,27 +205,30 @@ template <int DH, int R>
 __device__ __forceinline__ void stage_bf(bf16_t* dst, int ldd, bf16_t* dst_t, int ldt, const Tv& x, long long b,
                                          long long S, long long c, long long r0, float mul) {
     constexpr int QUADS = R * DH / 4, PER = (QUADS + TC_NT - 1) / TC_NT;
+    constexpr int GROUP = PER < TC_STAGE ? PER : TC_STAGE;
     unsigned long long align = x.bf ? 8 : 16;
     bool vec = x.ld % 4 == 0 && x.p % align == 0;
-    float v[PER][4];
-    for (int k = 0; k < PER; k++) {
-        int e = threadIdx.x + TC_NT * k, rr = e / (DH / 4), d = e % (DH / 4) * 4;
-        long long r = r0 + rr;
-        if (e < QUADS && r < S)
-            load4(x, b * S + r, c * DH + d, vec, v[k]);
-        else
-            for (int j = 0; j < 4; j++) v[k][j] = 0.0f;
-    }
-    for (int k = 0; k < PER; k++) {
-        int e = threadIdx.x + TC_NT * k, rr = e / (DH / 4), d = e % (DH / 4) * 4;
-        if (e >= QUADS) continue;
-        unsigned w0 = pack2(v[k][0] * mul, v[k][1] * mul), w1 = pack2(v[k][2] * mul, v[k][3] * mul);
-        if (dst) store2(dst + rr * ldd + d, w0, w1);
-        if (dst_t) {
-            dst_t[(d + 0) * ldt + rr] = (bf16_t)(w0 & 0xffffu);
-            dst_t[(d + 1) * ldt + rr] = (bf16_t)(w0 >> 16);
-            dst_t[(d + 2) * ldt + rr] = (bf16_t)(w1 & 0xffffu);
-            dst_t[(d + 3) * ldt + rr] = (bf16_t)(w1 >> 16);
+    for (int k0 = 0; k0 < PER; k0 += GROUP) {
+        float v[GROUP][4];
+        for (int k = 0; k < GROUP; k++) {
+            int e = threadIdx.x + TC_NT * (k0 + k), rr = e / (DH / 4), d = e % (DH / 4) * 4;
+            long long r = r0 + rr;
+            if (k0 + k < PER && e < QUADS && r < S)
+                load4(x, b * S + r, c * DH + d, vec, v[k]);
+            else
+                for (int j = 0; j < 4; j++) v[k][j] = 0.0f;
+        }
+        for (int k = 0; k < GROUP; k++) {
+            int e = threadIdx.x + TC_NT * (k0 + k), rr = e / (DH / 4), d = e % (DH / 4) * 4;
+            if (k0 + k >= PER || e >= QUADS) continue;
+            unsigned w0 = pack2(v[k][0] * mul, v[k][1] * mul), w1 = pack2(v[k][2] * mul, v[k][3] * mul);
+            if (dst) store2(dst + rr * ldd + d, w0, w1);
+            if (dst_t) {
+                dst_t[(d + 0) * ldt + rr] = (bf16_t)(w0 & 0xffffu);
+                dst_t[(d + 1) * ldt + rr] = (bf16_t)(w0 >> 16);
+                dst_t[(d + 2) * ldt + rr] = (bf16_t)(w1 & 0xffffu);
+                dst_t[(d + 3) * ldt + rr] = (bf16_t)(w1 >> 16);
+            }
         }
     }
 }
@@ -354,12 +369,18 @@ __device__ __forceinline__ void tc_attn_bwd_q(const P& p) {
 
 // Backward, key side. Grid: (kv_heads, ⌈seq/64⌉, batch), the first key rows (which walk the
 // most queries) first: block (g, y) owns key rows j0 = 64·y..j0+64 of kv head g: dK_j = scale·Σ_h Σ_{i≥j} dS_ij·q_i and dV_j = Σ_h Σ_{i≥j} P_ij·dO_i over the heads
-// h of g in order, query tiles of 32 from the block's first key in order.
+// h of g in order, query tiles of BQ from the block's first key in order.
+//
+// At head_dim 128 a thread holds dK's and dV's accumulators (128 registers) and k's and v's A
+// operands (64): the query tiles there are 16 rows, which halves the score tiles' registers;
+// with tiles of 32, ptxas (sm_90) spilled 100 bytes a thread and loaded them 244 times.
 template <int DH>
 __device__ __forceinline__ void tc_attn_bwd_kv(const P& p) {
-    constexpr int BQ = 32, LD = DH + TC_PAD, LDT = BQ + TC_PAD;
-    // The q·scale and dO tiles, one after the other (k, then v, before the first).
-    __shared__ TC_ALIGN bf16_t qd[2 * BQ * LD];
+    constexpr int BQ = DH == 128 ? 16 : 32, LD = DH + TC_PAD, LDT = BQ + TC_PAD;
+    // The q·scale and dO tiles, one after the other (k's, then v's TC_ROWS rows before the
+    // first, for their A operands: the buffer holds the larger).
+    constexpr int QD_ROWS = 2 * BQ > TC_ROWS ? 2 * BQ : TC_ROWS;
+    __shared__ TC_ALIGN bf16_t qd[QD_ROWS * LD];
     __shared__ TC_ALIGN bf16_t qt[DH * LDT];   // q·scale, transposed
     __shared__ TC_ALIGN bf16_t dot[DH * LDT];  // dO, transposed
     __shared__ float lse_s[BQ], d_s[BQ];
@@ -407,7 +428,9 @@ __device__ __forceinline__ void tc_attn_bwd_kv(const P& p) {
             accumulate<DH, BQ / 8>(dk, dpt, qt, LDT, L);
         }
     }
+    TC_UNROLL
     for (int n = 0; n < DH / 8; n++)
+        TC_UNROLL
         for (int e = 0; e < 4; e++) {
             long long j = key[e / 2];
             if (j >= S) continue;

@@ -24,7 +24,8 @@ fn attention_case<B: Backend>(be: &B, act: bool) -> Outs {
     // rows fill the tile), 16 at 128: seq 70, 33 and 40 cross tiles at each; head_dim 160
     // takes the path that keeps the probabilities (the flash kernels take up to 128). Under
     // Precision::Bf16, head_dim 32, 64 and 128 take the tensor-core kernels, whose blocks own
-    // 64 rows and walk key tiles of 64 (forward) and 32 (backward): seq 150 and 130 cross both.
+    // 64 rows and walk key tiles of 64 (forward) and 32 (backward; 16 on the key side at
+    // head_dim 128): seq 150 and 130 cross both, seq 40 the key side's tiles at 128.
     // At seq 130, dout is a view at offset 1 with a row stride of q_width + 1, which the
     // tensor-core kernels cannot stage with vector loads (their element-wise path).
     let shapes = [
