@@ -19,11 +19,12 @@ if [ ! -x "$nvcc" ] || [ ! -e "$dir/nvidia/cu13/lib/libnvrtc.so.13" ]; then
         nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 nvidia-cuda-nvrtc==13.0.88 >&2
 fi
 "$nvcc" --version | grep -q "release 13.0," || { echo "$nvcc is not CUDA 13.0" >&2; exit 1; }
-# The most a kernel may spill to local memory, in bytes: k_attn_tc_bwd_kv_32 spills one
-# 8-byte pair across its loop (stored before, loaded after); a spill inside a loop costs a
-# local-memory round trip each time (at head_dim 128 the tensor-core attention kernels once
-# spilled 236 and 304 bytes).
-max_spill=8
+# The most local memory a kernel may use, in bytes, for spilled registers or for arrays that
+# ptxas could not keep in registers (its stack frame): k_attn_tc_bwd_kv_32 spills one 8-byte
+# pair across its loop (stored before, loaded after). Local memory inside a loop costs a round
+# trip each time: at head_dim 128 the tensor-core attention kernels once spilled 236 and 304
+# bytes, and kept dK's and dV's accumulators (512 bytes) there.
+max_local=8
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 total=0
@@ -32,12 +33,16 @@ for f in "$here"/kernels/*.cu; do
     "$nvcc" --ptx -arch=compute_80 -std=c++17 -Werror all-warnings -I "$here/kernels" -o "$out/$n.ptx" "$f"
     info=$("$nvcc" --cubin -arch=sm_90 -std=c++17 -Werror all-warnings -Xptxas -v -I "$here/kernels" -o "$out/$n.cubin" "$f" 2>&1) ||
         { echo "$info" >&2; exit 1; }
-    # Registers spilled to local memory, by kernel (ptxas: "Compiling entry function 'k'", then
-    # "... N bytes spill stores ..."): at most $max_spill bytes a kernel.
-    spilled=$(echo "$info" | awk -v max="$max_spill" '
+    # Local memory by kernel (ptxas: "Compiling entry function 'k'", then "N bytes stack frame,
+    # M bytes spill stores, ..."): at most $max_local bytes of either.
+    local_mem=$(echo "$info" | awk -v max="$max_local" '
         /Compiling entry function/ { k = $0; sub(/.*function .?/, "", k); sub(/.? for .*/, "", k) }
-        /bytes spill stores/ { for (i = 1; i < NF; i++) if ($(i + 1) == "bytes" && $(i + 2) == "spill" && $(i + 3) == "stores,") if ($i + 0 > max) print k " (" $i " bytes)" }')
-    [ -z "$spilled" ] || { echo "$n.cu: registers spilled past $max_spill bytes (ptxas, sm_90): $spilled" >&2; exit 1; }
+        /bytes stack frame/ {
+            for (i = 1; i + 3 <= NF; i++)
+                if ($(i + 1) == "bytes" && ($(i + 2) == "stack" || $(i + 3) == "stores,") && $i + 0 > max)
+                    printf "%s%s (%d bytes %s)", sep, k, $i, ($(i + 2) == "stack") ? "stack frame" : "spilled", sep = "; "
+        }')
+    [ -z "$local_mem" ] || { echo "$n.cu: local memory past $max_local bytes (ptxas, sm_90): $local_mem" >&2; exit 1; }
     k=$(grep -c '^\.visible \.entry' "$out/$n.ptx")
     want=$(grep -c '^KERNEL(' "$f")
     [ "$k" = "$want" ] || { echo "$n.cu: $k kernels in the PTX, $want in the source" >&2; exit 1; }
