@@ -206,6 +206,7 @@ __device__ __forceinline__ void stage_bf(bf16_t* dst, int ldd, bf16_t* dst_t, in
                                          long long S, long long c, long long r0, float mul) {
     constexpr int QUADS = R * DH / 4, PER = (QUADS + TC_NT - 1) / TC_NT;
     constexpr int GROUP = PER < TC_STAGE ? PER : TC_STAGE;
+    static_assert(PER % GROUP == 0, "a tile's loads split into whole groups");
     unsigned long long align = x.bf ? 8 : 16;
     bool vec = x.ld % 4 == 0 && x.p % align == 0;
     for (int k0 = 0; k0 < PER; k0 += GROUP) {
@@ -213,14 +214,14 @@ __device__ __forceinline__ void stage_bf(bf16_t* dst, int ldd, bf16_t* dst_t, in
         for (int k = 0; k < GROUP; k++) {
             int e = threadIdx.x + TC_NT * (k0 + k), rr = e / (DH / 4), d = e % (DH / 4) * 4;
             long long r = r0 + rr;
-            if (k0 + k < PER && e < QUADS && r < S)
+            if (e < QUADS && r < S)
                 load4(x, b * S + r, c * DH + d, vec, v[k]);
             else
                 for (int j = 0; j < 4; j++) v[k][j] = 0.0f;
         }
         for (int k = 0; k < GROUP; k++) {
             int e = threadIdx.x + TC_NT * (k0 + k), rr = e / (DH / 4), d = e % (DH / 4) * 4;
-            if (k0 + k >= PER || e >= QUADS) continue;
+            if (e >= QUADS) continue;
             unsigned w0 = pack2(v[k][0] * mul, v[k][1] * mul), w1 = pack2(v[k][2] * mul, v[k][3] * mul);
             if (dst) store2(dst + rr * ldd + d, w0, w1);
             if (dst_t) {
