@@ -2,12 +2,16 @@
 // name, and a launcher that runs a grid block by block with the block's threads as fibers
 // (a small stack switch). A fiber runs until __syncthreads() or its end; a barrier is
 // released when every thread of the block has reached it. Launches are serialised (one
-// emulated device).
+// emulated device). Shared arrays lie between guard pages and are poisoned before each block
+// (emu.h).
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 
 #include <map>
 #include <mutex>
@@ -83,6 +87,61 @@ struct Fibers {
 
 Fibers F;
 std::mutex LOCK;
+// The kernel of the running launch, for the guard's message.
+const char* RUNNING = "";
+
+// A shared array (emu.h): where it lies, its declaration, and its guard pages.
+struct SharedArray {
+    char* start;
+    size_t bytes;
+    char* lo_guard;  // the page before the array's first page
+    char* hi_guard;  // the page right after its end
+    const char* name;
+    const char* file;
+    int line;
+};
+std::vector<SharedArray> SHARED_ARRAYS;
+size_t PAGE = 0;
+
+// Names the shared array whose guard page holds `addr` (an access past its end or before
+// its start), then aborts; returns for any other address.
+void report_guard_hit(const void* addr) {
+    const char* a = (const char*)addr;
+    for (const SharedArray& s : SHARED_ARRAYS) {
+        bool hi = a >= s.hi_guard && a < s.hi_guard + PAGE, lo = a >= s.lo_guard && a < s.lo_guard + PAGE;
+        if (!hi && !lo) continue;
+        // snprintf and write, then abort: the run is over, and the message is what is left.
+        char msg[512];
+        int n = snprintf(msg, sizeof msg,
+                         "emulator: kernel %s, block (%u, %u, %u), thread (%u, %u, %u) reached byte %lld of "
+                         "__shared__ array `%s` (%s:%d, %zu bytes): %s\n",
+                         RUNNING, emu_block_idx.x, emu_block_idx.y, emu_block_idx.z, emu_thread_idx.x,
+                         emu_thread_idx.y, emu_thread_idx.z, (long long)(a - s.start), s.name, s.file, s.line,
+                         s.bytes, hi ? "past its end" : "before its start");
+        if (n > 0) (void)!write(2, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
+        abort();
+    }
+}
+
+struct sigaction PREVIOUS_SEGV;
+
+void on_segv(int sig, siginfo_t* info, void* ctx) {
+    report_guard_hit(info->si_addr);
+    // Not a guard page: whoever handled SIGSEGV before (Rust's stack-overflow check, or the
+    // default action) takes it.
+    if (PREVIOUS_SEGV.sa_flags & SA_SIGINFO) {
+        PREVIOUS_SEGV.sa_sigaction(sig, info, ctx);
+    } else if (PREVIOUS_SEGV.sa_handler != SIG_IGN && PREVIOUS_SEGV.sa_handler != SIG_DFL) {
+        PREVIOUS_SEGV.sa_handler(sig);
+    } else {
+        signal(SIGSEGV, SIG_DFL);  // the fault repeats under the default action
+    }
+}
+
+// Before a block: every shared array back to 0xff bytes (see emu.h).
+void poison_shared() {
+    for (const SharedArray& s : SHARED_ARRAYS) memset(s.start, 0xff, s.bytes);
+}
 
 // Stacks for `bytes`, in huge pages where the kernel gives them: every switch lands on
 // another fiber's stack, and with 4 KiB pages each of them would need its own TLB entry.
@@ -209,6 +268,41 @@ void run_block_plain(int n) {
 
 }  // namespace
 
+void* emu_shared(unsigned long bytes, unsigned long align, const char* name, const char* file, int line) {
+    if (PAGE == 0) {
+        PAGE = (size_t)sysconf(_SC_PAGESIZE);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_segv;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSEGV, &sa, &PREVIOUS_SEGV);
+    }
+    // The array ends where the high guard page begins, its start rounded down to `align`;
+    // the low guard page comes before the first page the array touches.
+    size_t span = (bytes + align - 1) / align * align;
+    size_t pages = (span + PAGE - 1) / PAGE;
+    char* map = (char*)mmap(nullptr, (pages + 2) * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map == MAP_FAILED) {
+        fprintf(stderr, "emulator: no memory for __shared__ array `%s` (%s:%d, %lu bytes)\n", name, file, line, bytes);
+        abort();
+    }
+    SharedArray s;
+    s.lo_guard = map;
+    s.hi_guard = map + (pages + 1) * PAGE;
+    s.start = s.hi_guard - span;
+    s.bytes = bytes;
+    s.name = name;
+    const char* slash = strrchr(file, '/');
+    s.file = slash ? slash + 1 : file;
+    s.line = line;
+    mprotect(s.lo_guard, PAGE, PROT_NONE);
+    mprotect(s.hi_guard, PAGE, PROT_NONE);
+    memset(s.start, 0xff, bytes);
+    SHARED_ARRAYS.push_back(s);
+    return s.start;
+}
+
 int emu_register(const char* name, Fn fn) {
     registry()[name] = fn;
     return 0;
@@ -275,6 +369,22 @@ unsigned emu_shfl_xor(unsigned v, int m) {
 #include "softmax.cu"
 #include "xent.cu"
 
+// The emulator's own checks (emu_dev.rs's tests): a block of more than 64 threads writes past
+// a 64-element shared array; and block 1 reads what block 0 wrote to shared memory (NaN once
+// poisoned), into v[0].
+KERNEL(emu_check_overflow) {
+    SHARED(float, sh, 64);
+    (void)p;
+    sh[threadIdx.x] = 1.0f;
+}
+KERNEL(emu_check_stale) {
+    SHARED(float, sh, 64);
+    if (blockIdx.x == 0)
+        sh[threadIdx.x] = (float)threadIdx.x;
+    else
+        st(p.v[0], 0, threadIdx.x, sh[threadIdx.x]);
+}
+
 // Returns 0; -1 for an unknown kernel; -2 when a block's threads disagree on a barrier.
 // `sync`: the kernel uses __syncthreads(), so every block runs as fibers; other kernels run
 // each thread to its end in turn.
@@ -285,6 +395,7 @@ extern "C" int boost_emu_launch(const char* name, const unsigned* grid, const un
     if (it == registry().end()) return -1;
     F.fn = it->second;
     F.p = p;
+    RUNNING = it->first.c_str();
     emu_grid_dim = EmuDim3{grid[0], grid[1], grid[2]};
     emu_block_dim = EmuDim3{block[0], block[1], block[2]};
     int n = (int)(block[0] * block[1] * block[2]);
@@ -295,6 +406,7 @@ extern "C" int boost_emu_launch(const char* name, const unsigned* grid, const un
         for (unsigned y = 0; y < grid[1]; y++)
             for (unsigned x = 0; x < grid[0]; x++) {
                 emu_block_idx = EmuDim3{x, y, z};
+                poison_shared();
                 if (sync) {
                     int r = run_block_fibers(n);
                     if (r != 0) return r;

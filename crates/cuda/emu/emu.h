@@ -27,8 +27,24 @@ unsigned emu_shfl_xor(unsigned v, int m);
 #define __global__
 #define __device__
 #define __forceinline__ inline
-// Blocks run one at a time, so a function-static array is the block's shared memory.
-#define __shared__ static
+// Shared memory. Blocks run one at a time, so each shared array is one host array, allocated
+// on the first block that reaches its declaration and kept (a function static per template
+// instance, as on the device). emu_shared places it so that it ends where an inaccessible
+// page begins, and a page before it is inaccessible too: an access past its end (or well
+// before its start) stops the run with the array's name, the kernel and the thread. Before
+// every block the launcher fills every shared array with 0xff bytes (NaN as fp32, bf16 and
+// fp64), so a read of shared memory the block has not written shows up as NaN, not as the
+// previous block's values.
+void* emu_shared(unsigned long bytes, unsigned long align, const char* name, const char* file, int line);
+#define SHARED(type, name, n) \
+    static type* const name = (type*)emu_shared(sizeof(type) * (n), alignof(type), #name, __FILE__, __LINE__)
+#define SHARED_ALIGNED(type, name, n) \
+    static type* const name = (type*)emu_shared(sizeof(type) * (n), 16, #name, __FILE__, __LINE__)
+#define SHARED2(type, name, rows, cols)                                                                  \
+    static type(*const name)[cols] =                                                                     \
+        (type(*)[cols])emu_shared(sizeof(type) * (rows) * (cols), alignof(type), #name, __FILE__, __LINE__)
+// A raw __shared__ declaration would be an unguarded static.
+#define __shared__ _Pragma("GCC error \"declare shared arrays with SHARED, SHARED_ALIGNED or SHARED2 (common.cuh)\"")
 
 inline float __uint_as_float(unsigned u) {
     float f;

@@ -148,11 +148,13 @@ __device__ __forceinline__ void stage(float* tile, const Tv& x, long long b, lon
 // batch); the block owns query rows i0..i0+R of head h, which reads kv head h / (heads /
 // kv_heads).
 KERNEL(k_attn_fwd) {
-    __shared__ float qs[FA_BUF];
-    __shared__ float ks[FA_BUF];
-    __shared__ float vs[FA_BUF];
-    __shared__ float ss[FA_R][FA_R + 1];
-    __shared__ float ms[FA_R], ls[FA_R], cs[FA_R];
+    SHARED(float, qs, FA_BUF);
+    SHARED(float, ks, FA_BUF);
+    SHARED(float, vs, FA_BUF);
+    SHARED2(float, ss, FA_R, FA_R + 1);
+    SHARED(float, ms, FA_R);
+    SHARED(float, ls, FA_R);
+    SHARED(float, cs, FA_R);
     long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], R = fa_rows(dh);
     Qkv x = qkv_views(p.v[0], p.n[0] * S, H * dh, HK * dh);
     long long b = blockIdx.z, h = blockIdx.y, g = h / (H / HK);
@@ -212,12 +214,13 @@ KERNEL(k_attn_fwd) {
 // is dO_i·O_i (O_i = Σ_j P_ij·v_j), summed over head_dim in order; then one pass over the keys
 // gives dQ_i = scale·Σ_j P_ij·(dP_ij − D_i)·k_j, with dP_ij = dO_i·v_j.
 KERNEL(k_attn_bwd_q) {
-    __shared__ float qs[FA_BUF];
-    __shared__ float dos[FA_BUF];
-    __shared__ float ks[FA_BUF];
-    __shared__ float vs[FA_BUF];
-    __shared__ float ss[FA_R][FA_R + 1];
-    __shared__ float lse[FA_R], dsum[FA_R];
+    SHARED(float, qs, FA_BUF);
+    SHARED(float, dos, FA_BUF);
+    SHARED(float, ks, FA_BUF);
+    SHARED(float, vs, FA_BUF);
+    SHARED2(float, ss, FA_R, FA_R + 1);
+    SHARED(float, lse, FA_R);
+    SHARED(float, dsum, FA_R);
     long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], T = p.n[0] * S, R = fa_rows(dh);
     Qkv x = qkv_views(p.v[0], T, H * dh, HK * dh);
     Qkv dx = qkv_views(p.v[4], T, H * dh, HK * dh);
@@ -269,12 +272,13 @@ KERNEL(k_attn_bwd_q) {
 // the heads h of g in order, query tiles from the block's own (the earlier rows see none of
 // its keys).
 KERNEL(k_attn_bwd_kv) {
-    __shared__ float ks[FA_BUF];
-    __shared__ float vs[FA_BUF];
-    __shared__ float qs[FA_BUF];
-    __shared__ float dos[FA_BUF];
-    __shared__ float ss[FA_R][FA_R + 1];
-    __shared__ float lse[FA_R], dsum[FA_R];
+    SHARED(float, ks, FA_BUF);
+    SHARED(float, vs, FA_BUF);
+    SHARED(float, qs, FA_BUF);
+    SHARED(float, dos, FA_BUF);
+    SHARED2(float, ss, FA_R, FA_R + 1);
+    SHARED(float, lse, FA_R);
+    SHARED(float, dsum, FA_R);
     long long S = p.n[1], H = p.n[2], HK = p.n[3], dh = p.n[4], T = p.n[0] * S, R = fa_rows(dh);
     Qkv x = qkv_views(p.v[0], T, H * dh, HK * dh);
     Qkv dx = qkv_views(p.v[4], T, H * dh, HK * dh);

@@ -38,8 +38,7 @@
 #define TC_UNROLL _Pragma("unroll")
 #endif
 
-// Shared tiles are read as 32-bit words (CUDA's __align__(16), spelled for the emulator too).
-#define TC_ALIGN __attribute__((aligned(16)))
+// Shared tiles are read as 32-bit words: they are SHARED_ALIGNED (16 bytes).
 
 // The two bf16 at p (4-byte aligned) as one word.
 __device__ __forceinline__ unsigned ld2(const bf16_t* p) {
@@ -253,8 +252,8 @@ __device__ __forceinline__ void operand_rows(unsigned a[DH / 16][4], bf16_t* buf
 template <int DH>
 __device__ __forceinline__ void tc_attn_fwd(const P& p) {
     constexpr int BC = 64, LD = DH + TC_PAD, LDT = BC + TC_PAD;
-    __shared__ TC_ALIGN bf16_t ks[BC * LD];  // the key tile (q·scale before the first one)
-    __shared__ TC_ALIGN bf16_t vt[DH * LDT];  // the value tile, transposed
+    SHARED_ALIGNED(bf16_t, ks, BC * LD);  // the key tile (q·scale before the first one)
+    SHARED_ALIGNED(bf16_t, vt, DH * LDT);  // the value tile, transposed
     long long S = p.n[1], H = p.n[2], HK = p.n[3];
     Qkv x = qkv_views(p.v[0], p.n[0] * S, H * DH, HK * DH);
     long long b = blockIdx.z, h = blockIdx.x, kh = h / (H / HK);
@@ -315,9 +314,10 @@ template <int DH>
 __device__ __forceinline__ void tc_attn_bwd_q(const P& p) {
     constexpr int BC = 32, LD = DH + TC_PAD, LDT = BC + TC_PAD;
     // The key and value tiles, one after the other (q·scale, then dO, before the first).
-    __shared__ TC_ALIGN bf16_t kv[2 * BC * LD];
-    __shared__ TC_ALIGN bf16_t kt[DH * LDT];  // the key tile, transposed
-    __shared__ float lse_s[TC_ROWS], d_s[TC_ROWS];
+    SHARED_ALIGNED(bf16_t, kv, 2 * BC * LD);
+    SHARED_ALIGNED(bf16_t, kt, DH * LDT);  // the key tile, transposed
+    SHARED(float, lse_s, TC_ROWS);
+    SHARED(float, d_s, TC_ROWS);
     bf16_t *ks = kv, *vs = kv + BC * LD;
     long long S = p.n[1], H = p.n[2], HK = p.n[3], T = p.n[0] * S;
     Qkv x = qkv_views(p.v[0], T, H * DH, HK * DH);
@@ -381,10 +381,11 @@ __device__ __forceinline__ void tc_attn_bwd_kv(const P& p) {
     // The q·scale and dO tiles, one after the other (k's, then v's TC_ROWS rows before the
     // first, for their A operands: the buffer holds the larger).
     constexpr int QD_ROWS = 2 * BQ > TC_ROWS ? 2 * BQ : TC_ROWS;
-    __shared__ TC_ALIGN bf16_t qd[QD_ROWS * LD];
-    __shared__ TC_ALIGN bf16_t qt[DH * LDT];   // q·scale, transposed
-    __shared__ TC_ALIGN bf16_t dot[DH * LDT];  // dO, transposed
-    __shared__ float lse_s[BQ], d_s[BQ];
+    SHARED_ALIGNED(bf16_t, qd, QD_ROWS * LD);
+    SHARED_ALIGNED(bf16_t, qt, DH * LDT);   // q·scale, transposed
+    SHARED_ALIGNED(bf16_t, dot, DH * LDT);  // dO, transposed
+    SHARED(float, lse_s, BQ);
+    SHARED(float, d_s, BQ);
     bf16_t *qs = qd, *dos = qd + BQ * LD;
     long long S = p.n[1], H = p.n[2], HK = p.n[3], T = p.n[0] * S, group = H / HK;
     Qkv x = qkv_views(p.v[0], T, H * DH, HK * DH);

@@ -34,6 +34,16 @@ struct P {
 #define KERNEL(name) extern "C" __global__ void KERNEL_BOUNDS name(const P p)
 #endif
 
+// Shared memory: SHARED(type, name, n) declares `type name[n]`, SHARED_ALIGNED the same on a
+// 16-byte boundary (vector loads), SHARED2(type, name, rows, cols) `type name[rows][cols]`.
+// Kernels declare shared arrays only through these, so that the emulator can give each one
+// guard pages and poison it before every block (emu.h).
+#ifndef BOOST_EMU
+#define SHARED(type, name, n) __shared__ type name[n]
+#define SHARED_ALIGNED(type, name, n) __shared__ __attribute__((aligned(16))) type name[n]
+#define SHARED2(type, name, rows, cols) __shared__ type name[rows][cols]
+#endif
+
 // Threads per block of the row kernels (one block per row) and full reductions.
 #define NT 256
 // Column reductions: blocks of CR_X columns × CR_Y row lanes.
@@ -108,7 +118,7 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf
 // block = (CR_X, CR_Y).
 template <typename F>
 __device__ __forceinline__ void col_reduce(const Tv& out, long long rows, long long cols, F f) {
-    __shared__ float sh[CR_Y][CR_X];
+    SHARED2(float, sh, CR_Y, CR_X);
     long long j = (long long)blockIdx.x * CR_X + threadIdx.x;
     float acc = 0.0f;
     if (j < cols)

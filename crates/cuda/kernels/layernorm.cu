@@ -4,7 +4,7 @@
 // v0 = y, v1 = mean (rows × 1), v2 = rstd (rows × 1), v3 = x, v4 = w, v5 = b; f[0] = eps.
 // One block per row; two passes (mean, then the centred variance).
 KERNEL(k_layernorm_fwd) {
-    __shared__ float sh[NT];
+    SHARED(float, sh, NT);
     long long i = blockIdx.x, cols = p.n[1];
     float n = (float)cols;
     float acc = 0.0f;
@@ -28,7 +28,7 @@ KERNEL(k_layernorm_fwd) {
 // v0 = dx, v1 = dy, v2 = x, v3 = w, v4 = mean, v5 = rstd. One block per row; overwrites dx:
 // dx = r·(dy·w − mean(dy·w) − x̂·mean(dy·w·x̂)), x̂ = (x − m)·r.
 KERNEL(k_layernorm_bwd_dx) {
-    __shared__ float sh[NT];
+    SHARED(float, sh, NT);
     long long i = blockIdx.x, cols = p.n[1];
     float n = (float)cols;
     float m = ld(p.v[4], i, 0), r = ld(p.v[5], i, 0);

@@ -6,7 +6,7 @@
 // out[b] = Σ over the elements block b visits (a fixed set for a fixed grid); the host adds
 // the partials in block order.
 KERNEL(k_full_sum) {
-    __shared__ double sh[NT];
+    SHARED(double, sh, NT);
     long long rows = p.n[0], cols = p.n[1];
     double acc = 0.0;
     FOR_EACH(rows, cols) {
@@ -19,7 +19,7 @@ KERNEL(k_full_sum) {
 
 // v0 = out (rows × 1), v1 = x; out[i] = Σ_j x[i, j]².
 KERNEL(k_row_sumsq) {
-    __shared__ float sh[NT];
+    SHARED(float, sh, NT);
     long long i = blockIdx.x, cols = p.n[1];
     float acc = 0.0f;
     for (long long j = threadIdx.x; j < cols; j += NT) {
@@ -33,7 +33,7 @@ KERNEL(k_row_sumsq) {
 // v0 = out, v1 = a, v2 = b, v3 = row (when n[2]); f[0] = alpha; n[3] = accumulate.
 // out[i] (+)= alpha · Σ_j a·b · row[i]².
 KERNEL(k_row_dot) {
-    __shared__ float sh[NT];
+    SHARED(float, sh, NT);
     long long i = blockIdx.x, cols = p.n[1];
     float acc = 0.0f;
     for (long long j = threadIdx.x; j < cols; j += NT) acc += ld(p.v[1], i, j) * ld(p.v[2], i, j);
@@ -51,7 +51,7 @@ KERNEL(k_row_dot) {
 
 // v0 = max (rows × 1), v1 = x; max[i] = max_j x[i, j].
 KERNEL(k_row_max) {
-    __shared__ float sh[NT];
+    SHARED(float, sh, NT);
     long long i = blockIdx.x, cols = p.n[1];
     float m = NEG_INF;
     for (long long j = threadIdx.x; j < cols; j += NT) m = fmaxf(m, ld(p.v[1], i, j));

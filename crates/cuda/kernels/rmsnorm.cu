@@ -15,7 +15,7 @@ KERNEL(k_rmsnorm_apply) {
 
 // v0 = dot (rows × 1), v1 = dy, v2 = x, v3 = gamma; dot[i] = Σ_j dy·x·gamma. One block per row.
 KERNEL(k_rmsnorm_bwd_dot) {
-    __shared__ float sh[NT];
+    SHARED(float, sh, NT);
     long long i = blockIdx.x, cols = p.n[1];
     float acc = 0.0f;
     for (long long j = threadIdx.x; j < cols; j += NT)

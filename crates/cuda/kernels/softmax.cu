@@ -5,7 +5,7 @@
 // v0 = scores → probabilities (n[0] rows × n[1] = seq). One block per row: softmax over
 // columns 0..=i in fp32, zeros after.
 KERNEL(k_softmax_causal) {
-    __shared__ float sh[NT];
+    SHARED(float, sh, NT);
     long long r = blockIdx.x, s = p.n[1], i = r % s;
     float m = NEG_INF;
     for (long long j = threadIdx.x; j <= i; j += NT) m = fmaxf(m, ld(p.v[0], r, j));
@@ -19,7 +19,7 @@ KERNEL(k_softmax_causal) {
 
 // v0 = dP → dS, v1 = P (same shape). dS = P ⊙ (dP − Σ_j P·dP) on the causal part, 0 after.
 KERNEL(k_softmax_causal_bwd) {
-    __shared__ float sh[NT];
+    SHARED(float, sh, NT);
     long long r = blockIdx.x, s = p.n[1], i = r % s;
     float acc = 0.0f;
     for (long long j = threadIdx.x; j <= i; j += NT) acc += ld(p.v[1], r, j) * ld(p.v[0], r, j);

@@ -6,7 +6,7 @@
 // loss = ln Σ exp(x − m) + m − x[t]; gradient: logits ← s·(softmax − onehot). Ignored
 // targets: loss 0 and a zero gradient row.
 KERNEL(k_cross_entropy) {
-    __shared__ float sh[NT];
+    SHARED(float, sh, NT);
     long long i = blockIdx.x, v = p.n[1];
     unsigned t = id_at(p.v[2], i);
     if (t == IGNORE_ID) {
@@ -36,7 +36,7 @@ KERNEL(k_cross_entropy) {
 // v0 = stats (rows × 2), v1 = logits, v2 = max (rows × 1, global), v3 = targets; n[2] = first.
 // stats[i] = [Σ_j exp(x − max), the target's logit if it is among these columns else 0].
 KERNEL(k_xent_partials) {
-    __shared__ float sh[NT];
+    SHARED(float, sh, NT);
     long long i = blockIdx.x, v = p.n[1], first = p.n[2];
     float m = ld(p.v[2], i, 0);
     float acc = 0.0f;

@@ -145,3 +145,52 @@ impl Device for EmuDev {
     }
     fn sync(&self) {}
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Launches one of emu.cpp's own check kernels (no barriers) with `v[0]` at `out`.
+    fn launch_check(kernel: &'static str, grid: u32, block: u32, out: &mut [f32]) {
+        let mut p = P::default();
+        p.v[0].p = out.as_mut_ptr() as u64;
+        p.v[0].ld = out.len() as i64;
+        EmuDev::new().launch(kernel, Launch { grid: (grid, 1, 1), block: (block, 1, 1) }, &p);
+    }
+
+    /// A block reads shared memory it has not written: on a GPU, whatever was there; here
+    /// NaN, not the values the block before left (which a function-static array would keep).
+    #[test]
+    fn shared_memory_is_poisoned_before_each_block() {
+        let mut out = vec![0.0f32; 64];
+        launch_check("emu_check_stale", 2, 64, &mut out);
+        assert!(out.iter().all(|x| x.is_nan()), "block 1 read {:?}…, not NaN", &out[..4]);
+    }
+
+    /// The child process this test starts runs a kernel that writes one element past a
+    /// shared array; the emulator must stop it and name the array, the kernel and the thread.
+    #[test]
+    fn shared_overflow_stops_the_run_and_names_the_array() {
+        const CHILD: &str = "BOOST_EMU_OVERFLOW_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            let mut out = vec![0.0f32; 65];
+            launch_check("emu_check_overflow", 1, 65, &mut out);
+            return; // reached only if the write went unnoticed; the parent then fails
+        }
+        let exe = std::env::current_exe().unwrap();
+        let name = "emu_dev::tests::shared_overflow_stops_the_run_and_names_the_array";
+        let run = std::process::Command::new(exe)
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(CHILD, "1")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success(), "the overflowing kernel ran to its end; stderr:\n{err}");
+        let want = "kernel emu_check_overflow, block (0, 0, 0), thread (64, 0, 0) reached byte 256 of \
+                    __shared__ array `sh`";
+        assert!(
+            err.contains(want) && err.contains("(emu.cpp:") && err.contains(", 256 bytes): past its end"),
+            "stderr:\n{err}"
+        );
+    }
+}

@@ -51,6 +51,7 @@ fn main() {
         let is_b = alternate.is_some() && i % 2 == 1;
         boost_tensor::cpu::core_speed::set_enabled(!(is_b && alternate == Some("balance")));
         let gemm_before = m.be.peek().gemm;
+        let faults_before = minor_faults();
         let t = Instant::now();
         let mut step = || {
             m.store.zero_grads(&m.be);
@@ -66,7 +67,7 @@ fn main() {
         let (dt, gemm) = (t.elapsed().as_secs_f64(), (m.be.peek().gemm - gemm_before).as_secs_f64());
         let label =
             if alternate.is_none() { String::new() } else { format!(" ({})", if is_b { b_name } else { a_name }) };
-        eprintln!("step {i}: {dt:.3} s{label}");
+        eprintln!("step {i}: {dt:.3} s{label}, {} page faults", minor_faults() - faults_before);
         if i > 0 {
             if is_b { b_steps.push((dt, gemm)) } else { a_steps.push((dt, gemm)) }
         }
@@ -89,4 +90,12 @@ fn main() {
     for (name, t, n) in d {
         println!("{name:>18}: {:7.1} ms/step  ({} calls/step)", t.as_secs_f64() * 1e3 / steps as f64, n / steps as u64);
     }
+}
+
+/// Minor page faults of this process so far (first touches of freshly mapped memory).
+fn minor_faults() -> i64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    u.ru_minflt
 }
