@@ -1,9 +1,10 @@
 // The kernel emulator: every kernel file compiled for the host, a registry of kernels by
 // name, and a launcher that runs a grid block by block with the block's threads as fibers
-// (a small stack switch). A fiber runs until __syncthreads() or its end; a barrier is
-// released when every thread of the block has reached it. Launches are serialised (one
-// emulated device). Shared arrays lie between guard pages and are poisoned before each block
-// (emu.h).
+// (a small stack switch). A fiber runs until __syncthreads(), a warp operation or its end; a
+// block barrier is released when every thread of the block has reached it, a warp
+// operation when every thread of the warp has (run_block_fibers). Launches are serialised
+// (one emulated device). Shared arrays lie between guard pages and are poisoned before each
+// block (emu.h); the order of blocks, warps and threads alternates, so that races show.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +67,7 @@ emu_switch:
 struct Fibers {
     // The fibers' stacks, STACK bytes each (see grow_stacks).
     char* stacks = nullptr;
-    // 0: runnable, 1: waiting at a barrier, 2: finished.
+    // 0: runnable, 1: waiting at a block barrier, 2: finished, 3: waiting at a warp operation.
     std::vector<int> state;
     // threadIdx of each thread of the block (computed once per launch).
     std::vector<EmuDim3> tidx;
@@ -76,6 +77,9 @@ struct Fibers {
     const P* p = nullptr;
     // Threads run as fibers (else as plain calls, for kernels without barriers).
     bool fibers = true;
+    // Warps, and threads within a warp, run in descending order (odd blocks; see
+    // boost_emu_launch).
+    bool reverse = false;
 #if defined(__x86_64__)
     std::vector<void*> sp;
     void* sched_sp = nullptr;
@@ -176,22 +180,26 @@ void switch_fibers(int from, int to) {
 }
 #endif
 
-// The thread that runs after `t` in a round (the next one not finished), or -1 when the
-// round is over.
-int next_in_round(int t) {
-    for (int u = t + 1; u < F.n; u++)
-        if (F.state[u] != 2) return u;
+const int WARP = 32;
+
+// The runnable thread of warp `w` that runs after thread `t` (t = -1: the first), or -1.
+int next_in_warp(int w, int t) {
+    int lo = w * WARP, hi = lo + WARP < F.n ? lo + WARP : F.n;
+    if (F.reverse) {
+        for (int u = (t < 0 ? hi : t) - 1; u >= lo; u--)
+            if (F.state[u] == 0) return u;
+        return -1;
+    }
+    for (int u = t < 0 ? lo : t + 1; u < hi; u++)
+        if (F.state[u] == 0) return u;
     return -1;
 }
 
-// Leaves the running fiber for the next one of the round, or the scheduler after the last:
-// a direct switch, so a barrier costs one switch per thread rather than two.
+// Leaves the running fiber for the next runnable thread of its warp, or the scheduler after
+// the last: a direct switch, so a barrier costs one switch per thread rather than two.
 void pass_on() {
-    int from = F.cur, to = next_in_round(from);
-    if (to >= 0) {
-        F.state[to] = 0;
-        set_current(to);
-    }
+    int from = F.cur, to = next_in_warp(from / WARP, from);
+    if (to >= 0) set_current(to);
     switch_fibers(from, to);
 }
 
@@ -223,8 +231,15 @@ void start(int t) {
 }
 #endif
 
-// Runs one block as fibers; returns 0, or -2 when threads of the block disagree on a barrier.
-// A round runs every unfinished thread in order up to its next barrier or its end.
+// Runs one block as fibers; returns 0, -2 when threads of the block disagree on a barrier, or
+// -3 when threads of a warp disagree on a warp operation.
+//
+// Warps run one after another between two block barriers: warp by warp, each warp's threads
+// in rounds, a round running every runnable thread of the warp up to its next warp operation
+// (mma.sync, a shuffle), its block barrier or its end, until the whole warp has reached the
+// block barrier or its end. So a warp operation synchronises its warp only, as on the
+// device, and a block barrier the whole block: a missing __syncthreads() between warps
+// shows even where warp operations sit between the accesses.
 int run_block_fibers(int n) {
     if ((int)F.state.size() < n) {
         F.state.resize(n);
@@ -241,12 +256,22 @@ int run_block_fibers(int n) {
         start(t);
         F.state[t] = 0;
     }
+    int warps = (n + WARP - 1) / WARP;
     for (;;) {
-        int first = next_in_round(-1);
-        if (first < 0) return 0;
-        F.state[first] = 0;
-        set_current(first);
-        switch_fibers(-1, first);
+        for (int k = 0; k < warps; k++) {
+            int w = F.reverse ? warps - 1 - k : k;
+            for (;;) {
+                int first = next_in_warp(w, -1);
+                if (first < 0) break;
+                set_current(first);
+                switch_fibers(-1, first);
+                int size = (w + 1) * WARP < n ? WARP : n - w * WARP, at_op = 0;
+                for (int t = w * WARP; t < w * WARP + size; t++) at_op += F.state[t] == 3;
+                if (at_op == 0) break;
+                if (at_op < size) return -3;
+                for (int t = w * WARP; t < w * WARP + size; t++) F.state[t] = 0;
+            }
+        }
         int done = 0, waiting = 0;
         for (int t = 0; t < n; t++) {
             done += F.state[t] == 2;
@@ -254,14 +279,15 @@ int run_block_fibers(int n) {
         }
         if (done == n) return 0;
         if (done > 0 && waiting > 0) return -2;
+        for (int t = 0; t < n; t++) F.state[t] = 0;
     }
 }
 
 // Runs one block of a kernel without barriers: each thread to its end in turn.
 void run_block_plain(int n) {
     F.fibers = false;
-    for (int t = 0; t < n; t++) {
-        set_current(t);
+    for (int k = 0; k < n; k++) {
+        set_current(F.reverse ? n - 1 - k : k);
         F.fn(F.p);
     }
 }
@@ -308,17 +334,22 @@ int emu_register(const char* name, Fn fn) {
     return 0;
 }
 
-void emu_syncthreads() {
+// Waits at a block barrier (1) or a warp operation (3).
+static void wait_at(int state, const char* what) {
     if (!F.fibers) {
-        fprintf(stderr, "emulator: a kernel launched as barrier-free reached __syncthreads()\n");
+        fprintf(stderr, "emulator: kernel %s, launched as barrier-free, reached %s\n", RUNNING, what);
         abort();
     }
-    F.state[F.cur] = 1;
+    F.state[F.cur] = state;
     pass_on();
 }
 
-// Warp operations. Each thread leaves its operands at its own slot, every thread waits at a
-// barrier, reads its warp's slots, and waits again before any slot can be overwritten.
+void emu_syncthreads() { wait_at(1, "__syncthreads()"); }
+
+// Warp operations. Each thread leaves its operands at its own slot, every thread of the warp
+// waits for the others, reads its warp's slots, and waits again before any slot can be
+// overwritten.
+static void warp_sync() { wait_at(3, "a warp operation"); }
 namespace {
 struct MmaIn {
     unsigned a[4], b[2];
@@ -332,7 +363,7 @@ unsigned shfl_in[1024];
 void emu_mma_bf16_16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
     int t = F.cur, w = t & ~31, lane = t & 31;
     mma_in[t] = MmaIn{{a[0], a[1], a[2], a[3]}, {b0, b1}};
-    emu_syncthreads();
+    warp_sync();
     auto half = [](unsigned u, int k) { return bf2f((bf16_t)(k & 1 ? u >> 16 : u & 0xffffu)); };
     auto A = [&](int r, int k) { return half(mma_in[w + (r % 8) * 4 + (k % 8) / 2].a[(r >= 8) + 2 * (k >= 8)], k); };
     auto B = [&](int k, int n) { return half(mma_in[w + n * 4 + (k % 8) / 2].b[k >= 8], k); };
@@ -343,15 +374,15 @@ void emu_mma_bf16_16816(float c[4], const unsigned a[4], unsigned b0, unsigned b
         for (int k = 0; k < 16; k++) acc += A(r, k) * B(k, n);
         c[q] = acc;
     }
-    emu_syncthreads();
+    warp_sync();
 }
 
 // shfl.sync.bfly: v of the lane lane ^ m of the running thread's warp.
 unsigned emu_shfl_xor(unsigned v, int m) {
     shfl_in[F.cur] = v;
-    emu_syncthreads();
+    warp_sync();
     unsigned r = shfl_in[F.cur ^ m];
-    emu_syncthreads();
+    warp_sync();
     return r;
 }
 
@@ -369,13 +400,39 @@ unsigned emu_shfl_xor(unsigned v, int m) {
 #include "softmax.cu"
 #include "xent.cu"
 
-// The emulator's own checks (emu_dev.rs's tests): a block of more than 64 threads writes past
-// a 64-element shared array; and block 1 reads what block 0 wrote to shared memory (NaN once
-// poisoned), into v[0].
+// The emulator's own checks (emu_dev.rs's tests), writing into v[0]: a block of more than 64
+// threads writes past a 64-element shared array; a block reads shared memory without the
+// barrier it needs, within a warp and across warps with a warp operation between; half a
+// warp reaches a shuffle; every block writes one element; and block 1 reads what block 0
+// wrote to shared memory (NaN once poisoned).
 KERNEL(emu_check_overflow) {
     SHARED(float, sh, 64);
     (void)p;
     sh[threadIdx.x] = 1.0f;
+}
+// A missing barrier: thread t reads what thread t − 1 writes in the same phase, into v[0]'s
+// row of the block.
+KERNEL(emu_check_race) {
+    SHARED(float, sh, 64);
+    unsigned t = threadIdx.x;
+    sh[t] = (float)t;
+    st(p.v[0], blockIdx.x, t, t > 0 ? sh[t - 1] : 0.0f);
+}
+// Thread t reads what thread t ± 32, of the other warp, wrote before a shuffle: a warp
+// operation synchronises its warp, not the block.
+KERNEL(emu_check_race_across_warps) {
+    SHARED(float, sh, 64);
+    unsigned t = threadIdx.x;
+    sh[t] = (float)t;
+    unsigned u = emu_shfl_xor(t, 1);
+    st(p.v[0], blockIdx.x, t, u == (t ^ 1u) ? sh[(t + 32) % 64] : -1.0f);
+}
+KERNEL(emu_check_divergent_shuffle) {
+    if (threadIdx.x < 16) st(p.v[0], 0, threadIdx.x, (float)emu_shfl_xor(threadIdx.x, 1));
+}
+// Every block writes its index to one element: a race between blocks.
+KERNEL(emu_check_last_block) {
+    if (threadIdx.x == 0) st(p.v[0], 0, 0, (float)blockIdx.x);
 }
 KERNEL(emu_check_stale) {
     SHARED(float, sh, 64);
@@ -385,7 +442,8 @@ KERNEL(emu_check_stale) {
         st(p.v[0], 0, threadIdx.x, sh[threadIdx.x]);
 }
 
-// Returns 0; -1 for an unknown kernel; -2 when a block's threads disagree on a barrier.
+// Returns 0; -1 for an unknown kernel; -2 when a block's threads disagree on a barrier; -3
+// when a warp's threads disagree on a warp operation.
 // `sync`: the kernel uses __syncthreads(), so every block runs as fibers; other kernels run
 // each thread to its end in turn.
 extern "C" int boost_emu_launch(const char* name, const unsigned* grid, const unsigned* block, const P* p,
@@ -402,18 +460,31 @@ extern "C" int boost_emu_launch(const char* name, const unsigned* grid, const un
     F.tidx.resize(n);
     for (unsigned t = 0; t < (unsigned)n; t++)
         F.tidx[t] = EmuDim3{t % block[0], (t / block[0]) % block[1], t / (block[0] * block[1])};
-    for (unsigned z = 0; z < grid[2]; z++)
-        for (unsigned y = 0; y < grid[1]; y++)
-            for (unsigned x = 0; x < grid[0]; x++) {
-                emu_block_idx = EmuDim3{x, y, z};
-                poison_shared();
-                if (sync) {
-                    int r = run_block_fibers(n);
-                    if (r != 0) return r;
-                } else {
-                    run_block_plain(n);
-                }
-            }
+    // Blocks run in order on a kernel's even launches and in reverse order on its odd ones, so
+    // that a block that depends on another's writes in the same launch (a race between blocks
+    // on the device) sees them one time and not the other.
+    static std::map<std::string, unsigned long> launches;
+    bool backwards = launches[it->first]++ % 2 == 1;
+    unsigned long blocks = (unsigned long)grid[0] * grid[1] * grid[2];
+    for (unsigned long k = 0; k < blocks; k++) {
+        unsigned long i = backwards ? blocks - 1 - k : k;
+        unsigned x = (unsigned)(i % grid[0]), y = (unsigned)(i / grid[0] % grid[1]),
+                 z = (unsigned)(i / ((unsigned long)grid[0] * grid[1]));
+        emu_block_idx = EmuDim3{x, y, z};
+        poison_shared();
+        // Between two barriers, warps (and a warp's threads) run one after another, in
+        // ascending order in even blocks and descending in odd ones: a kernel whose threads
+        // read shared memory that another thread writes in the same phase (a missing barrier)
+        // sees that write in one order and not in the other (then the poison, or an older
+        // value), so its results differ from the reference.
+        F.reverse = (x + y + z) % 2 == 1;
+        if (sync) {
+            int r = run_block_fibers(n);
+            if (r != 0) return r;
+        } else {
+            run_block_plain(n);
+        }
+    }
     return 0;
 }
 

@@ -13,9 +13,9 @@ struct EmuDim3 {
 // of threadIdx is a load, not a call: kernels read it in their inner loops).
 extern EmuDim3 emu_block_idx, emu_block_dim, emu_grid_dim, emu_thread_idx;
 void emu_syncthreads();
-// Warp-level operations (shuffles, mma.sync), emulated through the block: each is a pair of
-// block barriers, so every thread of the block must call them in the same order, as the
-// kernels that use them do.
+// Warp-level operations (shuffles, mma.sync): each is a pair of warp barriers, so every
+// thread of a warp must call them in the same order, as the kernels that use them do (the
+// launcher reports a warp whose threads disagree).
 void emu_mma_bf16_16816(float c[4], const unsigned a[4], unsigned b0, unsigned b1);
 unsigned emu_shfl_xor(unsigned v, int m);
 

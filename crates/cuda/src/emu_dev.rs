@@ -115,6 +115,7 @@ impl Device for EmuDev {
             0 => {}
             -1 => panic!("emulator: no kernel named {kernel}"),
             -2 => panic!("emulator: threads of a block of {kernel} disagree on a __syncthreads()"),
+            -3 => panic!("emulator: threads of a warp of {kernel} disagree on a warp operation (mma.sync, shuffle)"),
             r => panic!("emulator: {kernel} failed ({r})"),
         }
     }
@@ -150,12 +151,15 @@ impl Device for EmuDev {
 mod tests {
     use super::*;
 
-    /// Launches one of emu.cpp's own check kernels (no barriers) with `v[0]` at `out`.
-    fn launch_check(kernel: &'static str, grid: u32, block: u32, out: &mut [f32]) {
+    /// Launches one of emu.cpp's own check kernels with `v[0]` at `out` (rows of 64), as
+    /// fibers when `sync`.
+    fn launch_check(kernel: &'static str, grid: u32, block: u32, out: &mut [f32], sync: bool) -> c_int {
         let mut p = P::default();
         p.v[0].p = out.as_mut_ptr() as u64;
-        p.v[0].ld = out.len() as i64;
-        EmuDev::new().launch(kernel, Launch { grid: (grid, 1, 1), block: (block, 1, 1) }, &p);
+        p.v[0].ld = 64;
+        let name = CString::new(kernel).unwrap();
+        // SAFETY: `out` holds every element the check kernels write (their tests size it).
+        unsafe { boost_emu_launch(name.as_ptr(), [grid, 1, 1].as_ptr(), [block, 1, 1].as_ptr(), &p, sync as c_int) }
     }
 
     /// A block reads shared memory it has not written: on a GPU, whatever was there; here
@@ -163,8 +167,57 @@ mod tests {
     #[test]
     fn shared_memory_is_poisoned_before_each_block() {
         let mut out = vec![0.0f32; 64];
-        launch_check("emu_check_stale", 2, 64, &mut out);
+        assert_eq!(launch_check("emu_check_stale", 2, 64, &mut out, false), 0);
         assert!(out.iter().all(|x| x.is_nan()), "block 1 read {:?}…, not NaN", &out[..4]);
+    }
+
+    /// Thread t reads what thread t − 1 writes to shared memory with no barrier between: a
+    /// race on a GPU. Threads in ascending order (block 0) see the write; in descending order
+    /// (block 1) they read the poison, so the missing barrier changes the results.
+    #[test]
+    fn a_missing_barrier_changes_the_results() {
+        let mut out = vec![0.0f32; 2 * 64];
+        assert_eq!(launch_check("emu_check_race", 2, 64, &mut out, false), 0);
+        let (ascending, descending) = out.split_at(64);
+        assert!((1..64).all(|t| ascending[t] == (t - 1) as f32), "block 0: {:?}…", &ascending[..4]);
+        assert!(descending[1..].iter().all(|x| x.is_nan()), "block 1: {:?}…", &descending[..4]);
+    }
+
+    /// Thread t reads what thread t ± 32 (the other warp) wrote, with only a shuffle between:
+    /// a race on the device, where a warp operation waits for its warp alone. Warps run one
+    /// after the other up to a block barrier, so the warp that runs first (warp 0 in block 0,
+    /// warp 1 in block 1) reads the poison, and the other the values.
+    #[test]
+    fn a_warp_operation_does_not_stand_for_a_block_barrier() {
+        let mut out = vec![0.0f32; 2 * 64];
+        assert_eq!(launch_check("emu_check_race_across_warps", 2, 64, &mut out, true), 0);
+        for (b, row) in out.chunks(64).enumerate() {
+            for (t, &v) in row.iter().enumerate() {
+                let first = t / 32 == b; // this thread's warp ran first in its block
+                let want = ((t + 32) % 64) as f32;
+                assert!(if first { v.is_nan() } else { v == want }, "block {b}, thread {t}: {v}");
+            }
+        }
+    }
+
+    /// Half a warp at a shuffle, the other half at the kernel's end: reported, not hung.
+    #[test]
+    fn a_warp_operation_reached_by_part_of_a_warp_is_reported() {
+        let mut out = vec![0.0f32; 64];
+        assert_eq!(launch_check("emu_check_divergent_shuffle", 1, 32, &mut out, true), -3);
+    }
+
+    /// Blocks that write one element race on the device; here the last block to run wins,
+    /// and the kernel's launches alternate the blocks' order, so the result changes.
+    #[test]
+    fn blocks_run_in_reverse_order_on_every_other_launch() {
+        let mut out = vec![-1.0f32; 64];
+        let mut winners = Vec::new();
+        for _ in 0..3 {
+            assert_eq!(launch_check("emu_check_last_block", 4, 32, &mut out, false), 0);
+            winners.push(out[0]);
+        }
+        assert_eq!(winners, [3.0, 0.0, 3.0]);
     }
 
     /// The child process this test starts runs a kernel that writes one element past a
@@ -174,7 +227,7 @@ mod tests {
         const CHILD: &str = "BOOST_EMU_OVERFLOW_CHILD";
         if std::env::var_os(CHILD).is_some() {
             let mut out = vec![0.0f32; 65];
-            launch_check("emu_check_overflow", 1, 65, &mut out);
+            launch_check("emu_check_overflow", 1, 65, &mut out, false);
             return; // reached only if the write went unnoticed; the parent then fails
         }
         let exe = std::env::current_exe().unwrap();
