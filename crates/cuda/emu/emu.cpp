@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <ucontext.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <map>
@@ -91,40 +92,79 @@ struct Fibers {
 
 Fibers F;
 std::mutex LOCK;
-// The kernel of the running launch, for the guard's message.
-const char* RUNNING = "";
+// The running launch: its kernel and its OS thread, for the guards' messages.
+const char* RUNNING = nullptr;
+pthread_t LAUNCHER;
 
-// A shared array (emu.h): where it lies, its declaration, and its guard pages.
-struct SharedArray {
+size_t PAGE = 0;
+
+// Memory between two inaccessible pages: `start` (aligned to `align`) ends where `hi_guard`
+// begins; `lo_guard` lies before the first page it touches.
+struct Guarded {
+    char* map;
+    size_t map_bytes;
+    char* lo_guard;
+    char* hi_guard;
     char* start;
     size_t bytes;
-    char* lo_guard;  // the page before the array's first page
-    char* hi_guard;  // the page right after its end
+};
+
+// A shared array (emu.h): its memory and its declaration.
+struct SharedArray {
+    Guarded g;
     const char* name;
     const char* file;
     int line;
 };
 std::vector<SharedArray> SHARED_ARRAYS;
-size_t PAGE = 0;
 
-// Names the shared array whose guard page holds `addr` (an access past its end or before
-// its start), then aborts; returns for any other address.
+// Device buffers by the address of their high guard page (any thread allocates and frees).
+std::map<const char*, Guarded> DEVICE_BUFFERS;
+std::mutex DEVICE_LOCK;
+
+// Where a guard page was reached: the kernel, block and thread if the faulting thread is
+// running one, else the emulator's own code (a copy, the emulated GEMM).
+int where(char* out, size_t n) {
+    if (RUNNING != nullptr && pthread_equal(pthread_self(), LAUNCHER))
+        return snprintf(out, n, "kernel %s, block (%u, %u, %u), thread (%u, %u, %u)", RUNNING, emu_block_idx.x,
+                        emu_block_idx.y, emu_block_idx.z, emu_thread_idx.x, emu_thread_idx.y, emu_thread_idx.z);
+    return snprintf(out, n, "code outside a kernel (a copy, the emulated GEMM)");
+}
+
+// Writes the message and aborts: the run is over, and the message is what is left.
+// `what` names the memory, `declared` where it was declared ("file:line, " or "").
+[[noreturn]] void die(const char* what, const char* declared, const Guarded& g, const char* a) {
+    char at[256], msg[768];
+    where(at, sizeof at);
+    bool past = a >= g.hi_guard;
+    int n = snprintf(msg, sizeof msg, "emulator: %s reached byte %lld of %s (%s%zu bytes): %s\n", at,
+                     (long long)(a - g.start), what, declared, g.bytes, past ? "past its end" : "before its start");
+    if (n > 0) (void)!write(2, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
+    abort();
+}
+
+bool in_guard(const Guarded& g, const char* a) {
+    return (a >= g.hi_guard && a < g.hi_guard + PAGE) || (a >= g.lo_guard && a < g.lo_guard + PAGE);
+}
+
+// Names the shared array or device buffer whose guard page holds `addr`, then aborts;
+// returns for any other address.
 void report_guard_hit(const void* addr) {
     const char* a = (const char*)addr;
     for (const SharedArray& s : SHARED_ARRAYS) {
-        bool hi = a >= s.hi_guard && a < s.hi_guard + PAGE, lo = a >= s.lo_guard && a < s.lo_guard + PAGE;
-        if (!hi && !lo) continue;
-        // snprintf and write, then abort: the run is over, and the message is what is left.
-        char msg[512];
-        int n = snprintf(msg, sizeof msg,
-                         "emulator: kernel %s, block (%u, %u, %u), thread (%u, %u, %u) reached byte %lld of "
-                         "__shared__ array `%s` (%s:%d, %zu bytes): %s\n",
-                         RUNNING, emu_block_idx.x, emu_block_idx.y, emu_block_idx.z, emu_thread_idx.x,
-                         emu_thread_idx.y, emu_thread_idx.z, (long long)(a - s.start), s.name, s.file, s.line,
-                         s.bytes, hi ? "past its end" : "before its start");
-        if (n > 0) (void)!write(2, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
-        abort();
+        if (!in_guard(s.g, a)) continue;
+        char what[128], declared[128];
+        snprintf(what, sizeof what, "__shared__ array `%s`", s.name);
+        snprintf(declared, sizeof declared, "%s:%d, ", s.file, s.line);
+        die(what, declared, s.g, a);
     }
+    // A thread that faults while another allocates: the buffer goes unnamed, the fault is
+    // still fatal.
+    if (!DEVICE_LOCK.try_lock()) return;
+    auto it = DEVICE_BUFFERS.upper_bound(a - PAGE);  // the first high guard above a − PAGE
+    for (int k = 0; k < 2 && it != DEVICE_BUFFERS.end(); k++, ++it)
+        if (in_guard(it->second, a)) die("a device buffer", "", it->second, a);
+    DEVICE_LOCK.unlock();
 }
 
 struct sigaction PREVIOUS_SEGV;
@@ -142,9 +182,35 @@ void on_segv(int sig, siginfo_t* info, void* ctx) {
     }
 }
 
+// `bytes` zeroed between guard pages (the handler installed on first use), or null.
+bool guarded(size_t bytes, size_t align, Guarded* g) {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        PAGE = (size_t)sysconf(_SC_PAGESIZE);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_segv;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSEGV, &sa, &PREVIOUS_SEGV);
+    });
+    size_t span = (bytes + align - 1) / align * align;
+    size_t pages = (span + PAGE - 1) / PAGE;
+    g->map_bytes = (pages + 2) * PAGE;
+    g->map = (char*)mmap(nullptr, g->map_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g->map == MAP_FAILED) return false;
+    g->lo_guard = g->map;
+    g->hi_guard = g->map + (pages + 1) * PAGE;
+    g->start = g->hi_guard - span;
+    g->bytes = bytes;
+    mprotect(g->lo_guard, PAGE, PROT_NONE);
+    mprotect(g->hi_guard, PAGE, PROT_NONE);
+    return true;
+}
+
 // Before a block: every shared array back to 0xff bytes (see emu.h).
 void poison_shared() {
-    for (const SharedArray& s : SHARED_ARRAYS) memset(s.start, 0xff, s.bytes);
+    for (const SharedArray& s : SHARED_ARRAYS) memset(s.g.start, 0xff, s.g.bytes);
 }
 
 // Stacks for `bytes`, in huge pages where the kernel gives them: every switch lands on
@@ -295,38 +361,42 @@ void run_block_plain(int n) {
 }  // namespace
 
 void* emu_shared(unsigned long bytes, unsigned long align, const char* name, const char* file, int line) {
-    if (PAGE == 0) {
-        PAGE = (size_t)sysconf(_SC_PAGESIZE);
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_sigaction = on_segv;
-        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
-        sigemptyset(&sa.sa_mask);
-        sigaction(SIGSEGV, &sa, &PREVIOUS_SEGV);
-    }
-    // The array ends where the high guard page begins, its start rounded down to `align`;
-    // the low guard page comes before the first page the array touches.
-    size_t span = (bytes + align - 1) / align * align;
-    size_t pages = (span + PAGE - 1) / PAGE;
-    char* map = (char*)mmap(nullptr, (pages + 2) * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map == MAP_FAILED) {
+    SharedArray s;
+    if (!guarded(bytes, align, &s.g)) {
         fprintf(stderr, "emulator: no memory for __shared__ array `%s` (%s:%d, %lu bytes)\n", name, file, line, bytes);
         abort();
     }
-    SharedArray s;
-    s.lo_guard = map;
-    s.hi_guard = map + (pages + 1) * PAGE;
-    s.start = s.hi_guard - span;
-    s.bytes = bytes;
     s.name = name;
     const char* slash = strrchr(file, '/');
     s.file = slash ? slash + 1 : file;
     s.line = line;
-    mprotect(s.lo_guard, PAGE, PROT_NONE);
-    mprotect(s.hi_guard, PAGE, PROT_NONE);
-    memset(s.start, 0xff, bytes);
+    memset(s.g.start, 0xff, bytes);
     SHARED_ARRAYS.push_back(s);
-    return s.start;
+    return s.g.start;
+}
+
+// Device memory: `bytes` zeroed (as the GPU backend's allocations are), 16-byte aligned,
+// ending where an inaccessible page begins, so a kernel's read or write past a buffer's end
+// stops the run and says where; null when out of memory.
+extern "C" void* boost_emu_alloc(unsigned long bytes) {
+    Guarded g;
+    if (!guarded(bytes, 16, &g)) return nullptr;
+    std::lock_guard<std::mutex> guard(DEVICE_LOCK);
+    DEVICE_BUFFERS[g.hi_guard] = g;
+    return g.start;
+}
+
+// Frees what boost_emu_alloc returned (`bytes` as asked for then).
+extern "C" void boost_emu_free(void* start, unsigned long bytes) {
+    size_t span = (bytes + 15) / 16 * 16;
+    std::lock_guard<std::mutex> guard(DEVICE_LOCK);
+    auto it = DEVICE_BUFFERS.find((const char*)start + span);
+    if (it == DEVICE_BUFFERS.end() || it->second.start != (char*)start) {
+        fprintf(stderr, "emulator: freeing %p (%lu bytes), which is not a device buffer\n", start, bytes);
+        abort();
+    }
+    munmap(it->second.map, it->second.map_bytes);
+    DEVICE_BUFFERS.erase(it);
 }
 
 int emu_register(const char* name, Fn fn) {
@@ -401,7 +471,7 @@ unsigned emu_shfl_xor(unsigned v, int m) {
 #include "xent.cu"
 
 // The emulator's own checks (emu_dev.rs's tests), writing into v[0]: a block of more than 64
-// threads writes past a 64-element shared array; a block reads shared memory without the
+// threads writes past a 64-element shared array, or device buffer; a block reads shared memory without the
 // barrier it needs, within a warp and across warps with a warp operation between; half a
 // warp reaches a shuffle; every block writes one element; and block 1 reads what block 0
 // wrote to shared memory (NaN once poisoned).
@@ -412,6 +482,8 @@ KERNEL(emu_check_overflow) {
 }
 // A missing barrier: thread t reads what thread t − 1 writes in the same phase, into v[0]'s
 // row of the block.
+// Thread t writes element t of the device buffer v[0] (of 64 elements in the test).
+KERNEL(emu_check_device_overflow) { ((float*)p.v[0].p)[threadIdx.x] = 1.0f; }
 KERNEL(emu_check_race) {
     SHARED(float, sh, 64);
     unsigned t = threadIdx.x;
@@ -454,6 +526,10 @@ extern "C" int boost_emu_launch(const char* name, const unsigned* grid, const un
     F.fn = it->second;
     F.p = p;
     RUNNING = it->first.c_str();
+    LAUNCHER = pthread_self();
+    struct Done {
+        ~Done() { RUNNING = nullptr; }
+    } done;
     emu_grid_dim = EmuDim3{grid[0], grid[1], grid[2]};
     emu_block_dim = EmuDim3{block[0], block[1], block[2]};
     int n = (int)(block[0] * block[1] * block[2]);

@@ -4,19 +4,20 @@
 
 use crate::device::{Compute, DType, Device, Gemm, Launch, Mem, P};
 use crate::probe::DeviceInfo;
-use std::alloc::Layout;
 use std::ffi::{CString, c_char, c_int, c_ulong};
 
 unsafe extern "C" {
     fn boost_emu_launch(name: *const c_char, grid: *const u32, block: *const u32, p: *const P, sync: c_int) -> c_int;
     fn boost_emu_sizeof_p() -> c_ulong;
     fn boost_emu_has(name: *const c_char) -> c_int;
+    fn boost_emu_alloc(bytes: c_ulong) -> *mut u8;
+    fn boost_emu_free(ptr: *mut u8, bytes: c_ulong);
 }
 
-/// Zeroed host memory with a fixed address.
+/// Zeroed host memory with a fixed address, between inaccessible pages (`boost_emu_alloc`).
 struct HostMem {
     ptr: *mut u8,
-    layout: Layout,
+    bytes: usize,
 }
 // SAFETY: the memory is only reached through the device's serialised operations.
 unsafe impl Send for HostMem {}
@@ -24,8 +25,8 @@ unsafe impl Sync for HostMem {}
 
 impl Drop for HostMem {
     fn drop(&mut self) {
-        // SAFETY: allocated with this layout.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
+        // SAFETY: allocated by boost_emu_alloc with this size.
+        unsafe { boost_emu_free(self.ptr, self.bytes as c_ulong) }
     }
 }
 
@@ -90,11 +91,11 @@ impl Device for EmuDev {
         "kernels/*.cu compiled for the host (emulator)".to_string()
     }
     fn alloc(&self, bytes: usize) -> Mem {
-        let layout = Layout::from_size_align(bytes.max(16), 256).unwrap();
-        // SAFETY: non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let size = bytes.max(16);
+        // SAFETY: a plain allocation.
+        let ptr = unsafe { boost_emu_alloc(size as c_ulong) };
         assert!(!ptr.is_null(), "emulator: out of memory for {bytes} bytes");
-        Mem { ptr: ptr as u64, bytes, _owner: Box::new(HostMem { ptr, layout }) }
+        Mem { ptr: ptr as u64, bytes, _owner: Box::new(HostMem { ptr, bytes: size }) }
     }
     fn upload(&self, dst: u64, src: &[u8]) {
         // SAFETY: dst is device memory of at least src.len() bytes (checked by the caller's views).
@@ -220,30 +221,60 @@ mod tests {
         assert_eq!(winners, [3.0, 0.0, 3.0]);
     }
 
-    /// The child process this test starts runs a kernel that writes one element past a
-    /// shared array; the emulator must stop it and name the array, the kernel and the thread.
-    #[test]
-    fn shared_overflow_stops_the_run_and_names_the_array() {
-        const CHILD: &str = "BOOST_EMU_OVERFLOW_CHILD";
+    /// Runs `child` in a child process (this test binary, filtered to `test`) and asserts that
+    /// it dies with every line of `want` on its stderr.
+    fn dies_saying(test: &str, child: impl FnOnce(), want: &[&str]) {
+        const CHILD: &str = "BOOST_EMU_DEATH_TEST";
         if std::env::var_os(CHILD).is_some() {
-            let mut out = vec![0.0f32; 65];
-            launch_check("emu_check_overflow", 1, 65, &mut out, false);
-            return; // reached only if the write went unnoticed; the parent then fails
+            child();
+            return; // reached only if the fault went unnoticed; the parent then fails
         }
         let exe = std::env::current_exe().unwrap();
-        let name = "emu_dev::tests::shared_overflow_stops_the_run_and_names_the_array";
+        let name = format!("emu_dev::tests::{test}");
         let run = std::process::Command::new(exe)
-            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .args(["--exact", &name, "--nocapture", "--test-threads=1"])
             .env(CHILD, "1")
             .output()
             .unwrap();
         let err = String::from_utf8_lossy(&run.stderr);
-        assert!(!run.status.success(), "the overflowing kernel ran to its end; stderr:\n{err}");
-        let want = "kernel emu_check_overflow, block (0, 0, 0), thread (64, 0, 0) reached byte 256 of \
-                    __shared__ array `sh`";
-        assert!(
-            err.contains(want) && err.contains("(emu.cpp:") && err.contains(", 256 bytes): past its end"),
-            "stderr:\n{err}"
+        assert!(!run.status.success(), "the faulty kernel ran to its end; stderr:\n{err}");
+        for w in want {
+            assert!(err.contains(w), "no {w:?} in stderr:\n{err}");
+        }
+    }
+
+    /// A kernel writes one element past a shared array: the emulator stops it and names the
+    /// array, its declaration, the kernel and the thread.
+    #[test]
+    fn shared_overflow_stops_the_run_and_names_the_array() {
+        dies_saying(
+            "shared_overflow_stops_the_run_and_names_the_array",
+            || {
+                launch_check("emu_check_overflow", 1, 65, &mut [0.0f32; 65], false);
+            },
+            &[
+                "kernel emu_check_overflow, block (0, 0, 0), thread (64, 0, 0) reached byte 256 of __shared__ array `sh`",
+                "(emu.cpp:",
+                ", 256 bytes): past its end",
+            ],
+        );
+    }
+
+    /// A kernel writes one element past a device buffer of 64: stopped, with the kernel and
+    /// the thread named.
+    #[test]
+    fn device_buffer_overflow_stops_the_run() {
+        dies_saying(
+            "device_buffer_overflow_stops_the_run",
+            || {
+                let dev = EmuDev::new();
+                let mem = dev.alloc(64 * 4);
+                let mut p = P::default();
+                p.v[0].p = mem.ptr;
+                dev.launch("emu_check_device_overflow", Launch { grid: (1, 1, 1), block: (65, 1, 1) }, &p);
+            },
+            &["kernel emu_check_device_overflow, block (0, 0, 0), thread (64, 0, 0) reached byte 256 of a device \
+               buffer (256 bytes): past its end"],
         );
     }
 }
