@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
@@ -118,17 +119,20 @@ struct SharedArray {
 };
 std::vector<SharedArray> SHARED_ARRAYS;
 
-// Device buffers by the address of their high guard page (any thread allocates and frees).
+// Device buffers by their start (any thread allocates and frees).
 std::map<const char*, Guarded> DEVICE_BUFFERS;
+// The device buffers' alignment (the kernels' widest loads are 16 bytes).
+const size_t DEVICE_ALIGN = 16;
 std::mutex DEVICE_LOCK;
 
 // Where a guard page was reached: the kernel, block and thread if the faulting thread is
 // running one, else the emulator's own code (a copy, the emulated GEMM).
-int where(char* out, size_t n) {
+void where(char* out, size_t n) {
     if (RUNNING != nullptr && pthread_equal(pthread_self(), LAUNCHER))
-        return snprintf(out, n, "kernel %s, block (%u, %u, %u), thread (%u, %u, %u)", RUNNING, emu_block_idx.x,
+        snprintf(out, n, "kernel %s, block (%u, %u, %u), thread (%u, %u, %u)", RUNNING, emu_block_idx.x,
                         emu_block_idx.y, emu_block_idx.z, emu_thread_idx.x, emu_thread_idx.y, emu_thread_idx.z);
-    return snprintf(out, n, "code outside a kernel (a copy, the emulated GEMM)");
+    else
+        snprintf(out, n, "code outside a kernel (a copy, the emulated GEMM)");
 }
 
 // Writes the message and aborts: the run is over, and the message is what is left.
@@ -161,9 +165,12 @@ void report_guard_hit(const void* addr) {
     // A thread that faults while another allocates: the buffer goes unnamed, the fault is
     // still fatal.
     if (!DEVICE_LOCK.try_lock()) return;
-    auto it = DEVICE_BUFFERS.upper_bound(a - PAGE);  // the first high guard above a − PAGE
-    for (int k = 0; k < 2 && it != DEVICE_BUFFERS.end(); k++, ++it)
-        if (in_guard(it->second, a)) die("a device buffer", "", it->second, a);
+    // Past the end of the last buffer that starts at or below `a`, or before the start of
+    // the next one.
+    auto next = DEVICE_BUFFERS.upper_bound(a);
+    if (next != DEVICE_BUFFERS.end() && in_guard(next->second, a)) die("a device buffer", "", next->second, a);
+    if (next != DEVICE_BUFFERS.begin() && in_guard(std::prev(next)->second, a))
+        die("a device buffer", "", std::prev(next)->second, a);
     DEVICE_LOCK.unlock();
 }
 
@@ -208,9 +215,12 @@ bool guarded(size_t bytes, size_t align, Guarded* g) {
     return true;
 }
 
-// Before a block: every shared array back to 0xff bytes (see emu.h).
+// A shared array's bytes to 0xff (see emu.h).
+void poison(const SharedArray& s) { memset(s.g.start, 0xff, s.g.bytes); }
+
+// Before a block: every shared array poisoned.
 void poison_shared() {
-    for (const SharedArray& s : SHARED_ARRAYS) memset(s.g.start, 0xff, s.g.bytes);
+    for (const SharedArray& s : SHARED_ARRAYS) poison(s);
 }
 
 // Stacks for `bytes`, in huge pages where the kernel gives them: every switch lands on
@@ -370,29 +380,28 @@ void* emu_shared(unsigned long bytes, unsigned long align, const char* name, con
     const char* slash = strrchr(file, '/');
     s.file = slash ? slash + 1 : file;
     s.line = line;
-    memset(s.g.start, 0xff, bytes);
+    poison(s);
     SHARED_ARRAYS.push_back(s);
     return s.g.start;
 }
 
-// Device memory: `bytes` zeroed (as the GPU backend's allocations are), 16-byte aligned,
+// Device memory: `bytes` zeroed (as the GPU backend's allocations are), DEVICE_ALIGN-aligned,
 // ending where an inaccessible page begins, so a kernel's read or write past a buffer's end
 // stops the run and says where; null when out of memory.
 extern "C" void* boost_emu_alloc(unsigned long bytes) {
     Guarded g;
-    if (!guarded(bytes, 16, &g)) return nullptr;
+    if (!guarded(bytes, DEVICE_ALIGN, &g)) return nullptr;
     std::lock_guard<std::mutex> guard(DEVICE_LOCK);
-    DEVICE_BUFFERS[g.hi_guard] = g;
+    DEVICE_BUFFERS[g.start] = g;
     return g.start;
 }
 
-// Frees what boost_emu_alloc returned (`bytes` as asked for then).
-extern "C" void boost_emu_free(void* start, unsigned long bytes) {
-    size_t span = (bytes + 15) / 16 * 16;
+// Frees what boost_emu_alloc returned.
+extern "C" void boost_emu_free(void* start) {
     std::lock_guard<std::mutex> guard(DEVICE_LOCK);
-    auto it = DEVICE_BUFFERS.find((const char*)start + span);
-    if (it == DEVICE_BUFFERS.end() || it->second.start != (char*)start) {
-        fprintf(stderr, "emulator: freeing %p (%lu bytes), which is not a device buffer\n", start, bytes);
+    auto it = DEVICE_BUFFERS.find((const char*)start);
+    if (it == DEVICE_BUFFERS.end()) {
+        fprintf(stderr, "emulator: freeing %p, which is not a device buffer\n", start);
         abort();
     }
     munmap(it->second.map, it->second.map_bytes);
@@ -471,19 +480,19 @@ unsigned emu_shfl_xor(unsigned v, int m) {
 #include "xent.cu"
 
 // The emulator's own checks (emu_dev.rs's tests), writing into v[0]: a block of more than 64
-// threads writes past a 64-element shared array, or device buffer; a block reads shared memory without the
-// barrier it needs, within a warp and across warps with a warp operation between; half a
-// warp reaches a shuffle; every block writes one element; and block 1 reads what block 0
-// wrote to shared memory (NaN once poisoned).
+// threads writes past a 64-element shared array, or device buffer; a block reads shared
+// memory without the barrier it needs, within a warp and across warps with a warp operation
+// between; half a warp reaches a shuffle; every block writes one element; and block 1 reads
+// what block 0 wrote to shared memory (NaN once poisoned).
 KERNEL(emu_check_overflow) {
     SHARED(float, sh, 64);
     (void)p;
     sh[threadIdx.x] = 1.0f;
 }
-// A missing barrier: thread t reads what thread t − 1 writes in the same phase, into v[0]'s
-// row of the block.
 // Thread t writes element t of the device buffer v[0] (of 64 elements in the test).
 KERNEL(emu_check_device_overflow) { ((float*)p.v[0].p)[threadIdx.x] = 1.0f; }
+// A missing barrier: thread t reads what thread t − 1 writes in the same phase, into v[0]'s
+// row of the block.
 KERNEL(emu_check_race) {
     SHARED(float, sh, 64);
     unsigned t = threadIdx.x;

@@ -11,13 +11,12 @@ unsafe extern "C" {
     fn boost_emu_sizeof_p() -> c_ulong;
     fn boost_emu_has(name: *const c_char) -> c_int;
     fn boost_emu_alloc(bytes: c_ulong) -> *mut u8;
-    fn boost_emu_free(ptr: *mut u8, bytes: c_ulong);
+    fn boost_emu_free(ptr: *mut u8);
 }
 
 /// Zeroed host memory with a fixed address, between inaccessible pages (`boost_emu_alloc`).
 struct HostMem {
     ptr: *mut u8,
-    bytes: usize,
 }
 // SAFETY: the memory is only reached through the device's serialised operations.
 unsafe impl Send for HostMem {}
@@ -25,8 +24,8 @@ unsafe impl Sync for HostMem {}
 
 impl Drop for HostMem {
     fn drop(&mut self) {
-        // SAFETY: allocated by boost_emu_alloc with this size.
-        unsafe { boost_emu_free(self.ptr, self.bytes as c_ulong) }
+        // SAFETY: allocated by boost_emu_alloc, freed once.
+        unsafe { boost_emu_free(self.ptr) }
     }
 }
 
@@ -80,6 +79,19 @@ fn store(p: u64, i: usize, dtype: DType, v: f32) {
     }
 }
 
+/// Runs `kernel` on the emulator, its blocks as fibers when `sync`; the launcher's code (0,
+/// or what went wrong).
+///
+/// # Safety
+/// `p`'s pointers must address memory that holds everything the kernel touches.
+unsafe fn launch_raw(kernel: &str, at: Launch, p: &P, sync: bool) -> c_int {
+    let name = CString::new(kernel).unwrap();
+    let g = [at.grid.0, at.grid.1, at.grid.2];
+    let b = [at.block.0, at.block.1, at.block.2];
+    // SAFETY: the caller's.
+    unsafe { boost_emu_launch(name.as_ptr(), g.as_ptr(), b.as_ptr(), p, sync as c_int) }
+}
+
 impl Device for EmuDev {
     fn info(&self) -> &DeviceInfo {
         &self.info
@@ -91,11 +103,10 @@ impl Device for EmuDev {
         "kernels/*.cu compiled for the host (emulator)".to_string()
     }
     fn alloc(&self, bytes: usize) -> Mem {
-        let size = bytes.max(16);
         // SAFETY: a plain allocation.
-        let ptr = unsafe { boost_emu_alloc(size as c_ulong) };
+        let ptr = unsafe { boost_emu_alloc(bytes.max(16) as c_ulong) };
         assert!(!ptr.is_null(), "emulator: out of memory for {bytes} bytes");
-        Mem { ptr: ptr as u64, bytes, _owner: Box::new(HostMem { ptr, bytes: size }) }
+        Mem { ptr: ptr as u64, bytes, _owner: Box::new(HostMem { ptr }) }
     }
     fn upload(&self, dst: u64, src: &[u8]) {
         // SAFETY: dst is device memory of at least src.len() bytes (checked by the caller's views).
@@ -106,13 +117,9 @@ impl Device for EmuDev {
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) }
     }
     fn launch(&self, kernel: &'static str, at: Launch, p: &P) {
-        let name = CString::new(kernel).unwrap();
-        let g = [at.grid.0, at.grid.1, at.grid.2];
-        let b = [at.block.0, at.block.1, at.block.2];
+        let sync = crate::kernels::WITH_BARRIERS.contains(&kernel);
         // SAFETY: the parameter block's pointers address live emulator memory.
-        let sync = crate::kernels::WITH_BARRIERS.contains(&kernel) as c_int;
-        let rc = unsafe { boost_emu_launch(name.as_ptr(), g.as_ptr(), b.as_ptr(), p, sync) };
-        match rc {
+        match unsafe { launch_raw(kernel, at, p, sync) } {
             0 => {}
             -1 => panic!("emulator: no kernel named {kernel}"),
             -2 => panic!("emulator: threads of a block of {kernel} disagree on a __syncthreads()"),
@@ -158,9 +165,9 @@ mod tests {
         let mut p = P::default();
         p.v[0].p = out.as_mut_ptr() as u64;
         p.v[0].ld = 64;
-        let name = CString::new(kernel).unwrap();
+        let at = Launch { grid: (grid, 1, 1), block: (block, 1, 1) };
         // SAFETY: `out` holds every element the check kernels write (their tests size it).
-        unsafe { boost_emu_launch(name.as_ptr(), [grid, 1, 1].as_ptr(), [block, 1, 1].as_ptr(), &p, sync as c_int) }
+        unsafe { launch_raw(kernel, at, &p, sync) }
     }
 
     /// A block reads shared memory it has not written: on a GPU, whatever was there; here
