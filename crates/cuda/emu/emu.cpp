@@ -3,8 +3,9 @@
 // (a small stack switch). A fiber runs until __syncthreads(), a warp operation or its end; a
 // block barrier is released when every thread of the block has reached it, a warp
 // operation when every thread of the warp has (run_block_fibers). Launches are serialised
-// (one emulated device). Shared arrays lie between guard pages and are poisoned before each
-// block (emu.h); the order of blocks, warps and threads alternates, so that races show.
+// (one emulated device). Shared arrays and device buffers lie between guard pages, with the
+// slack beside them checked for writes; shared arrays are poisoned before each block (emu.h);
+// the order of blocks, warps and threads alternates, so that races show.
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,16 +136,58 @@ void where(char* out, size_t n) {
         snprintf(out, n, "code outside a kernel (a copy, the emulated GEMM)");
 }
 
-// Writes the message and aborts: the run is over, and the message is what is left.
-// `what` names the memory, `declared` where it was declared ("file:line, " or "").
-[[noreturn]] void die(const char* what, const char* declared, const Guarded& g, const char* a) {
-    char at[256], msg[768];
-    where(at, sizeof at);
-    bool past = a >= g.hi_guard;
-    int n = snprintf(msg, sizeof msg, "emulator: %s reached byte %lld of %s (%s%zu bytes): %s\n", at,
+// Writes the message and aborts: the run is over, and the message is what is left. `at` is
+// who ("kernel K, block (…), thread (…)"), `verb` what it did ("reached", "wrote"), `what`
+// names the memory, `declared` where it was declared ("file:line, " or "").
+[[noreturn]] void die_at(const char* at, const char* verb, const char* what, const char* declared, const Guarded& g,
+                         const char* a) {
+    char msg[768];
+    bool past = a >= g.start + g.bytes;
+    int n = snprintf(msg, sizeof msg, "emulator: %s %s byte %lld of %s (%s%zu bytes): %s\n", at, verb,
                      (long long)(a - g.start), what, declared, g.bytes, past ? "past its end" : "before its start");
     if (n > 0) (void)!write(2, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
     abort();
+}
+
+// A guard page reached by the running thread.
+[[noreturn]] void die(const char* what, const char* declared, const Guarded& g, const char* a) {
+    char at[256];
+    where(at, sizeof at);
+    die_at(at, "reached", what, declared, g, a);
+}
+
+// The slack: the bytes between the guards outside [start, start + bytes), i.e. the first
+// page's part before `start` and the alignment's few bytes after the end. It holds SLACK_BYTE
+// (NaN to a read, as the poison) and is checked after each block (shared arrays) or launch
+// (device buffers), so an access a little before an array's start or into the alignment
+// after its end, which no guard page catches, still shows: a read as NaN, a write as a
+// stopped run. A write of 0xff bytes there goes unseen.
+const unsigned char SLACK_BYTE = 0xff;
+
+void fill_slack(const Guarded& g) {
+    char* first = g.lo_guard + PAGE;
+    memset(first, SLACK_BYTE, (size_t)(g.start - first));
+    memset(g.start + g.bytes, SLACK_BYTE, (size_t)(g.hi_guard - (g.start + g.bytes)));
+}
+
+// The first byte of [from, to) that is not SLACK_BYTE, or null.
+const char* first_changed(const char* from, const char* to) {
+    static char clean[4096];
+    static std::once_flag once;
+    std::call_once(once, [] { memset(clean, SLACK_BYTE, sizeof clean); });
+    for (const char* a = from; a < to; a += sizeof clean) {
+        size_t n = (size_t)(to - a) < sizeof clean ? (size_t)(to - a) : sizeof clean;
+        if (memcmp(a, clean, n) == 0) continue;
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)a[i] != SLACK_BYTE) return a + i;
+    }
+    return nullptr;
+}
+
+// The first slack byte that no longer holds SLACK_BYTE, or null.
+const char* slack_written(const Guarded& g) {
+    const char* a = first_changed(g.lo_guard + PAGE, g.start);
+    return a != nullptr ? a : first_changed(g.start + g.bytes, g.hi_guard);
 }
 
 bool in_guard(const Guarded& g, const char* a) {
@@ -212,6 +255,7 @@ bool guarded(size_t bytes, size_t align, Guarded* g) {
     g->bytes = bytes;
     mprotect(g->lo_guard, PAGE, PROT_NONE);
     mprotect(g->hi_guard, PAGE, PROT_NONE);
+    fill_slack(*g);
     return true;
 }
 
@@ -221,6 +265,30 @@ void poison(const SharedArray& s) { memset(s.g.start, 0xff, s.g.bytes); }
 // Before a block: every shared array poisoned.
 void poison_shared() {
     for (const SharedArray& s : SHARED_ARRAYS) poison(s);
+}
+
+// After a block: a write into a shared array's slack stops the run, naming the array and the
+// block (not the thread: the block has run).
+void check_shared_slack() {
+    for (const SharedArray& s : SHARED_ARRAYS) {
+        const char* a = slack_written(s.g);
+        if (a == nullptr) continue;
+        char at[192], what[128], declared[128];
+        snprintf(at, sizeof at, "kernel %s, block (%u, %u, %u),", RUNNING, emu_block_idx.x, emu_block_idx.y,
+                 emu_block_idx.z);
+        snprintf(what, sizeof what, "__shared__ array `%s`", s.name);
+        snprintf(declared, sizeof declared, "%s:%d, ", s.file, s.line);
+        die_at(at, "wrote", what, declared, s.g, a);
+    }
+}
+
+// After a launch, and when a buffer is freed: a write into a device buffer's slack stops the
+// run; `who` names the last kernel or says that it was code outside one. DEVICE_LOCK held.
+void check_device_slack(const char* who) {
+    for (const auto& b : DEVICE_BUFFERS) {
+        const char* a = slack_written(b.second);
+        if (a != nullptr) die_at(who, "wrote", "a device buffer", "", b.second, a);
+    }
 }
 
 // Stacks for `bytes`, in huge pages where the kernel gives them: every switch lands on
@@ -404,6 +472,8 @@ extern "C" void boost_emu_free(void* start) {
         fprintf(stderr, "emulator: freeing %p, which is not a device buffer\n", start);
         abort();
     }
+    const char* a = slack_written(it->second);
+    if (a != nullptr) die_at("a kernel or a copy (found when it was freed)", "wrote", "a device buffer", "", it->second, a);
     munmap(it->second.map, it->second.map_bytes);
     DEVICE_BUFFERS.erase(it);
 }
@@ -489,8 +559,33 @@ KERNEL(emu_check_overflow) {
     (void)p;
     sh[threadIdx.x] = 1.0f;
 }
-// Thread t writes element t of the device buffer v[0] (of 64 elements in the test).
+// Thread t writes element t of the device buffer v[0] (of 64 or 13 elements in the tests).
 KERNEL(emu_check_device_overflow) { ((float*)p.v[0].p)[threadIdx.x] = 1.0f; }
+// Thread t writes element t − 1 of the device buffer v[0]: thread 0 the element before it.
+KERNEL(emu_check_device_underflow) { ((float*)p.v[0].p)[(int)threadIdx.x - 1] = 1.0f; }
+// Thread t writes element t − 1 of a shared array: thread 0 the element before it.
+KERNEL(emu_check_underflow) {
+    SHARED(float, sh, 64);
+    (void)p;
+    sh[(int)threadIdx.x - 1] = 1.0f;
+}
+// Thread t writes element t of a 16-byte-aligned shared array of 13 floats (52 bytes, then 12
+// bytes of alignment before its guard page).
+KERNEL(emu_check_aligned_overflow) {
+    SHARED_ALIGNED(float, sh13, 13);
+    (void)p;
+    sh13[threadIdx.x] = 1.0f;
+}
+// Reads just outside arrays into v[0]: the element before a shared array, before the device
+// buffer v[1] and after it (v[1] holds 13 floats, so element 13 lies in its alignment).
+KERNEL(emu_check_read_outside) {
+    SHARED(float, sh, 64);
+    const float* d = (const float*)p.v[1].p;
+    sh[threadIdx.x] = 1.0f;
+    st(p.v[0], 0, 0, sh[-1]);
+    st(p.v[0], 0, 1, d[-1]);
+    st(p.v[0], 0, 2, d[13]);
+}
 // A missing barrier: thread t reads what thread t − 1 writes in the same phase, into v[0]'s
 // row of the block.
 KERNEL(emu_check_race) {
@@ -569,7 +664,12 @@ extern "C" int boost_emu_launch(const char* name, const unsigned* grid, const un
         } else {
             run_block_plain(n);
         }
+        check_shared_slack();
     }
+    char who[160];
+    snprintf(who, sizeof who, "kernel %s", RUNNING);
+    std::lock_guard<std::mutex> buffers(DEVICE_LOCK);
+    check_device_slack(who);
     return 0;
 }
 

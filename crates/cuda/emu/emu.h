@@ -31,7 +31,8 @@ unsigned emu_shfl_xor(unsigned v, int m);
 // on the first block that reaches its declaration and kept (a function static per template
 // instance, as on the device). emu_shared places it so that it ends where an inaccessible
 // page begins, and a page before it is inaccessible too: an access past its end (or well
-// before its start) stops the run with the array's name, the kernel and the thread. Before
+// before its start) stops the run with the array's name, the kernel and the thread; a write
+// into the bytes between the guards but outside the array stops it after the block. Before
 // every block the launcher fills every shared array with 0xff bytes (NaN as fp32, bf16 and
 // fp64), so a read of shared memory the block has not written shows up as NaN, not as the
 // previous block's values.

@@ -284,4 +284,87 @@ mod tests {
                buffer (256 bytes): past its end"],
         );
     }
+
+    /// Thread 0 writes the element before a shared array, which lies on the same page as the
+    /// array (no guard page there): the slack's check after the block stops the run.
+    #[test]
+    fn a_write_just_before_a_shared_array_stops_the_run() {
+        dies_saying(
+            "a_write_just_before_a_shared_array_stops_the_run",
+            || {
+                launch_check("emu_check_underflow", 1, 64, &mut [0.0f32; 64], false);
+            },
+            &[
+                "kernel emu_check_underflow, block (0, 0, 0), wrote byte -4 of __shared__ array `sh` (emu.cpp:",
+                ", 256 \
+               bytes): before its start",
+            ],
+        );
+    }
+
+    /// A 13-float array aligned to 16 bytes ends 12 bytes before its guard page: a write of
+    /// element 13 lands in that alignment and stops the run.
+    #[test]
+    fn a_write_into_a_shared_arrays_alignment_stops_the_run() {
+        dies_saying(
+            "a_write_into_a_shared_arrays_alignment_stops_the_run",
+            || {
+                launch_check("emu_check_aligned_overflow", 1, 14, &mut [0.0f32; 64], false);
+            },
+            &[
+                "kernel emu_check_aligned_overflow, block (0, 0, 0), wrote byte 52 of __shared__ array `sh13`",
+                ", 52 \
+               bytes): past its end",
+            ],
+        );
+    }
+
+    /// Thread 0 writes the element before a device buffer: reported after the launch.
+    #[test]
+    fn a_write_just_before_a_device_buffer_stops_the_run() {
+        dies_saying(
+            "a_write_just_before_a_device_buffer_stops_the_run",
+            || {
+                let dev = EmuDev::new();
+                let mem = dev.alloc(64 * 4);
+                let mut p = P::default();
+                p.v[0].p = mem.ptr;
+                dev.launch("emu_check_device_underflow", Launch { grid: (1, 1, 1), block: (64, 1, 1) }, &p);
+            },
+            &["kernel emu_check_device_underflow wrote byte -4 of a device buffer (256 bytes): before its start"],
+        );
+    }
+
+    /// A buffer of 13 floats is 16-byte aligned, so a write of element 13 lands before its
+    /// guard page, in the alignment: reported after the launch.
+    #[test]
+    fn a_write_into_a_device_buffers_alignment_stops_the_run() {
+        dies_saying(
+            "a_write_into_a_device_buffers_alignment_stops_the_run",
+            || {
+                let dev = EmuDev::new();
+                let mem = dev.alloc(13 * 4);
+                let mut p = P::default();
+                p.v[0].p = mem.ptr;
+                dev.launch("emu_check_device_overflow", Launch { grid: (1, 1, 1), block: (14, 1, 1) }, &p);
+            },
+            &["kernel emu_check_device_overflow wrote byte 52 of a device buffer (52 bytes): past its end"],
+        );
+    }
+
+    /// Reads just outside arrays, where no guard page is: NaN, as unwritten shared memory.
+    #[test]
+    fn reads_just_outside_an_array_are_nan() {
+        let dev = EmuDev::new();
+        let mem = dev.alloc(13 * 4);
+        let mut out = vec![0.0f32; 64];
+        let mut p = P::default();
+        p.v[0].p = out.as_mut_ptr() as u64;
+        p.v[0].ld = 64;
+        p.v[1].p = mem.ptr;
+        let at = Launch { grid: (1, 1, 1), block: (64, 1, 1) };
+        // SAFETY: the kernel writes out[0..3] and reads within the guarded pages of `mem`.
+        assert_eq!(unsafe { launch_raw("emu_check_read_outside", at, &p, false) }, 0);
+        assert!(out[..3].iter().all(|x| x.is_nan()), "read {:?}, not NaN", &out[..3]);
+    }
 }
