@@ -66,15 +66,19 @@ pub(super) fn with_tiles<T: Scalar, R>(n: usize, f: impl FnOnce(&mut [T], &mut [
 /// follows the calls in flight, not the threads that ever made one.
 static KV_COPIES: Mutex<Vec<Vec<f64>>> = Mutex::new(Vec::new());
 
-/// The row stride of the column-major copies: S + 16, one cache line past S. At S a multiple
-/// of 1024 a copy's rows lie a multiple of 4 KiB apart, so a product's panel of them (64 rows
-/// of 4 lines) fell on 4 of the L1's 64 sets and evicted itself; one line more spreads the rows
-/// over all the sets. On the 2-vCPU Xeon (`attention_speed 2 3 4096 1 8`, 14 pairs alternated
-/// in both orders) the forward took 0.93× the time and the backward 0.95×; at 2048 × 1, 0.94×
-/// and 0.96× (10 pairs); at 256 × 8 1.00× and 1.01× (16 pairs). The columns past S are never
-/// read.
+/// The row stride of the column-major copies: past one key chunk S + 16, one cache line past
+/// S, else S. At S a multiple of 1024 a copy's rows lie a multiple of 4 KiB apart, so a
+/// product's panel of them (64 rows of 4 lines) fell on 4 of the L1's 64 sets and evicted
+/// itself; one line more spreads the rows over all the sets. On the 2-vCPU Xeon
+/// (`attention_speed 2 3 4096 1 8`, 14 pairs alternated in both orders) the forward took 0.93×
+/// the time and the backward 0.95×; at 2048 × 1, 0.94× and 0.96× (10 pairs); at 256 × 8 1.00×
+/// and 1.01× (16 pairs). On an AMD EPYC (Zen 5), `attention_speed 2 … S B`, the padding took at
+/// 1024 × 2 and 2048 × 1 0.98–0.99× the time, at 512 × 4 0.98× the forward's and 1.02× the
+/// backward's (6 pairs each), and at 256 × 8 1.05× the backward's (16 pairs in both orders,
+/// the forward 1.01×), so a sequence of one key chunk keeps the plain stride. The columns past
+/// S are never read.
 fn cols_ld(s: usize) -> usize {
-    s + 16
+    if s > super::KEY_CHUNK { s + 16 } else { s }
 }
 
 /// Whether a call copies the rows of the k or v head its products read as their right operand
