@@ -464,6 +464,23 @@ extern "C" void* boost_emu_alloc(unsigned long bytes) {
     return g.start;
 }
 
+// After host code that wrote device memory at `inside` (an upload, the emulated GEMM's
+// output): the slack of the buffer whose pages hold that address is checked, and a write there
+// stops the run naming `who`. Only that buffer: uploads are many, and checking every buffer
+// after each would cost their product.
+extern "C" void boost_emu_check_buffer(const void* inside, const char* who) {
+    const char* a = (const char*)inside;
+    std::lock_guard<std::mutex> buffers(DEVICE_LOCK);
+    auto next = DEVICE_BUFFERS.upper_bound(a);
+    auto holds = [&](const Guarded& g) { return a >= g.lo_guard + PAGE && a < g.hi_guard; };
+    const Guarded* g = nullptr;
+    if (next != DEVICE_BUFFERS.end() && holds(next->second)) g = &next->second;
+    if (next != DEVICE_BUFFERS.begin() && holds(std::prev(next)->second)) g = &std::prev(next)->second;
+    if (g == nullptr) return;
+    const char* w = slack_written(*g);
+    if (w != nullptr) die_at(who, "wrote", "a device buffer", "", *g, w);
+}
+
 // Frees what boost_emu_alloc returned.
 extern "C" void boost_emu_free(void* start) {
     std::lock_guard<std::mutex> guard(DEVICE_LOCK);

@@ -12,6 +12,7 @@ unsafe extern "C" {
     fn boost_emu_has(name: *const c_char) -> c_int;
     fn boost_emu_alloc(bytes: c_ulong) -> *mut u8;
     fn boost_emu_free(ptr: *mut u8);
+    fn boost_emu_check_buffer(inside: *const u8, who: *const c_char);
 }
 
 /// Zeroed host memory with a fixed address, between inaccessible pages (`boost_emu_alloc`).
@@ -111,6 +112,8 @@ impl Device for EmuDev {
     fn upload(&self, dst: u64, src: &[u8]) {
         // SAFETY: dst is device memory of at least src.len() bytes (checked by the caller's views).
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst as *mut u8, src.len()) }
+        // SAFETY: a lookup of dst among the buffers and a read of the slack beside its buffer.
+        unsafe { boost_emu_check_buffer(dst as *const u8, c"an upload".as_ptr()) }
     }
     fn download(&self, src: u64, dst: &mut [u8]) {
         // SAFETY: as upload.
@@ -151,6 +154,8 @@ impl Device for EmuDev {
                 }
             }
         }
+        // SAFETY: as in upload.
+        unsafe { boost_emu_check_buffer(g.c as *const u8, c"the emulated GEMM".as_ptr()) }
     }
     fn sync(&self) {}
 }
@@ -349,6 +354,57 @@ mod tests {
                 dev.launch("emu_check_device_overflow", Launch { grid: (1, 1, 1), block: (14, 1, 1) }, &p);
             },
             &["kernel emu_check_device_overflow wrote byte 52 of a device buffer (52 bytes): past its end"],
+        );
+    }
+
+    /// An upload of 14 floats into a buffer of 13: the last lands in the alignment and stops
+    /// the run, naming the upload.
+    #[test]
+    fn an_upload_past_a_buffers_end_stops_the_run() {
+        dies_saying(
+            "an_upload_past_a_buffers_end_stops_the_run",
+            || {
+                let dev = EmuDev::new();
+                let mem = dev.alloc(13 * 4);
+                dev.upload(mem.ptr, &[0u8; 14 * 4]);
+            },
+            &["an upload wrote byte 52 of a device buffer (52 bytes): past its end"],
+        );
+    }
+
+    /// The emulated GEMM's output one element past a 13-float buffer (C's column stride
+    /// points past it): stopped, naming the GEMM.
+    #[test]
+    fn a_gemm_writing_past_its_output_stops_the_run() {
+        dies_saying(
+            "a_gemm_writing_past_its_output_stops_the_run",
+            || {
+                let dev = EmuDev::new();
+                let (ab, c) = (dev.alloc(16 * 4), dev.alloc(13 * 4));
+                // C is 1 × 2 at column stride 13: its second entry is element 13.
+                dev.gemm(&Gemm {
+                    ta: false,
+                    tb: false,
+                    m: 1,
+                    n: 2,
+                    k: 1,
+                    a: ab.ptr,
+                    lda: 1,
+                    sa: 0,
+                    b: ab.ptr,
+                    ldb: 1,
+                    sb: 0,
+                    c: c.ptr,
+                    ldc: 13,
+                    sc: 0,
+                    c_type: DType::F32,
+                    batch: 1,
+                    alpha: 1.0,
+                    beta: 0.0,
+                    compute: Compute::F32,
+                });
+            },
+            &["the emulated GEMM wrote byte 52 of a device buffer (52 bytes): past its end"],
         );
     }
 
