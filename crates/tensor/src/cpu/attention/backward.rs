@@ -1,7 +1,7 @@
 //! The backward: units of (sequence, kv head, key chunk), the probabilities rebuilt from the
 //! forward's log-sum-exps.
 
-use super::buffers::{Rows, copies_rows, reserve_tiles, with_kv_copies, with_tiles};
+use super::buffers::{Rows, copies_rows, reserve_tiles, unit_cols_len, with_kv_copies, with_tiles, with_unit_cols};
 use super::tile::{Live, block_product};
 use super::{KEY_CHUNK, Layout, block_rows, check};
 use crate::args::AttentionBwd;
@@ -82,7 +82,10 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
     let block = block_rows(l.s);
     let chunks = key_chunks(l.s);
     let units = sh.batch * sh.kv_heads;
-    reserve_tiles::<T>(block * l.s.min(KEY_CHUNK));
+    // A sequence of one key chunk copies each unit's k and v in the unit (`with_unit_cols`),
+    // longer ones for the whole call before the units run.
+    let unit_copies = chunks == 1;
+    reserve_tiles::<T>(block * l.s.min(KEY_CHUNK), if unit_copies { unit_cols_len(&l) } else { 0 });
     if chunks > 1 {
         // D of every row (b, h, i), at ((b·heads + h)·S + i), as the log-sum-exps.
         let d_all = &mut scratch[d_offset(&sh)..d_offset(&sh) + sh.rows_len()];
@@ -102,7 +105,7 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
     }
     let dsum_base = SendPtr(scratch.as_mut_ptr().wrapping_add(d_offset(&sh)));
     let k_rows = copies_rows(l.s).then_some(Rows::K);
-    with_kv_copies(qkv, &l, &sh, 2, k_rows, |kv| {
+    with_kv_copies(qkv, &l, &sh, if unit_copies { 0 } else { 2 }, k_rows, |kv| {
         (0..chunks * units).into_par_iter().for_each(|u| {
             // Chunk-major: the first chunks, which every query block reaches, are the costliest.
             let (c, unit) = (u / units, u % units);
@@ -112,8 +115,6 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
             let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
                 Operand { ptr: base.get().add(off + (row0 + r) * ld + col) as *const T, rs: ld as isize, cs: 1 }
             };
-            // Kᵀ and Vᵀ from key k0 on, from the column-major copies.
-            let cols_t = |c: usize| kv.cols_t(c, b, g, k0);
             let dat = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
                 (d_base.get().add(off + (row0 + r) * ld + col), ld)
             };
@@ -121,75 +122,92 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
             let dq_at = |col: usize, i: usize| unsafe {
                 if c == 0 { dat(l.q, col, i) } else { (part_base.get().add(partial_row(&sh, c, b, i) * qw + col), qw) }
             };
-            with_tiles::<T, _>(block * (k1 - k0), |p, ds| {
-                // SAFETY: unit (b, g, c) owns rows k0..k1 of sequence b in its dk and dv columns,
-                // and the dQ terms of chunk c for its heads (dQ's own rows for chunk 0, scratch
-                // rows otherwise); the tiles are this thread's.
-                unsafe {
-                    for r in k0..k1 {
-                        std::slice::from_raw_parts_mut(dat(l.k, g * l.dh, r).0, l.dh).fill(T::zero());
-                        std::slice::from_raw_parts_mut(dat(l.v, g * l.dh, r).0, l.dh).fill(T::zero());
-                    }
-                    for h in g * l.group..(g + 1) * l.group {
-                        let hu = b * sh.heads + h;
-                        for i0 in (k0..l.s).step_by(block) {
-                            let i1 = (i0 + block).min(l.s);
-                            // The block's rows and the chunk's keys they see.
-                            let (m, n) = (i1 - i0, i1.min(k1) - k0);
-                            let d_o = Operand {
-                                ptr: do_base.get().add((row0 + i0) * do_ld + h * l.dh) as *const T,
-                                rs: do_ld as isize,
-                                cs: 1,
-                            };
-                            // P, rebuilt: scale·Q·Kᵀ, then exp(s − lse) row by row.
-                            let (pb, dsb) = (p.as_mut_ptr(), ds.as_mut_ptr());
-                            let (q, kt) = (at(l.q, h * l.dh, i0), cols_t(0));
-                            // Row i0 + r sees key k0 + j for j ≤ r + off.
-                            let off = i0 as isize - k0 as isize;
-                            block_product((m, n, l.dh), (pb, n), q, kt, scale, false, Live::Cols(off), None);
-                            // Row i sees keys k0..=i of the chunk.
-                            let last = |i: usize| (i - k0).min(n - 1);
-                            for i in i0..i1 {
-                                probs_from_lse(&mut p[(i - i0) * n..(i - i0 + 1) * n], last(i), lse[hu * l.s + i]);
+            // `cols_t(c)`: Kᵀ (0) or Vᵀ (1) from key k0 on, from the column-major copies.
+            let run = |cols_t: &dyn Fn(usize) -> Operand<T>| {
+                with_tiles::<T, _>(block * (k1 - k0), |p, ds| {
+                    // SAFETY: unit (b, g, c) owns rows k0..k1 of sequence b in its dk and dv columns,
+                    // and the dQ terms of chunk c for its heads (dQ's own rows for chunk 0, scratch
+                    // rows otherwise); the tiles are this thread's.
+                    unsafe {
+                        for r in k0..k1 {
+                            std::slice::from_raw_parts_mut(dat(l.k, g * l.dh, r).0, l.dh).fill(T::zero());
+                            std::slice::from_raw_parts_mut(dat(l.v, g * l.dh, r).0, l.dh).fill(T::zero());
+                        }
+                        for h in g * l.group..(g + 1) * l.group {
+                            let hu = b * sh.heads + h;
+                            for i0 in (k0..l.s).step_by(block) {
+                                let i1 = (i0 + block).min(l.s);
+                                // The block's rows and the chunk's keys they see.
+                                let (m, n) = (i1 - i0, i1.min(k1) - k0);
+                                let d_o = Operand {
+                                    ptr: do_base.get().add((row0 + i0) * do_ld + h * l.dh) as *const T,
+                                    rs: do_ld as isize,
+                                    cs: 1,
+                                };
+                                // P, rebuilt: scale·Q·Kᵀ, then exp(s − lse) row by row.
+                                let (pb, dsb) = (p.as_mut_ptr(), ds.as_mut_ptr());
+                                let (q, kt) = (at(l.q, h * l.dh, i0), cols_t(0));
+                                // Row i0 + r sees key k0 + j for j ≤ r + off.
+                                let off = i0 as isize - k0 as isize;
+                                block_product((m, n, l.dh), (pb, n), q, kt, scale, false, Live::Cols(off), None);
+                                // Row i sees keys k0..=i of the chunk.
+                                let last = |i: usize| (i - k0).min(n - 1);
+                                for i in i0..i1 {
+                                    probs_from_lse(&mut p[(i - i0) * n..(i - i0 + 1) * n], last(i), lse[hu * l.s + i]);
+                                }
+                                // dP = dO·Vᵀ
+                                block_product(
+                                    (m, n, l.dh),
+                                    (dsb, n),
+                                    d_o,
+                                    cols_t(1),
+                                    1.0,
+                                    false,
+                                    Live::Cols(off),
+                                    None,
+                                );
+                                // dS = P ⊙ (dP − D), with D = Σ_j P·dP of each row from the tile
+                                // when it holds whole rows (one chunk), else dO·O, computed above.
+                                for i in i0..i1 {
+                                    let row = (i - i0) * n;
+                                    let pr = &p[row..row + last(i) + 1];
+                                    let (live, dead) = ds[row..row + n].split_at_mut(last(i) + 1);
+                                    let dsum =
+                                        if chunks > 1 { *dsum_base.get().add(hu * l.s + i) } else { T::dot(pr, live) };
+                                    T::softmax_grad_row(live, pr, dsum);
+                                    dead.fill(T::zero());
+                                }
+                                let dsm = Operand { ptr: dsb as *const T, rs: n as isize, cs: 1 };
+                                let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: n as isize };
+                                let pm_t = Operand { ptr: pb as *const T, rs: 1, cs: n as isize };
+                                // dQ (this chunk's terms) = scale·dS·K
+                                // k's rows from the copy when the call made one, else in place.
+                                let k = kv.rows(b, g, k0).unwrap_or_else(|| at(l.k, g * l.dh, k0));
+                                let q = at(l.q, h * l.dh, i0);
+                                block_product(
+                                    (m, l.dh, n),
+                                    dq_at(h * l.dh, i0),
+                                    dsm,
+                                    k,
+                                    scale,
+                                    false,
+                                    Live::KTo(off),
+                                    None,
+                                );
+                                // dK += scale·dSᵀ·Q and dV += Pᵀ·dO, through the `gemm` crate: its
+                                // packing of the transposed tiles beat the unpacked products here.
+                                gemm_raw((n, l.dh, m), dat(l.k, g * l.dh, k0), dsm_t, q, scale, true, false);
+                                gemm_raw((n, l.dh, m), dat(l.v, g * l.dh, k0), pm_t, d_o, 1.0, true, false);
                             }
-                            // dP = dO·Vᵀ
-                            block_product((m, n, l.dh), (dsb, n), d_o, cols_t(1), 1.0, false, Live::Cols(off), None);
-                            // dS = P ⊙ (dP − D), with D = Σ_j P·dP of each row from the tile
-                            // when it holds whole rows (one chunk), else dO·O, computed above.
-                            for i in i0..i1 {
-                                let row = (i - i0) * n;
-                                let pr = &p[row..row + last(i) + 1];
-                                let (live, dead) = ds[row..row + n].split_at_mut(last(i) + 1);
-                                let dsum =
-                                    if chunks > 1 { *dsum_base.get().add(hu * l.s + i) } else { T::dot(pr, live) };
-                                T::softmax_grad_row(live, pr, dsum);
-                                dead.fill(T::zero());
-                            }
-                            let dsm = Operand { ptr: dsb as *const T, rs: n as isize, cs: 1 };
-                            let dsm_t = Operand { ptr: dsb as *const T, rs: 1, cs: n as isize };
-                            let pm_t = Operand { ptr: pb as *const T, rs: 1, cs: n as isize };
-                            // dQ (this chunk's terms) = scale·dS·K
-                            // k's rows from the copy when the call made one, else in place.
-                            let k = kv.rows(b, g, k0).unwrap_or_else(|| at(l.k, g * l.dh, k0));
-                            let q = at(l.q, h * l.dh, i0);
-                            block_product(
-                                (m, l.dh, n),
-                                dq_at(h * l.dh, i0),
-                                dsm,
-                                k,
-                                scale,
-                                false,
-                                Live::KTo(off),
-                                None,
-                            );
-                            // dK += scale·dSᵀ·Q and dV += Pᵀ·dO, through the `gemm` crate: its
-                            // packing of the transposed tiles beat the unpacked products here.
-                            gemm_raw((n, l.dh, m), dat(l.k, g * l.dh, k0), dsm_t, q, scale, true, false);
-                            gemm_raw((n, l.dh, m), dat(l.v, g * l.dh, k0), pm_t, d_o, 1.0, true, false);
                         }
                     }
-                }
-            });
+                })
+            };
+            if unit_copies {
+                with_unit_cols(qkv, &l, b, g, |u| run(&|c| u.cols_t(c)))
+            } else {
+                run(&|c| kv.cols_t(c, b, g, k0))
+            }
         })
     });
     if chunks > 1 {

@@ -31,7 +31,7 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
     let o_base = SendPtr(out.buf[out.off..].as_mut_ptr());
     let lse_base = SendPtr(lse.as_mut_ptr());
     let block = block_rows(l.s);
-    reserve_tiles::<T>(block * l.s.min(KEY_CHUNK));
+    reserve_tiles::<T>(block * l.s.min(KEY_CHUNK), 0);
     let blocks = l.s.div_ceil(block);
     let v_rows = copies_rows(l.s).then_some(Rows::V);
     with_kv_copies(qkv, &l, &sh, 1, v_rows, |kv| {
