@@ -105,9 +105,14 @@ fn attention_results_do_not_depend_on_the_thread_count() {
         (257, 1, 1, 16),
         (600, 2, 1, 8),
         (1100, 2, 1, 8),
-    ];
-    for (seq, heads, kv_heads, head_dim) in cases {
-        let sh = boost_tensor::AttnShape { batch: 1, seq, heads, kv_heads, head_dim };
+    ]
+    .map(|(seq, heads, kv_heads, head_dim)| (1, seq, heads, kv_heads, head_dim));
+    // And batches with enough (sequence, kv head) units at one thread for the forward to copy
+    // kᵀ in each unit, but not at 3 or 8 (it then copies it for the whole call): the two ways
+    // must give the same bits.
+    let batched = [(4, 100, 4, 2, 16), (2, 70, 2, 2, 8), (8, 33, 4, 1, 16)];
+    for (batch, seq, heads, kv_heads, head_dim) in cases.into_iter().chain(batched) {
+        let sh = boost_tensor::AttnShape { batch, seq, heads, kv_heads, head_dim };
         let one = attention(sh, 1);
         for threads in [3, 8] {
             let many = attention(sh, threads);

@@ -85,7 +85,7 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
     // A sequence of one key chunk copies each unit's k and v in the unit (`with_unit_cols`),
     // longer ones for the whole call before the units run.
     let unit_copies = chunks == 1;
-    reserve_tiles::<T>(block * l.s.min(KEY_CHUNK), if unit_copies { unit_cols_len(&l) } else { 0 });
+    reserve_tiles::<T>(block * l.s.min(KEY_CHUNK), if unit_copies { unit_cols_len(&l, 2) } else { 0 });
     if chunks > 1 {
         // D of every row (b, h, i), at ((b·heads + h)·S + i), as the log-sum-exps.
         let d_all = &mut scratch[d_offset(&sh)..d_offset(&sh) + sh.rows_len()];
@@ -204,7 +204,7 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
                 })
             };
             if unit_copies {
-                with_unit_cols(qkv, &l, b, g, |u| run(&|c| u.cols_t(c)))
+                with_unit_cols(qkv, &l, (b, g), 2, |u| run(&|c| u.cols_t(c)))
             } else {
                 run(&|c| kv.cols_t(c, b, g, k0))
             }

@@ -207,34 +207,35 @@ impl<T> UnitCols<T> {
     }
 }
 
-/// Elements of one unit's copies ([`with_unit_cols`]).
-pub(super) fn unit_cols_len(l: &Layout) -> usize {
-    2 * l.dh * l.s
+/// Elements of one unit's `cols` copies ([`with_unit_cols`]).
+pub(super) fn unit_cols_len(l: &Layout, cols: usize) -> usize {
+    cols * l.dh * l.s
 }
 
-/// Runs `f` with column-major copies of k and v of sequence `b` and kv head `g` (row stride
-/// S), made by the calling thread into its own buffer right before its products read them.
-/// The backward of a sequence of one key chunk reads a (sequence, kv head)'s copies in that
-/// unit alone: made there, they are read back from L1 and L2, where copies made for every
-/// unit before the units run ([`with_kv_copies`], 8 MiB at 256 × 8 with 8 kv heads) come
-/// back from L3. On an AMD EPYC (Zen 5), 256 × 8: the backward 0.93× the time
-/// (`attention_speed 2 30 256 8`, 16 alternated pairs), 44.4 against 50.2 ms a cola-60m step
-/// (`profile_step`, 12 alternated runs). The same entries as the call-wide copies.
+/// Runs `f` with column-major copies of k (`cols` = 1) or of k and v (2) of sequence `b` and
+/// kv head `g` (row stride S), made by the calling thread into its own buffer right before
+/// its products read them. At one key chunk the backward's units, and the forward's when it
+/// runs (sequence, kv head) units whole, read a unit's copies in that unit alone: made there,
+/// they are read back from L1 and L2, where copies made for every unit before the units run
+/// ([`with_kv_copies`], 8 MiB at 256 × 8 with 8 kv heads) come back from L3. On an AMD EPYC
+/// (Zen 5), 256 × 8, alternated: the backward 0.91× the time (`attention_speed 2 30 256 8`, 8
+/// pairs), 44.85 against 49.55 ms a cola-60m step (`profile_step`, 6 pairs); the forward 0.92×
+/// (8 pairs) and 17.3 against 18.95 ms a step (6 pairs). The same entries as the call-wide
+/// copies.
 pub(super) fn with_unit_cols<T: Scalar, R>(
     qkv: &[T],
     l: &Layout,
-    b: usize,
-    g: usize,
+    (b, g): (usize, usize),
+    cols: usize,
     f: impl FnOnce(&UnitCols<T>) -> R,
 ) -> R {
-    let n = unit_cols_len(l);
+    let n = unit_cols_len(l, cols);
     grow(0, words::<T>(n));
     UNIT_COLS.with(|c| {
         let mut c = c.borrow_mut();
         // SAFETY: the f64 buffer holds at least n elements of T (size 4 or 8, alignment ≤ 8).
         let all = unsafe { std::slice::from_raw_parts_mut(c.as_mut_ptr() as *mut T, n) };
-        let (kt, vt) = all.split_at_mut(l.dh * l.s);
-        for ((off, ld), dst) in [(l.k, kt), (l.v, vt)] {
+        for ((off, ld), dst) in [l.k, l.v].into_iter().zip(all.chunks_exact_mut(l.dh * l.s)) {
             let first = off + b * l.s * ld + g * l.dh;
             transpose(dst, l.s, &qkv[first..first + (l.s - 1) * ld + l.dh], ld, l.s, l.dh);
         }

@@ -1,9 +1,11 @@
-//! The forward: units of (sequence, head, query block), each row's log-sum-exp kept. A block
+//! The forward: units of (sequence, head, query block), or of (sequence, kv head) run whole
+//! when a sequence is one key chunk and they are enough for the threads; each row's
+//! log-sum-exp kept. A block
 //! goes over its keys in chunks of [`KEY_CHUNK`] with an online softmax (each row's running
 //! max and sum; the output so far rescaled when the max grows), so its score tile holds one
 //! chunk's columns (at seq 4096, 256 KiB rather than 2 MiB a thread).
 
-use super::buffers::{Rows, copies_rows, reserve_tiles, with_kv_copies, with_tiles};
+use super::buffers::{Rows, copies_rows, reserve_tiles, unit_cols_len, with_kv_copies, with_tiles, with_unit_cols};
 use super::tile::{Live, block_product};
 use super::{KEY_CHUNK, Layout, MAX_BLOCK_ROWS, block_rows, check};
 use crate::backend::AttnShape;
@@ -31,15 +33,18 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
     let o_base = SendPtr(out.buf[out.off..].as_mut_ptr());
     let lse_base = SendPtr(lse.as_mut_ptr());
     let block = block_rows(l.s);
-    reserve_tiles::<T>(block * l.s.min(KEY_CHUNK), 0);
     let blocks = l.s.div_ceil(block);
     let v_rows = copies_rows(l.s).then_some(Rows::V);
-    with_kv_copies(qkv, &l, &sh, 1, v_rows, |kv| {
-        (0..sh.batch * sh.heads * blocks).into_par_iter().for_each(|u| {
-            // The costliest blocks (the last rows, which see the most keys) first.
-            let (unit, i0) = (u / blocks, (blocks - 1 - u % blocks) * block);
+    // With enough (sequence, kv head) units for the threads, a sequence of one key chunk runs
+    // them whole and copies each one's kᵀ in the unit (`with_unit_cols`); otherwise units
+    // are (sequence, head, query block) over copies made for the whole call.
+    let unit_copies = l.s <= KEY_CHUNK && sh.batch * sh.kv_heads >= 4 * rayon::current_num_threads();
+    reserve_tiles::<T>(block * l.s.min(KEY_CHUNK), if unit_copies { unit_cols_len(&l, 1) } else { 0 });
+    with_kv_copies(qkv, &l, &sh, if unit_copies { 0 } else { 1 }, v_rows, |kv| {
+        // Query block i0 of head h of sequence b, with `kt(k0)` kᵀ from key k0 on.
+        let run = |b: usize, h: usize, i0: usize, kt: &dyn Fn(usize) -> Operand<T>| {
+            let unit = b * sh.heads + h;
             let i1 = (i0 + block).min(l.s);
-            let (b, h) = (unit / sh.heads, unit % sh.heads);
             let g = h / l.group;
             let row0 = b * l.s;
             let at = |(off, ld): (usize, usize), col: usize, r: usize| unsafe {
@@ -60,7 +65,7 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
                     // Keys k0..k1 of this chunk; every row sees at least key k0 (k0 ≤ i0).
                     let k1 = (k0 + KEY_CHUNK).min(i1);
                     let n = k1 - k0;
-                    let kt = kv.cols_t(0, b, g, k0);
+                    let kt = kt(k0);
                     // v's rows from the copy when the call made one, else in place.
                     let v = kv.rows(b, g, k0).unwrap_or_else(|| {
                         let (ptr, rs) = at(l.v, g * l.dh, k0);
@@ -105,7 +110,26 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
                     unsafe { *lse_base.get().add(unit * l.s + i0 + r) = max[r] + sum[r].ln() };
                 }
             });
-        })
+        };
+        if unit_copies {
+            (0..sh.batch * sh.kv_heads).into_par_iter().for_each(|u| {
+                let (b, g) = (u / sh.kv_heads, u % sh.kv_heads);
+                with_unit_cols(qkv, &l, (b, g), 1, |c| {
+                    for h in g * l.group..(g + 1) * l.group {
+                        for i0 in (0..l.s).step_by(block) {
+                            run(b, h, i0, &|_| c.cols_t(0));
+                        }
+                    }
+                })
+            })
+        } else {
+            (0..sh.batch * sh.heads * blocks).into_par_iter().for_each(|u| {
+                // The costliest blocks (the last rows, which see the most keys) first.
+                let (unit, i0) = (u / blocks, (blocks - 1 - u % blocks) * block);
+                let (b, h) = (unit / sh.heads, unit % sh.heads);
+                run(b, h, i0, &|k0| kv.cols_t(0, b, h / l.group, k0))
+            })
+        }
     });
 }
 

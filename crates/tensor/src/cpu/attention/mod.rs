@@ -3,7 +3,9 @@
 //!
 //! Work units are (sequence, head, query block) in the forward and (sequence, kv head, key
 //! chunk) in the backward, so that one long sequence with few heads (a micro-batch of one, a
-//! tensor-parallel rank's share of the heads) still keeps every thread busy. Rows are
+//! tensor-parallel rank's share of the heads) still keeps every thread busy; a short sequence
+//! with enough (sequence, kv head) units runs them whole in the forward too, and both passes
+//! then copy a unit's kᵀ (and vᵀ) in the unit, where its products read them from the caches. Rows are
 //! processed in blocks of [`block_rows`] queries that only touch keys up to the block's end,
 //! which skips most of the masked upper triangle. A block's scores live in a per-thread tile
 //! of at most [`KEY_CHUNK`] keys (the forward's online softmax goes over longer rows a chunk
