@@ -233,6 +233,15 @@ mod tests {
         assert_eq!(winners, [3.0, 0.0, 3.0]);
     }
 
+    /// Launches `kernel` as one block of `threads` with `v[0]` a device buffer of `floats`.
+    fn launch_on_a_buffer(kernel: &'static str, floats: usize, threads: u32) {
+        let dev = EmuDev::new();
+        let mem = dev.alloc(floats * 4);
+        let mut p = P::default();
+        p.v[0].p = mem.ptr;
+        dev.launch(kernel, Launch { grid: (1, 1, 1), block: (threads, 1, 1) }, &p);
+    }
+
     /// Runs `child` in a child process (this test binary, filtered to `test`) and asserts that
     /// it dies with every line of `want` on its stderr.
     fn dies_saying(test: &str, child: impl FnOnce(), want: &[&str]) {
@@ -278,13 +287,7 @@ mod tests {
     fn device_buffer_overflow_stops_the_run() {
         dies_saying(
             "device_buffer_overflow_stops_the_run",
-            || {
-                let dev = EmuDev::new();
-                let mem = dev.alloc(64 * 4);
-                let mut p = P::default();
-                p.v[0].p = mem.ptr;
-                dev.launch("emu_check_device_overflow", Launch { grid: (1, 1, 1), block: (65, 1, 1) }, &p);
-            },
+            || launch_on_a_buffer("emu_check_device_overflow", 64, 65),
             &["kernel emu_check_device_overflow, block (0, 0, 0), thread (64, 0, 0) reached byte 256 of a device \
                buffer (256 bytes): past its end"],
         );
@@ -301,8 +304,7 @@ mod tests {
             },
             &[
                 "kernel emu_check_underflow, block (0, 0, 0), wrote byte -4 of __shared__ array `sh` (emu.cpp:",
-                ", 256 \
-               bytes): before its start",
+                ", 256 bytes): before its start",
             ],
         );
     }
@@ -318,8 +320,7 @@ mod tests {
             },
             &[
                 "kernel emu_check_aligned_overflow, block (0, 0, 0), wrote byte 52 of __shared__ array `sh13`",
-                ", 52 \
-               bytes): past its end",
+                ", 52 bytes): past its end",
             ],
         );
     }
@@ -329,13 +330,7 @@ mod tests {
     fn a_write_just_before_a_device_buffer_stops_the_run() {
         dies_saying(
             "a_write_just_before_a_device_buffer_stops_the_run",
-            || {
-                let dev = EmuDev::new();
-                let mem = dev.alloc(64 * 4);
-                let mut p = P::default();
-                p.v[0].p = mem.ptr;
-                dev.launch("emu_check_device_underflow", Launch { grid: (1, 1, 1), block: (64, 1, 1) }, &p);
-            },
+            || launch_on_a_buffer("emu_check_device_underflow", 64, 64),
             &["kernel emu_check_device_underflow wrote byte -4 of a device buffer (256 bytes): before its start"],
         );
     }
@@ -346,13 +341,7 @@ mod tests {
     fn a_write_into_a_device_buffers_alignment_stops_the_run() {
         dies_saying(
             "a_write_into_a_device_buffers_alignment_stops_the_run",
-            || {
-                let dev = EmuDev::new();
-                let mem = dev.alloc(13 * 4);
-                let mut p = P::default();
-                p.v[0].p = mem.ptr;
-                dev.launch("emu_check_device_overflow", Launch { grid: (1, 1, 1), block: (14, 1, 1) }, &p);
-            },
+            || launch_on_a_buffer("emu_check_device_overflow", 13, 14),
             &["kernel emu_check_device_overflow wrote byte 52 of a device buffer (52 bytes): past its end"],
         );
     }
