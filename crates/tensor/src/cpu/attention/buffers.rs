@@ -102,6 +102,24 @@ pub(super) fn copies_rows(s: usize) -> bool {
     s > super::KEY_CHUNK
 }
 
+/// Where sequence `b`'s rows of kv head `g` start in the q|k|v block at `(off, ld)`.
+fn head_start(l: &Layout, (off, ld): (usize, usize), (b, g): (usize, usize)) -> usize {
+    off + b * l.s * ld + g * l.dh
+}
+
+/// Those rows (S of them, d_h wide) transposed into `dst`, at row stride `ld_dst`.
+fn transpose_head<T: Scalar>(
+    dst: &mut [T],
+    ld_dst: usize,
+    qkv: &[T],
+    l: &Layout,
+    block: (usize, usize),
+    unit: (usize, usize),
+) {
+    let (first, ld) = (head_start(l, block, unit), block.1);
+    transpose(dst, ld_dst, &qkv[first..first + (l.s - 1) * ld + l.dh], ld, l.s, l.dh);
+}
+
 /// Which head's rows a call copies ([`copies_rows`]).
 #[derive(Clone, Copy)]
 pub(super) enum Rows {
@@ -165,14 +183,10 @@ pub(super) fn with_kv_copies<T: Scalar, R>(
     // SAFETY: the f64 buffer holds at least n elements of T (size 4 or 8, alignment ≤ 8).
     let all = unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut T, n) };
     let (col_copies, row_copy) = all.split_at_mut(cols_end);
-    // Sequence b's rows of kv head g in the q|k|v buffer: the first element and the row stride.
-    let head = |(off, ld): (usize, usize), u: usize| {
-        let (b, g) = (u / sh.kv_heads, u % sh.kv_heads);
-        (off + b * l.s * ld + g * l.dh, ld)
-    };
+    // Unit u: sequence b and kv head g.
+    let unit = |u: usize| (u / sh.kv_heads, u % sh.kv_heads);
     col_copies.par_chunks_mut(per_cols).enumerate().for_each(|(u, dst)| {
-        let (first, ld) = head(if u < units { l.k } else { l.v }, u % units);
-        transpose(dst, cols_ld(l.s), &qkv[first..first + (l.s - 1) * ld + l.dh], ld, l.s, l.dh);
+        transpose_head(dst, cols_ld(l.s), qkv, l, if u < units { l.k } else { l.v }, unit(u % units));
     });
     if let Some(which) = rows {
         let src = match which {
@@ -180,7 +194,7 @@ pub(super) fn with_kv_copies<T: Scalar, R>(
             Rows::V => l.v,
         };
         row_copy.par_chunks_mut(per_rows).enumerate().for_each(|(u, dst)| {
-            let (first, ld) = head(src, u);
+            let (first, ld) = (head_start(l, src, unit(u)), src.1);
             for (j, row) in dst.chunks_exact_mut(l.dh).enumerate() {
                 row.copy_from_slice(&qkv[first + j * ld..first + j * ld + l.dh]);
             }
@@ -235,9 +249,8 @@ pub(super) fn with_unit_cols<T: Scalar, R>(
         let mut c = c.borrow_mut();
         // SAFETY: the f64 buffer holds at least n elements of T (size 4 or 8, alignment ≤ 8).
         let all = unsafe { std::slice::from_raw_parts_mut(c.as_mut_ptr() as *mut T, n) };
-        for ((off, ld), dst) in [l.k, l.v].into_iter().zip(all.chunks_exact_mut(l.dh * l.s)) {
-            let first = off + b * l.s * ld + g * l.dh;
-            transpose(dst, l.s, &qkv[first..first + (l.s - 1) * ld + l.dh], ld, l.s, l.dh);
+        for (block, dst) in [l.k, l.v].into_iter().zip(all.chunks_exact_mut(l.dh * l.s)) {
+            transpose_head(dst, l.s, qkv, l, block, (b, g));
         }
         f(&UnitCols { ptr: all.as_ptr(), s: l.s, dh: l.dh })
     })
