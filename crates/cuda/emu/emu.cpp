@@ -194,26 +194,39 @@ bool in_guard(const Guarded& g, const char* a) {
     return (a >= g.hi_guard && a < g.hi_guard + PAGE) || (a >= g.lo_guard && a < g.lo_guard + PAGE);
 }
 
+// A shared array's name and declaration, for die_at's `what` and `declared`.
+struct Named {
+    char what[128], declared[128];
+    explicit Named(const SharedArray& s) {
+        snprintf(what, sizeof what, "__shared__ array `%s`", s.name);
+        snprintf(declared, sizeof declared, "%s:%d, ", s.file, s.line);
+    }
+};
+
+// The device buffer whose mapping holds `a` by `holds` (a guard page, or the pages between
+// them): the last buffer that starts at or below `a`, or the next one. DEVICE_LOCK held.
+template <typename Holds>
+const Guarded* device_buffer_near(const char* a, Holds holds) {
+    auto next = DEVICE_BUFFERS.upper_bound(a);
+    if (next != DEVICE_BUFFERS.end() && holds(next->second)) return &next->second;
+    if (next != DEVICE_BUFFERS.begin() && holds(std::prev(next)->second)) return &std::prev(next)->second;
+    return nullptr;
+}
+
 // Names the shared array or device buffer whose guard page holds `addr`, then aborts;
 // returns for any other address.
 void report_guard_hit(const void* addr) {
     const char* a = (const char*)addr;
     for (const SharedArray& s : SHARED_ARRAYS) {
         if (!in_guard(s.g, a)) continue;
-        char what[128], declared[128];
-        snprintf(what, sizeof what, "__shared__ array `%s`", s.name);
-        snprintf(declared, sizeof declared, "%s:%d, ", s.file, s.line);
-        die(what, declared, s.g, a);
+        Named n(s);
+        die(n.what, n.declared, s.g, a);
     }
     // A thread that faults while another allocates: the buffer goes unnamed, the fault is
     // still fatal.
     if (!DEVICE_LOCK.try_lock()) return;
-    // Past the end of the last buffer that starts at or below `a`, or before the start of
-    // the next one.
-    auto next = DEVICE_BUFFERS.upper_bound(a);
-    if (next != DEVICE_BUFFERS.end() && in_guard(next->second, a)) die("a device buffer", "", next->second, a);
-    if (next != DEVICE_BUFFERS.begin() && in_guard(std::prev(next)->second, a))
-        die("a device buffer", "", std::prev(next)->second, a);
+    const Guarded* g = device_buffer_near(a, [&](const Guarded& b) { return in_guard(b, a); });
+    if (g != nullptr) die("a device buffer", "", *g, a);
     DEVICE_LOCK.unlock();
 }
 
@@ -273,22 +286,19 @@ void check_shared_slack() {
     for (const SharedArray& s : SHARED_ARRAYS) {
         const char* a = slack_written(s.g);
         if (a == nullptr) continue;
-        char at[192], what[128], declared[128];
+        char at[192];
         snprintf(at, sizeof at, "kernel %s, block (%u, %u, %u),", RUNNING, emu_block_idx.x, emu_block_idx.y,
                  emu_block_idx.z);
-        snprintf(what, sizeof what, "__shared__ array `%s`", s.name);
-        snprintf(declared, sizeof declared, "%s:%d, ", s.file, s.line);
-        die_at(at, "wrote", what, declared, s.g, a);
+        Named n(s);
+        die_at(at, "wrote", n.what, n.declared, s.g, a);
     }
 }
 
-// After a launch, and when a buffer is freed: a write into a device buffer's slack stops the
-// run; `who` names the last kernel or says that it was code outside one. DEVICE_LOCK held.
-void check_device_slack(const char* who) {
-    for (const auto& b : DEVICE_BUFFERS) {
-        const char* a = slack_written(b.second);
-        if (a != nullptr) die_at(who, "wrote", "a device buffer", "", b.second, a);
-    }
+// A write into device buffer `g`'s slack stops the run; `who` names the kernel or host code
+// that ran since the last check.
+void check_device_slack(const char* who, const Guarded& g) {
+    const char* a = slack_written(g);
+    if (a != nullptr) die_at(who, "wrote", "a device buffer", "", g, a);
 }
 
 // Stacks for `bytes`, in huge pages where the kernel gives them: every switch lands on
@@ -471,14 +481,9 @@ extern "C" void* boost_emu_alloc(unsigned long bytes) {
 extern "C" void boost_emu_check_buffer(const void* inside, const char* who) {
     const char* a = (const char*)inside;
     std::lock_guard<std::mutex> buffers(DEVICE_LOCK);
-    auto next = DEVICE_BUFFERS.upper_bound(a);
-    auto holds = [&](const Guarded& g) { return a >= g.lo_guard + PAGE && a < g.hi_guard; };
-    const Guarded* g = nullptr;
-    if (next != DEVICE_BUFFERS.end() && holds(next->second)) g = &next->second;
-    if (next != DEVICE_BUFFERS.begin() && holds(std::prev(next)->second)) g = &std::prev(next)->second;
-    if (g == nullptr) return;
-    const char* w = slack_written(*g);
-    if (w != nullptr) die_at(who, "wrote", "a device buffer", "", *g, w);
+    auto between_guards = [&](const Guarded& b) { return a >= b.lo_guard + PAGE && a < b.hi_guard; };
+    const Guarded* g = device_buffer_near(a, between_guards);
+    if (g != nullptr) check_device_slack(who, *g);
 }
 
 // Frees what boost_emu_alloc returned.
@@ -489,8 +494,7 @@ extern "C" void boost_emu_free(void* start) {
         fprintf(stderr, "emulator: freeing %p, which is not a device buffer\n", start);
         abort();
     }
-    const char* a = slack_written(it->second);
-    if (a != nullptr) die_at("a kernel or a copy (found when it was freed)", "wrote", "a device buffer", "", it->second, a);
+    check_device_slack("a kernel or a copy (found when it was freed)", it->second);
     munmap(it->second.map, it->second.map_bytes);
     DEVICE_BUFFERS.erase(it);
 }
@@ -686,7 +690,7 @@ extern "C" int boost_emu_launch(const char* name, const unsigned* grid, const un
     char who[160];
     snprintf(who, sizeof who, "kernel %s", RUNNING);
     std::lock_guard<std::mutex> buffers(DEVICE_LOCK);
-    check_device_slack(who);
+    for (const auto& b : DEVICE_BUFFERS) check_device_slack(who, b.second);
     return 0;
 }
 
