@@ -85,13 +85,32 @@ fn resolve_config(a: &TrainArgs) -> Result<(Config, Option<PathBuf>)> {
             for s in &a.cfg.sets {
                 boost_config::apply_set(&mut table, s)?;
             }
-            (Config::from_table(table)?, Some(dir))
+            let cfg = Config::from_table(table)?;
+            refuse_ignored_data_dir(&ck, &cfg)?;
+            (cfg, Some(dir))
         }
     };
     if let Some(n) = a.threads {
         cfg.train.threads = n;
     }
     Ok((cfg, resume))
+}
+
+/// A resumed run that trains on `data.mix` reads no `data.dir`: a new `data.dir` given on
+/// resume would be silently ignored, so it is refused with the spelling that does switch.
+fn refuse_ignored_data_dir(ck: &Checkpoint, cfg: &Config) -> Result<()> {
+    let before = Config::from_toml_str(&ck.meta.config).context("the checkpoint's config")?;
+    if cfg.data.mix.is_empty() || cfg.data.dir == before.data.dir {
+        return Ok(());
+    }
+    let labels: Vec<String> = cfg.data.mix.iter().map(|m| format!("{} ({})", m.label(), m.dir)).collect();
+    anyhow::bail!(
+        "data.dir = {} would be ignored: the run being resumed trains on data.mix = {}, which replaces data.dir. To \
+         train on that dataset alone, set the mix to it: --set 'data.mix=[{{ dir = \"{}\", weight = 1.0 }}]'",
+        cfg.data.dir,
+        labels.join(", "),
+        cfg.data.dir
+    )
 }
 
 pub fn train(a: &TrainArgs) -> Result<()> {
@@ -177,11 +196,13 @@ pub struct ExportArgs {
     /// (their newest checkpoint).
     #[arg(long, value_name = "DIR")]
     pub checkpoint: PathBuf,
-    /// Output folder (config.json, model.safetensors, tokenizer.json, SHA256SUMS); it must
-    /// not exist or be empty.
+    /// Output folder (config.json, model.safetensors, tokenizer.json, boost_export.json,
+    /// SHA256SUMS); it must not exist or be empty.
     #[arg(long, value_name = "DIR")]
     pub out: PathBuf,
-    /// Replace a non-empty --out (atomically; never a checkpoint or run directory).
+    /// Replace an earlier export at --out (atomically). Only a folder boost exported, exactly
+    /// as written (its boost_export.json and SHA256SUMS listing every file), is replaced;
+    /// anything else is refused.
     #[arg(long)]
     pub force: bool,
 }

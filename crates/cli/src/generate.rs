@@ -49,11 +49,13 @@ pub fn run(a: &GenerateArgs) -> Result<()> {
     let ck = Checkpoint::open(&checkpoint::resolve(&a.checkpoint)?)?;
     let mut generator = Generator::open(&ck)?;
     let opts = GenerateOptions { prompt: a.prompt.clone(), max_tokens: a.max_tokens, sampling, cache: !a.no_cache };
+    // Checked before anything is printed: a refused prompt leaves stdout empty.
+    let prompt = generator.prompt_ids(&a.prompt)?;
     let mut out = std::io::stdout().lock();
     write!(out, "{}", a.prompt)?;
     out.flush()?;
     let t0 = std::time::Instant::now();
-    let done = generator.run(&opts, &mut |piece| {
+    let done = generator.run_ids(&prompt, &opts, &mut |piece| {
         // A closed stdout (e.g. `| head`) ends the stream; nothing else to do with the error.
         let _ = write!(out, "{piece}").and_then(|()| out.flush());
     })?;

@@ -5,41 +5,7 @@
 mod common;
 
 use common::*;
-use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Output;
-
-/// SHA-256 of every file under `dir`, by relative path (.lock aside: it holds the PID of the
-/// last run that opened the directory).
-fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
-    let hex = |bytes: Vec<u8>| Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect::<String>();
-    tree(dir)
-        .into_iter()
-        .filter(|(p, _)| p.file_name().is_some_and(|n| n != ".lock"))
-        .filter_map(|(p, bytes)| Some((p, hex(bytes?))))
-        .collect()
-}
-
-fn fails(out: &Output) -> String {
-    assert_eq!(out.status.code(), Some(1), "expected a refusal; stderr:\n{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn train(data: &Path, run: &Path, extra: &[&str]) -> std::process::Command {
-    let mut c = boost();
-    c.arg("train").args(tiny(data, run, extra)).arg("--quiet");
-    c
-}
-
-fn steps(run: &Path) -> Vec<u64> {
-    fs::read_to_string(run.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap())
-        .collect()
-}
 
 #[test]
 fn resuming_an_older_checkpoint_never_overwrites_newer_ones() {
@@ -225,67 +191,6 @@ fn damaged_checkpoints_are_named_and_never_used() {
         let e = fails(&train(&data, &dir, &["train.steps=6"]).arg("--resume").arg(&copy).output().unwrap());
         assert!(e.contains(file), "{e}");
     }
-}
-
-#[test]
-fn exports_never_clobber() {
-    let root = tempfile::tempdir().unwrap();
-    let data = dataset(root.path());
-    let run_dir = root.path().join("run");
-    run(&mut train(&data, &run_dir, &[]));
-    let ck = run_dir.join("checkpoints/step-00000004");
-    let other = run_dir.join("checkpoints/step-00000002");
-    let before = snapshot(&run_dir);
-    let export = |out: &Path, force: bool| {
-        let mut c = boost();
-        c.args(["export", "--checkpoint"]).arg(&ck).arg("--out").arg(out);
-        if force {
-            c.arg("--force");
-        }
-        c.output().unwrap()
-    };
-    for (out, what) in [(&ck, "checkpoint being exported"), (&other, "meta.json"), (&run_dir, "run")] {
-        let e = fails(&export(out, true));
-        assert!(e.contains(what), "{e}");
-    }
-    // A new folder inside the checkpoint (it used to be written there).
-    let e = fails(&export(&ck.join("hf"), false));
-    assert!(e.contains("inside the checkpoint being exported"), "{e}");
-    assert_eq!(snapshot(&run_dir), before, "the checkpoints and the run are unchanged");
-
-    let mine = root.path().join("mine");
-    fs::create_dir_all(&mine).unwrap();
-    fs::write(mine.join("notes.txt"), "keep me").unwrap();
-    let e = fails(&export(&mine, false));
-    assert!(e.contains("not empty") && e.contains("--force"), "{e}");
-    assert_eq!(fs::read_to_string(mine.join("notes.txt")).unwrap(), "keep me");
-    run(boost().args(["export", "--checkpoint"]).arg(&run_dir).arg("--out").arg(&mine).arg("--force"));
-    assert!(!mine.join("notes.txt").exists() && mine.join("model.safetensors").is_file());
-    let sums = fs::read_to_string(mine.join("SHA256SUMS")).unwrap();
-    for f in ["config.json", "model.safetensors", "tokenizer.json"] {
-        assert!(sums.contains(&format!("  {f}\n")), "{f} is in the manifest");
-    }
-    // The export of a run directory is its newest checkpoint.
-    assert_eq!(fs::read(mine.join("model.safetensors")).unwrap(), fs::read(ck.join("model.safetensors")).unwrap());
-    // An export interrupted by Ctrl-C left its hidden folder (of a process now gone): the next
-    // export to the same --out removes it.
-    let stale = root.path().join(".fresh.export-999999999.tmp");
-    fs::create_dir_all(&stale).unwrap();
-    fs::write(stale.join("model.safetensors"), "half").unwrap();
-    run(boost().args(["export", "--checkpoint"]).arg(&ck).arg("--out").arg(root.path().join("fresh")));
-    assert!(!stale.exists() && root.path().join("fresh/model.safetensors").is_file());
-
-    // `export --force` killed (kill -9) between moving `mine` aside and renaming the new one in:
-    // the next export to `mine` puts the old folder back before checking it, so it is refused
-    // (an export is never replaced) and the folder is where it was, byte for byte.
-    let weights = fs::read(mine.join("model.safetensors")).unwrap();
-    let aside = root.path().join(".mine.export-999999999-0-1f.old");
-    fs::rename(&mine, &aside).unwrap();
-    let out = export(&mine, false);
-    let e = fails(&out);
-    assert!(e.contains("restored") && e.contains("holds model.safetensors"), "{e}");
-    assert!(!aside.exists());
-    assert_eq!(fs::read(mine.join("model.safetensors")).unwrap(), weights);
 }
 
 #[test]

@@ -27,8 +27,21 @@ pub struct DataConfig {
     /// Several datasets blended by weight, e.g. `[{ dir = "data/web", weight = 0.7 },
     /// { dir = "data/code", weight = 0.3 }]`; when set it replaces `dir` (and `corpus` builds
     /// nothing). Each dataset is validated on its own, under its name.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(skip_serializing_if = "Vec::is_empty", deserialize_with = "non_empty_mix")]
     pub mix: Vec<MixEntry>,
+}
+
+/// `data.mix` as written: an empty list is refused rather than read as "no mix", which would
+/// silently train on `data.dir` (and with the default one, fetch and build the demo corpus).
+fn non_empty_mix<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<MixEntry>, D::Error> {
+    let mix = Vec::<MixEntry>::deserialize(d)?;
+    if mix.is_empty() {
+        return Err(serde::de::Error::custom(
+            "data.mix = [] names no dataset; list at least one ({ dir = \"data/web\", weight = 1.0 }), or leave \
+             data.mix out to train on data.dir",
+        ));
+    }
+    Ok(mix)
 }
 
 /// One dataset of `data.mix`.
@@ -183,6 +196,8 @@ mod tests {
         assert!(e.contains("data.mix[1]") && e.contains("\"a\""), "{e}");
         let e = load(&[r#"data.mix=[{ dir = "a", weight = 1, name = "" }]"#]).unwrap_err().to_string();
         assert!(e.contains("data.mix[0].name"), "{e}");
+        let e = load(&["data.mix=[]"]).unwrap_err().to_string();
+        assert!(e.contains("data.mix = [] names no dataset"), "{e}");
         let e = load(&[r#"data.mix=[{ dir = "a", weight = 1, share = 2 }]"#]).unwrap_err().to_string();
         assert!(e.contains("share"), "{e}");
     }

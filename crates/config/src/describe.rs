@@ -80,7 +80,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "parallel.overlap",
         "overlap communication with computation (dp gradient buckets during the backward); false = blocking",
     ),
-    ("parallel.bucket_mb", "data-parallel gradient bucket size in MB when overlapping (> 0)"),
+    (
+        "parallel.bucket_mb",
+        "data-parallel gradient bucket size in MB when overlapping (> 0), or \"auto\": an eighth of a stage's gradients, 1 to 25 MB",
+    ),
     (
         "parallel.tp_chunks",
         "run each micro-batch as N chunks of whole sequences, each computing while another's tp collectives are in flight (needs tp > 1, pp = 1, a CPU run, micro_batch divisible by N); 1 = off",

@@ -16,7 +16,8 @@ pub use error::{ConfigError, choices, divisors};
 pub use model::{Arch, LaxConfig, LaxFlavour, LaxGate, ModelConfig, PRESETS, Phi, Preset, preset, preset_names};
 pub use overrides::apply_set;
 pub use parallel::{
-    GpuCollectives, GroupLinks, LinkSpec, NormMode, ParallelConfig, PipeSchedule, Scheme, SchemeChoice, parse_link,
+    BucketSize, GpuCollectives, GroupLinks, LinkSpec, NormMode, ParallelConfig, PipeSchedule, Scheme, SchemeChoice,
+    parse_link,
 };
 pub use train::{Device, MAX_THREADS, Recompute, Schedule, TrainConfig, parse_device, threads_message};
 

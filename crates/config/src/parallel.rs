@@ -14,6 +14,72 @@ pub enum SchemeChoice {
     Btp,
 }
 
+/// The `parallel.bucket_mb` key: a data-parallel gradient bucket size in MB (10⁶ bytes), or
+/// `"auto"`, sized from the gradients a stage reduces ([`BucketSize::mb_for`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BucketSize {
+    Auto,
+    Mb(f64),
+}
+
+impl BucketSize {
+    /// The most and fewest MB an automatic bucket holds (PyTorch DDP's default cap is 25).
+    pub const AUTO_MB: (f64, f64) = (25.0, 1.0);
+    /// Buckets an automatic size aims at per step, so that all but the last start while the
+    /// backward still runs.
+    pub const AUTO_BUCKETS: f64 = 8.0;
+
+    /// The bucket size in MB for a stage reducing `grad_bytes` bytes of gradients: a set size
+    /// as given; `auto` an eighth of them, between 1 and 25 MB. A model whose gradients fit
+    /// one 25 MB bucket (the demo's are about 20 MB) would otherwise start its only bucket
+    /// when the backward has ended, and overlap would hide nothing.
+    pub fn mb_for(self, grad_bytes: f64) -> f64 {
+        match self {
+            BucketSize::Mb(mb) => mb,
+            BucketSize::Auto => {
+                let (most, fewest) = Self::AUTO_MB;
+                (grad_bytes / Self::AUTO_BUCKETS / 1e6).clamp(fewest, most)
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for BucketSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BucketSize::Auto => write!(f, "\"auto\""),
+            BucketSize::Mb(mb) => write!(f, "{mb}"),
+        }
+    }
+}
+
+impl Serialize for BucketSize {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            BucketSize::Auto => s.serialize_str("auto"),
+            BucketSize::Mb(mb) => s.serialize_f64(*mb),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for BucketSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Mb(f64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Mb(mb) => Ok(BucketSize::Mb(mb)),
+            Raw::Text(t) if t == "auto" => Ok(BucketSize::Auto),
+            Raw::Text(t) => Err(serde::de::Error::custom(format!(
+                "parallel.bucket_mb = \"{t}\" is neither \"auto\" nor a size in MB, e.g. 25"
+            ))),
+        }
+    }
+}
+
 /// A tensor-parallel scheme, resolved for the architecture (see
 /// [`ParallelConfig::resolved_scheme`]); the engine never sees `auto`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -102,8 +168,9 @@ pub struct ParallelConfig {
     /// during the backward, ZeRO-1 parameter gathers during the update. False keeps every
     /// collective blocking, in the order of the non-overlapped step (same bits either way).
     pub overlap: bool,
-    /// Size of a data-parallel gradient bucket in MB (10⁶ bytes) when overlapping.
-    pub bucket_mb: f64,
+    /// Size of a data-parallel gradient bucket in MB (10⁶ bytes) when overlapping, or `auto`
+    /// (an eighth of a stage's gradients, between 1 and 25 MB).
+    pub bucket_mb: BucketSize,
     /// Run each micro-batch as this many chunks of whole sequences whose computation
     /// overlaps each other's tensor-parallel collectives (1: one piece, every tp collective
     /// exposed).
@@ -188,7 +255,7 @@ impl Default for ParallelConfig {
             link_gbps: 0.0,
             link: GroupLinks::default(),
             overlap: true,
-            bucket_mb: 25.0,
+            bucket_mb: BucketSize::Auto,
             tp_chunks: 1,
             gpu_collectives: GpuCollectives::Auto,
         }
@@ -247,10 +314,12 @@ impl ParallelConfig {
                 parse_link(&format!("parallel.link.{group}"), t)?;
             }
         }
-        if !(self.bucket_mb.is_finite() && self.bucket_mb > 0.0) {
+        if let BucketSize::Mb(mb) = self.bucket_mb
+            && !(mb.is_finite() && mb > 0.0)
+        {
             return Err(ConfigError::new(
                 "parallel.bucket_mb",
-                format!("is {}; a gradient bucket needs a size in MB > 0, e.g. 25", self.bucket_mb),
+                format!("is {mb}; a gradient bucket needs a size in MB > 0, e.g. 25, or \"auto\""),
             ));
         }
         if self.tp_chunks == 0 {

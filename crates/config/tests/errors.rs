@@ -1,7 +1,7 @@
 //! Config errors name the file, line and column of a TOML syntax error, and for a bad value the
 //! key, the value and the fix.
 
-use boost_config::{Config, ConfigError};
+use boost_config::{BucketSize, Config, ConfigError};
 
 fn load(sets: &[&str]) -> Result<Config, ConfigError> {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
@@ -43,7 +43,7 @@ fn a_bucket_size_of_zero_or_less_is_refused_by_name() {
         assert!(e.message.contains("> 0"), "{e}");
     }
     let c = load(&["parallel.bucket_mb=0.5", "parallel.overlap=false"]).unwrap();
-    assert_eq!((c.parallel.bucket_mb, c.parallel.overlap), (0.5, false));
+    assert_eq!((c.parallel.bucket_mb, c.parallel.overlap), (BucketSize::Mb(0.5), false));
     assert!(load(&[]).unwrap().parallel.overlap, "overlap is on by default");
 }
 

@@ -72,7 +72,8 @@ pub struct DataArgs {
 
     /// Most tokens per shard file: a split with more is written as `train-000000.bin`,
     /// `train-000001.bin`, … (read end to end as one stream, so training does not depend on it).
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_SHARD_TOKENS, value_parser = clap::value_parser!(u64).range(1..))]
+    /// At least 65536, so that a corpus never turns into tens of thousands of tiny files.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_SHARD_TOKENS, value_parser = clap::value_parser!(u64).range(MIN_SHARD_TOKENS..))]
     pub shard_tokens: u64,
 
     /// Print the summary as one JSON object on stdout (documents, tokens, shards, bytes read,
@@ -80,6 +81,9 @@ pub struct DataArgs {
     #[arg(long)]
     pub json: bool,
 }
+
+/// The smallest `--shard-tokens`.
+pub const MIN_SHARD_TOKENS: u64 = 1 << 16;
 
 /// The default of `--vocab-size` (that of `data.vocab_size`).
 pub const DEFAULT_VOCAB_SIZE: usize = 4096;
@@ -145,6 +149,15 @@ pub fn run(args: &DataArgs) -> Result<()> {
         }
         (None, false) => {
             let inputs = Inputs::open(&args.inputs, &args.text_field)?;
+            if !inputs.skipped().is_empty() {
+                let names: Vec<String> = inputs.skipped().iter().map(|f| f.display().to_string()).collect();
+                eprintln!(
+                    "data: skipped {} file(s) of the input folders that are not text (.{}), JSONL or Parquet: {}",
+                    names.len(),
+                    crate::input::TEXT_EXTENSIONS.join(", ."),
+                    crate::output::list_names(&names, 8)
+                );
+            }
             eprintln!(
                 "data: {} file(s), {} bytes, from {} input(s)",
                 inputs.files().count(),

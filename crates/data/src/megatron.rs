@@ -49,6 +49,22 @@ fn map(path: &Path) -> Result<(Mmap, u64)> {
     Ok((unsafe { Mmap::map(&file) }.with_context(|| format!("cannot memory-map {}", path.display()))?, len))
 }
 
+/// int16 tokens are signed: a negative one is damage, and is named as stored, not as the
+/// large id its bit pattern would read as (−7 as 65529).
+fn refuse_negative_int16(tokens: &[u8], bin: &Path) -> Result<()> {
+    let neg = tokens.chunks_exact(2).position(|c| i16::from_le_bytes([c[0], c[1]]) < 0);
+    if let Some(k) = neg {
+        let v = i16::from_le_bytes([tokens[2 * k], tokens[2 * k + 1]]);
+        bail!(
+            "{} holds token id {v} (int16, as stored) at byte offset {}: a token id cannot be negative; the file is \
+             damaged or was written with another dtype than its .idx says",
+            bin.display(),
+            2 * k
+        );
+    }
+    Ok(())
+}
+
 /// One indexed dataset, opened and checked: its tokens and its document count.
 pub struct Indexed {
     /// The `.bin` tokens as one stream (ids are checked once the vocabulary is known).
@@ -138,6 +154,9 @@ pub fn open(prefix: &Path) -> Result<Indexed> {
         );
     }
     let count = expect as u64 / width as u64;
+    if code == 3 {
+        refuse_negative_int16(&map_bin[..bin_len as usize], &bin)?;
+    }
     Ok(Indexed {
         tokens: Shard::from_map(map_bin, &bin, 0, width, count, u32::MAX),
         documents: d.saturating_sub(1) as u64,

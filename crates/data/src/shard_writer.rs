@@ -18,6 +18,10 @@ struct Open {
     count: u64,
 }
 
+/// The shard count of one split past which a build warns: file systems and listings slow down
+/// long before the format minds.
+const MANY_FILES: usize = 1000;
+
 /// The shards of one split, written in order into a (temporary) dataset directory.
 pub(crate) struct ShardWriter {
     dir: PathBuf,
@@ -84,6 +88,15 @@ impl ShardWriter {
 
     fn start(&mut self) -> Result<()> {
         self.close()?;
+        if self.closed.len() == MANY_FILES {
+            eprintln!(
+                "data: warning: the {} split has reached {MANY_FILES} shard files of {} tokens each; raise \
+                 --shard-tokens (default {}) for fewer, larger files",
+                self.split.name(),
+                self.max_tokens,
+                crate::build::DEFAULT_SHARD_TOKENS
+            );
+        }
         let path = self.dir.join(format!("{}-{:06}.bin", self.split.name(), self.closed.len()));
         let f = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
         let mut w = BufWriter::with_capacity(1 << 20, f);

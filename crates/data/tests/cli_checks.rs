@@ -98,3 +98,29 @@ fn an_input_given_twice_is_refused_naming_it() {
     let two = Inputs::open(&[input, sub.join("other.txt")], "text").unwrap();
     assert_eq!(two.count_documents().unwrap(), 41);
 }
+
+#[test]
+fn a_folder_gives_only_its_text_jsonl_and_parquet_files() {
+    let d = tempfile::tempdir().unwrap();
+    let sub = d.path().join("corpus");
+    std::fs::create_dir(&sub).unwrap();
+    let docs = corpus(&sub);
+    std::fs::write(sub.join("notes.md"), "a document in markdown").unwrap();
+    // A tokenizer (and other files) lying beside the text are not documents.
+    let tok = Tokenizer::train_bpe(&["some text to learn a few merges from"], 280).unwrap();
+    tok.save(sub.join("tokenizer.json")).unwrap();
+    std::fs::write(sub.join("run.log"), "not a document").unwrap();
+    let inputs = Inputs::open(std::slice::from_ref(&sub), "text").unwrap();
+    let files: Vec<PathBuf> = inputs.files().map(Path::to_path_buf).collect();
+    assert_eq!(files, [docs, sub.join("notes.md")]);
+    assert_eq!(inputs.skipped(), [sub.join("run.log"), sub.join("tokenizer.json")]);
+    assert_eq!(inputs.count_documents().unwrap(), 41);
+    // Named on its own, a file is read whatever its name.
+    assert_eq!(Inputs::open(&[sub.join("run.log")], "text").unwrap().count_documents().unwrap(), 1);
+    // A folder holding no corpus file at all says what it holds.
+    let other = d.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    tok.save(other.join("tokenizer.json")).unwrap();
+    let e = format!("{:#}", Inputs::open(std::slice::from_ref(&other), "text").unwrap_err());
+    assert!(e.contains("holds no text, JSONL or Parquet files") && e.contains("tokenizer.json"), "{e}");
+}

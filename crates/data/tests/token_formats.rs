@@ -169,6 +169,16 @@ fn damaged_megatron_files_name_file_and_offset() {
     bad[last] = 9;
     std::fs::write(&idx, &bad).unwrap();
     check(&["document index entry 5 = 9", &format!("byte offset {last}")]);
+    // As int16 the fixture's small ids read the same; a negative one is named as stored, not
+    // as the id 65529 its bit pattern would read as.
+    bad = raw_idx.clone();
+    bad[17] = 3;
+    std::fs::write(&idx, &bad).unwrap();
+    megatron::open(&prefix).unwrap();
+    let mut neg = raw_bin.clone();
+    neg[4..6].copy_from_slice(&(-7i16).to_le_bytes());
+    std::fs::write(&bin, &neg).unwrap();
+    check(&["token id -7 (int16, as stored) at byte offset 4"]);
 }
 
 /// The loader's order depends on the tokens alone, not on how many files hold them.

@@ -292,7 +292,7 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
         };
         match hide {
             Some((c, h, gathers)) => {
-                let b = crate::overlap::buckets(c.bytes() as f64, s.bucket_mb);
+                let b = crate::overlap::buckets(c.bytes() as f64, s.bucket_mb.mb_for(c.bytes() as f64));
                 // The embedding table's share is exposed whatever the buckets.
                 let table = unhidden_dp_elements(s, slowest_stage, gathers) as f64 / c.elements.max(1) as f64;
                 step.add_hidden(crate::overlap::exposed(t, h, b).max(t * table.min(1.0)), t);

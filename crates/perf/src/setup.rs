@@ -124,7 +124,7 @@ pub struct Setup {
     /// parameters gathered during the update (`parallel.overlap`).
     pub overlap: bool,
     /// Bucket size in MB (10⁶ bytes) when overlapping (`parallel.bucket_mb`).
-    pub bucket_mb: f64,
+    pub bucket_mb: boost_config::BucketSize,
     /// Chunks of a micro-batch that overlap each other's tp collectives (`parallel.tp_chunks`).
     pub tp_chunks: usize,
 }
@@ -186,7 +186,7 @@ impl Setup {
             dtype: Dtype::Bf16,
             attention: AttnConvention::Causal,
             overlap: true,
-            bucket_mb: 25.0,
+            bucket_mb: boost_config::BucketSize::Auto,
             tp_chunks: 1,
         })
     }

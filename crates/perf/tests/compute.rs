@@ -251,7 +251,7 @@ fn overlap_hides_data_parallel_buckets_behind_the_backward() {
     let saved = off.dp_comm_s - on.dp_comm_s;
     assert!(((off_t - on_t) - saved).abs() < 1e-12);
     // One bucket for everything hides nothing.
-    s.bucket_mb = 1e9;
+    s.bucket_mb = boost_config::BucketSize::Mb(1e9);
     let one = predict(&s, &hw).breakdown;
     assert!((one.dp_comm_s - off.dp_comm_s).abs() < 1e-12);
 }

@@ -46,17 +46,21 @@ impl Run {
         }
         let text = std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
         let lines: Vec<&str> = text.lines().collect();
+        let last = lines.iter().rposition(|l| !l.trim().is_empty());
         let mut by_step = BTreeMap::new();
         for (i, line) in lines.iter().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            let last = i + 1 == lines.len() && !text.ends_with('\n');
+            // Only the last line can be cut short (a kill while it was written): it is not JSON.
+            let cut_short = Some(i) == last && serde_json::from_str::<Value>(line).is_err();
             match parse(line) {
                 Ok(p) => {
                     by_step.insert(p.step, p);
                 }
-                Err(_) if last => eprintln!("{}: skipped line {} (cut short)", path.display(), i + 1),
+                Err(_) if cut_short => {
+                    eprintln!("warning: {}: skipped line {} (cut short: {line})", path.display(), i + 1)
+                }
                 Err(e) => bail!("{}:{}: {e}", path.display(), i + 1),
             }
         }
@@ -88,23 +92,38 @@ impl Run {
     }
 }
 
+/// `key` of object `v` as a number: `None` when absent or null (a non-finite value is
+/// written as null), an error naming the key when it holds anything else.
+fn number(v: &Value, key: &str) -> Result<Option<f64>> {
+    match v.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(x) => x.as_f64().map(Some).with_context(|| format!("`{key}` is {x}, not a number")),
+    }
+}
+
 fn parse(line: &str) -> Result<Point> {
     let v: Value = serde_json::from_str(line).context("not a JSON line")?;
-    let num = |k: &str| v.get(k).and_then(Value::as_f64);
+    if !v.is_object() {
+        bail!("not a JSON object");
+    }
+    let num = |k: &str| number(&v, k);
     let step = v.get("step").and_then(Value::as_u64).context("no integer `step`")?;
-    let tokens = num("tokens").context("no `tokens`")?;
-    let time_split = v.get("time_split").and_then(|t| {
-        let f = |k: &str| t.get(k).and_then(Value::as_f64);
-        Some([f("compute_s")?, f("tp_s")?, f("pp_s")?, f("dp_s")?, f("world_s")?])
-    });
+    let tokens = num("tokens")?.context("no `tokens`")?;
+    let time_split = match v.get("time_split") {
+        None | Some(Value::Null) => None,
+        Some(t) => {
+            let f = |k: &str| number(t, k).and_then(|x| x.with_context(|| format!("`time_split` has no `{k}`")));
+            Some([f("compute_s")?, f("tp_s")?, f("pp_s")?, f("dp_s")?, f("world_s")?])
+        }
+    };
     Ok(Point {
         step,
         tokens,
-        loss: num("loss").filter(|x| x.is_finite()),
-        val_loss: num("val_loss").filter(|x| x.is_finite()),
-        lr: num("lr"),
-        tokens_per_sec: num("tokens_per_sec"),
-        step_time_s: num("step_time_s"),
+        loss: num("loss")?.filter(|x| x.is_finite()),
+        val_loss: num("val_loss")?.filter(|x| x.is_finite()),
+        lr: num("lr")?,
+        tokens_per_sec: num("tokens_per_sec")?,
+        step_time_s: num("step_time_s")?,
         time_split,
     })
 }

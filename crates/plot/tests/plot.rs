@@ -56,6 +56,29 @@ fn bad_runs_are_named() {
     write_run(&garbled, &[line(1, 8.0, None), "not json".into(), line(3, 7.0, None)], true);
     let e = format!("{:#}", Run::read(&garbled).unwrap_err());
     assert!(e.contains("metrics.jsonl:2"), "names the file and line: {e}");
+
+    // A value of the wrong type is an error naming the line and the key, not a missing point.
+    let typed = d.path().join("typed");
+    let mut bad: serde_json::Value = serde_json::from_str(&line(2, 7.0, None)).unwrap();
+    bad["loss"] = "7.0".into();
+    write_run(&typed, &[line(1, 8.0, None), bad.to_string(), line(3, 6.0, None)], true);
+    let e = format!("{:#}", Run::read(&typed).unwrap_err());
+    assert!(e.contains("metrics.jsonl:2") && e.contains("`loss`") && e.contains("not a number"), "{e}");
+    // The same as the last line: it is whole JSON, so it is not taken for a line cut short.
+    write_run(&typed, &[line(1, 8.0, None), bad.to_string()], true);
+    let e = format!("{:#}", Run::read(&typed).unwrap_err());
+    assert!(e.contains("metrics.jsonl:2") && e.contains("`loss`"), "{e}");
+}
+
+#[test]
+fn a_last_line_cut_short_is_skipped_with_or_without_its_newline() {
+    let d = tempfile::tempdir().unwrap();
+    for newline in [false, true] {
+        let run = d.path().join(format!("run-{newline}"));
+        write_run(&run, &[line(1, 8.0, None), line(2, 7.0, None), r#"{"step":7,"loss":"#.into()], newline);
+        let steps: Vec<u64> = Run::read(&run).unwrap().points.iter().map(|p| p.step).collect();
+        assert_eq!(steps, [1, 2]);
+    }
 }
 
 #[test]

@@ -14,6 +14,7 @@
 //! parameters are the same bytes, so losses and gradients are bit-identical to the blocking
 //! order's whatever the buckets.
 
+use boost_config::BucketSize;
 use boost_model::params::ParamStore;
 use boost_tensor::{Backend, Collective, DeviceBuf, Handle, Label, Mat, MatMut, ReduceOp};
 use std::collections::VecDeque;
@@ -118,16 +119,24 @@ pub struct SyncPlan<B: Backend> {
     lens: Vec<usize>,
     packs: Vec<Option<B::Buf>>,
     hold: Option<usize>,
+    bytes: usize,
 }
 
 impl<B: Backend> SyncPlan<B> {
-    /// Buckets of `bucket_mb` MB over `store`'s buffers; `hold` as in [`plan`].
-    pub fn new(be: &B, store: &ParamStore<B>, bucket_mb: f64, hold: Option<usize>) -> Self {
+    /// Buckets of `bucket` over `store`'s buffers (`auto`: sized from their total); `hold` as
+    /// in [`plan`].
+    pub fn new(be: &B, store: &ParamStore<B>, bucket: BucketSize, hold: Option<usize>) -> Self {
         let lens: Vec<usize> = store.bufs.iter().map(|b| b.len).collect();
-        let bytes = (bucket_mb * 1e6).max(1.0) as usize;
+        let total = lens.iter().sum::<usize>() * be.elem_bytes();
+        let bytes = (bucket.mb_for(total as f64) * 1e6).max(1.0) as usize;
         let buckets = plan(&lens, be.elem_bytes(), bytes, hold);
         let packs = buckets.iter().map(|_| None).collect();
-        Self { buckets, lens, packs, hold }
+        Self { buckets, lens, packs, hold, bytes }
+    }
+
+    /// The bucket size chosen (bytes) and the number of buckets.
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.bytes, self.buckets.len())
     }
 
     /// Start a step's reduction: replicated (`zero` None) or into ZeRO-1's staging buffers

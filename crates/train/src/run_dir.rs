@@ -16,6 +16,8 @@ pub const LOCK: &str = ".lock";
 #[derive(Debug)]
 pub struct RunLock {
     _file: File,
+    /// The lock file, when [`RunLock::acquire`] created it.
+    made: Option<PathBuf>,
 }
 
 impl RunLock {
@@ -23,6 +25,7 @@ impl RunLock {
     pub fn acquire(run_dir: &Path) -> Result<Self> {
         fs::create_dir_all(run_dir).with_context(|| format!("cannot create run.dir {}", run_dir.display()))?;
         let path = run_dir.join(LOCK);
+        let made_file = fs::symlink_metadata(&path).is_err().then(|| path.clone());
         // Not truncated before the lock is ours: the file names the current owner. Never
         // through a symbolic link, whose target this would write the PID into.
         let mut file = no_follow(OpenOptions::new().create(true).truncate(false).read(true).write(true))
@@ -51,7 +54,30 @@ impl RunLock {
         file.set_len(0).and_then(|()| file.rewind()).with_context(|| format!("cannot write {}", path.display()))?;
         write!(file, "{}", std::process::id()).with_context(|| format!("cannot write {}", path.display()))?;
         file.sync_all().ok();
-        Ok(Self { _file: file })
+        Ok(Self { _file: file, made: made_file })
+    }
+
+    /// Gives the lock up after the run was refused: removes the lock file if this lock made
+    /// it, so a refused run leaves no `.lock` in a folder of the user's.
+    pub fn abandon(self) {
+        if let Some(f) = &self.made {
+            fs::remove_file(f).ok();
+        }
+    }
+}
+
+/// A run directory is a run's own folder, or a new or empty one, or one of the user's: never
+/// a dataset, a checkpoint, an export, a Hugging Face model or a folder of token files, which
+/// `checkpoints/`, `metrics.jsonl` and `config.toml` would be mixed into.
+pub fn check_not_foreign(run_dir: &Path) -> Result<()> {
+    use crate::paths::Holds;
+    match crate::paths::holds(run_dir) {
+        Some((Holds::Run | Holds::Other, _)) | None => Ok(()),
+        Some((_, what)) => bail!(
+            "run.dir = {} is {what}; a run writes checkpoints/, metrics.jsonl and config.toml into its run directory, \
+             which would be mixed into it: choose a new directory with `--set run.dir=<dir>`",
+            run_dir.display()
+        ),
     }
 }
 

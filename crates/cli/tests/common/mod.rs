@@ -67,12 +67,17 @@ pub fn tiny(data: &Path, run: &Path, extra: &[&str]) -> Vec<String> {
     sets.into_iter().flat_map(|s| ["--set".to_string(), s]).collect()
 }
 
-pub fn losses(run: &Path) -> Vec<f64> {
+/// Key `key` of every line of `run/metrics.jsonl`, in order.
+pub fn metric(run: &Path, key: &str) -> Vec<serde_json::Value> {
     std::fs::read_to_string(run.join("metrics.jsonl"))
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["loss"].as_f64().unwrap())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()[key].clone())
         .collect()
+}
+
+pub fn losses(run: &Path) -> Vec<f64> {
+    metric(run, "loss").iter().map(|v| v.as_f64().unwrap()).collect()
 }
 
 /// The tensors `boost train --dump-grads STEP` wrote, sorted by name.
@@ -122,4 +127,34 @@ pub fn tree(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
         }
     }
     out
+}
+
+/// SHA-256 of every file under `dir`, by relative path (.lock aside: it holds the PID of the
+/// last run that opened the directory).
+pub fn snapshot(dir: &Path) -> BTreeMap<PathBuf, String> {
+    use sha2::{Digest, Sha256};
+    let hex = |bytes: Vec<u8>| Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect::<String>();
+    tree(dir)
+        .into_iter()
+        .filter(|(p, _)| p.file_name().is_some_and(|n| n != ".lock"))
+        .filter_map(|(p, bytes)| Some((p, hex(bytes?))))
+        .collect()
+}
+
+/// The stderr of a command that must be refused (exit 1).
+pub fn fails(out: &std::process::Output) -> String {
+    assert_eq!(out.status.code(), Some(1), "expected a refusal; stderr:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `boost train` of the tiny model on `data` into `run`, quiet.
+pub fn train(data: &Path, run: &Path, extra: &[&str]) -> std::process::Command {
+    let mut c = boost();
+    c.arg("train").args(tiny(data, run, extra)).arg("--quiet");
+    c
+}
+
+/// The steps `run/metrics.jsonl` logged, in order.
+pub fn steps(run: &Path) -> Vec<u64> {
+    metric(run, "step").iter().map(|v| v.as_u64().unwrap()).collect()
 }

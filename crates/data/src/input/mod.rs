@@ -79,11 +79,13 @@ pub fn is_parquet(path: &Path) -> bool {
 }
 
 /// The files of a corpus, in reading order, with their sizes: each input path, a directory
-/// standing for every file under it (recursively, sorted by path, skipping names that start
-/// with `.`).
+/// standing for every corpus file under it (recursively, sorted by path, skipping names that
+/// start with `.`; a corpus file is JSONL, Parquet or text by [`TEXT_EXTENSIONS`], and the
+/// others, such as a `tokenizer.json` lying beside the text, are skipped and listed).
 #[derive(Debug, Clone)]
 pub struct Inputs {
     files: Vec<(PathBuf, u64)>,
+    skipped: Vec<PathBuf>,
     text_field: String,
 }
 
@@ -93,10 +95,22 @@ impl Inputs {
     /// two inputs name (the same canonical path, e.g. one given twice, or also inside a given
     /// directory): its documents would be read twice, into both splits.
     pub fn open(paths: &[PathBuf], text_field: &str) -> Result<Inputs> {
-        let mut files = Vec::new();
+        let (mut files, mut skipped) = (Vec::new(), Vec::new());
         let mut seen: std::collections::HashMap<PathBuf, (&Path, PathBuf)> = std::collections::HashMap::new();
         for p in paths {
-            let found = expand(p)?;
+            let before = skipped.len();
+            let found = expand(p, &mut skipped)?;
+            if found.is_empty() && skipped.len() > before {
+                bail!(
+                    "{} holds no text, JSONL or Parquet files (text files end in .{}); it holds {}",
+                    p.display(),
+                    TEXT_EXTENSIONS.join(", ."),
+                    crate::output::list_names(
+                        &skipped[before..].iter().map(|f| f.display().to_string()).collect::<Vec<_>>(),
+                        5
+                    )
+                );
+            }
             if found.is_empty() {
                 bail!("{} holds no files", p.display());
             }
@@ -125,7 +139,12 @@ impl Inputs {
                 files.push((f, len));
             }
         }
-        Ok(Inputs { files, text_field: text_field.to_string() })
+        Ok(Inputs { files, skipped, text_field: text_field.to_string() })
+    }
+
+    /// The files of the given folders that are not corpus files, so were not read.
+    pub fn skipped(&self) -> &[PathBuf] {
+        &self.skipped
     }
 
     /// The files in reading order.
@@ -193,7 +212,20 @@ fn collect(
     Ok(docs)
 }
 
-fn expand(p: &Path) -> Result<Vec<PathBuf>> {
+/// The extensions of plain-text files a folder's listing takes (with JSONL and Parquet).
+pub const TEXT_EXTENSIONS: [&str; 5] = ["txt", "text", "md", "markdown", "rst"];
+
+/// Whether a file found in a folder is a corpus file: JSONL, Parquet, or a text file by its
+/// extension. A file named on its own is read whatever its name.
+fn is_corpus_file(path: &Path) -> bool {
+    FileKind::of(path) != FileKind::Text
+        || path
+            .extension()
+            .is_some_and(|e| TEXT_EXTENSIONS.contains(&e.to_string_lossy().to_ascii_lowercase().as_str()))
+}
+
+/// The files `p` stands for; files of a folder that are not corpus files go to `skipped`.
+fn expand(p: &Path, skipped: &mut Vec<PathBuf>) -> Result<Vec<PathBuf>> {
     let meta = std::fs::metadata(p).with_context(|| format!("cannot read the input {}", p.display()))?;
     if !meta.is_dir() {
         return Ok(vec![p.to_path_buf()]);
@@ -207,7 +239,13 @@ fn expand(p: &Path) -> Result<Vec<PathBuf>> {
     entries.sort();
     let mut out = Vec::new();
     for e in entries {
-        out.extend(expand(&e)?);
+        if e.is_dir() {
+            out.extend(expand(&e, skipped)?);
+        } else if is_corpus_file(&e) {
+            out.push(e);
+        } else {
+            skipped.push(e);
+        }
     }
     Ok(out)
 }

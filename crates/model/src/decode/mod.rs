@@ -80,6 +80,10 @@ impl<T: Scalar> Model<Cpu<T>> {
         if ids.is_empty() || len + ids.len() > cap {
             bail!("{} new token(s) after {len} do not fit the cache's {cap} positions", ids.len());
         }
+        // An id past the vocabulary would embed as a zero vector and decode silently wrong.
+        if let Some((i, id)) = ids.iter().enumerate().find(|(_, id)| **id as usize >= self.cfg.vocab) {
+            bail!("token id {id} (position {i}) is outside the model's vocabulary of {} (model.vocab)", self.cfg.vocab);
+        }
         let n = ids.len();
         let mut w = self.take_work(0, &Batch { ids, targets: &[], batch: 1, seq: n });
         self.forward_layers_with(&Solo, &mut w, Some(cache), None);

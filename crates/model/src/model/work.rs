@@ -168,6 +168,11 @@ impl<B: Backend> Model<B> {
     /// its ids and targets written.
     pub(crate) fn take_work(&mut self, slot: usize, b: &Batch) -> Work<B> {
         assert_eq!(b.ids.len(), b.batch * b.seq, "batch: {} ids for {}×{}", b.ids.len(), b.batch, b.seq);
+        // Callers check ids against the vocabulary (the loader, eval, decode) with an error
+        // naming the input; past it the embedding would silently read zero vectors.
+        if let Some(id) = b.ids.iter().find(|&&id| id as usize >= self.cfg.vocab) {
+            panic!("token id {id} is outside the vocabulary of {} (model.vocab)", self.cfg.vocab);
+        }
         let mut w = match self.works.get_mut(slot).and_then(|w| w.take()) {
             Some(w) if w.batch == b.batch && w.seq == b.seq => w,
             _ => self.alloc_work(b.batch, b.seq),

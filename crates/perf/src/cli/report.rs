@@ -60,7 +60,11 @@ pub fn report(s: &Setup, hw: &Hardware, p: &Prediction) -> String {
             b.pp_comm_s,
             b.dp_comm_s,
             b.dp_in_flight_s,
-            if s.overlap { format!(" (buckets of {} MB overlap the backward)", s.bucket_mb) } else { String::new() }
+            if s.overlap {
+                format!(" (buckets of {:.1} MB overlap the backward)", s.bucket_mb.mb_for(p.memory.gradients))
+            } else {
+                String::new()
+            }
         ),
     );
     share(&mut o, "bubble", b.bubble_s, it, &format!("   (pp − 1)/(m + pp − 1) = {:.3}", p.bubble_fraction));

@@ -4,64 +4,32 @@
 //! A full-rank model is a plain `LlamaForCausalLM`.
 
 mod config;
+mod out;
 
 pub use config::hf_config;
+pub use out::MARKER;
 
 use crate::checkpoint::Checkpoint;
+use crate::paths;
 use crate::staging::{self, Staged};
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use boost_config::{Arch, Config};
 use boost_data::Tokenizer;
 use std::fs;
 use std::path::Path;
 
 /// Write the export of checkpoint `ckpt` as the directory `out`. `out` must not exist or be
-/// empty (with `force`, a non-empty one is replaced); a checkpoint or run directory is never
-/// written into. The folder is built beside `out`, with its `SHA256SUMS`, and renamed into
-/// place, so `out` is never half-written.
+/// empty; with `force` it may be an earlier export as boost wrote it, which is replaced
+/// ([`out::check`]: nothing else is ever replaced). The folder is built beside `out`, with its
+/// marker and `SHA256SUMS`, and renamed into place, so `out` is never half-written.
 pub fn export(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
     let cfg = Config::from_toml_str(&ckpt.meta.config).context("the checkpoint's config")?;
-    staging::recover(out, "export")?;
-    check_out(ckpt, out, force)?;
-    let staged = Staged::new(out, "export")?;
+    let real = paths::resolved(out).with_context(|| format!("cannot resolve --out {}", out.display()))?;
+    staging::recover(&real, "export")?;
+    let real = out::check(&ckpt.dir, out, force)?;
+    let staged = Staged::new(&real, "export")?;
     write_into(ckpt, &cfg, staged.path())?;
     staged.finish()
-}
-
-/// Refuse an `--out` that would lose something.
-fn check_out(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
-    let inside = || {
-        anyhow::anyhow!(
-            "--out {} is inside the checkpoint being exported, which an export only reads; choose a directory outside {}",
-            out.display(),
-            ckpt.dir.display()
-        )
-    };
-    if !out.exists() {
-        return if crate::paths::inside(out, &ckpt.dir) { Err(inside()) } else { Ok(()) };
-    }
-    if !out.is_dir() {
-        bail!("--out {} is a file; name a directory for the export", out.display());
-    }
-    let same = |a: &Path, b: &Path| matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y);
-    if same(out, &ckpt.dir) || ckpt.dir.ancestors().any(|d| same(d, out)) {
-        bail!("--out {} is the checkpoint being exported (or holds it); choose a new directory", out.display());
-    }
-    if crate::paths::inside(out, &ckpt.dir) {
-        return Err(inside());
-    }
-    let owned = ["meta.json", "latest", "metrics.jsonl", "checkpoints", "model.safetensors", ".lock"];
-    if let Some(f) = owned.iter().find(|f| out.join(f).exists()) {
-        bail!(
-            "--out {} holds {f}: it is a checkpoint, run or model directory, which an export never replaces (even with --force); choose a new directory",
-            out.display()
-        );
-    }
-    let non_empty = fs::read_dir(out).with_context(|| format!("cannot list {}", out.display()))?.next().is_some();
-    if non_empty && !force {
-        bail!("--out {} is not empty; choose a new directory, or pass --force to replace it", out.display());
-    }
-    Ok(())
 }
 
 /// The code a low-rank export ships for transformers (`auto_map` in config.json): the
@@ -103,5 +71,6 @@ fn write_into(ckpt: &Checkpoint, cfg: &Config, dir: &Path) -> Result<()> {
             write(name, text)?;
         }
     }
+    write(MARKER, &out::marker(&ckpt.dir, ckpt.meta.step))?;
     crate::manifest::write(dir)
 }

@@ -62,6 +62,15 @@ impl Generator {
             .tokenizer_path()
             .with_context(|| format!("{} has no tokenizer.json to encode the prompt with", ckpt.dir.display()))?;
         let tokenizer = Tokenizer::from_file(&tok_path)?;
+        if tokenizer.vocab_size() > cfg.model.vocab {
+            bail!(
+                "{}: the tokenizer has {} entries but the model's vocabulary (model.vocab) is {}, so ids past it \
+                 have no embedding; the checkpoint's tokenizer.json is not the one the model was trained with",
+                tok_path.display(),
+                tokenizer.vocab_size(),
+                cfg.model.vocab
+            );
+        }
         let mut model = Model::declare(Cpu::<f32>::new(), &cfg.model, Layout::single(&cfg.model))?;
         ckpt.load_model(&mut model)?;
         Ok(Self { model, tokenizer, context: cfg.train.seq_len })
@@ -70,11 +79,39 @@ impl Generator {
     /// Generate from `opts.prompt`, calling `on_text` with each new piece of text as soon as
     /// it decodes (a piece ends where the decoded text is stable: whole UTF-8 characters).
     pub fn run(&mut self, opts: &GenerateOptions, on_text: &mut dyn FnMut(&str)) -> Result<Generated> {
-        let prompt = self.tokenizer.try_encode(&opts.prompt)?;
-        if prompt.is_empty() {
+        let prompt = self.prompt_ids(&opts.prompt)?;
+        self.run_ids(&prompt, opts, on_text)
+    }
+
+    /// The ids of `prompt`, checked as [`Generator::run_ids`] checks them: not empty, shorter
+    /// than the context, every id inside the model's vocabulary. Call it before showing the
+    /// prompt, so a refused one prints nothing.
+    pub fn prompt_ids(&self, prompt: &str) -> Result<Vec<u32>> {
+        let ids = self.tokenizer.try_encode(prompt)?;
+        if ids.is_empty() {
             bail!("the prompt is empty after tokenizing; give some text with --prompt");
         }
-        self.run_ids(&prompt, opts, on_text)
+        self.check_prompt(&ids)?;
+        Ok(ids)
+    }
+
+    fn check_prompt(&self, prompt: &[u32]) -> Result<()> {
+        if prompt.len() >= self.context {
+            bail!(
+                "the prompt is {} tokens, but the model's context (train.seq_len) is {}; shorten --prompt to fewer than {} tokens",
+                prompt.len(),
+                self.context,
+                self.context
+            );
+        }
+        let vocab = self.model.cfg.vocab;
+        if let Some((i, id)) = prompt.iter().enumerate().find(|(_, id)| **id as usize >= vocab) {
+            bail!(
+                "prompt token {i} has id {id}, outside the model's vocabulary of {vocab} (model.vocab): the tokenizer \
+                 does not belong to this model"
+            );
+        }
+        Ok(())
     }
 
     /// [`Generator::run`] from prompt token ids (`opts.prompt` is not read).
@@ -85,14 +122,7 @@ impl Generator {
         on_text: &mut dyn FnMut(&str),
     ) -> Result<Generated> {
         let mut sampler = Sampler::new(opts.sampling)?;
-        if prompt.len() >= self.context {
-            bail!(
-                "the prompt is {} tokens, but the model's context (train.seq_len) is {}; shorten --prompt to fewer than {} tokens",
-                prompt.len(),
-                self.context,
-                self.context
-            );
-        }
+        self.check_prompt(prompt)?;
         let cache = KvCache::new(&self.model, self.context);
         let mut logits = self.model.decode(&cache, prompt)?;
         let (mut tokens, mut shown) = (Vec::new(), 0);

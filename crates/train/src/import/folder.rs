@@ -1,164 +1,59 @@
 //! A Hugging Face Llama folder: `config.json`, the weights in `model.safetensors` or in shards
-//! listed by `model.safetensors.index.json`, and `tokenizer.json`. Weights are read as f32
-//! (from f32, bf16 or f16), each checked against the shape the config implies and to be finite.
+//! listed by `model.safetensors.index.json`, and `tokenizer.json`. The weight files are mapped,
+//! their headers checked against the shapes the config implies before anything is allocated;
+//! weights are read as f32 (from f32, bf16 or f16), each checked to be finite.
 //! A config field of the wrong type, a weight file whose header does not add up, and a tensor
 //! the config does not account for are errors naming the file and the field or tensor.
 
+use super::llama::{LlamaShape, expected_names, llama_shape};
 use anyhow::{Context, Result, bail};
 use safetensors::tensor::TensorInfo;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
-
-/// The Llama shape of a folder's config.json.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LlamaShape {
-    pub d: usize,
-    pub d_ff: usize,
-    pub layers: usize,
-    pub heads: usize,
-    pub kv_heads: usize,
-    pub vocab: usize,
-    pub norm_eps: f64,
-    pub rope_theta: f64,
-    pub tied: bool,
-    /// `max_position_embeddings`, if given.
-    pub context: Option<usize>,
-}
 
 pub struct Folder {
     pub dir: PathBuf,
     pub shape: LlamaShape,
     /// Tensor name → the file holding it.
     files: HashMap<String, PathBuf>,
-    loaded: HashMap<PathBuf, Vec<u8>>,
+    /// Each weight file, mapped (read as the tensors are, nothing copied up front).
+    loaded: HashMap<PathBuf, Mapped>,
+}
+
+/// A weight file's bytes: memory-mapped, or read when it is too small to map.
+enum Mapped {
+    Map(memmap2::Mmap),
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for Mapped {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Mapped::Map(m) => m,
+            Mapped::Read(v) => v,
+        }
+    }
+}
+
+/// Maps `file` read-only (a file of a few bytes is read instead: an empty one cannot be mapped).
+fn map(file: &Path) -> Result<Mapped> {
+    let f = fs::File::open(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let len = f.metadata().with_context(|| format!("cannot read {}", file.display()))?.len();
+    if len < 4096 {
+        return Ok(Mapped::Read(fs::read(file).with_context(|| format!("cannot read {}", file.display()))?));
+    }
+    // SAFETY: a read-only mapping of a file the import only reads; a file changed under it by
+    // another process could change the values read, as with any reader of model files.
+    let m = unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("cannot memory-map {}", file.display()))?;
+    Ok(Mapped::Map(m))
 }
 
 /// How many unaccounted tensors an error lists by name.
 const LISTED: usize = 5;
-
-fn field<'a>(cfg: &'a Value, key: &str, file: &Path) -> Result<&'a Value> {
-    cfg.get(key).with_context(|| format!("{}: config field `{key}` is missing", file.display()))
-}
-
-/// `key`'s value unless it is absent (or, with `null_is_absent`, null).
-fn present<'a>(cfg: &'a Value, key: &str, null_is_absent: bool) -> Option<&'a Value> {
-    cfg.get(key).filter(|v| !(null_is_absent && v.is_null()))
-}
-
-fn positive_int(v: &Value) -> Option<usize> {
-    v.as_u64().filter(|&n| n > 0).and_then(|n| usize::try_from(n).ok())
-}
-
-fn not_positive_int(key: &str, v: &Value, file: &Path) -> anyhow::Error {
-    anyhow::anyhow!("{}: config field `{key}` = {v} must be a positive integer", file.display())
-}
-
-/// A required positive integer.
-fn count(cfg: &Value, key: &str, file: &Path) -> Result<usize> {
-    let v = field(cfg, key, file)?;
-    positive_int(v).ok_or_else(|| not_positive_int(key, v, file))
-}
-
-/// An optional positive integer: `None` when absent (or null, with `null_is_absent`).
-fn opt_count(cfg: &Value, key: &str, null_is_absent: bool, file: &Path) -> Result<Option<usize>> {
-    present(cfg, key, null_is_absent).map(|v| positive_int(v).ok_or_else(|| not_positive_int(key, v, file))).transpose()
-}
-
-/// An optional positive finite number, `default` when absent.
-fn opt_positive(cfg: &Value, key: &str, default: f64, example: &str, file: &Path) -> Result<f64> {
-    match present(cfg, key, false) {
-        None => Ok(default),
-        Some(v) => v.as_f64().filter(|x| x.is_finite() && *x > 0.0).with_context(|| {
-            format!("{}: config field `{key}` = {v} must be a positive finite number, e.g. {example}", file.display())
-        }),
-    }
-}
-
-/// An optional boolean, `default` when absent.
-fn opt_bool(cfg: &Value, key: &str, default: bool, file: &Path) -> Result<bool> {
-    match present(cfg, key, false) {
-        None => Ok(default),
-        Some(v) => {
-            v.as_bool().with_context(|| format!("{}: config field `{key}` = {v} must be true or false", file.display()))
-        }
-    }
-}
-
-/// The shape, refusing what the engine's Llama does not compute (naming the config field).
-pub fn llama_shape(cfg: &Value, file: &Path) -> Result<LlamaShape> {
-    let model_type = field(cfg, "model_type", file)?;
-    if model_type.as_str() != Some("llama") {
-        bail!(
-            "{}: config field `model_type` is {model_type}; import reads Llama folders (`model_type: \"llama\"`)",
-            file.display()
-        );
-    }
-    let refuse = |key: &str, ok: &dyn Fn(&Value) -> bool, why: &str| -> Result<()> {
-        match cfg.get(key) {
-            Some(v) if !ok(v) => bail!("{}: config field `{key}` = {v} is not supported: {why}", file.display()),
-            _ => Ok(()),
-        }
-    };
-    refuse("hidden_act", &|v| v == "silu", "the MLP is SwiGLU with SiLU")?;
-    refuse("attention_bias", &|v| v == false, "projections have no bias")?;
-    refuse("mlp_bias", &|v| v == false, "projections have no bias")?;
-    refuse("rope_scaling", &|v| v.is_null(), "RoPE is unscaled")?;
-    let (d, heads) = (count(cfg, "hidden_size", file)?, count(cfg, "num_attention_heads", file)?);
-    if !d.is_multiple_of(heads) {
-        bail!("{}: config field `num_attention_heads` = {heads} does not divide hidden_size = {d}", file.display());
-    }
-    if let Some(head_dim) = opt_count(cfg, "head_dim", true, file)?
-        && head_dim != d / heads
-    {
-        bail!(
-            "{}: config field `head_dim` = {head_dim} does not match hidden_size / num_attention_heads = {d} / {heads} \
-             = {}; the engine's head dimension is hidden_size / num_attention_heads, so one of the three is wrong",
-            file.display(),
-            d / heads
-        );
-    }
-    let kv_heads = opt_count(cfg, "num_key_value_heads", true, file)?.unwrap_or(heads);
-    Ok(LlamaShape {
-        d,
-        d_ff: count(cfg, "intermediate_size", file)?,
-        layers: count(cfg, "num_hidden_layers", file)?,
-        heads,
-        kv_heads,
-        vocab: count(cfg, "vocab_size", file)?,
-        norm_eps: opt_positive(cfg, "rms_norm_eps", 1e-6, "1e-6", file)?,
-        rope_theta: opt_positive(cfg, "rope_theta", 10000.0, "10000.0", file)?,
-        tied: opt_bool(cfg, "tie_word_embeddings", false, file)?,
-        context: opt_count(cfg, "max_position_embeddings", false, file)?,
-    })
-}
-
-/// The names of the tensors a Llama of shape `s` holds (`lm_head.weight` only when untied).
-fn expected_names(s: &LlamaShape) -> BTreeSet<String> {
-    let mut names: BTreeSet<String> = ["model.embed_tokens.weight", "model.norm.weight"].map(String::from).into();
-    if !s.tied {
-        names.insert("lm_head.weight".into());
-    }
-    for l in 0..s.layers {
-        for t in [
-            "input_layernorm",
-            "post_attention_layernorm",
-            "self_attn.q_proj",
-            "self_attn.k_proj",
-            "self_attn.v_proj",
-            "self_attn.o_proj",
-            "mlp.gate_proj",
-            "mlp.up_proj",
-            "mlp.down_proj",
-        ] {
-            names.insert(format!("model.layers.{l}.{t}.weight"));
-        }
-    }
-    names
-}
-
 /// `bytes` (the contents of `file`) as safetensors; where the header does not add up, the error
 /// names the tensor whose entry is inconsistent.
 fn parse<'a>(bytes: &'a [u8], file: &Path) -> Result<SafeTensors<'a>> {
@@ -244,21 +139,75 @@ impl Folder {
             }
             vec![single]
         };
+        let indexed = index.is_file().then_some(index);
         let mut folder = Self { dir: dir.to_path_buf(), shape, files, loaded: HashMap::new() };
-        folder.load_all(weight_files)?;
+        folder.load_all(weight_files, indexed.as_deref())?;
         folder.refuse_unaccounted()?;
+        folder.check_shapes()?;
         Ok(folder)
     }
 
-    /// Reads every weight file (checking its header) and records the tensors each holds that
-    /// the index (if any) does not list.
-    fn load_all(&mut self, weight_files: Vec<PathBuf>) -> Result<()> {
+    /// Reads every weight file (checking its header). Without an index, records the tensors
+    /// each holds; with one, a tensor must be in the file the index names and in no other, or
+    /// which copy is read would depend on the order the files are read in.
+    fn load_all(&mut self, weight_files: Vec<PathBuf>, index: Option<&Path>) -> Result<()> {
+        let mut found: HashMap<String, PathBuf> = HashMap::new();
         for file in weight_files {
-            let bytes = fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
+            let bytes = map(&file)?;
             for name in parse(&bytes, &file)?.names() {
-                self.files.entry(name.to_string()).or_insert_with(|| file.clone());
+                if let Some(first) = found.insert(name.to_string(), file.clone()) {
+                    bail!(
+                        "tensor {name} is in two weight files, {} and {}; remove one copy",
+                        first.display(),
+                        file.display()
+                    );
+                }
+                match (index, self.files.get(name)) {
+                    (None, _) => {
+                        self.files.insert(name.to_string(), file.clone());
+                    }
+                    (Some(_), Some(listed)) if *listed == file => {}
+                    (Some(index), Some(listed)) => bail!(
+                        "tensor {name} is in {}, but {} lists it in {}; fix the index or the shards",
+                        file.display(),
+                        index.display(),
+                        listed.display()
+                    ),
+                    (Some(index), None) => bail!(
+                        "tensor {name} is in {} but not listed in {}; fix the index or the shards",
+                        file.display(),
+                        index.display()
+                    ),
+                }
             }
             self.loaded.insert(file, bytes);
+        }
+        if let Some(index) = index
+            && let Some((name, file)) = self.files.iter().find(|(n, _)| !found.contains_key(*n))
+        {
+            bail!("{} lists tensor {name} in {}, which does not hold it", index.display(), file.display());
+        }
+        Ok(())
+    }
+
+    /// Every tensor the config implies is in the weights with the shape it implies, checked
+    /// from the files' headers before the model they would fill is allocated (a `vocab_size`
+    /// of 10^9 beside a tiny file is refused here, not by an allocation of 64 GB).
+    fn check_shapes(&self) -> Result<()> {
+        for name in expected_names(&self.shape) {
+            let want = self.shape.shape_of(&name)?;
+            let file = self.files.get(&name).with_context(|| {
+                format!(
+                    "{}: the weights have no tensor {name}, which config.json implies (shape {want:?})",
+                    self.dir.display()
+                )
+            })?;
+            let st = parse(&self.loaded[file], file)?;
+            let got =
+                st.tensor(&name).with_context(|| format!("{}: no tensor {name}", file.display()))?.shape().to_vec();
+            if got != want {
+                bail!("{}: {name} has shape {got:?}, but config.json implies {want:?}", file.display());
+            }
         }
         Ok(())
     }
@@ -268,7 +217,7 @@ impl Folder {
     /// embedding, anything else a Llama does not hold. RoPE's `inv_freq` buffers are derived
     /// from `rope_theta` and ignored.
     fn refuse_unaccounted(&mut self) -> Result<()> {
-        let expected = expected_names(&self.shape);
+        let expected: std::collections::BTreeSet<String> = expected_names(&self.shape).into_iter().collect();
         let mut extra: Vec<&String> = self
             .files
             .keys()
@@ -318,8 +267,7 @@ impl Folder {
     pub fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>> {
         let file = self.files.get(name).with_context(|| format!("{}: no tensor {name}", self.dir.display()))?.clone();
         if !self.loaded.contains_key(&file) {
-            let bytes = fs::read(&file).with_context(|| format!("cannot read {}", file.display()))?;
-            self.loaded.insert(file.clone(), bytes);
+            self.loaded.insert(file.clone(), map(&file)?);
         }
         let st = parse(&self.loaded[&file], &file)?;
         let t = st.tensor(name).with_context(|| format!("{}: no tensor {name}", file.display()))?;

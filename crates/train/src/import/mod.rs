@@ -4,9 +4,11 @@
 //! The result is a run directory with one step-0 checkpoint, which `train --resume` continues.
 
 mod folder;
+mod llama;
 mod svd;
 
-pub use folder::{Folder, LlamaShape, llama_shape};
+pub use folder::Folder;
+pub use llama::{LlamaShape, llama_shape};
 
 use crate::checkpoint::{self, CheckpointMeta};
 use crate::optim::AdamW;
@@ -47,8 +49,10 @@ pub fn import(opts: &ImportOptions, log: &dyn Fn(String)) -> Result<(PathBuf, Ve
     check_out(opts)?;
     let mut folder = Folder::open(&opts.hf)?;
     let tokenizer = opts.hf.join("tokenizer.json");
-    let tokenizer = check_tokenizer(&tokenizer)?.then_some(tokenizer);
+    let tokenizer = check_tokenizer(&tokenizer, folder.shape.vocab)?.then_some(tokenizer);
     let cfg = config_of(&folder.shape, opts)?;
+    // The model and its optimizer state are allocated next: refuse what cannot fit.
+    crate::trainer::check_import_memory(&cfg)?;
     let mut model = Model::new(Cpu::<f32>::new(), &cfg.model, Layout::single(&cfg.model), cfg.train.seed)?;
     let mut energies = Vec::new();
     // B of each factored projection, kept until its piece comes (A comes first).
@@ -89,7 +93,7 @@ pub fn import(opts: &ImportOptions, log: &dyn Fn(String)) -> Result<(PathBuf, Ve
 /// The factors of the dense weight `{prefix}.weight`.
 fn low_rank(folder: &mut Folder, prefix: &str, r: usize) -> Result<svd::Factors> {
     let name = format!("{prefix}.weight");
-    let shape = dense_shape(folder, prefix)?;
+    let shape = folder.shape.shape_of(&name)?;
     let w = folder.tensor(&name, &shape)?;
     svd::factor(&w, shape[0], shape[1], r).with_context(|| format!("{name} of {}", folder.dir.display()))
 }
@@ -122,30 +126,25 @@ fn check_out(opts: &ImportOptions) -> Result<()> {
 }
 
 /// Whether the folder has a tokenizer; one that does not load as a tokenizer (as `generate`
-/// and `export` will load it from the checkpoint) is refused, naming the file.
-fn check_tokenizer(path: &Path) -> Result<bool> {
+/// and `export` will load it from the checkpoint), or whose ids run past the model's
+/// vocabulary of `vocab`, is refused, naming the file.
+fn check_tokenizer(path: &Path, vocab: usize) -> Result<bool> {
     if !path.exists() {
         return Ok(false);
     }
     if !path.is_file() {
         bail!("{} is not a file; the tokenizer must be a tokenizer.json file", path.display());
     }
-    boost_data::Tokenizer::from_file(path).context("import refuses the folder's tokenizer.json")?;
+    let t = boost_data::Tokenizer::from_file(path).context("import refuses the folder's tokenizer.json")?;
+    if t.vocab_size() > vocab {
+        bail!(
+            "{} has {} entries, but config.json's vocab_size is {vocab}: ids past it would have no embedding; the \
+             tokenizer does not belong to these weights",
+            path.display(),
+            t.vocab_size()
+        );
+    }
     Ok(true)
-}
-
-/// `[d_out, d_in]` of projection `prefix` in Llama's layout.
-fn dense_shape(folder: &Folder, prefix: &str) -> Result<Vec<usize>> {
-    let s = &folder.shape;
-    let kv = s.kv_heads * (s.d / s.heads);
-    let proj = prefix.rsplit('.').next().unwrap_or_default();
-    Ok(match proj {
-        "q_proj" | "o_proj" => vec![s.d, s.d],
-        "k_proj" | "v_proj" => vec![kv, s.d],
-        "gate_proj" | "up_proj" => vec![s.d_ff, s.d],
-        "down_proj" => vec![s.d, s.d_ff],
-        other => bail!("{prefix}: unknown projection {other}"),
-    })
 }
 
 /// The run config of the imported model: the folder's shape, `opts.arch` and rank.

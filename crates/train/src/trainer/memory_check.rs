@@ -41,9 +41,39 @@ pub fn check_memory(cfg: &Config, ranks_here: usize) -> Result<()> {
     )
 }
 
+/// Refuse an import of `cfg` that cannot fit: it holds the model's weights twice (the model,
+/// and the canonical tensors gathered for the checkpoint) and AdamW's zeroed state, the
+/// figures `boost plan` gives, before any of it is allocated. Skipped where the available
+/// memory cannot be read.
+pub fn check_import_memory(cfg: &Config) -> Result<()> {
+    let (Some(available), Ok(setup)) =
+        (available_bytes(), boost_perf::Setup::from_config(cfg, None, boost_perf::Dtype::F32))
+    else {
+        return Ok(());
+    };
+    let m = boost_perf::memory(&setup);
+    let need = 2.0 * m.weights + m.optimizer;
+    if need <= available as f64 {
+        return Ok(());
+    }
+    bail!(
+        "importing this model needs about {:.1} GiB of memory (weights {:.2} GiB twice, optimizer state {:.2} GiB) and \
+         the machine has {:.1} GiB available; import it on a machine with more memory, or check config.json's sizes",
+        need / GIB,
+        m.weights / GIB,
+        m.optimizer / GIB,
+        available as f64 / GIB,
+    )
+}
+
 /// Bytes the machine can give a new process: `MemAvailable` of /proc/meminfo, lowered to
 /// what a cgroup (v2) limit leaves; `None` where neither can be read (not Linux).
+/// `BOOST_MEMORY_AVAILABLE` (bytes) replaces the reading, for a machine whose figures are
+/// wrong and for tests of the refusals.
 fn available_bytes() -> Option<u64> {
+    if let Some(bytes) = std::env::var("BOOST_MEMORY_AVAILABLE").ok().and_then(|v| v.trim().parse().ok()) {
+        return Some(bytes);
+    }
     let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kib = meminfo
         .lines()

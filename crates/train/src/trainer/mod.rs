@@ -17,6 +17,7 @@ mod step;
 pub(crate) use launch::run_options;
 pub use launch::{train, train_launched};
 pub use learner::Learner;
+pub use memory_check::check_import_memory;
 pub use prepare::resolve_vocab;
 pub use runner::{Accumulated, StepOut, StepRunner};
 

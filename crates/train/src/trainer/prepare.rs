@@ -61,7 +61,19 @@ pub(super) fn prepare(mut cfg: Config, opts: &TrainOptions, lead: bool) -> Resul
 /// Lock the run directory, check it suits a fresh run or this resume, clear what a killed
 /// run left, and write the resolved config.
 fn claim_run_dir(cfg: &Config, run_dir: &std::path::Path, resume: Option<&Checkpoint>, log: Log) -> Result<RunLock> {
+    run_dir::check_not_foreign(run_dir)?;
     let lock = RunLock::acquire(run_dir)?;
+    match settle_run_dir(cfg, run_dir, resume, log) {
+        Ok(()) => Ok(lock),
+        Err(e) => {
+            lock.abandon();
+            Err(e)
+        }
+    }
+}
+
+/// With the lock held: check the directory suits this run, tidy it, write the config.
+fn settle_run_dir(cfg: &Config, run_dir: &std::path::Path, resume: Option<&Checkpoint>, log: Log) -> Result<()> {
     match resume {
         Some(ck) => run_dir::check_resume(run_dir, &ck.dir, ck.meta.step)?,
         None => run_dir::check_fresh(run_dir)?,
@@ -79,6 +91,5 @@ fn claim_run_dir(cfg: &Config, run_dir: &std::path::Path, resume: Option<&Checkp
         ));
     }
     let own_run = resume.is_some_and(|ck| run_dir::holds(run_dir, &ck.dir));
-    run_dir::write_config(run_dir, &cfg.to_toml(), own_run)?;
-    Ok(lock)
+    run_dir::write_config(run_dir, &cfg.to_toml(), own_run)
 }

@@ -55,6 +55,12 @@ pub struct StepRunner<'g, B: Backend> {
 }
 
 impl<'g, B: Backend> StepRunner<'g, B> {
+    /// With overlapped data-parallel gradients: the bucket size (bytes) and count of this
+    /// rank's stage.
+    pub fn bucket_sizes(&self) -> Option<(usize, usize)> {
+        self.sync.as_ref().map(|s| s.sizes())
+    }
+
     pub fn new(cfg: &Config, model: &Model<B>, dp_rank: usize) -> Self {
         let t = &cfg.train;
         let n = t.micro_batch * t.seq_len;

@@ -70,6 +70,13 @@ impl<'a, B: Backend> Job<'a, B> {
             ));
         }
         let runner = StepRunner::new(cfg, &learner.model, c.dp);
+        if let Some((bytes, n)) = runner.bucket_sizes() {
+            log.line(format!(
+                "data-parallel gradients overlap the backward in {n} bucket(s) of {:.1} MB (parallel.bucket_mb = {})",
+                bytes as f64 / 1e6,
+                cfg.parallel.bucket_mb
+            ));
+        }
         let summary = Summary {
             run_dir: ctx.run_dir.to_path_buf(),
             first_step: at.step,
