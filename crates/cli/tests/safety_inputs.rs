@@ -166,3 +166,24 @@ fn the_default_bucket_size_is_chosen_from_the_model_and_logged() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("bucket(s) of 1.0 MB (parallel.bucket_mb = \"auto\")"), "{e}");
 }
+
+#[test]
+fn plot_names_a_wrong_typed_line_and_skips_one_cut_short() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    run(&mut train(&data, &run_dir, &[]));
+    let metrics = run_dir.join("metrics.jsonl");
+    let good = fs::read_to_string(&metrics).unwrap();
+    let plot = |out: &str| boost().arg("plot").arg(&run_dir).arg("--out").arg(root.path().join(out)).output().unwrap();
+    // A kill while the last line was written: the run still plots, with a warning.
+    fs::write(&metrics, format!("{good}{{\"step\":7,\"loss\":\n")).unwrap();
+    let out = plot("cut.png");
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cut short"));
+    // A loss that is a string is an error naming the line, and no figure is drawn.
+    let typed = good.replacen("\"loss\":", "\"loss\":\"x\",\"was\":", 1);
+    fs::write(&metrics, typed).unwrap();
+    let e = fails(&plot("typed.png"));
+    assert!(e.contains("metrics.jsonl:1") && e.contains("`loss`"), "{e}");
+    assert!(!root.path().join("typed.png").exists());
+}
