@@ -11,7 +11,7 @@
     tiny CoLA model;
 (d) the fixtures on disk are what make_fixtures.py produces now, have the documented layout,
     and stay small;
-(e) the benchmark peer bench/torch_peer.py, loaded with fixture weights in float64, matches the
+(e) the benchmark peer crates/bench/peers/torch_peer.py, loaded with fixture weights in float64, matches the
     fixtures' logits, loss and gradients;
 (f) check_export.py reads an export folder written from fixture weights and reproduces the
     logits, and names a missing tensor.
@@ -29,7 +29,7 @@ from safetensors.torch import safe_open
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "crates", "bench", "peers"))
 
 import boost_ref as ref  # noqa: E402
 import make_fixtures  # noqa: E402
@@ -443,7 +443,7 @@ def test_peer_matches_fixtures():
         close(loss.reshape(1), disk["loss"], f"peer {name} loss")
         for k, p in model.named_parameters():
             close(p.grad, disk[f"grad.{k}"], f"peer {name} grad {k}")
-    print("  bench/torch_peer.py matches every fixture in float64")
+    print("  crates/bench/peers/torch_peer.py matches every fixture in float64")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -104,7 +104,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         sets.extend(a.sets.iter().filter(|s| s.trim_start().starts_with("model.")).cloned());
         models.push(Config::load(None, &sets)?.model);
     }
-    let opts = boost_train::bench::BenchOptions {
+    let opts = boost_bench::BenchOptions {
         models,
         seq: a.seq,
         micro_batch: a.micro_batch,
@@ -124,15 +124,15 @@ pub fn run(a: &BenchArgs) -> Result<()> {
     if let Some(tp) = a.tp {
         return bench_tp(a, &opts, tp);
     }
-    let mut report = boost_train::bench::run(&opts, &|s| eprintln!("{s}"))?;
+    let mut report = boost_bench::run(&opts, &|s| eprintln!("{s}"))?;
     if a.gemm_shapes {
         eprintln!("timing each GEMM shape alone…");
         for r in &mut report.results {
-            boost_train::bench_gemm::time_alone(&mut r.gemm_shapes, 5, boost_train::bench::gemm_peak);
+            boost_bench::gemm::time_alone(&mut r.gemm_shapes, 5, boost_bench::gemm_peak);
         }
     }
     print_report(a.json, &report, || {
-        let mut t = boost_train::bench::table(&report);
+        let mut t = boost_bench::table(&report);
         if a.gemm_shapes {
             for (r, m) in report.results.iter().zip(&opts.models) {
                 let legend = format!(
@@ -144,7 +144,7 @@ pub fn run(a: &BenchArgs) -> Result<()> {
                     m.vocab,
                     m.d / m.heads
                 );
-                t += &boost_train::bench_gemm::table(&r.arch, &legend, &r.gemm_shapes);
+                t += &boost_bench::gemm::table(&r.arch, &legend, &r.gemm_shapes);
             }
         }
         t
@@ -155,9 +155,9 @@ fn link_of(a: &BenchArgs) -> Result<Option<boost_comm::Link>> {
     Ok(match a.link.as_deref() {
         None | Some("none") => None,
         Some("a100") => {
-            let gflops = boost_train::bench_tp::measured_gemm_gflops();
+            let gflops = boost_bench::tp::measured_gemm_gflops();
             let hw = boost_perf::Hardware::preset("a100-80gb")?;
-            let (l, k) = boost_train::bench_tp::scaled_link(&hw, gflops);
+            let (l, k) = boost_bench::tp::scaled_link(&hw, gflops);
             eprintln!(
                 "link emulation: A100 NVLink (α {:.0e} s, {:.0} GB/s) scaled by k = {k:.0} (A100 achieved GEMM / this CPU's {gflops:.0} GFLOP/s): α {:.0} µs, {:.3} GB/s for fp32 payloads",
                 hw.intra_node.alpha_s,
@@ -181,7 +181,7 @@ fn link_of(a: &BenchArgs) -> Result<Option<boost_comm::Link>> {
     })
 }
 
-fn bench_grid(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, grid: &str) -> Result<()> {
+fn bench_grid(a: &BenchArgs, opts: &boost_bench::BenchOptions, grid: &str) -> Result<()> {
     let dims: Vec<usize> =
         grid.split(',').map(|x| x.trim().parse()).collect::<Result<_, _>>().context("--grid takes DP,PP,TP")?;
     let [dp, pp, tp] = dims[..] else { anyhow::bail!("--grid takes three numbers: DP,PP,TP") };
@@ -201,13 +201,13 @@ fn bench_grid(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, grid: &str
     ];
     sets.extend(a.sets.iter().cloned());
     let cfg = Config::load(None, &sets)?;
-    let report = boost_train::bench_grid::run(opts, &cfg, link_of(a)?, &|s| eprintln!("{s}"))?;
-    print_report(a.json, &report, || boost_train::bench_grid::table(&report))
+    let report = boost_bench::grid::run(opts, &cfg, link_of(a)?, &|s| eprintln!("{s}"))?;
+    print_report(a.json, &report, || boost_bench::grid::table(&report))
 }
 
-fn bench_tp(a: &BenchArgs, opts: &boost_train::bench::BenchOptions, tp: usize) -> Result<()> {
+fn bench_tp(a: &BenchArgs, opts: &boost_bench::BenchOptions, tp: usize) -> Result<()> {
+    use boost_bench::tp::{TpBench, Variant, run, saved_per_ms, table};
     use boost_config::{Arch, NormMode, Recompute, Scheme};
-    use boost_train::bench_tp::{TpBench, Variant, run, saved_per_ms, table};
     if a.tp_chunks == 0 {
         anyhow::bail!("--tp-chunks 0: give at least 1 chunk (1 = the unchunked step only)");
     }

@@ -1,9 +1,10 @@
 //! Argument structs and handlers of the training-side subcommands.
 
 use anyhow::{Context, Result};
+use boost_checkpoint::{self as checkpoint, Checkpoint};
 use boost_config::Config;
-use boost_train::checkpoint::{self, Checkpoint};
-use boost_train::{TrainOptions, eval, export as hf};
+use boost_hf::export as hf;
+use boost_train::{TrainOptions, eval};
 use clap::Args;
 use std::path::PathBuf;
 
@@ -128,10 +129,12 @@ pub fn train(a: &TrainArgs) -> Result<()> {
         }
     };
     boost_train::signals::install()?;
-    let summary = boost_train::trainer::train_launched(
-        cfg,
-        TrainOptions { resume, quiet: a.quiet, fault, dump_grads: a.dump_grads },
-    )?;
+    #[cfg(any(feature = "cuda", feature = "emulate"))]
+    let devices = boost_cli::device::Gpus;
+    #[cfg(not(any(feature = "cuda", feature = "emulate")))]
+    let devices = boost_train::trainer::CpuOnly;
+    let opts = TrainOptions { resume, quiet: a.quiet, fault, dump_grads: a.dump_grads };
+    let summary = boost_train::trainer::train_launched(cfg, opts, &devices)?;
     if let Some(sig) = boost_train::signals::received() {
         let name = boost_data::interrupt::signal_name(sig);
         match summary.as_ref().and_then(|s| s.last_checkpoint.as_ref().map(|c| (s, c))) {

@@ -2,7 +2,7 @@
 
 use crate::commands::set_threads;
 use anyhow::Result;
-use boost_train::checkpoint::{self, Checkpoint};
+use boost_checkpoint::{self as checkpoint, Checkpoint};
 use boost_train::generate::{GenerateOptions, Generator, Sampling, Stop};
 use clap::Args;
 use std::io::Write;

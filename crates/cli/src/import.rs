@@ -2,7 +2,7 @@
 
 use anyhow::{Result, bail};
 use boost_config::Arch;
-use boost_train::import::{ImportOptions, import};
+use boost_hf::import::{ImportOptions, import};
 use clap::Args;
 use std::path::PathBuf;
 

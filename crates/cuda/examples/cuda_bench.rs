@@ -31,10 +31,10 @@ fn main() {
 mod bench {
     use boost_config::{Arch, ModelConfig, TrainConfig};
     use boost_cuda::{Cuda, Precision};
+    use boost_exec::optim::{AdamW, clip_coef, grad_norm};
     use boost_model::{Batch, Layout, Model};
     use boost_tensor::profile::Profiled;
     use boost_tensor::{Backend, Solo};
-    use boost_train::optim::{AdamW, clip_coef, grad_norm};
     use std::collections::HashMap;
     use std::time::Instant;
 

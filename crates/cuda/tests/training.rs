@@ -10,10 +10,10 @@ mod common;
 
 use boost_config::{Arch, LaxGate, ModelConfig, TrainConfig};
 use boost_cuda::Precision;
+use boost_exec::optim::{AdamW, clip_coef, grad_norm};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Solo};
-use boost_train::optim::{AdamW, clip_coef, grad_norm};
 
 const VOCAB: usize = 64;
 const BATCH: usize = 4;

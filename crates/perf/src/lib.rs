@@ -13,6 +13,7 @@ pub mod calibrate;
 pub mod chart;
 pub mod chunks;
 pub mod cli;
+pub mod fit;
 pub mod hardware;
 pub mod layer;
 pub mod ops;

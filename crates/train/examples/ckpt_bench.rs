@@ -7,13 +7,13 @@
 //! (preset, layers, an empty scratch directory). Heap is counted per thread by a counting
 //! allocator; mapped files and the page cache are not heap.
 
+use boost_checkpoint::grid::load_run;
+use boost_checkpoint::owned_part::OwnedPart;
+use boost_checkpoint::{self as checkpoint, Checkpoint, CheckpointMeta, Grid};
 use boost_config::Config;
+use boost_exec::dp::Optimizer;
 use boost_model::{Layout, Model};
 use boost_tensor::cpu::Cpu;
-use boost_train::checkpoint::{self, Checkpoint, CheckpointMeta, Grid};
-use boost_train::dp::Optimizer;
-use boost_train::grid_ckpt::load_run;
-use boost_train::owned_part::OwnedPart;
 use std::alloc::{GlobalAlloc, Layout as Mem, System};
 use std::cell::Cell;
 use std::path::Path;

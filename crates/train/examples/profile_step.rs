@@ -8,11 +8,11 @@
 //! mapped memory: on cola-60m, 0 a step from the third step on, as the buffers are reused).
 
 use boost_config::Config;
+use boost_exec::optim::{AdamW, clip_coef, grad_norm};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::Solo;
 use boost_tensor::cpu::Cpu;
 use boost_tensor::profile::Profiled;
-use boost_train::optim::{AdamW, clip_coef, grad_norm};
 use std::time::Instant;
 
 fn main() {

@@ -2,8 +2,8 @@
 //! tokenizer of the config (a changed `model.*` key would silently drop or reinterpret
 //! tensors), and that the data can fill a global batch.
 
-use crate::checkpoint::Checkpoint;
 use anyhow::{Context, Result, bail};
+use boost_checkpoint::Checkpoint;
 use boost_config::Config;
 use boost_data::Dataset;
 use serde_json::Value;

@@ -1,8 +1,8 @@
 //! Scoring a checkpoint: on a dataset's validation shard, or on a text file as one document.
 
-use crate::checkpoint::Checkpoint;
 use crate::trainer::resolve_vocab;
 use anyhow::{Context, Result, bail};
+use boost_checkpoint::Checkpoint;
 use boost_config::Config;
 use boost_data::Tokenizer;
 use boost_model::{Batch, Layout, LossSum, Model};

@@ -3,8 +3,8 @@
 //! removal of what crashed saves left behind, and `metrics.jsonl` trimmed to the step a
 //! resumed run continues from (the lines after it kept in a side file).
 
-use crate::checkpoint;
 use anyhow::{Context, Result, bail};
+use boost_checkpoint as checkpoint;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -70,8 +70,8 @@ impl RunLock {
 /// a dataset, a checkpoint, an export, a Hugging Face model or a folder of token files, which
 /// `checkpoints/`, `metrics.jsonl` and `config.toml` would be mixed into.
 pub fn check_not_foreign(run_dir: &Path) -> Result<()> {
-    use crate::paths::Holds;
-    match crate::paths::holds(run_dir) {
+    use boost_checkpoint::paths::Holds;
+    match boost_checkpoint::paths::holds(run_dir) {
         Some((Holds::Run | Holds::Other, _)) | None => Ok(()),
         Some((_, what)) => bail!(
             "run.dir = {} is {what}; a run writes checkpoints/, metrics.jsonl and config.toml into its run directory, \

@@ -5,15 +5,15 @@
 //! ZeRO-1 replicas element for element, and their own checkpoints load back into one rank
 //! equal to the original, bit for bit (these are copies, so the tolerance is zero).
 
+use boost_checkpoint::grid::load_run;
+use boost_checkpoint::owned_part::OwnedPart;
+use boost_checkpoint::shard::BLOCK;
+use boost_checkpoint::{self as checkpoint, Checkpoint, CheckpointMeta, Grid, Tensors, local_slice};
 use boost_config::Config;
+use boost_exec::dp::Optimizer;
 use boost_model::{Layout, Model};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Mat, MatMut, Solo};
-use boost_train::checkpoint::shard::BLOCK;
-use boost_train::checkpoint::{self, Checkpoint, CheckpointMeta, Grid, Tensors, local_slice};
-use boost_train::dp::Optimizer;
-use boost_train::grid_ckpt::load_run;
-use boost_train::owned_part::OwnedPart;
 use std::path::Path;
 
 type Be = Cpu<f32>;

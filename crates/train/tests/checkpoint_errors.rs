@@ -2,7 +2,7 @@
 
 mod common;
 
-use boost_train::checkpoint::Checkpoint;
+use boost_checkpoint::Checkpoint;
 use boost_train::{TrainOptions, train};
 use std::fs;
 

@@ -11,7 +11,7 @@
 
 mod common;
 
-use boost_train::checkpoint::{self, Checkpoint, CheckpointMeta};
+use boost_checkpoint::{self as checkpoint, Checkpoint, CheckpointMeta};
 use boost_train::{TrainOptions, train};
 use serde_json::Value;
 use std::fs;
@@ -49,7 +49,7 @@ fn to_single_file(ck: &Checkpoint, out: &Path) -> PathBuf {
     let cfg = boost_config::Config::from_toml_str(&ck.meta.config).unwrap().model;
     let be = boost_tensor::cpu::Cpu::<f32>::new();
     let mut model = boost_model::Model::declare(be, &cfg, boost_model::Layout::single(&cfg)).unwrap();
-    let mut opt = boost_train::optim::AdamW::new(&model.be, &model.store);
+    let mut opt = boost_exec::optim::AdamW::new(&model.be, &model.store);
     ck.load_model(&mut model).unwrap();
     ck.load_optim(&model, &mut opt).unwrap();
     let tensors = checkpoint::gather(&model, &opt, &boost_tensor::Solo).unwrap();
@@ -91,7 +91,7 @@ fn open_and_load(dir: &Path) -> anyhow::Result<()> {
 
 /// Recompute `SHA256SUMS` over the directory as it is now.
 fn resum(dir: &Path) {
-    boost_train::manifest::write(dir).unwrap();
+    boost_checkpoint::manifest::write(dir).unwrap();
 }
 
 /// Drop `file`'s line from `SHA256SUMS`.
@@ -227,7 +227,7 @@ fn a_tensor_of_the_right_size_in_another_shape_is_refused() {
         assert!(e.contains(&shapes.1), "{e}");
         // An export never copies it.
         let out = tmp.path().join(format!("export-{name}"));
-        assert!(Checkpoint::open(&dir).and_then(|ck| boost_train::export::export(&ck, &out, false)).is_err());
+        assert!(Checkpoint::open(&dir).and_then(|ck| boost_hf::export::export(&ck, &out, false)).is_err());
         assert!(!out.exists());
     }
     // A moment in another shape alike.

@@ -4,8 +4,8 @@
 
 mod common;
 
+use boost_checkpoint::Checkpoint;
 use boost_data::{BuildOptions, Document, TokenizerChoice};
-use boost_train::checkpoint::Checkpoint;
 use boost_train::{TrainOptions, train};
 use std::path::Path;
 

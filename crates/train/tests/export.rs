@@ -7,13 +7,13 @@
 
 mod common;
 
+use boost_checkpoint::{self as checkpoint, Checkpoint, CheckpointMeta};
 use boost_config::Config;
+use boost_exec::optim::AdamW;
+use boost_hf::export::export;
 use boost_model::{Layout, Model};
 use boost_tensor::Solo;
 use boost_tensor::cpu::Cpu;
-use boost_train::checkpoint::{self, Checkpoint, CheckpointMeta};
-use boost_train::export::export;
-use boost_train::optim::AdamW;
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::path::{Path, PathBuf};

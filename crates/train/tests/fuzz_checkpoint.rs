@@ -6,7 +6,7 @@
 
 mod common;
 
-use boost_train::checkpoint::Checkpoint;
+use boost_checkpoint::Checkpoint;
 use boost_train::{TrainOptions, train};
 use proptest::prelude::*;
 use std::fs;
@@ -69,7 +69,7 @@ fn open_and_load_all(dir: &Path) -> Result<(), String> {
         boost_model::Layout::single(&f.model),
     )
     .map_err(|e| e.to_string())?;
-    let mut opt = boost_train::optim::AdamW::new(&m.be, &m.store);
+    let mut opt = boost_exec::optim::AdamW::new(&m.be, &m.store);
     ck.load_optim(&m, &mut opt).map_err(|e| e.to_string())
 }
 
@@ -92,7 +92,7 @@ proptest! {
         let i = ((bytes.len() as f64 * at) as usize).min(bytes.len().saturating_sub(1));
         if truncate { bytes.truncate(i) } else { bytes[i] = byte }
         fs::write(&p, &bytes).unwrap();
-        boost_train::manifest::write(&dir).unwrap();
+        boost_checkpoint::manifest::write(&dir).unwrap();
         let result = std::panic::catch_unwind(|| open_and_load_all(&dir));
         prop_assert!(result.is_ok(), "reading {} damaged at byte {i} panicked", BEHIND_THE_MANIFEST[file]);
     }
@@ -103,7 +103,7 @@ fn an_undamaged_copy_with_a_recomputed_manifest_loads() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("ck");
     copy_to(&dir);
-    boost_train::manifest::write(&dir).unwrap();
+    boost_checkpoint::manifest::write(&dir).unwrap();
     open_and_load_all(&dir).unwrap();
 }
 

@@ -3,11 +3,11 @@
 //! pool, as the trainer runs it (jobs pushed from outside a rayon pool go through a queue
 //! that allocates a block every 63 pushes).
 
+use boost_exec::optim::{AdamW, clip_coef, grad_norm};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::Solo;
 use boost_tensor::cpu::Cpu;
 use boost_tensor::cpu::gemm::GEMM_IN_FLIGHT;
-use boost_train::optim::{AdamW, clip_coef, grad_norm};
 use std::alloc::{GlobalAlloc, Layout as AllocLayout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 

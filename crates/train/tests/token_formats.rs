@@ -4,7 +4,7 @@
 
 mod common;
 
-use boost_train::checkpoint::Checkpoint;
+use boost_checkpoint::Checkpoint;
 use boost_train::{TrainOptions, train};
 use std::path::{Path, PathBuf};
 

@@ -7,10 +7,10 @@ mod common;
 
 use boost_comm::{Dims, RunOptions, Snapshot, run_ranks_with};
 use boost_config::{Config, Recompute};
+use boost_exec::optim::grad_norm;
 use boost_model::{Batch, Layout, Model};
 use boost_perf::{Dtype, Setup, collective_totals, step_collectives};
 use boost_tensor::cpu::Cpu;
-use boost_train::optim::grad_norm;
 use std::collections::BTreeMap;
 
 const B: usize = 2;

@@ -12,6 +12,7 @@ mod machine;
 mod norm;
 mod optim;
 pub mod par;
+pub mod peak;
 pub mod pool;
 mod rope;
 mod transpose;

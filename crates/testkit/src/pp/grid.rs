@@ -5,11 +5,11 @@ use super::{B, Case, Out, S, SEED, batches};
 use crate::engine::Engine;
 use boost_comm::{Dims, GridOptions, RunOptions, run_ranks_with};
 use boost_config::Config;
+use boost_exec::dp::Optimizer;
+use boost_exec::pipeline::StageRunner;
+use boost_exec::pipeline::schedule::table;
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::{Backend, Mat};
-use boost_train::dp::Optimizer;
-use boost_train::pipeline::StageRunner;
-use boost_train::pipeline::schedule::table;
 
 ///
 /// With `overlap`, the pipeline and data-parallel groups have progress threads: stages post

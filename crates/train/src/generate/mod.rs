@@ -5,8 +5,8 @@ mod sampler;
 
 pub use sampler::{Sampler, Sampling};
 
-use crate::checkpoint::Checkpoint;
 use anyhow::{Context, Result, bail};
+use boost_checkpoint::Checkpoint;
 use boost_config::Config;
 use boost_data::Tokenizer;
 use boost_model::{KvCache, Layout, Model};

@@ -37,7 +37,7 @@ impl BatchLog {
         // of the run (each of an mpirun launch has its own compute pool; in-process ranks
         // share one). The `cpu` preset's, measured on another machine, gave MFU above 100 % on
         // a faster CPU. No GPU peak is assumed for a device this process has not measured.
-        let peak = (cfg.train.device == "cpu").then(|| crate::bench::gemm_peak() * 1e9 * processes as f64);
+        let peak = (cfg.train.device == "cpu").then(|| boost_tensor::cpu::peak::gemm_peak() * 1e9 * processes as f64);
         Some(Self {
             every: cfg.train.log_every as u64,
             steps: cfg.train.steps as u64,

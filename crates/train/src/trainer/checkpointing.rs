@@ -9,11 +9,11 @@
 
 use super::grads_path;
 use super::run::Job;
-use crate::checkpoint::{self, CheckpointMeta, Grid};
-use crate::dp::Optimizer;
 use crate::metrics::StepMetrics;
-use crate::owned_part::OwnedPart;
 use anyhow::{Result, bail};
+use boost_checkpoint::owned_part::OwnedPart;
+use boost_checkpoint::{self as checkpoint, CheckpointMeta, Grid};
+use boost_exec::dp::Optimizer;
 use boost_tensor::Backend;
 use std::collections::HashMap;
 use std::fs;
@@ -163,7 +163,9 @@ impl<B: Backend> Job<'_, B> {
 
     /// Write the whole gradients of optimizer step `step` (1-based) to [`grads_path`].
     pub(super) fn dump_grads(&self, step: u64) -> Result<()> {
-        if let Some(grads) = self.learner.gather_grads(self.g, self.dp_rank)? {
+        if let Some(grads) =
+            boost_checkpoint::grid::gather_grads(&self.learner.model, &self.learner.opt, self.g, self.dp_rank)?
+        {
             let path = grads_path(self.ctx.run_dir, step);
             fs::create_dir_all(path.parent().expect("a file in a directory"))?;
             checkpoint::write_safetensors(&path, &grads, &HashMap::new())?;

@@ -5,24 +5,19 @@ mod batch_log;
 mod checkpointing;
 mod eval;
 mod launch;
-mod learner;
-mod memory_check;
 mod prepare;
 mod run;
-mod runner;
 mod sample;
 mod setup;
 mod step;
 
-pub(crate) use launch::run_options;
-pub use launch::{train, train_launched};
-pub use learner::Learner;
-pub use memory_check::check_import_memory;
+pub use boost_exec::{Accumulated, Learner, StepOut, StepRunner};
+pub use launch::run_options;
+pub use launch::{CpuOnly, Devices, RankCtx, local_rank, train, train_launched, train_on};
 pub use prepare::resolve_vocab;
-pub use runner::{Accumulated, StepOut, StepRunner};
 
-use crate::checkpoint;
 use anyhow::Result;
+use boost_checkpoint as checkpoint;
 use std::path::{Path, PathBuf};
 
 /// How to start a run.

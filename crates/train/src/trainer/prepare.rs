@@ -2,10 +2,10 @@
 //! config, and (on the lead) a locked, consistent run directory.
 
 use super::{Log, TrainOptions};
-use crate::checkpoint::Checkpoint;
 use crate::compat;
 use crate::run_dir::{self, RunLock};
 use anyhow::{Result, bail};
+use boost_checkpoint::Checkpoint;
 use boost_config::Config;
 use boost_data::Dataset;
 use std::path::PathBuf;

@@ -3,12 +3,12 @@
 
 use super::launch::RankCtx;
 use super::{Learner, Log, StepRunner, Summary};
-use crate::dp::Groups;
 use crate::guard::Guard;
 use crate::metrics::MetricsWriter;
 use anyhow::Result;
 use boost_comm::Recorder;
 use boost_data::{TrainStream, ValSet};
+use boost_exec::dp::Groups;
 use boost_tensor::Backend;
 use indicatif::ProgressBar;
 use std::time::Instant;

@@ -4,12 +4,12 @@
 use super::launch::RankCtx;
 use super::run::{Job, Stream};
 use super::{Learner, Log, StepRunner, Summary, TrainOptions};
-use crate::dp::Groups;
 use crate::guard::Guard;
 use crate::metrics::MetricsWriter;
 use anyhow::Result;
 use boost_comm::{Coord, Recorder};
 use boost_config::Config;
+use boost_exec::dp::Groups;
 use boost_model::{Layout, Model};
 use boost_tensor::Backend;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -35,7 +35,7 @@ impl<'a, B: Backend> Job<'a, B> {
         let mut learner = Learner::new(model, &cfg.parallel, c.dp);
         let mut at = Stream::default();
         if let Some(ck) = ctx.resume {
-            learner.load(ck)?;
+            boost_checkpoint::grid::load_run(ck, &mut learner.model, &mut learner.opt)?;
             at = Stream { step: ck.meta.step, position: ck.meta.data_position, tokens: ck.meta.tokens };
             log.line(format!("resumed from {} at step {}", ck.dir.display(), at.step));
         }

@@ -69,7 +69,9 @@ impl<B: Backend> Job<'_, B> {
         if let Verdict::Skip(why) = &verdict {
             self.warn(format!("warning: {why}"));
         }
-        Ok(self.runner.apply(&mut self.learner, self.g, step, acc, verdict != Verdict::Apply))
+        let lr = crate::schedule::lr_at(&self.ctx.cfg.train, step as usize);
+        let skip = verdict != Verdict::Apply;
+        Ok(self.runner.apply(&mut self.learner, self.g, lr, acc, skip, crate::signals::received()))
     }
 
     /// The record of the step just done, `dt` seconds long, with the collectives it issued

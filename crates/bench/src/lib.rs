@@ -1,0 +1,17 @@
+//! `boost bench`: training-step throughput against a GEMM peak measured in the same run and
+//! against the PyTorch eager peer run beside it ([`step`], [`report`]); the step's GEMMs shape
+//! by shape ([`gemm`]); tensor-parallel schemes over an emulated link ([`tp`]); a (dp, pp, tp)
+//! grid's time split per rank ([`grid`]). The peer's script is `peers/torch_peer.py`.
+
+pub mod gemm;
+pub mod grid;
+pub mod memory;
+pub mod peer;
+pub mod report;
+pub mod stats;
+pub mod step;
+pub mod tp;
+
+pub use boost_tensor::cpu::peak::gemm_peak;
+pub use report::table;
+pub use step::{ArchResult, BenchOptions, BenchReport, SplitPair, matmul_params, run};

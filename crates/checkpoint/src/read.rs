@@ -1,0 +1,488 @@
+//! Opening a checkpoint of either format: its manifest verified, its files memory-mapped
+//! (never read whole), and the rectangles a model or optimizer of any layout needs copied
+//! straight out of the mapped files.
+
+use super::shard::{MANIFEST, Manifest, Rect, SliceRef, TensorEntry, overlap, row_blocks};
+use super::{CheckpointMeta, FORMAT, SHARDED_FORMAT, list};
+use anyhow::{Context, Result, bail};
+use boost_exec::optim::AdamW;
+use boost_model::Model;
+use boost_model::params::Piece;
+use boost_tensor::{Backend, MatMut};
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fs;
+use std::ops::Range;
+use std::path::{Component, Path, PathBuf};
+
+/// An opened checkpoint directory.
+pub struct Checkpoint {
+    pub dir: PathBuf,
+    pub meta: CheckpointMeta,
+    /// Every canonical tensor (weights, `m.`/`v.` moments) and where its rectangles are: one
+    /// whole rectangle each in a single-file checkpoint.
+    tensors: BTreeMap<String, TensorEntry>,
+    files: HashMap<String, Mapped>,
+    sharded: bool,
+}
+
+/// A memory-mapped safetensors file and the byte range of each of its tensors.
+struct Mapped {
+    map: Mmap,
+    index: HashMap<String, (Vec<usize>, Range<usize>)>,
+    /// The step its safetensors metadata records, where it records one.
+    step: Option<String>,
+}
+
+/// Where to turn when a checkpoint is damaged: the other complete checkpoints beside it.
+fn earlier_hint(dir: &Path) -> String {
+    let others: Vec<String> = dir
+        .parent()
+        .and_then(|root| list(root).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(_, d)| d != dir && d.join("meta.json").is_file())
+        .map(|(_, d)| d.display().to_string())
+        .collect();
+    if others.is_empty() {
+        "use an earlier checkpoint".to_string()
+    } else {
+        format!("use an earlier checkpoint: {}", others.join(", "))
+    }
+}
+
+fn corrupt(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("{} is corrupt or truncated ({e}); use an earlier checkpoint", path.display())
+}
+
+/// The files `SHA256SUMS` lists (each already verified), or `None` for a checkpoint written
+/// before manifests existed. Every file the reader opens must be listed: an unlisted file
+/// was never verified.
+struct Sums<'a> {
+    dir: &'a Path,
+    listed: Option<BTreeSet<String>>,
+}
+
+impl Sums<'_> {
+    fn need(&self, name: &str) -> Result<()> {
+        let Some(listed) = &self.listed else {
+            return Ok(());
+        };
+        if listed.contains(name) {
+            return Ok(());
+        }
+        let sums = self.dir.join(crate::manifest::FILE);
+        bail!(
+            "{} is not listed in {}, so it cannot be verified and is not used (every file of a checkpoint is listed there when it is written: the list or the file was changed since). Restore {} from where the checkpoint came from, or {}; if you changed {name} on purpose, add its line (`cd {} && sha256sum {name} >> {}`)",
+            self.dir.join(name).display(),
+            sums.display(),
+            crate::manifest::FILE,
+            earlier_hint(self.dir),
+            self.dir.display(),
+            crate::manifest::FILE
+        )
+    }
+}
+
+/// A file name inside the checkpoint directory: one plain component, no separators, no
+/// `.` or `..`.
+fn plain_name(name: &str) -> bool {
+    let p = Path::new(name);
+    let mut parts = p.components();
+    let one = matches!((parts.next(), parts.next()), (Some(Component::Normal(n)), None) if n == p.as_os_str());
+    one && !name.contains(['/', '\\', '\0'])
+}
+
+/// Map `path` and index its tensors (fp32 only).
+fn map_file(path: &Path) -> Result<Mapped> {
+    let f = fs::File::open(path).with_context(|| format!("{} is missing", path.display()))?;
+    // SAFETY: checkpoint files are written once into a temporary directory and renamed into
+    // place; nothing writes to them afterwards (a run's lock keeps other writers out).
+    let map = unsafe { Mmap::map(&f) }.with_context(|| format!("cannot map {}", path.display()))?;
+    let st = SafeTensors::deserialize(&map).map_err(|e| corrupt(path, e))?;
+    let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| corrupt(path, e))?;
+    let base = 8 + n;
+    let mut index = HashMap::new();
+    for (name, info) in meta.tensors() {
+        if info.dtype != Dtype::F32 {
+            bail!("{}: {name} is {:?}, expected F32", path.display(), info.dtype);
+        }
+        let (a, b) = info.data_offsets;
+        index.insert(name.clone(), (info.shape.clone(), base + a..base + b));
+    }
+    let step = meta.metadata().as_ref().and_then(|m| m.get("step")).cloned();
+    drop(st);
+    Ok(Mapped { map, index, step })
+}
+
+/// Where a checkpoint's tensors are: each tensor's rectangles, the mapped files by name, and
+/// whether the layout is sharded.
+type Layout = (BTreeMap<String, TensorEntry>, HashMap<String, Mapped>, bool);
+
+impl Checkpoint {
+    pub fn open(dir: &Path) -> Result<Self> {
+        if !dir.is_dir() {
+            bail!("{} is not a checkpoint directory", dir.display());
+        }
+        let listed = match crate::manifest::verify_listed(dir) {
+            Ok(l) => l,
+            Err(e) => bail!("{e}; {}", earlier_hint(dir)),
+        };
+        let sums = Sums { dir, listed };
+        sums.need("meta.json")?;
+        let meta_path = dir.join("meta.json");
+        let text = fs::read_to_string(&meta_path).with_context(|| format!("{} is missing", meta_path.display()))?;
+        let meta: CheckpointMeta = serde_json::from_str(&text).map_err(|e| corrupt(&meta_path, e))?;
+        if sums.listed.is_none() {
+            unverifiable(dir, &meta)?;
+        }
+        let (tensors, files, sharded) = match meta.format {
+            FORMAT => Self::single_file(dir, &sums)?,
+            SHARDED_FORMAT => Self::sharded(dir, &sums)?,
+            f => bail!(
+                "{} has checkpoint format {f}, this build reads formats {FORMAT} and {SHARDED_FORMAT}",
+                dir.display()
+            ),
+        };
+        if dir.join("tokenizer.json").exists() {
+            sums.need("tokenizer.json")?;
+        }
+        check_step(dir, &meta, &files)?;
+        check_shapes(dir, &meta, &tensors, sharded)?;
+        Ok(Self { dir: dir.to_path_buf(), meta, tensors, files, sharded })
+    }
+
+    /// Today's single-file layout: `model.safetensors` and `optim.safetensors`, whole tensors.
+    fn single_file(dir: &Path, sums: &Sums) -> Result<Layout> {
+        let mut tensors = BTreeMap::new();
+        let mut files = HashMap::new();
+        for file in ["model.safetensors", "optim.safetensors"] {
+            sums.need(file)?;
+            let m = map_file(&dir.join(file))?;
+            for (key, (shape, _)) in &m.index {
+                let (r, c) = matrix(shape);
+                let slice = SliceRef { file: file.into(), key: key.clone(), rows: [0, r], cols: [0, c] };
+                tensors.insert(key.clone(), TensorEntry { shape: shape.clone(), slices: vec![slice] });
+            }
+            files.insert(file.to_string(), m);
+        }
+        Ok((tensors, files, false))
+    }
+
+    /// The sharded layout: `shards.json` names every rectangle; each must be in its file with
+    /// the shape and size its rectangle needs.
+    fn sharded(dir: &Path, sums: &Sums) -> Result<Layout> {
+        sums.need(MANIFEST)?;
+        let path = dir.join(MANIFEST);
+        let text = fs::read_to_string(&path).with_context(|| format!("{} is missing", path.display()))?;
+        let m: Manifest = serde_json::from_str(&text).map_err(|e| corrupt(&path, e))?;
+        for (key, n) in [("dp", m.dp), ("pp", m.pp), ("tp", m.tp)] {
+            if n == 0 {
+                return Err(corrupt(&path, format!("`{key}` is 0; the layout that wrote it has at least 1")));
+            }
+        }
+        let mut files = HashMap::new();
+        for f in &m.files {
+            if !plain_name(&f.file) {
+                return Err(corrupt(
+                    &path,
+                    format!("`files` names {:?}, which is not a file name inside the checkpoint directory", f.file),
+                ));
+            }
+            sums.need(&f.file)?;
+            files.insert(f.file.clone(), map_file(&dir.join(&f.file))?);
+        }
+        for (name, e) in &m.tensors {
+            let (r, c) = matrix(&e.shape);
+            for s in &e.slices {
+                if !plain_name(&s.file) {
+                    return Err(corrupt(
+                        &path,
+                        format!(
+                            "`tensors.{name}` names the file {:?}, which is not a file name inside the checkpoint directory",
+                            s.file
+                        ),
+                    ));
+                }
+                let file = dir.join(&s.file);
+                let Some((stored, bytes)) = files.get(&s.file).and_then(|f| f.index.get(&s.key)) else {
+                    return Err(corrupt(&file, format!("no tensor {} ({name}) listed in {MANIFEST}", s.key)));
+                };
+                let ok = s.rows[0] <= s.rows[1] && s.rows[1] <= r && s.cols[0] <= s.cols[1] && s.cols[1] <= c;
+                let area = if ok { (s.rows[1] - s.rows[0]).saturating_mul(s.cols[1] - s.cols[0]) } else { 0 };
+                if !ok || bytes.len() != 4 * area {
+                    return Err(corrupt(&file, format!("{} does not match its rectangle in {MANIFEST}", s.key)));
+                }
+                // A vector's rectangle is stored as a vector, a matrix's as a matrix.
+                let want = if e.shape.len() == 1 {
+                    vec![s.cols[1] - s.cols[0]]
+                } else {
+                    vec![s.rows[1] - s.rows[0], s.cols[1] - s.cols[0]]
+                };
+                if *stored != want {
+                    bail!(
+                        "{}: tensor {} has shape {stored:?} in its header, but its rectangle in {MANIFEST} (rows {}..{}, columns {}..{} of {name}, shape {:?}) has shape {want:?}; the file was changed after it was written: {}",
+                        file.display(),
+                        s.key,
+                        s.rows[0],
+                        s.rows[1],
+                        s.cols[0],
+                        s.cols[1],
+                        e.shape,
+                        earlier_hint(dir)
+                    );
+                }
+            }
+        }
+        Ok((m.tensors, files, true))
+    }
+
+    /// Whether the checkpoint is in the sharded (format 2) layout.
+    pub fn is_sharded(&self) -> bool {
+        self.sharded
+    }
+
+    pub fn tokenizer_path(&self) -> Option<PathBuf> {
+        let p = self.dir.join("tokenizer.json");
+        p.is_file().then_some(p)
+    }
+
+    /// Names and global shapes of the canonical tensors whose names pass `keep`.
+    pub fn tensor_shapes(&self, keep: impl Fn(&str) -> bool) -> Vec<(String, Vec<usize>)> {
+        self.tensors.iter().filter(|(n, _)| keep(n)).map(|(n, e)| (n.clone(), e.shape.clone())).collect()
+    }
+
+    /// Rows × columns of the canonical tensor `name` (of global `shape`), row-major, copied
+    /// from the rectangles that hold them.
+    pub fn read_rect(&self, name: &str, shape: &[usize], rows: Range<usize>, cols: Range<usize>) -> Result<Vec<f32>> {
+        let Some(e) = self.tensors.get(name) else {
+            bail!("{} has no tensor {name}", self.dir.display());
+        };
+        if e.shape != shape {
+            bail!("{}: {name} has shape {:?}, the model expects {:?}", self.dir.display(), e.shape, shape);
+        }
+        let mut out = vec![0.0f32; rows.len() * cols.len()];
+        let mut covered = 0;
+        for s in &e.slices {
+            let (hr, hc) = (s.rows[0]..s.rows[1], s.cols[0]..s.cols[1]);
+            let parts = overlap((&rows, &cols), (&hr, &hc));
+            if parts.is_empty() {
+                continue;
+            }
+            let f = &self.files[&s.file];
+            let bytes = &f.map[f.index[&s.key].1.clone()];
+            for (_, cs, from, to) in parts {
+                let src = &bytes[4 * from..4 * (from + cs.len())];
+                for (o, b) in out[to..to + cs.len()].iter_mut().zip(src.chunks_exact(4)) {
+                    *o = f32::from_le_bytes(b.try_into().expect("4 bytes"));
+                }
+                covered += cs.len();
+            }
+        }
+        if covered != out.len() {
+            bail!(
+                "{} does not hold all of {name} (rows {rows:?}, columns {cols:?}): its manifest is incomplete",
+                self.dir.display()
+            );
+        }
+        // A checkpoint is only written from finite weights and moments: a non-finite value was
+        // put there since (and would surface later as a diverged run, pointing at train.lr).
+        if let Some(i) = out.iter().position(|x| !x.is_finite()) {
+            let (r, c) = (rows.start + i / cols.len(), cols.start + i % cols.len());
+            bail!(
+                "{}: {name} holds {} at [{r}, {c}]; a checkpoint is written only from finite values, so the file was                  damaged since; {}",
+                self.dir.display(),
+                out[i],
+                earlier_hint(&self.dir)
+            );
+        }
+        Ok(out)
+    }
+
+    /// Copy rectangle `r` of the canonical tensor `name` (of global `shape`) into `buf`, where
+    /// it lives from element `r.at` with row stride `r.ld`, in blocks of rows: memory holds one
+    /// block, not the tensor.
+    pub fn load_rect<B: Backend>(&self, be: &B, name: &str, shape: &[usize], r: &Rect, buf: &mut B::Buf) -> Result<()> {
+        for rows in row_blocks(r.rows.len(), r.cols.len()) {
+            let global = r.rows.start + rows.start..r.rows.start + rows.end;
+            let data = self.read_rect(name, shape, global, r.cols.clone())?;
+            be.write_mat(MatMut::at(buf, r.at + rows.start * r.ld, rows.len(), r.cols.len(), r.ld), &data);
+        }
+        Ok(())
+    }
+
+    /// Copy the model's piece `p` of the set `prefix` ("", "m.", "v.") into its slot of `bufs`.
+    fn load_piece<B: Backend>(&self, be: &B, prefix: &str, p: &Piece, bufs: &mut [B::Buf]) -> Result<()> {
+        let r = Rect { rows: p.rows.clone(), cols: p.cols.clone(), at: p.slot.off, ld: p.slot.ld };
+        self.load_rect(be, &format!("{prefix}{}", p.name), &p.shape, &r, &mut bufs[p.slot.buf])
+    }
+
+    /// Fill the model's parameters (any layout: each rank takes its slice).
+    pub fn load_model<B: Backend>(&self, model: &mut Model<B>) -> Result<()> {
+        let store = &mut model.store;
+        for p in &store.pieces {
+            self.load_piece(&model.be, "", p, &mut store.values)?;
+        }
+        Ok(())
+    }
+
+    /// Fill the optimizer moments and step count.
+    pub fn load_optim<B: Backend>(&self, model: &Model<B>, opt: &mut AdamW<B>) -> Result<()> {
+        self.load_moments(model, &mut opt.m, &mut opt.v)?;
+        opt.step = self.meta.step;
+        Ok(())
+    }
+
+    /// Fill AdamW moment buffers aligned with the model's parameters.
+    pub fn load_moments<B: Backend>(&self, model: &Model<B>, m: &mut [B::Buf], v: &mut [B::Buf]) -> Result<()> {
+        for p in &model.store.pieces {
+            for (key, bufs) in [("m.", &mut *m), ("v.", &mut *v)] {
+                self.load_piece(&model.be, key, p, bufs)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The whole `model.safetensors` as an export ships it: the file itself when it holds
+    /// every weight whole (a single-file checkpoint, or a sharded one of one rank), else
+    /// assembled tensor by tensor from the rectangles.
+    pub fn write_model_file(&self, dest: &Path) -> Result<()> {
+        let whole = "model.safetensors";
+        let one_file = self
+            .tensors
+            .iter()
+            .filter(|(n, _)| !n.starts_with("m.") && !n.starts_with("v."))
+            .all(|(_, e)| e.slices.len() == 1 && e.slices[0].file == whole && is_whole(&e.slices[0], &e.shape));
+        if !self.sharded || one_file {
+            let from = self.dir.join(whole);
+            fs::copy(&from, dest)
+                .with_context(|| format!("cannot write {} (from {})", dest.display(), from.display()))?;
+            return Ok(());
+        }
+        super::assemble::write_whole(self, dest)
+    }
+}
+
+/// A checkpoint without `SHA256SUMS`: one written before manifests existed (single-file,
+/// format 1) opens with a warning; a sharded one (format 2) was always written with it, so
+/// the manifest was removed and nothing of it can be trusted.
+fn unverifiable(dir: &Path, meta: &CheckpointMeta) -> Result<()> {
+    let sums = crate::manifest::FILE;
+    let sharded = dir.join(MANIFEST).exists();
+    if meta.format == SHARDED_FORMAT || sharded {
+        let why = if sharded {
+            format!("it holds {MANIFEST}, so it is a sharded (format {SHARDED_FORMAT}) checkpoint")
+        } else {
+            format!("its meta.json says format {SHARDED_FORMAT} (sharded)")
+        };
+        bail!(
+            "{} has no {sums}, but {why}, and every version that writes that format writes {sums}: it was removed, so the files cannot be verified and are not used. Restore {sums} from where the checkpoint came from, or {}",
+            dir.display(),
+            earlier_hint(dir)
+        );
+    }
+    if meta.format == FORMAT {
+        eprintln!(
+            "warning: {} has no {sums} (written by an earlier version): its files cannot be verified",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// The step of `meta.json` must be the one the tensor files record and the one the directory
+/// is named for: a resume continues from it.
+fn check_step(dir: &Path, meta: &CheckpointMeta, files: &HashMap<String, Mapped>) -> Result<()> {
+    let mut names: Vec<&String> = files.keys().collect();
+    names.sort();
+    for name in names {
+        if let Some(step) = &files[name].step
+            && step.trim().parse::<u64>().ok() != Some(meta.step)
+        {
+            bail!(
+                "{} says step {}, but {} records step {step}: the checkpoint does not know which step it holds (a resume would continue from the wrong one); {}",
+                dir.join("meta.json").display(),
+                meta.step,
+                dir.join(name).display(),
+                earlier_hint(dir)
+            );
+        }
+    }
+    let named = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("step-"));
+    if let Some(n) = named.and_then(|n| n.parse::<u64>().ok())
+        && n != meta.step
+    {
+        bail!(
+            "{} says step {}, but its directory is named for step {n}: the checkpoint does not know which step it holds (a resume would continue from the wrong one); {}",
+            dir.join("meta.json").display(),
+            meta.step,
+            earlier_hint(dir)
+        );
+    }
+    Ok(())
+}
+
+/// Every stored tensor of the model the checkpoint's config describes (weights and `m.`/`v.`
+/// moments) must have its canonical shape: the same element count in another shape would
+/// load, score and export as a different model. A config this build cannot read is an error
+/// naming `meta.json`.
+fn check_shapes(
+    dir: &Path,
+    meta: &CheckpointMeta,
+    tensors: &BTreeMap<String, TensorEntry>,
+    sharded: bool,
+) -> Result<()> {
+    // Every use of a checkpoint reads this config; a bad one is named here, with its file.
+    let cfg = boost_config::Config::from_toml_str(&meta.config).map_err(|e| {
+        anyhow::anyhow!("{}: the run config it holds (`config`) is not valid: {e}", dir.join("meta.json").display())
+    })?;
+    let Ok(pieces) = boost_model::layout_pieces(&cfg.model, boost_model::Layout::single(&cfg.model)) else {
+        return Ok(());
+    };
+    let expected: HashMap<&str, &[usize]> = pieces.iter().map(|p| (p.name.as_str(), p.shape.as_slice())).collect();
+    for (name, e) in tensors {
+        let base = name.strip_prefix("m.").or_else(|| name.strip_prefix("v.")).unwrap_or(name);
+        let Some(want) = expected.get(base) else {
+            continue;
+        };
+        if e.shape != *want {
+            let file = match e.slices.first() {
+                Some(s) if !sharded => dir.join(&s.file),
+                _ => dir.join(MANIFEST),
+            };
+            bail!(
+                "{}: tensor {name} has shape {:?}, but the model of {} (its config) has it as {want:?}; the file was changed after it was written: {}",
+                file.display(),
+                e.shape,
+                dir.join("meta.json").display(),
+                earlier_hint(dir)
+            );
+        }
+    }
+    Ok(())
+}
+
+fn is_whole(s: &SliceRef, shape: &[usize]) -> bool {
+    let (r, c) = matrix(shape);
+    s.rows == [0, r] && s.cols == [0, c]
+}
+
+/// A canonical shape as a matrix (a vector is 1×n); other ranks are not canonical tensors.
+fn matrix(shape: &[usize]) -> (usize, usize) {
+    match shape {
+        [n] => (1, *n),
+        [r, c] => (*r, *c),
+        _ => (0, 0),
+    }
+}
+
+/// This rank's rectangle of a whole canonical tensor, row-major.
+pub fn local_slice(p: &Piece, full: &[f32]) -> Vec<f32> {
+    let ncols = p.matrix_shape().1;
+    let mut local = Vec::with_capacity(p.rows.len() * p.cols.len());
+    for r in p.rows.clone() {
+        local.extend_from_slice(&full[r * ncols + p.cols.start..r * ncols + p.cols.end]);
+    }
+    local
+}

@@ -1,0 +1,4 @@
+//! The library side of the `boost` binary: the devices a training run's ranks compute on
+//! ([`device`]), shared by the binary and its tests.
+
+pub mod device;

@@ -1,0 +1,15 @@
+//! One rank's optimizer step over the (dp, pp, tp) grid: its micro-batches through the
+//! pipeline stage's op table ([`pipeline`]), the data-parallel gradient combination or
+//! ZeRO-1 ([`dp`]), reductions and gathers overlapped with compute ([`overlap`]), the global
+//! gradient norm and AdamW ([`optim`]). The model supplies the math; this crate decides the
+//! order, the threads and the collectives around it.
+
+pub mod dp;
+pub mod learner;
+pub mod optim;
+pub mod overlap;
+pub mod pipeline;
+pub mod step;
+
+pub use learner::Learner;
+pub use step::{Accumulated, StepOut, StepRunner};
