@@ -4,8 +4,9 @@
 //! directory into place; only then does `latest` move.
 
 use super::CheckpointMeta;
-use super::part::{FileSum, Sidecar, failed_name, sidecar_name, write_synced};
+use super::part::{Sidecar, failed_name, sidecar_name, write_synced};
 use super::prune::prune;
+use super::shard::FileSum;
 use super::shard::{MANIFEST, Manifest, TensorEntry};
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;

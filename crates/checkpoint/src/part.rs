@@ -3,7 +3,7 @@
 //! the hash), and a sidecar `part.*.json` listing them, written last so its presence means
 //! the part is complete.
 
-use super::shard::{SliceRef, row_blocks};
+use super::shard::{FileSum, SliceRef, row_blocks};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -27,14 +27,6 @@ pub struct Slice {
 pub struct PartFile {
     pub file: String,
     pub slices: Vec<Slice>,
-}
-
-/// A written file: name, size and SHA-256.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FileSum {
-    pub file: String,
-    pub bytes: u64,
-    pub sha256: String,
 }
 
 /// The sidecar of a complete part.

@@ -117,12 +117,20 @@ pub struct Manifest {
     pub tp: usize,
     pub zero: bool,
     /// Every data file with its size and SHA-256 (also in SHA256SUMS).
-    pub files: Vec<super::part::FileSum>,
+    pub files: Vec<FileSum>,
     /// Every canonical tensor (weights, `m.` and `v.` moments) and its rectangles.
     pub tensors: std::collections::BTreeMap<String, TensorEntry>,
 }
 
 pub const MANIFEST: &str = "shards.json";
+
+/// A written file: name, size and SHA-256.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileSum {
+    pub file: String,
+    pub bytes: u64,
+    pub sha256: String,
+}
 
 #[cfg(test)]
 mod tests {

@@ -1,6 +1,6 @@
 //! Names of the collectives a layer issues, as the communication recorder reports them.
 
-use crate::projection::ProjKind;
+use crate::projection::kind::ProjKind;
 
 fn pick(kind: ProjKind, table: [[&'static str; 4]; 4], comp: Option<usize>) -> &'static str {
     let k = kind as usize;

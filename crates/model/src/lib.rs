@@ -7,6 +7,7 @@ pub mod io;
 pub mod labels;
 pub mod layout;
 pub mod params;
+pub mod pass;
 pub mod projection;
 
 pub use boost_plan as plan;

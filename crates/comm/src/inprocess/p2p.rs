@@ -2,7 +2,7 @@
 //! destination) queue and returns; a recv takes the oldest message with its tag.
 
 use super::comm::InProcessComm;
-use super::rendezvous::Phase;
+use super::rendezvous::{Msg, Phase};
 use crate::call::CallDesc;
 use crate::error::{CommError, CommResult};
 use crate::lock::lock;
@@ -11,13 +11,6 @@ use crate::pool;
 use boost_tensor::Label;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-
-/// A message waiting in a queue, with its sender's call.
-pub(super) struct Msg {
-    tag: u32,
-    desc: CallDesc,
-    data: Vec<u64>,
-}
 
 impl InProcessComm {
     pub(super) fn send_t<T: CommElem>(&self, buf: &[T], to: usize, tag: u32, label: Label) -> CommResult<()> {

@@ -2,8 +2,7 @@
 //! scratch, mailboxes) and its barrier rounds, with the arrival round's check that every rank
 //! made the same call.
 
-use super::p2p::Msg;
-use super::universe::Universe;
+use super::universe::{Universe, Wake};
 use crate::call::CallDesc;
 use crate::error::{CommError, CommResult, in_group, mismatched};
 use crate::lock::lock;
@@ -34,6 +33,13 @@ pub(super) struct GroupState {
     pub(super) split_out: Vec<Option<(Arc<GroupShared>, usize)>>,
 }
 
+/// A message waiting in a queue, with its sender's call.
+pub(super) struct Msg {
+    pub(super) tag: u32,
+    pub(super) desc: CallDesc,
+    pub(super) data: Vec<u64>,
+}
+
 pub(super) struct GroupShared {
     pub(super) uni: Arc<Universe>,
     /// Global rank of each group rank.
@@ -42,6 +48,13 @@ pub(super) struct GroupShared {
     pub(super) ptrs: Box<[AtomicUsize]>,
     pub(super) state: Mutex<GroupState>,
     pub(super) cv: Condvar,
+}
+
+impl Wake for GroupShared {
+    fn wake(&self) {
+        let _st = lock(&self.state);
+        self.cv.notify_all();
+    }
 }
 
 impl GroupShared {
@@ -66,7 +79,7 @@ impl GroupShared {
             cv: Condvar::new(),
             members: members.into_boxed_slice(),
         });
-        uni.register(&g);
+        uni.register(g.clone());
         g
     }
 

@@ -2,12 +2,16 @@
 //! which ranks have returned, what each rank is doing, and the groups to wake.
 
 use super::InProcessOptions;
-use super::rendezvous::GroupShared;
 use crate::call::Activity;
 use crate::error::Failure;
 use crate::lock::lock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+
+/// A group whose waiting ranks the universe wakes when a rank fails or returns.
+pub(super) trait Wake: Send + Sync {
+    fn wake(&self);
+}
 
 pub(super) struct Universe {
     pub(super) size: usize,
@@ -16,7 +20,7 @@ pub(super) struct Universe {
     pub(super) failure: Mutex<Option<Failure>>,
     pub(super) exited: Box<[AtomicBool]>,
     pub(super) activity: Box<[Mutex<Activity>]>,
-    pub(super) groups: Mutex<Vec<Weak<GroupShared>>>,
+    pub(super) groups: Mutex<Vec<Weak<dyn Wake>>>,
     pub(super) handed_out: AtomicBool,
 }
 
@@ -52,16 +56,15 @@ impl Universe {
     }
 
     pub(super) fn wake_all(&self) {
-        let groups: Vec<Arc<GroupShared>> = lock(&self.groups).iter().filter_map(Weak::upgrade).collect();
+        let groups: Vec<Arc<dyn Wake>> = lock(&self.groups).iter().filter_map(Weak::upgrade).collect();
         for g in groups {
-            let _st = lock(&g.state);
-            g.cv.notify_all();
+            g.wake();
         }
     }
 
-    pub(super) fn register(&self, g: &Arc<GroupShared>) {
+    pub(super) fn register(&self, g: Arc<dyn Wake>) {
         let mut groups = lock(&self.groups);
         groups.retain(|w| w.strong_count() > 0);
-        groups.push(Arc::downgrade(g));
+        groups.push(Arc::downgrade(&g));
     }
 }

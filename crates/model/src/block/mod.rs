@@ -2,7 +2,8 @@
 //! projection group feeding a local op (RoPE + attention; the SwiGLU product).
 
 use crate::layout::Dims;
-use crate::projection::{Ctx, Declare, GradFlow, Latent, ProjActs, ProjGroup, ProjKind, ProjSaved, Scratch};
+use crate::pass::Ctx;
+use crate::projection::{Declare, GradFlow, Latent, ProjActs, ProjGroup, ProjKind, ProjSaved, Scratch};
 use boost_config::{Arch, Phi, Recompute};
 use boost_tensor::{AttentionBwd, AttnShape, Backend, DeviceBuf, Mat, MatMut};
 

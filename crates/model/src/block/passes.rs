@@ -103,7 +103,7 @@ impl Block {
     /// RoPE on q and k, then causal attention into `acts.attn` (forward and low-rank recompute).
     pub(super) fn rope_attention<B: Backend>(&self, cx: &Ctx<B>, acts: &mut BlockActs<B>) {
         if let Some(cache) = cx.attend {
-            return cache.attend(self, cx, acts);
+            return cache.attend(self.layer, cx, &mut acts.qkv_out, &mut acts.attn);
         }
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         let (qw, kw) = (dims.q_loc(), dims.kv_w_loc());

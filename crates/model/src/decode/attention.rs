@@ -2,30 +2,29 @@
 //! values, then causal softmax attention of each new query over every cached position
 //! (grouped-query heads share their kv head), accumulated in f64.
 
-use super::{CachedAttention, KvCache, State};
-use crate::block::{Block, BlockActs};
-use crate::projection::Ctx;
+use super::{KvCache, State};
+use crate::pass::{CachedAttention, Ctx};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Mat, MatMut, Scalar};
 
 impl<T: Scalar> CachedAttention<Cpu<T>> for KvCache<T> {
-    fn attend(&self, block: &Block, cx: &Ctx<Cpu<T>>, acts: &mut BlockActs<Cpu<T>>) {
+    fn attend(&self, layer: usize, cx: &Ctx<Cpu<T>>, qkv: &mut Vec<T>, out: &mut Vec<T>) {
         let mut st = self.state.borrow_mut();
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         let (qw, kw, dh) = (dims.q_loc(), dims.kv_w_loc(), dims.head_dim);
         let p0 = st.len;
         // RoPE at positions p0..p0+t: the table rows of those positions.
         let table = st.rows_of_table(p0, t, dh / 2);
-        be.rope(MatMut::at(&mut acts.qkv_out, 0, t, qw, qw), &table, t, dh, false);
-        be.rope(MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw), &table, t, dh, false);
-        let l = block.layer;
+        be.rope(MatMut::at(&mut *qkv, 0, t, qw, qw), &table, t, dh, false);
+        be.rope(MatMut::at(&mut *qkv, t * qw, t, kw, kw), &table, t, dh, false);
+        let l = layer;
         let st = &mut *st;
         let (kc, vc) = (&mut st.k[l], &mut st.v[l]);
-        be.copy(MatMut::at(kc, p0 * kw, t, kw, kw), Mat::at(&acts.qkv_out, t * qw, t, kw, kw));
-        be.copy(MatMut::at(vc, p0 * kw, t, kw, kw), Mat::at(&acts.qkv_out, t * (qw + kw), t, kw, kw));
+        be.copy(MatMut::at(kc, p0 * kw, t, kw, kw), Mat::at(&*qkv, t * qw, t, kw, kw));
+        be.copy(MatMut::at(vc, p0 * kw, t, kw, kw), Mat::at(&*qkv, t * (qw + kw), t, kw, kw));
         let group = dims.heads_loc / dims.kv_loc;
         let scale = 1.0 / (dh as f64).sqrt();
-        let (q, out) = (&acts.qkv_out[..t * qw], &mut acts.attn[..t * qw]);
+        let (q, out) = (&qkv[..t * qw], &mut out[..t * qw]);
         let mut scores = vec![0.0f64; p0 + t];
         for i in 0..t {
             let keys = p0 + i + 1;

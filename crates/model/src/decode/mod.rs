@@ -8,19 +8,11 @@
 
 mod attention;
 
-use crate::block::{Block, BlockActs};
 use crate::model::{Batch, Model};
-use crate::projection::Ctx;
 use anyhow::{Result, bail};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Mat, Scalar, Solo};
 use std::cell::RefCell;
-
-/// The attention step of a block when decoding: RoPE at the tokens' positions, append to the
-/// cache, attend over it. Training passes leave it unset.
-pub trait CachedAttention<B: Backend> {
-    fn attend(&self, block: &Block, cx: &Ctx<B>, acts: &mut BlockActs<B>);
-}
 
 /// Keys (after RoPE) and values of every layer for the positions decoded so far.
 pub struct KvCache<T: Scalar> {

@@ -3,7 +3,7 @@
 
 use super::recompute::{act_set, act_slots};
 use super::*;
-use crate::decode::CachedAttention;
+use crate::pass::CachedAttention;
 
 impl<B: Backend> Model<B> {
     /// This stage's forward: embedding (first stage) or the received input, the layers,

@@ -15,92 +15,7 @@ use crate::layout::{Dims, Layout};
 use crate::params::{BufBuilder, Held, Init, ParamStore, Slot, Split, bind, shard};
 use crate::plan::{GroupPlan, NormPlacement, Plan, Shard};
 use boost_config::{Arch, LaxGate, ModelConfig, Phi};
-use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ProjKind {
-    Qkv = 0,
-    O = 1,
-    GateUp = 2,
-    Down = 3,
-}
-
-impl ProjKind {
-    pub const ALL: [ProjKind; 4] = [ProjKind::Qkv, ProjKind::O, ProjKind::GateUp, ProjKind::Down];
-    pub fn comps(self) -> &'static [&'static str] {
-        match self {
-            ProjKind::Qkv => &["q_proj", "k_proj", "v_proj"],
-            ProjKind::O => &["o_proj"],
-            ProjKind::GateUp => &["gate_proj", "up_proj"],
-            ProjKind::Down => &["down_proj"],
-        }
-    }
-    pub fn module(self) -> &'static str {
-        match self {
-            ProjKind::Qkv | ProjKind::O => "self_attn",
-            _ => "mlp",
-        }
-    }
-    /// The group reads the residual stream (through a norm) rather than writing it.
-    pub fn reads_residual(self) -> bool {
-        matches!(self, ProjKind::Qkv | ProjKind::GateUp)
-    }
-    /// The RMSNorm in front of the group, if any.
-    pub fn norm_name(self) -> Option<&'static str> {
-        match self {
-            ProjKind::Qkv => Some("input_layernorm"),
-            ProjKind::GateUp => Some("post_attention_layernorm"),
-            _ => None,
-        }
-    }
-}
-
-/// Everything a group needs to know about this rank and micro-batch.
-pub struct Ctx<'a, B: Backend> {
-    pub be: &'a B,
-    pub tp: &'a dyn Collective<B>,
-    pub plan: Plan,
-    pub dims: Dims,
-    pub phi: Phi,
-    pub norm_eps: f64,
-    pub lax_eps: f64,
-    /// Tokens in the micro-batch (`batch` sequences of `seq`).
-    pub t: usize,
-    pub batch: usize,
-    pub seq: usize,
-    /// This rank's parameter values.
-    pub params: &'a [B::Buf],
-    /// RoPE's cos/sin table for `seq` positions.
-    pub rope: &'a B::Buf,
-    /// Decoding: the key/value cache that replaces the causal attention step.
-    pub attend: Option<&'a dyn crate::decode::CachedAttention<B>>,
-}
-
-/// The two operators that carry all tensor-parallel communication (docs/PARALLELISM.md §2), and the norm
-/// statistic's sum. Each is one all-reduce over the tp group, named by what it does to a
-/// tensor's placement.
-impl<B: Backend> Ctx<'_, B> {
-    /// `g` (forward): a Partial result — per-rank summands of a row-parallel product —
-    /// becomes Replicated. Its backward is the identity.
-    fn g(&self, buf: &mut B::Buf, off: usize, n: usize, op: &'static str, layer: usize) {
-        self.sum(buf, off, n, op, layer)
-    }
-    /// The backward of `f` (identity forward, in front of a column-parallel product): the
-    /// gradient of its Replicated input arrives Partial and is summed.
-    fn f_backward(&self, buf: &mut B::Buf, off: usize, n: usize, op: &'static str, layer: usize) {
-        self.sum(buf, off, n, op, layer)
-    }
-    /// The sync RMSNorm's statistic (forward) or its gradient (backward), summed over the
-    /// hidden shards.
-    fn stat_sum(&self, buf: &mut B::Buf, off: usize, n: usize, op: &'static str, layer: usize) {
-        self.sum(buf, off, n, op, layer)
-    }
-    fn sum(&self, buf: &mut B::Buf, off: usize, n: usize, op: &'static str, layer: usize) {
-        if self.plan.tp > 1 {
-            self.tp.all_reduce(buf, off, n, ReduceOp::Sum, Label::layer(op, layer));
-        }
-    }
-}
+use boost_tensor::{Backend, Mat, MatMut};
 
 /// What declaring a rank's parameters reads, and the store it fills.
 pub struct Declare<'a, B: Backend> {
@@ -200,7 +115,10 @@ mod backward;
 mod buffers;
 mod build;
 mod forward;
+pub mod kind;
 
+pub use crate::pass::Ctx;
 pub use backward::{GradFlow, ProjSaved};
 pub use buffers::LatGeom;
 pub use forward::Latent;
+pub use kind::ProjKind;

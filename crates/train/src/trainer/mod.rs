@@ -2,19 +2,16 @@
 //! clipping → AdamW → metrics, validation and checkpoints.
 
 mod batch_log;
-mod checkpointing;
-mod eval;
-mod launch;
-mod prepare;
-mod run;
-mod sample;
-mod setup;
-mod step;
+mod job;
+mod opening;
+mod phase;
+mod preflight;
+mod ranks;
 
 pub use boost_exec::{Accumulated, Learner, StepOut, StepRunner};
-pub use launch::run_options;
-pub use launch::{CpuOnly, Devices, RankCtx, local_rank, train, train_launched, train_on};
-pub use prepare::resolve_vocab;
+pub use job::RankCtx;
+pub use preflight::resolve_vocab;
+pub use ranks::{CpuOnly, Devices, local_rank, run_options, train, train_launched, train_on};
 
 use anyhow::Result;
 use boost_checkpoint as checkpoint;

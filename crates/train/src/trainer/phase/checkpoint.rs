@@ -7,9 +7,9 @@
 //! its part to host memory and a background thread writes it while training goes on; the
 //! next checkpoint and the end of the run wait for it.
 
-use super::grads_path;
-use super::run::Job;
 use crate::metrics::StepMetrics;
+use crate::trainer::grads_path;
+use crate::trainer::job::Job;
 use anyhow::{Result, bail};
 use boost_checkpoint::owned_part::OwnedPart;
 use boost_checkpoint::{self as checkpoint, CheckpointMeta, Grid};
@@ -19,10 +19,6 @@ use std::collections::HashMap;
 use std::fs;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::thread::JoinHandle;
-
-/// A background checkpoint write: global rank 0's returns the completed checkpoint.
-pub(super) type Pending = JoinHandle<Result<Option<PathBuf>>>;
 
 /// Everything a part's write needs besides the data.
 struct Target {
@@ -67,7 +63,7 @@ impl Target {
 impl<B: Backend> Job<'_, B> {
     /// Whether a checkpoint follows the step just done (`last`: it ends the run; `stopping`:
     /// a signal stops it).
-    pub(super) fn checkpoint_due(&self, last: bool, stopping: bool) -> bool {
+    pub(in crate::trainer) fn checkpoint_due(&self, last: bool, stopping: bool) -> bool {
         let t = &self.ctx.cfg.train;
         let every = t.checkpoint_every as u64;
         let due = (every > 0 && self.at.step.is_multiple_of(every)) || last;
@@ -75,7 +71,7 @@ impl<B: Backend> Job<'_, B> {
     }
 
     /// Write this rank's part of a checkpoint with the step `m`'s position.
-    pub(super) fn checkpoint(&mut self, m: &StepMetrics) -> Result<()> {
+    pub(in crate::trainer) fn checkpoint(&mut self, m: &StepMetrics) -> Result<()> {
         self.runner.settle(&mut self.learner);
         // The weights this checkpoint would hold must give a finite loss: a step can
         // leave finite but useless weights whose next loss is NaN.
@@ -148,7 +144,7 @@ impl<B: Backend> Job<'_, B> {
     }
 
     /// Wait for the background checkpoint write, if one is under way.
-    pub(super) fn join_checkpoint(&mut self) -> Result<()> {
+    pub(in crate::trainer) fn join_checkpoint(&mut self) -> Result<()> {
         let Some(h) = self.pending.take() else {
             return Ok(());
         };
@@ -162,7 +158,7 @@ impl<B: Backend> Job<'_, B> {
     }
 
     /// Write the whole gradients of optimizer step `step` (1-based) to [`grads_path`].
-    pub(super) fn dump_grads(&self, step: u64) -> Result<()> {
+    pub(in crate::trainer) fn dump_grads(&self, step: u64) -> Result<()> {
         if let Some(grads) =
             boost_checkpoint::grid::gather_grads(&self.learner.model, &self.learner.opt, self.g, self.dp_rank)?
         {

@@ -1,8 +1,8 @@
 //! `train.sample_every`: a short sample of the model's text in the log, as llm.c prints one,
 //! so a run shows what it has learned. Drawn on rank 0 from a CPU copy of the weights.
 
-use super::run::Job;
 use crate::generate::{GenerateOptions, Generator, Sampling, cpu_copy};
+use crate::trainer::job::Job;
 use boost_tensor::Backend;
 
 /// Tokens per sample.
@@ -10,14 +10,14 @@ const SAMPLE_TOKENS: usize = 64;
 
 impl<B: Backend> Job<'_, B> {
     /// Whether the step just done prints a sample (rank 0 only; no collective is involved).
-    pub(super) fn sample_due(&self) -> bool {
+    pub(in crate::trainer) fn sample_due(&self) -> bool {
         let every = self.ctx.cfg.train.sample_every as u64;
         every > 0 && self.rank == 0 && self.at.step.is_multiple_of(every) && self.ctx.data.tokenizer.is_some()
     }
 
     /// Continue the end-of-text token for [`SAMPLE_TOKENS`] tokens and log the text; a failure
     /// is reported and the run goes on.
-    pub(super) fn sample(&mut self) {
+    pub(in crate::trainer) fn sample(&mut self) {
         self.runner.settle(&mut self.learner);
         let step = self.at.step;
         let text = (|| {

@@ -1,19 +1,19 @@
 //! A run's evaluation phase: the validation loss every `train.eval_every` steps and after
 //! the last, into the step's record, the summary and the log.
 
-use super::run::Job;
 use crate::metrics::StepMetrics;
+use crate::trainer::job::Job;
 use boost_tensor::Backend;
 
 impl<B: Backend> Job<'_, B> {
     /// Whether the step just done is evaluated (`last`: it ends the run).
-    pub(super) fn eval_due(&self, last: bool) -> bool {
+    pub(in crate::trainer) fn eval_due(&self, last: bool) -> bool {
         let every = self.ctx.cfg.train.eval_every as u64;
         (every > 0 && self.at.step.is_multiple_of(every)) || last
     }
 
     /// Evaluate over `train.eval_batches` micro-batches and report it with the step `m`.
-    pub(super) fn eval(&mut self, m: &mut StepMetrics) {
+    pub(in crate::trainer) fn eval(&mut self, m: &mut StepMetrics) {
         let (vl, each) = self.validate_each(self.ctx.cfg.train.eval_batches);
         m.val_loss = Some(vl);
         m.val_ppl = Some(vl.exp());
@@ -29,7 +29,7 @@ impl<B: Backend> Job<'_, B> {
 
     /// Validation loss over the first `batches` micro-batches of each validation set: their
     /// mean weighted as `data.mix` weighs them (the one set's loss without a mix).
-    pub(super) fn validate(&mut self, batches: usize) -> f64 {
+    pub(in crate::trainer) fn validate(&mut self, batches: usize) -> f64 {
         self.validate_each(batches).0
     }
 

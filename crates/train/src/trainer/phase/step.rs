@@ -1,10 +1,10 @@
 //! A run's step phase: one optimizer step under the guard's watch, the data stream moved on,
 //! and the step's metrics record written and shown.
 
-use super::StepOut;
-use super::run::Job;
 use crate::guard::Verdict;
 use crate::metrics::{StepMetrics, TimeSplit};
+use crate::trainer::StepOut;
+use crate::trainer::job::Job;
 use anyhow::{Result, bail};
 use boost_comm::Snapshot;
 use boost_tensor::Backend;
@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 impl<B: Backend> Job<'_, B> {
     /// One optimizer step and its metrics record (flags set, no validation yet). An applied
     /// update whose loss is not finite ends the run.
-    pub(super) fn step(&mut self) -> Result<(StepOut, StepMetrics)> {
+    pub(in crate::trainer) fn step(&mut self) -> Result<(StepOut, StepMetrics)> {
         if self.ctx.opts.fault == Some((self.rank, self.at.step)) {
             bail!("injected fault at step {}", self.at.step);
         }
@@ -103,7 +103,7 @@ impl<B: Backend> Job<'_, B> {
     }
 
     /// Append the step's record to `metrics.jsonl` (rank 0) and move the progress bar.
-    pub(super) fn record(&mut self, m: &StepMetrics) -> Result<()> {
+    pub(in crate::trainer) fn record(&mut self, m: &StepMetrics) -> Result<()> {
         self.write_metrics(m)?;
         self.bar.set_position(m.step);
         self.bar.set_message(format!("loss {:.4} | {:.0} tok/s", m.loss, m.tokens_per_sec));

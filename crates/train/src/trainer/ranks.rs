@@ -1,19 +1,15 @@
 //! Starting a run's ranks: one thread per rank in this process, or one process per rank
 //! under `mpirun`, each on the CPU or on the GPU its [`Devices`] give it.
 
-use super::prepare::prepare;
-use super::run::Job;
+use super::job::RankCtx;
+use super::preflight::prepare;
 use super::{Summary, TrainOptions};
 use anyhow::{Result, bail};
-use boost_checkpoint::Checkpoint;
-use boost_comm::{Coord, Dims, Grid, GridOptions, Link, Links, Recorder, RunOptions, run_ranks_with};
+use boost_comm::{Dims, Grid, GridOptions, Link, Links, RunOptions, run_ranks_with};
 use boost_config::{Config, ConfigError};
-use boost_data::Dataset;
 use boost_exec::dp::Groups;
 use boost_perf::fit::{check_memory, local_ranks};
-use boost_tensor::Backend;
 use boost_tensor::cpu::Cpu;
-use std::path::Path;
 
 /// The in-process grid of a run: its links (`parallel.link.*`), recording, and progress
 /// threads when `parallel.overlap` is on.
@@ -42,7 +38,7 @@ pub fn train_on(cfg: Config, opts: TrainOptions, devices: &dyn Devices) -> Resul
     let par = &p.cfg.parallel;
     let dims = Dims::new(par.dp, par.pp, par.tp);
     let ctx = RankCtx { cfg: &p.cfg, opts: &opts, data: &p.data, resume: p.resume.as_ref(), run_dir: &p.run_dir };
-    let mut out = run_ranks_with(dims, &run_options(&p.cfg), |rank, grid| ctx.run_on(rank, grid, gpu, devices))?;
+    let mut out = run_ranks_with(dims, &run_options(&p.cfg), |rank, grid| run_rank(&ctx, rank, grid, gpu, devices))?;
     Ok(out.swap_remove(0).expect("rank 0 reports the run"))
 }
 
@@ -133,55 +129,26 @@ pub fn train_launched(cfg: Config, opts: TrainOptions, devices: &dyn Devices) ->
             None => prepare(cfg.clone(), &opts, false)?,
         };
         let ctx = RankCtx { cfg: &p.cfg, opts: &opts, data: &p.data, resume: p.resume.as_ref(), run_dir: &p.run_dir };
-        ctx.run_on(rank, grid, gpu, devices)
+        run_rank(&ctx, rank, grid, gpu, devices)
     })
 }
 
-/// What every rank of a run shares.
-pub struct RankCtx<'a> {
-    pub(super) cfg: &'a Config,
-    pub(super) opts: &'a TrainOptions,
-    pub(super) data: &'a Dataset,
-    pub(super) resume: Option<&'a Checkpoint>,
-    pub(super) run_dir: &'a Path,
-}
-
-impl RankCtx<'_> {
-    /// One rank's training loop, on the CPU or on GPU `gpu`. Every rank computes; rank 0 also
-    /// logs, writes metrics and checkpoints.
-    fn run_on(&self, rank: usize, grid: Grid, gpu: Option<usize>, devices: &dyn Devices) -> Result<Option<Summary>> {
-        match gpu {
-            None => {
-                let chunks = boost_exec::dp::tp_chunk_groups(&grid, self.cfg.parallel.tp_chunks)?;
-                let g = Groups::cpu(&grid, &chunks);
-                self.run_with(rank, grid.coord, grid.dims.world(), Cpu::<f32>::new(), &g, grid.recorder().map(|r| &**r))
-            }
-            Some(n) => devices.run_gpu(self, rank, grid, n),
+/// One rank's training loop, on the CPU or on GPU `gpu`. Every rank computes; rank 0 also
+/// logs, writes metrics and checkpoints.
+fn run_rank(
+    ctx: &RankCtx,
+    rank: usize,
+    grid: Grid,
+    gpu: Option<usize>,
+    devices: &dyn Devices,
+) -> Result<Option<Summary>> {
+    match gpu {
+        None => {
+            let chunks = boost_exec::dp::tp_chunk_groups(&grid, ctx.cfg.parallel.tp_chunks)?;
+            let g = Groups::cpu(&grid, &chunks);
+            ctx.run_with(rank, grid.coord, grid.dims.world(), Cpu::<f32>::new(), &g, grid.recorder().map(|r| &**r))
         }
-    }
-
-    /// Whether this rank's log lines are shown (rank 0 of a run that is not quiet).
-    pub fn shows(&self, rank: usize) -> bool {
-        rank == 0 && !self.opts.quiet
-    }
-
-    /// The run's config.
-    pub fn cfg(&self) -> &Config {
-        self.cfg
-    }
-
-    /// The rank loop on any backend: `g` are its groups, `recorder` (if any) the one they
-    /// record into.
-    pub fn run_with<B: Backend>(
-        &self,
-        rank: usize,
-        c: Coord,
-        world: usize,
-        be: B,
-        g: &Groups<B>,
-        recorder: Option<&Recorder>,
-    ) -> Result<Option<Summary>> {
-        Job::setup(self, rank, c, world, be, g, recorder)?.run()
+        Some(n) => devices.run_gpu(ctx, rank, grid, n),
     }
 }
 
