@@ -2,19 +2,22 @@
 //! (never read whole), and the rectangles a model or optimizer of any layout needs copied
 //! straight out of the mapped files.
 
+mod checks;
+mod mapped;
+
+use self::checks::{check_shapes, check_step, unverifiable};
+use self::mapped::{Mapped, Sums, corrupt, earlier_hint, map_file, plain_name};
 use super::shard::{MANIFEST, Manifest, Rect, SliceRef, TensorEntry, overlap, row_blocks};
-use super::{CheckpointMeta, FORMAT, SHARDED_FORMAT, list};
+use super::{CheckpointMeta, FORMAT, SHARDED_FORMAT};
 use anyhow::{Context, Result, bail};
 use boost_exec::optim::AdamW;
 use boost_model::Model;
 use boost_model::params::Piece;
 use boost_tensor::{Backend, MatMut};
-use memmap2::Mmap;
-use safetensors::{Dtype, SafeTensors};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::ops::Range;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 /// An opened checkpoint directory.
 pub struct Checkpoint {
@@ -25,95 +28,6 @@ pub struct Checkpoint {
     tensors: BTreeMap<String, TensorEntry>,
     files: HashMap<String, Mapped>,
     sharded: bool,
-}
-
-/// A memory-mapped safetensors file and the byte range of each of its tensors.
-struct Mapped {
-    map: Mmap,
-    index: HashMap<String, (Vec<usize>, Range<usize>)>,
-    /// The step its safetensors metadata records, where it records one.
-    step: Option<String>,
-}
-
-/// Where to turn when a checkpoint is damaged: the other complete checkpoints beside it.
-fn earlier_hint(dir: &Path) -> String {
-    let others: Vec<String> = dir
-        .parent()
-        .and_then(|root| list(root).ok())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|(_, d)| d != dir && d.join("meta.json").is_file())
-        .map(|(_, d)| d.display().to_string())
-        .collect();
-    if others.is_empty() {
-        "use an earlier checkpoint".to_string()
-    } else {
-        format!("use an earlier checkpoint: {}", others.join(", "))
-    }
-}
-
-fn corrupt(path: &Path, e: impl std::fmt::Display) -> anyhow::Error {
-    anyhow::anyhow!("{} is corrupt or truncated ({e}); use an earlier checkpoint", path.display())
-}
-
-/// The files `SHA256SUMS` lists (each already verified), or `None` for a checkpoint written
-/// before manifests existed. Every file the reader opens must be listed: an unlisted file
-/// was never verified.
-struct Sums<'a> {
-    dir: &'a Path,
-    listed: Option<BTreeSet<String>>,
-}
-
-impl Sums<'_> {
-    fn need(&self, name: &str) -> Result<()> {
-        let Some(listed) = &self.listed else {
-            return Ok(());
-        };
-        if listed.contains(name) {
-            return Ok(());
-        }
-        let sums = self.dir.join(crate::manifest::FILE);
-        bail!(
-            "{} is not listed in {}, so it cannot be verified and is not used (every file of a checkpoint is listed there when it is written: the list or the file was changed since). Restore {} from where the checkpoint came from, or {}; if you changed {name} on purpose, add its line (`cd {} && sha256sum {name} >> {}`)",
-            self.dir.join(name).display(),
-            sums.display(),
-            crate::manifest::FILE,
-            earlier_hint(self.dir),
-            self.dir.display(),
-            crate::manifest::FILE
-        )
-    }
-}
-
-/// A file name inside the checkpoint directory: one plain component, no separators, no
-/// `.` or `..`.
-fn plain_name(name: &str) -> bool {
-    let p = Path::new(name);
-    let mut parts = p.components();
-    let one = matches!((parts.next(), parts.next()), (Some(Component::Normal(n)), None) if n == p.as_os_str());
-    one && !name.contains(['/', '\\', '\0'])
-}
-
-/// Map `path` and index its tensors (fp32 only).
-fn map_file(path: &Path) -> Result<Mapped> {
-    let f = fs::File::open(path).with_context(|| format!("{} is missing", path.display()))?;
-    // SAFETY: checkpoint files are written once into a temporary directory and renamed into
-    // place; nothing writes to them afterwards (a run's lock keeps other writers out).
-    let map = unsafe { Mmap::map(&f) }.with_context(|| format!("cannot map {}", path.display()))?;
-    let st = SafeTensors::deserialize(&map).map_err(|e| corrupt(path, e))?;
-    let (n, meta) = SafeTensors::read_metadata(&map).map_err(|e| corrupt(path, e))?;
-    let base = 8 + n;
-    let mut index = HashMap::new();
-    for (name, info) in meta.tensors() {
-        if info.dtype != Dtype::F32 {
-            bail!("{}: {name} is {:?}, expected F32", path.display(), info.dtype);
-        }
-        let (a, b) = info.data_offsets;
-        index.insert(name.clone(), (info.shape.clone(), base + a..base + b));
-    }
-    let step = meta.metadata().as_ref().and_then(|m| m.get("step")).cloned();
-    drop(st);
-    Ok(Mapped { map, index, step })
 }
 
 /// Where a checkpoint's tensors are: each tensor's rectangles, the mapped files by name, and
@@ -291,7 +205,7 @@ impl Checkpoint {
         if let Some(i) = out.iter().position(|x| !x.is_finite()) {
             let (r, c) = (rows.start + i / cols.len(), cols.start + i % cols.len());
             bail!(
-                "{}: {name} holds {} at [{r}, {c}]; a checkpoint is written only from finite values, so the file was                  damaged since; {}",
+                "{}: {name} holds {} at [{r}, {c}]; a checkpoint is written only from finite values, so the file was damaged since; {}",
                 self.dir.display(),
                 out[i],
                 earlier_hint(&self.dir)
@@ -362,105 +276,6 @@ impl Checkpoint {
         }
         super::assemble::write_whole(self, dest)
     }
-}
-
-/// A checkpoint without `SHA256SUMS`: one written before manifests existed (single-file,
-/// format 1) opens with a warning; a sharded one (format 2) was always written with it, so
-/// the manifest was removed and nothing of it can be trusted.
-fn unverifiable(dir: &Path, meta: &CheckpointMeta) -> Result<()> {
-    let sums = crate::manifest::FILE;
-    let sharded = dir.join(MANIFEST).exists();
-    if meta.format == SHARDED_FORMAT || sharded {
-        let why = if sharded {
-            format!("it holds {MANIFEST}, so it is a sharded (format {SHARDED_FORMAT}) checkpoint")
-        } else {
-            format!("its meta.json says format {SHARDED_FORMAT} (sharded)")
-        };
-        bail!(
-            "{} has no {sums}, but {why}, and every version that writes that format writes {sums}: it was removed, so the files cannot be verified and are not used. Restore {sums} from where the checkpoint came from, or {}",
-            dir.display(),
-            earlier_hint(dir)
-        );
-    }
-    if meta.format == FORMAT {
-        eprintln!(
-            "warning: {} has no {sums} (written by an earlier version): its files cannot be verified",
-            dir.display()
-        );
-    }
-    Ok(())
-}
-
-/// The step of `meta.json` must be the one the tensor files record and the one the directory
-/// is named for: a resume continues from it.
-fn check_step(dir: &Path, meta: &CheckpointMeta, files: &HashMap<String, Mapped>) -> Result<()> {
-    let mut names: Vec<&String> = files.keys().collect();
-    names.sort();
-    for name in names {
-        if let Some(step) = &files[name].step
-            && step.trim().parse::<u64>().ok() != Some(meta.step)
-        {
-            bail!(
-                "{} says step {}, but {} records step {step}: the checkpoint does not know which step it holds (a resume would continue from the wrong one); {}",
-                dir.join("meta.json").display(),
-                meta.step,
-                dir.join(name).display(),
-                earlier_hint(dir)
-            );
-        }
-    }
-    let named = dir.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix("step-"));
-    if let Some(n) = named.and_then(|n| n.parse::<u64>().ok())
-        && n != meta.step
-    {
-        bail!(
-            "{} says step {}, but its directory is named for step {n}: the checkpoint does not know which step it holds (a resume would continue from the wrong one); {}",
-            dir.join("meta.json").display(),
-            meta.step,
-            earlier_hint(dir)
-        );
-    }
-    Ok(())
-}
-
-/// Every stored tensor of the model the checkpoint's config describes (weights and `m.`/`v.`
-/// moments) must have its canonical shape: the same element count in another shape would
-/// load, score and export as a different model. A config this build cannot read is an error
-/// naming `meta.json`.
-fn check_shapes(
-    dir: &Path,
-    meta: &CheckpointMeta,
-    tensors: &BTreeMap<String, TensorEntry>,
-    sharded: bool,
-) -> Result<()> {
-    // Every use of a checkpoint reads this config; a bad one is named here, with its file.
-    let cfg = boost_config::Config::from_toml_str(&meta.config).map_err(|e| {
-        anyhow::anyhow!("{}: the run config it holds (`config`) is not valid: {e}", dir.join("meta.json").display())
-    })?;
-    let Ok(pieces) = boost_model::layout_pieces(&cfg.model, boost_model::Layout::single(&cfg.model)) else {
-        return Ok(());
-    };
-    let expected: HashMap<&str, &[usize]> = pieces.iter().map(|p| (p.name.as_str(), p.shape.as_slice())).collect();
-    for (name, e) in tensors {
-        let base = name.strip_prefix("m.").or_else(|| name.strip_prefix("v.")).unwrap_or(name);
-        let Some(want) = expected.get(base) else {
-            continue;
-        };
-        if e.shape != *want {
-            let file = match e.slices.first() {
-                Some(s) if !sharded => dir.join(&s.file),
-                _ => dir.join(MANIFEST),
-            };
-            bail!(
-                "{}: tensor {name} has shape {:?}, but the model of {} (its config) has it as {want:?}; the file was changed after it was written: {}",
-                file.display(),
-                e.shape,
-                dir.join("meta.json").display(),
-                earlier_hint(dir)
-            );
-        }
-    }
-    Ok(())
 }
 
 fn is_whole(s: &SliceRef, shape: &[usize]) -> bool {
