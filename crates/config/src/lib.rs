@@ -2,6 +2,9 @@
 //! `[data]`, `[parallel]`, `[run]`), is read from TOML plus `--set key=value` overrides,
 //! and is validated once; every error names the key and the fix.
 
+#![forbid(unsafe_code)]
+
+mod bucket;
 mod data;
 mod describe;
 mod error;
@@ -10,14 +13,14 @@ mod overrides;
 mod parallel;
 mod train;
 
+pub use bucket::BucketSize;
 pub use data::{DEMO_DIR, DataConfig, MixEntry, RunConfig};
 pub use describe::{KEYS, describe};
 pub use error::{ConfigError, choices, divisors};
 pub use model::{Arch, LaxConfig, LaxFlavour, LaxGate, ModelConfig, PRESETS, Phi, Preset, preset, preset_names};
 pub use overrides::apply_set;
 pub use parallel::{
-    BucketSize, GpuCollectives, GroupLinks, LinkSpec, NormMode, ParallelConfig, PipeSchedule, Scheme, SchemeChoice,
-    parse_link,
+    GpuCollectives, GroupLinks, LinkSpec, NormMode, ParallelConfig, PipeSchedule, Scheme, SchemeChoice, parse_link,
 };
 pub use train::{Device, MAX_THREADS, Recompute, Schedule, TrainConfig, parse_device, threads_message};
 
@@ -274,6 +277,19 @@ mod tests {
         assert_eq!(e.key, "model.heads");
         let e = load(&["parallel.scheme=vanilla", "parallel.tp=4", "model.rank=66"]).unwrap_err();
         assert!(e.message.contains("model.rank"), "{e}");
+    }
+
+    #[test]
+    fn tp_must_divide_exactly_the_axes_the_plan_splits() {
+        // BTP shards heads and features (and the hidden size); vanilla only the rank.
+        let e = load(&["model.kv_heads=2", "parallel.tp=4"]).unwrap_err();
+        assert!(e.message.contains("model.kv_heads = 2"), "{e}");
+        load(&["model.kv_heads=2", "parallel.tp=4", "parallel.scheme=vanilla"]).unwrap();
+        // LaX's crossing needs the whole latent: vanilla is refused under TP, not on one rank.
+        let e = load(&["model.arch=lax", "parallel.scheme=vanilla", "parallel.tp=2"]).unwrap_err();
+        assert_eq!(e.key, "parallel.scheme");
+        assert!(e.message.contains("LaX"), "{e}");
+        load(&["model.arch=lax", "parallel.scheme=vanilla"]).unwrap();
     }
 
     #[test]

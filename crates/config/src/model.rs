@@ -1,37 +1,9 @@
 //! `[model]`: the architecture and its shape.
 
 use crate::{ConfigError, choices};
+pub use boost_plan::Arch;
 use serde::{Deserialize, Serialize};
 use toml::Table;
-
-/// Which linear layers the decoder blocks use (docs/MODEL.md §1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Arch {
-    /// Dense `y = x·W` everywhere: the baseline.
-    Full,
-    /// `y = (x·A)·B`, no activation in the bottleneck.
-    Svd,
-    /// `y = φ(x·A)·B` with φ = SiLU.
-    Cola,
-    /// Low-rank with latent crossing between consecutive blocks.
-    Lax,
-}
-
-impl Arch {
-    pub const ALL: [Arch; 4] = [Arch::Full, Arch::Svd, Arch::Cola, Arch::Lax];
-    pub fn name(self) -> &'static str {
-        match self {
-            Arch::Full => "full",
-            Arch::Svd => "svd",
-            Arch::Cola => "cola",
-            Arch::Lax => "lax",
-        }
-    }
-    pub fn is_low_rank(self) -> bool {
-        self != Arch::Full
-    }
-}
 
 /// The bottleneck activation of LaX (`svd` = identity, `cola` = SiLU).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

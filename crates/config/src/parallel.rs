@@ -1,6 +1,9 @@
 //! `[parallel]`: the (dp, pp, tp) layout and the tensor-parallel scheme.
 
+use crate::BucketSize;
 use crate::{ConfigError, ModelConfig, choices, divisors};
+use boost_plan::Axis;
+pub use boost_plan::{NormMode, Scheme};
 use serde::{Deserialize, Serialize};
 
 /// The `parallel.scheme` key: a scheme, or `auto`.
@@ -14,96 +17,6 @@ pub enum SchemeChoice {
     Btp,
 }
 
-/// The `parallel.bucket_mb` key: a data-parallel gradient bucket size in MB (10⁶ bytes), or
-/// `"auto"`, sized from the gradients a stage reduces ([`BucketSize::mb_for`]).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum BucketSize {
-    Auto,
-    Mb(f64),
-}
-
-impl BucketSize {
-    /// The most and fewest MB an automatic bucket holds (PyTorch DDP's default cap is 25).
-    pub const AUTO_MB: (f64, f64) = (25.0, 1.0);
-    /// Buckets an automatic size aims at per step, so that all but the last start while the
-    /// backward still runs.
-    pub const AUTO_BUCKETS: f64 = 8.0;
-
-    /// The bucket size in MB for a stage reducing `grad_bytes` bytes of gradients: a set size
-    /// as given; `auto` an eighth of them, between 1 and 25 MB. A model whose gradients fit
-    /// one 25 MB bucket (the demo's are about 20 MB) would otherwise start its only bucket
-    /// when the backward has ended, and overlap would hide nothing.
-    pub fn mb_for(self, grad_bytes: f64) -> f64 {
-        match self {
-            BucketSize::Mb(mb) => mb,
-            BucketSize::Auto => {
-                let (most, fewest) = Self::AUTO_MB;
-                (grad_bytes / Self::AUTO_BUCKETS / 1e6).clamp(fewest, most)
-            }
-        }
-    }
-}
-
-impl std::fmt::Display for BucketSize {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            BucketSize::Auto => write!(f, "\"auto\""),
-            BucketSize::Mb(mb) => write!(f, "{mb}"),
-        }
-    }
-}
-
-impl Serialize for BucketSize {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        match self {
-            BucketSize::Auto => s.serialize_str("auto"),
-            BucketSize::Mb(mb) => s.serialize_f64(*mb),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for BucketSize {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Mb(f64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Mb(mb) => Ok(BucketSize::Mb(mb)),
-            Raw::Text(t) if t == "auto" => Ok(BucketSize::Auto),
-            Raw::Text(t) => Err(serde::de::Error::custom(format!(
-                "parallel.bucket_mb = \"{t}\" is neither \"auto\" nor a size in MB, e.g. 25"
-            ))),
-        }
-    }
-}
-
-/// A tensor-parallel scheme, resolved for the architecture (see
-/// [`ParallelConfig::resolved_scheme`]); the engine never sees `auto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Scheme {
-    /// Full-rank Megatron TP: column QKV/gate/up, row o/down, replicated residual.
-    Megatron,
-    /// Each low-rank factor pair as column-A / row-B; attention and MLP replicated.
-    Vanilla,
-    /// Bottleneck-aware TP: row-parallel A, column-parallel B, hidden-sharded residual.
-    Btp,
-}
-
-impl Scheme {
-    pub const ALL: [Scheme; 3] = [Scheme::Megatron, Scheme::Vanilla, Scheme::Btp];
-    pub fn name(self) -> &'static str {
-        match self {
-            Scheme::Megatron => "megatron",
-            Scheme::Vanilla => "vanilla",
-            Scheme::Btp => "btp",
-        }
-    }
-}
-
 impl From<Scheme> for SchemeChoice {
     fn from(s: Scheme) -> Self {
         match s {
@@ -112,16 +25,6 @@ impl From<Scheme> for SchemeChoice {
             Scheme::Btp => SchemeChoice::Btp,
         }
     }
-}
-
-/// How a hidden-sharded residual is normalised (BTP only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NormMode {
-    /// Statistic folded into the following row-parallel GEMM's all-reduce.
-    Online,
-    /// A separate all-reduce of the statistic, forward and backward.
-    Sync,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -266,8 +169,8 @@ impl ParallelConfig {
     /// The scheme after resolving `auto` for the architecture.
     pub fn resolved_scheme(&self, model: &ModelConfig) -> Scheme {
         match self.scheme {
-            SchemeChoice::Auto if model.arch.is_low_rank() => Scheme::Btp,
-            SchemeChoice::Auto | SchemeChoice::Megatron => Scheme::Megatron,
+            SchemeChoice::Auto => boost_plan::default_scheme(model.arch),
+            SchemeChoice::Megatron => Scheme::Megatron,
             SchemeChoice::Vanilla => Scheme::Vanilla,
             SchemeChoice::Btp => Scheme::Btp,
         }
@@ -349,49 +252,33 @@ impl ParallelConfig {
                 format!("is {}; only ZeRO stages 0 and 1 exist here", self.zero),
             ));
         }
+        // Which scheme runs which architecture, and what it splits, is the plan's to say.
         let scheme = self.resolved_scheme(model);
-        match scheme {
-            Scheme::Megatron if model.arch.is_low_rank() => {
-                return Err(ConfigError::new(
+        let plan =
+            boost_plan::Plan::new(scheme, model.arch, self.norm, model.tie_embeddings, self.tp).map_err(|e| {
+                let (arch, tp) = (model.arch.name(), self.tp);
+                ConfigError::new(
                     "parallel.scheme",
-                    format!(
-                        "megatron shards dense weights, but model.arch = {}; use \"vanilla\" or \"btp\" for low-rank models",
-                        model.arch.name()
-                    ),
-                ));
-            }
-            Scheme::Vanilla | Scheme::Btp if !model.arch.is_low_rank() => {
-                return Err(ConfigError::new(
-                    "parallel.scheme",
-                    "vanilla and btp shard low-rank factors, but model.arch = full; use \"megatron\"",
-                ));
-            }
-            _ => {}
-        }
+                    format!("{} with model.arch = {arch} at parallel.tp = {tp}: {e}", scheme.name()),
+                )
+            })?;
         let tp = self.tp;
-        let check = |what: &str, key: &str, n: usize| -> Result<(), ConfigError> {
+        for axis in plan.split_axes() {
+            let (key, n) = match axis {
+                Axis::Heads => ("model.heads", model.heads),
+                Axis::KvHeads => ("model.kv_heads", model.kv_heads()),
+                Axis::FeedForward => ("model.d_ff", model.d_ff),
+                Axis::Hidden => ("model.d", model.d),
+                Axis::Rank => ("model.rank", model.rank),
+            };
             if !n.is_multiple_of(tp) {
-                let valid: Vec<usize> = divisors(n);
-                Err(ConfigError::new(
+                return Err(ConfigError::new(
                     "parallel.tp",
                     format!(
-                        "{what} = {n} is not divisible by parallel.tp = {tp}; choose tp in {} (or change {key})",
-                        choices(&valid)
+                        "{key} = {n} is not divisible by parallel.tp = {tp}; choose tp in {} (or change {key})",
+                        choices(&divisors(n))
                     ),
-                ))
-            } else {
-                Ok(())
-            }
-        };
-        if tp > 1 {
-            check("model.heads", "model.heads", model.heads)?;
-            check("model.kv_heads", "model.kv_heads", model.kv_heads())?;
-            check("model.d_ff", "model.d_ff", model.d_ff)?;
-            if scheme == Scheme::Btp {
-                check("model.d", "model.d", model.d)?;
-            }
-            if scheme == Scheme::Vanilla {
-                check("model.rank", "model.rank", model.rank)?;
+                ));
             }
         }
         if !model.layers.is_multiple_of(self.pp) {

@@ -23,7 +23,7 @@ pub struct Layout {
 impl Layout {
     /// The unsharded model.
     pub fn single(model: &ModelConfig) -> Self {
-        let scheme = if model.arch.is_low_rank() { Scheme::Btp } else { Scheme::Megatron };
+        let scheme = boost_plan::default_scheme(model.arch);
         Self { scheme, tp: 1, tp_rank: 0, norm: NormMode::Online, grouping: true, stage: 0, stages: 1 }
     }
 

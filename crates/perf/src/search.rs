@@ -34,7 +34,7 @@ pub fn search(base: &Setup, hw: &Hardware, o: &SearchOptions) -> Vec<Candidate> 
     let low_rank = base.model.arch.is_low_rank();
     // Every scheme whose plan runs this architecture under tensor parallelism, the
     // architecture's default first; at tp = 1 they all compute the same, so only the default.
-    let default = boost_config::ParallelConfig::default().resolved_scheme(&base.model);
+    let default = boost_plan::default_scheme(base.model.arch);
     let (arch, tied) = (base.model.arch, base.model.tie_embeddings);
     let runs = |s: Scheme| boost_plan::Plan::new(s, arch, boost_config::NormMode::Online, tied, 2).is_ok();
     let schemes: Vec<Scheme> =

@@ -167,7 +167,7 @@ impl Setup {
     pub fn preset(name: &str, arch: Arch) -> Result<Self> {
         let mut model = ModelConfig::preset(name)?;
         model.arch = arch;
-        let scheme = if arch.is_low_rank() { Scheme::Btp } else { Scheme::Megatron };
+        let scheme = boost_plan::default_scheme(arch);
         Ok(Setup {
             model,
             scheme,

@@ -15,7 +15,7 @@
 //!   lookups are reduce-scattered (`embed`). Exit: the shards are all-gathered (`head.gather`).
 
 use super::{Factors, Linear, Placement, SchemeDecl};
-use boost_config::Scheme;
+use crate::Scheme;
 
 pub const DECL: SchemeDecl = SchemeDecl {
     scheme: Scheme::Btp,

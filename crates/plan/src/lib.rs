@@ -13,12 +13,15 @@
 //! The engine (`boost-model`'s groups and stack entry and exit), the cost model (`boost-perf`)
 //! and checkpoints all read the resolved [`Plan`].
 
+#![forbid(unsafe_code)]
+
 pub mod btp;
 mod check;
+mod kinds;
 pub mod megatron;
 pub mod vanilla;
 
-use boost_config::{Arch, NormMode, Scheme};
+pub use kinds::{Arch, NormMode, Scheme, default_scheme};
 
 /// How a tensor is held across the ranks of a tensor-parallel group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,10 +185,42 @@ impl Plan {
     pub fn sharded_latent(&self) -> bool {
         self.into_block.latent() == Some(Placement::Sharded)
     }
+    /// The model axes this plan splits over the tensor-parallel ranks, each of which tp must
+    /// divide: heads and SwiGLU features with a sharded interior, the hidden size with a
+    /// sharded residual, the bottleneck with a sharded latent. None on one rank.
+    pub fn split_axes(&self) -> Vec<Axis> {
+        if self.tp == 1 {
+            return Vec::new();
+        }
+        let mut axes = Vec::new();
+        if self.sharded_interior() {
+            axes.extend([Axis::Heads, Axis::KvHeads, Axis::FeedForward]);
+        }
+        if self.sharded_residual() {
+            axes.push(Axis::Hidden);
+        }
+        if self.sharded_latent() {
+            axes.push(Axis::Rank);
+        }
+        axes
+    }
     /// The plan of a group that reads the residual (`true`) or writes it.
     pub fn group(&self, reads_residual: bool) -> GroupPlan {
         if reads_residual { self.into_block } else { self.out_of_block }
     }
+}
+
+/// A model axis a plan may split over the tensor-parallel ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Axis {
+    Heads,
+    KvHeads,
+    /// SwiGLU features (`d_ff`).
+    FeedForward,
+    /// The residual's hidden size (`d`).
+    Hidden,
+    /// The bottleneck width (`rank`).
+    Rank,
 }
 
 /// `n / p` when the axis is split.

@@ -12,7 +12,7 @@
 //! - Norms: replicated. Entry: vocabulary-parallel lookup, all-reduced. Exit: whole.
 
 use super::{Factors, Linear, Placement, SchemeDecl};
-use boost_config::Scheme;
+use crate::Scheme;
 
 pub const DECL: SchemeDecl = SchemeDecl {
     scheme: Scheme::Vanilla,

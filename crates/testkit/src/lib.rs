@@ -2,6 +2,8 @@
 //! tolerance: the PyTorch fixtures ([`fixtures`]), tensor-parallel parity ([`tp`]) and
 //! pipeline and grid parity ([`pp`]).
 
+#![forbid(unsafe_code)]
+
 pub mod compare;
 pub mod engine;
 pub mod fixtures;

@@ -59,13 +59,16 @@ pub(super) fn cases(sweep: Sweep) -> Vec<Case> {
             grid(model(&["model.arch=cola", "model.only_lr_act=true"]), &[Btp]),
         ],
         Sweep::ColaTiedGqa => {
-            // kv_heads = 2 shards over tp ≤ 2 only; tp = 4 is refused by validation (see config tests).
+            // kv_heads = 2 shards over tp ≤ 2 only under BTP, whose interior is sharded; tp = 4
+            // is refused by validation (see config tests). Vanilla runs attention whole on
+            // every rank, so its tp = 4 splits only the rank.
             let mut runs = Vec::new();
             for scheme in [Vanilla, Btp] {
                 for tp in [1, 2] {
                     runs.push((layout(scheme, tp, NormMode::Online, true), NONE));
                 }
             }
+            runs.push((layout(Vanilla, 4, NormMode::Online, true), NONE));
             vec![
                 grid(model(&["model.arch=cola", "model.tie_embeddings=true"]), &[Vanilla, Btp]),
                 Case { cfg: model(&["model.arch=cola", "model.kv_heads=2"]), runs },

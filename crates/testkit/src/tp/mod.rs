@@ -48,7 +48,7 @@ impl Sweep {
             Sweep::FullRank => 12,
             Sweep::Svd => 18,
             Sweep::Cola => 30,
-            Sweep::ColaTiedGqa => 22,
+            Sweep::ColaTiedGqa => 23,
             Sweep::Lax => 24,
             Sweep::Recompute => 75,
             Sweep::RecomputeFirstLayers => 32,

@@ -6,7 +6,7 @@ use super::preflight::prepare;
 use super::{Summary, TrainOptions};
 use anyhow::{Result, bail};
 use boost_comm::{Dims, Grid, GridOptions, Link, Links, RunOptions, run_ranks_with};
-use boost_config::{Config, ConfigError};
+use boost_config::Config;
 use boost_exec::dp::Groups;
 use boost_perf::fit::{check_memory, local_ranks};
 use boost_tensor::cpu::Cpu;
@@ -42,17 +42,10 @@ pub fn train_on(cfg: Config, opts: TrainOptions, devices: &dyn Devices) -> Resul
     Ok(out.swap_remove(0).expect("rank 0 reports the run"))
 }
 
-/// Options that contradict the config, and a parallel scheme that cannot run this model,
-/// are refused before any work (the data, the run directory, the ranks).
+/// Options that contradict the config are refused before any work (the data, the run
+/// directory, the ranks).
 fn check_options(cfg: &Config, opts: &TrainOptions) -> Result<()> {
-    let (model, par) = (&cfg.model, &cfg.parallel);
-    boost_model::Layout::from_config(model, par, 0).plan(model).map_err(|e| {
-        let scheme = par.resolved_scheme(model).name();
-        ConfigError::new(
-            "parallel.scheme",
-            format!("{scheme} with model.arch = {} at parallel.tp = {}: {e}", model.arch.name(), par.tp),
-        )
-    })?;
+    // The scheme was checked against the model when the config was loaded (boost-plan).
     if let Some(step) = opts.dump_grads.filter(|&s| s == 0 || s > cfg.train.steps as u64) {
         bail!(
             "--dump-grads {step}: the run ends at step {} (train.steps); choose a step in 1..={}",
