@@ -9,6 +9,8 @@
 //! - [`Hardware`] (TOML presets) and [`predict`]: iteration time with its breakdown.
 //! - [`cli`]: `boost plan`.
 
+#![forbid(unsafe_code)]
+
 pub mod calibrate;
 pub mod chart;
 pub mod chunks;
@@ -23,6 +25,7 @@ pub mod predict;
 pub mod search;
 pub mod setup;
 pub mod step;
+pub mod validate;
 
 pub use hardware::{Hardware, Timer};
 pub use layer::{LayerOps, Saved, layer_ops, layer_saved};

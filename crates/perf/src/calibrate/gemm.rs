@@ -1,4 +1,4 @@
-//! f32 GEMM throughput of this machine over a set of shapes, and the fit of the
+//! f32 GEMM throughput of the CPU engine's kernels on this machine over a set of shapes, and the fit of the
 //! `P · Π x/(x+c)` curve to it.
 
 use std::time::Instant;
@@ -41,52 +41,44 @@ pub struct GemmSample {
     pub flops_per_s: f64,
 }
 
-/// Measure one f32 GEMM `(m×k)·(k×n)` (row-major), best of a few timed runs.
+/// Measure one f32 GEMM `(m×k)·(k×n)` (row-major) with the CPU engine's own kernels, in its
+/// pool with the workers held awake as a training step runs them; best of a few timed runs.
+/// `threads` = 0 takes the pool as configured.
 pub fn measure_gemm(m: usize, n: usize, k: usize, threads: usize) -> f64 {
+    use boost_tensor::{Backend, Mat, MatMut, cpu::Cpu};
     let lhs: Vec<f32> = (0..m * k).map(|i| ((i % 97) as f32 - 48.0) * 0.01).collect();
     let rhs: Vec<f32> = (0..k * n).map(|i| ((i % 89) as f32 - 44.0) * 0.01).collect();
     let mut dst = vec![0f32; m * n];
     let flops = 2.0 * (m * n * k) as f64;
-    let run = |dst: &mut [f32]| {
-        // SAFETY: the three buffers are distinct, row-major, and sized m×k, k×n, m×n.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                dst.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                lhs.as_ptr(),
-                1,
-                k as isize,
-                rhs.as_ptr(),
-                1,
-                n as isize,
-                0.0f32,
-                1.0f32,
-                false,
-                false,
-                false,
-                gemm::Parallelism::Rayon(threads),
-            )
+    let be = Cpu::<f32>::new();
+    let timed = |dst: &mut Vec<f32>| {
+        boost_tensor::cpu::pool::hold_pool(|| {
+            let mut run = || be.gemm(MatMut::new(dst, m, n), Mat::new(&lhs, m, k), Mat::new(&rhs, k, n), 1.0, false);
+            run();
+            // Repeat to at least ~60 ms per timed run.
+            let t0 = Instant::now();
+            run();
+            let once = t0.elapsed().as_secs_f64().max(1e-7);
+            let reps = ((0.06 / once).ceil() as usize).clamp(1, 10_000);
+            let mut best = f64::MAX;
+            for _ in 0..3 {
+                let t = Instant::now();
+                for _ in 0..reps {
+                    run();
+                }
+                best = best.min(t.elapsed().as_secs_f64() / reps as f64);
+            }
+            best
+        })
+    };
+    let best = if threads == 0 {
+        timed(&mut dst)
+    } else {
+        match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
+            Ok(pool) => pool.install(|| timed(&mut dst)),
+            Err(_) => timed(&mut dst),
         }
     };
-    run(&mut dst);
-    // Repeat to at least ~60 ms per timed run.
-    let t0 = Instant::now();
-    run(&mut dst);
-    let once = t0.elapsed().as_secs_f64().max(1e-7);
-    let reps = ((0.06 / once).ceil() as usize).clamp(1, 10_000);
-    let mut best = f64::MAX;
-    for _ in 0..3 {
-        let t = Instant::now();
-        for _ in 0..reps {
-            run(&mut dst);
-        }
-        best = best.min(t.elapsed().as_secs_f64() / reps as f64);
-    }
     std::hint::black_box(&dst);
     flops / best
 }

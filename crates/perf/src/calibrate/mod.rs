@@ -15,10 +15,12 @@ mod bandwidth;
 mod file;
 mod gemm;
 mod links;
+mod machine;
 
 pub use bandwidth::{measure_bandwidth, measure_kernel_overhead};
 pub use gemm::{GemmSample, SHAPES, fit_curve, measure_gemm};
 pub use links::{calibrate_collectives, calibrate_mpi_collectives};
+pub use machine::{cache_dir, this_machine};
 
 use crate::hardware::LinkSpec;
 use anyhow::Result;

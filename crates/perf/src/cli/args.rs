@@ -33,7 +33,8 @@ pub struct PlanArgs {
     /// Group [A_q;A_k;A_v] and [A_gate;A_up] into one GEMM and one collective (sets `parallel.grouping`).
     #[arg(long, value_name = "BOOL")]
     pub grouping: Option<bool>,
-    /// Cluster: a preset (a100-80gb, h100, h200, cpu) or a hardware TOML file. Default a100-80gb.
+    /// Cluster: a preset (a100-80gb, h100, h200), `cpu` or `cpu-mpi` (this machine, calibrated
+    /// on first use and kept in ~/.cache/boost), or a hardware TOML file. Default a100-80gb.
     #[arg(long, value_name = "PRESET|FILE")]
     pub cluster: Option<String>,
     /// Tensor-parallel degree (sets `parallel.tp`).
@@ -121,6 +122,10 @@ pub struct PlanArgs {
     /// Sweeps of `--calibrate-cpu`; the best of them is kept (use several on a busy machine).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
+    /// Predict the training run in RUN_DIR from its config.toml, and set each part of the step
+    /// beside the medians its metrics.jsonl measured (default cluster: cpu, this machine).
+    #[arg(long, value_name = "RUN_DIR")]
+    pub validate: Option<PathBuf>,
     /// List the cluster presets and exit.
     #[arg(long)]
     pub list_clusters: bool,

@@ -18,6 +18,15 @@ use draw::scheme_variants;
 use paper::run_paper;
 use search::run_search;
 
+/// The hardware `--cluster` names: this machine's own calibration for `cpu` and `cpu-mpi`
+/// (made on first use), a preset, or a TOML file.
+fn cluster(name: &str) -> Result<Hardware> {
+    match name {
+        "cpu" | "cpu-mpi" if !std::path::Path::new(name).is_file() => crate::calibrate::this_machine(name),
+        other => Hardware::load(other),
+    }
+}
+
 /// Run `boost plan`.
 pub fn run(args: &PlanArgs) -> Result<()> {
     if args.list_clusters {
@@ -41,7 +50,17 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         println!("wrote {}", out.display());
         return Ok(());
     }
-    let hw = Hardware::load(args.cluster.as_deref().unwrap_or("a100-80gb"))?;
+    if let Some(run) = &args.validate {
+        let hw = cluster(args.cluster.as_deref().unwrap_or("cpu"))?;
+        let v = crate::validate::validate(run, &hw)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        } else {
+            print!("{}", crate::validate::table(&v));
+        }
+        return Ok(());
+    }
+    let hw = cluster(args.cluster.as_deref().unwrap_or("a100-80gb"))?;
     if args.paper {
         return run_paper(args, &hw);
     }

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `boost plan` against this machine: short training runs of CoLA and full rank at the cola-60m
+# shape (seq 256 × 8, the demo corpus's vocabulary), on one rank and in-process tp2, pp2 and
+# dp2, each followed by `boost plan --validate` on `--cluster cpu` (this machine's own
+# calibration, made on first use). Writes one JSON record: every run's predicted and measured
+# parts, the command, the commit and the machine.
+#
+#   cargo build --release && bash bench/plan_accuracy.sh [OUT.json]
+#
+# STEPS (default 8) sets the steps of each run; medians leave the first out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+boost=target/release/boost
+out=${1:-bench/results/plan-accuracy.json}
+steps=${STEPS:-8}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for arch in cola full; do
+  for layout in 1 tp2 pp2 dp2; do
+    sets=(--set model.preset=cola-60m --set "model.arch=$arch" --set train.seq_len=256
+      --set train.micro_batch=8 --set "train.steps=$steps" --set train.eval_every=0
+      --set train.checkpoint_every=0 --set "run.dir=$work/$arch-$layout")
+    case $layout in
+      tp2) sets+=(--set parallel.tp=2) ;;
+      pp2) sets+=(--set parallel.pp=2) ;;
+      dp2) sets+=(--set parallel.dp=2) ;;
+    esac
+    echo "$arch $layout: training $steps steps" >&2
+    "$boost" train "${sets[@]}" --quiet
+    "$boost" plan --cluster cpu --validate "$work/$arch-$layout" --json >"$work/$arch-$layout.json"
+  done
+done
+mkdir -p "$(dirname "$out")"
+python3 - "$work" "$out" "$steps" <<'EOF'
+import json, os, platform, subprocess, sys
+work, out, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "")
+simd = "AVX-512" if " avx512f" in flags else ("AVX2" if " avx2" in flags else "other")
+runs = []
+for arch in ["cola", "full"]:
+    for layout in ["1", "tp2", "pp2", "dp2"]:
+        v = json.load(open(os.path.join(work, f"{arch}-{layout}.json")))
+        runs.append({"arch": arch, "layout": layout, "steps": v["steps"], "cluster": v["cluster"], "parts": v["parts"]})
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+record = {
+    "benchmark": "plan-accuracy",
+    "command": f"STEPS={steps} bash bench/plan_accuracy.sh",
+    "commit": commit,
+    "machine": {"cpu": cpu, "simd": simd, "cores": os.cpu_count(), "gpu": None},
+    "runs": runs,
+}
+json.dump(record, open(out, "w"), indent=1)
+print(f"{'run':<12} {'predicted s':>12} {'measured s':>11} {'error':>8}")
+for r in runs:
+    s = next(p for p in r["parts"] if p["name"] == "step")
+    print(f"{r['arch'] + ' ' + r['layout']:<12} {s['predicted_s']:>12.3f} {s['measured_s']:>11.3f} {s['error'] * 100:>+7.1f}%")
+print(f"wrote {out}")
+EOF

@@ -1,0 +1,90 @@
+//! `--cluster cpu` and `--cluster cpu-mpi` describe the machine `boost plan` runs on: its own
+//! calibration, made on first use and kept in the cache directory under a name of the CPU
+//! model and thread count, so the next plan on the same machine reads it back at once.
+
+use super::calibrate_cpu;
+use crate::hardware::Hardware;
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+/// Where calibrations are kept: `BOOST_CACHE_DIR`, else `$XDG_CACHE_HOME/boost`, else
+/// `~/.cache/boost`.
+pub fn cache_dir() -> Option<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    var("BOOST_CACHE_DIR")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("boost")))
+        .or_else(|| var("HOME").map(|h| h.join(".cache").join("boost")))
+}
+
+/// The file name of this machine's calibration: CPU model and threads, in plain characters.
+fn file_name(cpu: &str, threads: usize) -> String {
+    let slug: String = cpu
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+        .collect::<String>()
+        .split('-')
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("-");
+    format!("cpu-{slug}-{threads}t.toml")
+}
+
+/// When a file was last written, as a UTC date and time.
+fn made_at(path: &Path) -> String {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .map(|t| chrono::DateTime::<chrono::Utc>::from(t).format("%Y-%m-%d %H:%M UTC").to_string())
+        .unwrap_or_else(|_| "an unknown time".into())
+}
+
+/// This machine's description for `name` (`cpu`, or `cpu-mpi` when MPI links were measured),
+/// calibrating first when no calibration of this CPU and thread count is kept. Says on stderr
+/// which file it uses and when it was made.
+pub fn this_machine(name: &str) -> Result<Hardware> {
+    let cpu = boost_tensor::cpu::simd_paths().cpu;
+    let threads = rayon::current_num_threads();
+    let Some(dir) = cache_dir() else {
+        anyhow::bail!(
+            "--cluster {name} calibrates this machine and keeps the result, but neither BOOST_CACHE_DIR, XDG_CACHE_HOME nor HOME is set; set one, or run `boost plan --calibrate-cpu FILE` and pass --cluster FILE"
+        );
+    };
+    let path = dir.join(file_name(&cpu, threads));
+    let wanted = if name == "cpu-mpi" {
+        path.with_file_name(file_name(&cpu, threads).replace(".toml", "-mpi.toml"))
+    } else {
+        path.clone()
+    };
+    if !path.is_file() {
+        eprintln!(
+            "cluster {name}: calibrating this machine ({cpu}, {threads} threads; about 20 s), kept in {}",
+            path.display()
+        );
+        calibrate_cpu(&path, 0, 1, false, false)?;
+    }
+    if !wanted.is_file() {
+        anyhow::bail!(
+            "--cluster {name} needs MPI links, and {} was not measured (the build has no MPI, or mpirun failed); use --cluster cpu, or a build with `--features mpi`",
+            wanted.display()
+        );
+    }
+    let text = std::fs::read_to_string(&wanted).with_context(|| format!("reading {}", wanted.display()))?;
+    let hw = Hardware::from_toml_str(&text)
+        .with_context(|| format!("in {} (remove it and plan again to calibrate anew)", wanted.display()))?;
+    eprintln!(
+        "cluster {name}: this machine's calibration of {} ({}); remove the file to measure again",
+        made_at(&wanted),
+        wanted.display()
+    );
+    Ok(hw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_file_is_named_for_the_cpu_and_threads_in_plain_characters() {
+        assert_eq!(file_name("AMD EPYC 9R45 (Zen 5)", 2), "cpu-amd-epyc-9r45-zen-5-2t.toml");
+        assert_eq!(file_name("unknown", 16), "cpu-unknown-16t.toml");
+    }
+}

@@ -1,0 +1,146 @@
+//! `boost plan --validate RUN_DIR`: the plan of a run's own config set beside what its
+//! `metrics.jsonl` measured, part by part.
+//!
+//! Measured parts are medians over the run's steps after the first (which pays for warm-up:
+//! page faults, the pool's first wake, first-touch of every buffer). A part the metrics do not
+//! split out (the optimizer is inside `compute_s`) is shown as predicted only.
+
+use crate::hardware::Hardware;
+use crate::predict::predict;
+use crate::setup::{Dtype, Setup};
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// One part of the step: predicted, and measured where the metrics split it out.
+#[derive(Debug, Clone, Serialize)]
+pub struct Part {
+    pub name: &'static str,
+    pub predicted_s: f64,
+    pub measured_s: Option<f64>,
+    /// `predicted / measured − 1`, where both exist and the measured time is not zero.
+    pub error: Option<f64>,
+}
+
+/// A run's plan against its measurements.
+#[derive(Debug, Clone, Serialize)]
+pub struct Validation {
+    pub run_dir: String,
+    pub cluster: String,
+    /// Steps the medians are taken over.
+    pub steps: usize,
+    pub parts: Vec<Part>,
+}
+
+/// The per-step fields of `metrics.jsonl` this reads.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sample {
+    step_s: f64,
+    compute_s: f64,
+    tp_s: f64,
+    tp_in_flight_s: f64,
+    pp_s: f64,
+    dp_s: f64,
+    dp_in_flight_s: f64,
+}
+
+fn read_samples(path: &Path) -> Result<Vec<Sample>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: serde_json::Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            // A line cut short by a stopped run is the last one; anything else is damage.
+            Err(_) if i + 1 == text.lines().count() => break,
+            Err(e) => bail!("{} line {}: not JSON ({e})", path.display(), i + 1),
+        };
+        let num = |v: &serde_json::Value, key: &str| -> Result<f64> {
+            v.get(key)
+                .and_then(|x| x.as_f64())
+                .with_context(|| format!("{} line {}: `{key}` is missing or not a number", path.display(), i + 1))
+        };
+        let step_s = num(&v, "step_time_s")?;
+        let mut s = Sample { step_s, compute_s: step_s, ..Default::default() };
+        if let Some(t) = v.get("time_split") {
+            s.compute_s = num(t, "compute_s")?;
+            s.tp_s = num(t, "tp_s")?;
+            s.tp_in_flight_s = num(t, "tp_in_flight_s")?;
+            s.pp_s = num(t, "pp_s")?;
+            s.dp_s = num(t, "dp_s")?;
+            s.dp_in_flight_s = num(t, "dp_in_flight_s")?;
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+}
+
+/// Predict the run in `run_dir` on `hw` and set each part beside its measured median.
+pub fn validate(run_dir: &Path, hw: &Hardware) -> Result<Validation> {
+    let config = run_dir.join("config.toml");
+    if !config.is_file() {
+        bail!("{} has no config.toml: --validate takes the directory of a training run", run_dir.display());
+    }
+    let cfg =
+        boost_config::Config::load(Some(&config), &[]).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+    let samples = read_samples(&run_dir.join("metrics.jsonl"))?;
+    if samples.len() < 2 {
+        bail!(
+            "{} holds {} step(s); --validate needs at least 2 (the first pays for warm-up and is left out)",
+            run_dir.join("metrics.jsonl").display(),
+            samples.len()
+        );
+    }
+    let steady = &samples[1..];
+    let m = |f: fn(&Sample) -> f64| Some(median(steady.iter().map(f).collect()));
+    let cpu = matches!(boost_config::parse_device(&cfg.train.device), Ok(boost_config::Device::Cpu));
+    let dtype = if cpu { Dtype::F32 } else { Dtype::Bf16 };
+    let setup = Setup::from_config(&cfg, None, dtype)?;
+    let p = predict(&setup, hw);
+    let b = &p.breakdown;
+    let pipeline = b.pp_comm_s + b.bubble_s;
+    let rows: [(&'static str, f64, Option<f64>); 8] = [
+        ("step", p.iteration_time_s, m(|s| s.step_s)),
+        ("compute (optimizer included)", b.compute_s + b.optimizer_s, m(|s| s.compute_s)),
+        ("optimizer", b.optimizer_s, None),
+        ("tp exposed", b.tp_comm_s, m(|s| s.tp_s)),
+        ("tp in flight", b.tp_in_flight_s, m(|s| s.tp_in_flight_s)),
+        ("pp and bubble", pipeline, m(|s| s.pp_s)),
+        ("dp exposed", b.dp_comm_s, m(|s| s.dp_s)),
+        ("dp in flight", b.dp_in_flight_s, m(|s| s.dp_in_flight_s)),
+    ];
+    let parts = rows
+        .into_iter()
+        .map(|(name, predicted_s, measured_s)| Part {
+            name,
+            predicted_s,
+            measured_s,
+            error: measured_s.filter(|&x| x > 0.0).map(|x| predicted_s / x - 1.0),
+        })
+        .collect();
+    Ok(Validation { run_dir: run_dir.display().to_string(), cluster: hw.name.clone(), steps: steady.len(), parts })
+}
+
+/// The validation as a table.
+pub fn table(v: &Validation) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "run:     {}", v.run_dir);
+    let _ = writeln!(o, "cluster: {}", v.cluster);
+    let _ = writeln!(o, "medians over {} steps (the first left out)\n", v.steps);
+    let _ = writeln!(o, "{:<30} {:>12} {:>12} {:>8}", "part", "predicted s", "measured s", "error");
+    for p in &v.parts {
+        let measured = p.measured_s.map_or("not split".to_string(), |x| format!("{x:.4}"));
+        let error = p.error.map_or(String::new(), |e| format!("{:+.1}%", e * 100.0));
+        let _ = writeln!(o, "{:<30} {:>12.4} {:>12} {:>8}", p.name, p.predicted_s, measured, error);
+    }
+    o
+}
