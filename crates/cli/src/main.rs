@@ -1,5 +1,7 @@
 //! `boost`: one binary, one subcommand per job.
 
+#![forbid(unsafe_code)]
+
 mod bench;
 mod commands;
 mod generate;

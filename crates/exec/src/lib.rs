@@ -4,6 +4,8 @@
 //! gradient norm and AdamW ([`optim`]). The model supplies the math; this crate decides the
 //! order, the threads and the collectives around it.
 
+#![forbid(unsafe_code)]
+
 pub mod dp;
 pub mod learner;
 pub mod optim;

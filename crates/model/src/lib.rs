@@ -2,6 +2,8 @@
 //! of the four architectures (full-rank, SVD, CoLA, LaX) under any tensor-parallel layout;
 //! forward and backward are explicit, and every collective is a visible call.
 
+#![forbid(unsafe_code)]
+
 pub mod init;
 pub mod io;
 pub mod labels;

@@ -3,6 +3,8 @@
 //! and the output is PNG or SVG by the file's extension ([`canvas`]), so nothing here needs
 //! a system library.
 
+#![forbid(unsafe_code)]
+
 pub mod bars;
 pub mod canvas;
 pub mod metrics;
