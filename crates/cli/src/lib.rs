@@ -1,4 +1,6 @@
 //! The library side of the `boost` binary: the devices a training run's ranks compute on
 //! ([`device`]), shared by the binary and its tests.
+//!
+//! User guide: `docs/guide/README.md`; every command's help: `docs/CLI.md`.
 
 pub mod device;

@@ -26,6 +26,8 @@
 //! let be = Cuda::new(0, Precision::Bf16).unwrap();
 //! # }
 //! ```
+//!
+//! User guide: `docs/guide/parallel.md` (GPUs); status and GPU checks: `crates/cuda/README.md`.
 
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod backend;

@@ -8,6 +8,8 @@
 //! - [`memory`]: weights, gradients, optimizer state and activations per rank.
 //! - [`Hardware`] (TOML presets) and [`predict`]: iteration time with its breakdown.
 //! - [`cli`]: `boost plan`.
+//!
+//! User guide: `docs/guide/planning.md`; the formulas: `docs/COST_MODEL.md`.
 
 pub mod calibrate;
 pub mod chart;

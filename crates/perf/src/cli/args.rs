@@ -33,7 +33,7 @@ pub struct PlanArgs {
     /// Group [A_q;A_k;A_v] and [A_gate;A_up] into one GEMM and one collective (sets `parallel.grouping`).
     #[arg(long, value_name = "BOOL")]
     pub grouping: Option<bool>,
-    /// Cluster: a preset (a100-80gb, h100, h200, cpu) or a hardware TOML file. Default a100-80gb.
+    /// Cluster: a preset (a100-80gb, h100, h200, cpu, cpu-mpi) or a hardware TOML file. Default a100-80gb.
     #[arg(long, value_name = "PRESET|FILE")]
     pub cluster: Option<String>,
     /// Tensor-parallel degree (sets `parallel.tp`).
