@@ -117,7 +117,7 @@ pub fn cli_md(cli: clap::Command) -> String {
     out.push_str(
         "Every command's `--help`, as the binary prints it. Run a command with \
          `cargo run --release -- <command>` or, after `cargo build --release`, \
-         `target/release/boost <command>`. The [user guide](guide/README.md) shows them in use.\n\n",
+         `target/release/boost <command>`. The [user guide](README.md) shows them in use.\n\n",
     );
     out.push_str("| command | what |\n|---|---|\n");
     let subs: Vec<&clap::Command> =
