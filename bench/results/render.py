@@ -73,7 +73,7 @@ def machine(m):
     parts = [m.get("gpu"), m.get("cpu"), m.get("simd")]
     text = "; ".join(p for p in parts if p)
     if m.get("threads"):
-        text += f"; {m['threads']} threads"
+        text += f"; {m['threads']} thread{'s' if m['threads'] != 1 else ''}"
     return text
 
 
