@@ -1,12 +1,16 @@
 //! `boost bench`: training-step throughput against a GEMM peak measured in the same run and
 //! against the PyTorch eager peer run beside it ([`step`], [`report`]); the step's GEMMs shape
 //! by shape ([`gemm`]); tensor-parallel schemes over an emulated link ([`tp`]); a (dp, pp, tp)
-//! grid's time split per rank ([`grid`]). The peer's script is `peers/torch_peer.py`.
+//! grid's time split per rank ([`grid`]); a run as a JSON record for `bench/results/`
+//! ([`record`]). The peer's script is `peers/torch_peer.py`.
+//!
+//! User guide: `docs/PERFORMANCE.md` (the results and how to reproduce each) and `bench/results/`.
 
 pub mod gemm;
 pub mod grid;
 pub mod memory;
 pub mod peer;
+pub mod record;
 pub mod report;
 pub mod stats;
 pub mod step;

@@ -94,7 +94,7 @@ pub struct BenchOptions {
     pub threads: usize,
     pub warmup: usize,
     pub rounds: usize,
-    /// Run the PyTorch peer ([`crate::bench_peer::TORCH_PEER`]) with this Python (None: skip
+    /// Run the PyTorch peer ([`crate::peer::TORCH_PEER`]) with this Python (None: skip
     /// the peer).
     pub python: Option<String>,
 }

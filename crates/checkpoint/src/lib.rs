@@ -21,6 +21,8 @@
 //! last stage not at all, so every element is stored once. Any layout reads either format.
 //!
 //! `<run>/checkpoints/latest` names the newest complete checkpoint.
+//!
+//! User guide: `docs/guide/checkpoints.md`; what is checked and refused: `docs/SAFETY.md`.
 
 pub mod grid;
 pub mod manifest;

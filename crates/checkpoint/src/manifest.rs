@@ -20,7 +20,7 @@ pub fn write(dir: &Path) -> Result<()> {
     write_known(dir, &std::collections::BTreeMap::new())
 }
 
-/// [`write`], taking the sums of the files in `known` as given (files hashed as they were
+/// [`write()`], taking the sums of the files in `known` as given (files hashed as they were
 /// written and read back) instead of reading them again.
 pub fn write_known(dir: &Path, known: &std::collections::BTreeMap<String, String>) -> Result<()> {
     let mut names: Vec<String> = fs::read_dir(dir)

@@ -49,6 +49,10 @@ pub struct BenchArgs {
     /// Print the report as JSON on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the run as a JSON record to FILE (command, commit, machine, each model's
+    /// figures and the whole report), for bench/results/ and its render.py.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["tp", "grid"])]
+    pub record: Option<std::path::PathBuf>,
     /// Also print every GEMM shape of the step with its GFLOP/s against the measured peak
     /// (always in the JSON report), and each shape's rate alone (the same product on its own
     /// operands, called back to back) against a peak measured beside it.
@@ -130,6 +134,14 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         for r in &mut report.results {
             boost_bench::gemm::time_alone(&mut r.gemm_shapes, 5, boost_bench::gemm_peak);
         }
+    }
+    if let Some(path) = &a.record {
+        let mut command: Vec<String> = std::env::args().collect();
+        if let Some(first) = command.first_mut() {
+            *first = "boost".into();
+        }
+        boost_bench::record::write(path, &boost_bench::record::step_record(&command, &report)?)?;
+        eprintln!("record written to {}", path.display());
     }
     print_report(a.json, &report, || {
         let mut t = boost_bench::table(&report);

@@ -20,6 +20,8 @@
 //! .unwrap();
 //! assert_eq!(sums, vec![3.0, 3.0]);
 //! ```
+//!
+//! User guide: `docs/guide/parallel.md` (in-process ranks, `mpirun`, SLURM).
 
 mod call;
 pub mod communicator;

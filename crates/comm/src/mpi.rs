@@ -172,7 +172,7 @@ mod stub {
     use crate::runner::RunOptions;
     use std::sync::Arc;
 
-    const NO_MPI: &str = "this program was started by an MPI launcher, but it was built without MPI support: rebuild with the `mpi` feature of boost-comm (Debian: apt-get install libopenmpi-dev openmpi-bin libclang-dev), or run it without mpirun";
+    const NO_MPI: &str = "this program was started by an MPI launcher, but it was built without MPI support: rebuild with `cargo build --release --features mpi` (Debian: apt-get install libopenmpi-dev openmpi-bin libclang-dev), or run it without mpirun";
 
     /// Without the `mpi` feature there is no MPI world.
     pub fn mpi_world() -> Option<Arc<dyn Communicator>> {

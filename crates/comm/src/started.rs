@@ -1,5 +1,5 @@
 //! Non-blocking calls of a [`Group`]: a started call moves its buffer to the group's
-//! progress thread ([`crate::lane`]) and returns a handle; waiting for the handle gives the
+//! progress thread (`lane`) and returns a handle; waiting for the handle gives the
 //! buffer back with the result, records the call (start, completion, time waited) and
 //! fails the way the blocking call does. A group without a progress thread (overlap off, or
 //! one rank) runs the call when it is started.

@@ -1,6 +1,8 @@
 //! The configuration tree of a run. It mirrors the module tree (`[model]`, `[train]`,
 //! `[data]`, `[parallel]`, `[run]`), is read from TOML plus `--set key=value` overrides,
 //! and is validated once; every error names the key and the fix.
+//!
+//! User guide: `docs/guide/training.md`; every key with its default: `docs/CONFIG.md`.
 
 #![forbid(unsafe_code)]
 

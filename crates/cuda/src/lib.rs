@@ -1,23 +1,23 @@
 //! The CUDA backend of BOOST: the same model code, on NVIDIA GPUs.
 //!
-//! [`Cuda`] implements [`boost_tensor::Backend`]: GEMMs through cuBLAS with fp32
+//! `Cuda` implements [`boost_tensor::Backend`]: GEMMs through cuBLAS with fp32
 //! accumulation, every other kernel from `kernels/*.cu` (compiled ahead by nvcc 13.0 when the
 //! build finds it, else at run time by NVRTC), one stream per backend. Mixed precision
-//! ([`Precision::Bf16`]): parameters from [`Backend::alloc_param`] keep fp32 master weights
+//! (`Precision::Bf16`): parameters from `Backend::alloc_param` keep fp32 master weights
 //! and a bf16 compute copy (AdamW updates both in one pass); buffers from
-//! [`Backend::alloc_act`] are bf16; everything from [`Backend::alloc`] (gradients, optimizer
+//! `Backend::alloc_act` are bf16; everything from `Backend::alloc` (gradients, optimizer
 //! state, statistics) is fp32; every kernel computes in fp32 whatever its operands' storage,
-//! and GEMMs multiply in bf16 with fp32 accumulation. [`Precision::F32`] keeps everything in
+//! and GEMMs multiply in bf16 with fp32 accumulation. `Precision::F32` keeps everything in
 //! fp32 (cuBLAS without tensor-core down-conversion), to check against the CPU engine.
 //!
-//! [`NcclGroup`] implements [`boost_tensor::Collective<Cuda>`] over NCCL, bootstrapped by a
-//! file or TCP rendezvous, or any channel that can carry 128 bytes (MPI). [`HostStaged`]
+//! `NcclGroup` implements [`boost_tensor::Collective<Cuda>`] over NCCL, bootstrapped by a
+//! file or TCP rendezvous, or any channel that can carry 128 bytes (MPI). `HostStaged`
 //! implements it over any `boost_comm::Communicator` (in-process threads, MPI) by copying
 //! through host memory — slower, but it needs neither NCCL nor one GPU per rank.
 //!
 //! Without the `cuda` feature this crate holds only [`probe`], which reports that it was
 //! built without CUDA. The `emulate` feature runs the same backend on a CPU emulator of the
-//! kernels and of cuBLAS ([`Cuda::emulated`]), for tests on machines without a GPU.
+//! kernels and of cuBLAS (`Cuda::emulated`), for tests on machines without a GPU.
 //!
 //! ```no_run
 //! # #[cfg(feature = "cuda")] {
@@ -26,6 +26,8 @@
 //! let be = Cuda::new(0, Precision::Bf16).unwrap();
 //! # }
 //! ```
+//!
+//! User guide: `docs/guide/parallel.md` (GPUs); status and GPU checks: `crates/cuda/README.md`.
 
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod backend;

@@ -59,6 +59,8 @@
 //! [`Loader`] cuts a token stream (one shard or several, [`Tokens`]) into windows of `S + 1` tokens overlapping by one and serves an
 //! infinite, seeded, epoch-wise shuffled stream of them by position, so a checkpoint needs only
 //! the number of sequences consumed; see the [`loader`] module.
+//!
+//! User guide: `docs/guide/data.md`.
 
 pub mod atomic;
 mod build;

@@ -3,6 +3,8 @@
 //! ZeRO-1 ([`dp`]), reductions and gathers overlapped with compute ([`overlap`]), the global
 //! gradient norm and AdamW ([`optim`]). The model supplies the math; this crate decides the
 //! order, the threads and the collectives around it.
+//!
+//! User guide: `docs/guide/parallel.md`; the formulas: `docs/PARALLELISM.md`.
 
 #![forbid(unsafe_code)]
 

@@ -2,6 +2,8 @@
 //! (a `LlamaForCausalLM`, or the custom code of a low-rank model); [`import`] reads a Llama
 //! folder as a checkpoint of any architecture, low-rank projections from the truncated SVD
 //! of their dense weights.
+//!
+//! User guide: `docs/guide/huggingface.md`.
 
 pub mod export;
 pub mod import;

@@ -1,6 +1,8 @@
 //! The model, written once. A [`Model`] is one rank's share of a LLaMA-style decoder in any
 //! of the four architectures (full-rank, SVD, CoLA, LaX) under any tensor-parallel layout;
 //! forward and backward are explicit, and every collective is a visible call.
+//!
+//! User guide: `docs/guide/training.md`; the tensors and their names: `docs/MODEL.md`.
 
 #![forbid(unsafe_code)]
 

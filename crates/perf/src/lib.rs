@@ -6,8 +6,10 @@
 //!   collectives with kind, group, element count and the label of the op that issues them.
 //! - [`stage_ops`], [`step_ops`], [`step_collectives`]: the whole step on one rank.
 //! - [`memory`]: weights, gradients, optimizer state and activations per rank.
-//! - [`Hardware`] (TOML presets) and [`predict`]: iteration time with its breakdown.
+//! - [`Hardware`] (TOML presets) and [`predict()`]: iteration time with its breakdown.
 //! - [`cli`]: `boost plan`.
+//!
+//! User guide: `docs/guide/planning.md`; the formulas: `docs/COST_MODEL.md`.
 
 #![forbid(unsafe_code)]
 

@@ -12,6 +12,8 @@
 //!
 //! The engine (`boost-model`'s groups and stack entry and exit), the cost model (`boost-perf`)
 //! and checkpoints all read the resolved [`Plan`].
+//!
+//! User guide: `docs/guide/parallel.md`; the layouts: `docs/PARALLELISM.md`.
 
 #![forbid(unsafe_code)]
 

@@ -2,6 +2,8 @@
 //! ([`runs`]) and stacked horizontal time breakdowns ([`bars`]). Text uses an embedded font
 //! and the output is PNG or SVG by the file's extension ([`canvas`]), so nothing here needs
 //! a system library.
+//!
+//! User guide: `docs/guide/training.md` (`boost plot`).
 
 #![forbid(unsafe_code)]
 

@@ -3,6 +3,8 @@
 //! The model is written once against [`Backend`] and [`Collective`]. [`cpu::Cpu`] runs every
 //! kernel on the host (GEMM through the `gemm` crate, the rest on rayon), generic over f32
 //! (training) and f64 (gradient checks).
+//!
+//! User guide: `docs/guide/getting-started.md` (CPU builds and SIMD paths); the design: `docs/ARCHITECTURE.md`.
 
 pub mod args;
 pub mod backend;

@@ -1,6 +1,8 @@
 //! The model's test suites, written once and run by each backend's tests with that backend's
 //! tolerance: the PyTorch fixtures ([`fixtures`]), tensor-parallel parity ([`tp`]) and
 //! pipeline and grid parity ([`pp`]).
+//!
+//! User guide: `docs/guide/getting-started.md` (running the tests).
 
 #![forbid(unsafe_code)]
 

@@ -9,7 +9,7 @@ use boost_data::Dataset;
 use serde_json::Value;
 
 /// Refuse a resume whose model or tokenizer differs from the checkpoint's; what it changes
-/// that is allowed but worth saying comes back as notes ([`resume_notes`]).
+/// that is allowed but worth saying comes back as notes (`resume_notes`).
 pub fn check_resume(ck: &Checkpoint, cfg: &Config, data: &Dataset) -> Result<Vec<String>> {
     let saved = Config::from_toml_str(&ck.meta.config)
         .with_context(|| format!("the config saved in {}/meta.json", ck.dir.display()))?;

@@ -1,5 +1,7 @@
 //! Training on top of the model: AdamW, learning-rate schedules, the step loop, metrics,
 //! checkpoints, evaluation and export.
+//!
+//! User guide: `docs/guide/training.md`.
 
 pub mod metrics;
 pub mod schedule;

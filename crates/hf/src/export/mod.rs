@@ -20,7 +20,7 @@ use std::path::Path;
 
 /// Write the export of checkpoint `ckpt` as the directory `out`. `out` must not exist or be
 /// empty; with `force` it may be an earlier export as boost wrote it, which is replaced
-/// ([`out::check`]: nothing else is ever replaced). The folder is built beside `out`, with its
+/// (`out::check`: nothing else is ever replaced). The folder is built beside `out`, with its
 /// marker and `SHA256SUMS`, and renamed into place, so `out` is never half-written.
 pub fn export(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
     let cfg = Config::from_toml_str(&ckpt.meta.config).context("the checkpoint's config")?;

@@ -1,6 +1,6 @@
 //! `boost import`: a Hugging Face Llama folder as a checkpoint of any architecture. Full-rank
 //! weights are copied; a low-rank projection starts from the truncated SVD of its dense weight
-//! ([`svd::factor`]); tensors Llama does not have (LaX gates) keep the model's initialisation.
+//! (`svd::factor`); tensors Llama does not have (LaX gates) keep the model's initialisation.
 //! The result is a run directory with one step-0 checkpoint, which `train --resume` continues.
 
 mod folder;

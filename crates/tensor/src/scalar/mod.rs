@@ -18,7 +18,7 @@ pub trait Scalar: Float + Default + Debug + Send + Sync + 'static + std::iter::S
         Self::exp_shifted_unsummed(x, m);
         Self::total(x)
     }
-    /// Σ e^(x[i] − m), `x` unchanged (f32: in [`Scalar::total`]'s lanes).
+    /// `Σ e^(x[i] − m)`, `x` unchanged (f32: in [`Scalar::total`]'s lanes).
     fn exp_sum(x: &[Self], m: Self) -> Self {
         x.iter().fold(Self::zero(), |s, v| s + (*v - m).exp_fast())
     }

@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Render the benchmark records of bench/results/*.json into the tables of docs/PERFORMANCE.md
+and the headline table of README.md (standard library only).
+
+    python3 bench/results/render.py           # rewrite the tables in place
+    python3 bench/results/render.py --check   # exit 1 if a table is out of date
+
+Each table sits between `<!-- results:NAME -->` and `<!-- /results -->` in its file; the text
+around the markers is left alone. NAME is a record group (cpu, gpu, parallel, other) in
+docs/PERFORMANCE.md, or `headline` in README.md (the records with a `readme` position).
+
+A record (schema boost-bench-record/1) is either written by `boost bench --record FILE` or
+transcribed from an earlier document, naming it in `source`. Fields read here: id, title,
+group, command, commit, source, machine {cpu, simd, gpu, threads}, statistic, figures
+[{name, value, unit, runs}], headline, readme. A record written by `boost bench --record` has
+figures per architecture instead ({arch, vs_torch, mfu, ...}); they are turned into the same
+form.
+"""
+
+import json
+import pathlib
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+MAX_CELL = 300
+
+
+def load_records():
+    records = []
+    for path in sorted(HERE.glob("*.json")):
+        r = json.loads(path.read_text(encoding="utf-8"))
+        if r.get("schema") != "boost-bench-record/1":
+            sys.exit(f"{path}: not a boost-bench-record/1")
+        r.setdefault("id", path.stem)
+        r["_file"] = path.name
+        if "report" in r:  # written by `boost bench --record`
+            r.setdefault("group", "cpu")
+            r.setdefault("title", "training step against PyTorch eager (boost bench --record)")
+            r.setdefault("statistic", "medians over the run's timed steps and alternated pairs")
+            figures = []
+            for f in r.get("figures", []):
+                if "arch" not in f:
+                    figures.append(f)
+                    continue
+                if f.get("vs_torch") is not None:
+                    figures.append({"name": f"{f['arch']} vs PyTorch eager", "value": round(f["vs_torch"], 2), "unit": "×"})
+                figures.append({"name": f"{f['arch']} MFU", "value": round(100 * f["mfu"], 1), "unit": "%"})
+                figures.append({"name": f"{f['arch']} tokens/s", "value": round(f["tokens_per_sec"]), "unit": ""})
+            r["figures"] = figures
+        records.append(r)
+    return records
+
+
+def number(v):
+    if isinstance(v, float):
+        return f"{v:g}"
+    return str(v)
+
+
+def figure(f):
+    unit = f.get("unit", "")
+    sep = "" if unit in ("×", "%", "") else " "
+    text = f"{f['name']}: **{number(f['value'])}{sep}{unit}**"
+    if f.get("runs"):
+        text += " (" + ", ".join(number(x) for x in f["runs"]) + ")"
+    if f.get("note"):
+        text += f" ({f['note']})"
+    return text
+
+
+def machine(m):
+    parts = [m.get("gpu"), m.get("cpu"), m.get("simd")]
+    text = "; ".join(p for p in parts if p)
+    if m.get("threads"):
+        text += f"; {m['threads']} thread{'s' if m['threads'] != 1 else ''}"
+    return text
+
+
+def commit(r):
+    c = r.get("commit") or "not recorded"
+    src = r.get("source")
+    if src:
+        return f"{c} (from {src['file']} at {src['commit']})"
+    return c
+
+
+def cell(text):
+    text = str(text).replace("|", "\\|").replace("\n", " ")
+    if len(text) > MAX_CELL:
+        sys.exit(f"a table cell is over {MAX_CELL} characters: {text[:80]}…")
+    return text
+
+
+def row(cells):
+    return "| " + " | ".join(cell(c) for c in cells) + " |"
+
+
+def group_table(records, group, link_prefix):
+    lines = [
+        "| what | machine | command | figures (spread of runs) | runs | code measured | record |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in records:
+        if r.get("group") != group:
+            continue
+        figures = "; ".join(figure(f) for f in r["figures"])
+        if r.get("notes"):
+            figures += f"; {r['notes']}"
+        link = f"[{r['id']}]({link_prefix}{r['_file']})"
+        lines.append(row([r["title"], machine(r["machine"]), f"`{r['command']}`", figures, r.get("statistic", ""), commit(r), link]))
+    return "\n".join(lines)
+
+
+def headline_table(records, link_prefix):
+    lines = ["| what | machine | result | record |", "|---|---|---|---|"]
+    chosen = sorted((r for r in records if r.get("readme")), key=lambda r: r["readme"])
+    for r in chosen:
+        link = f"[{r['id']}]({link_prefix}{r['_file']})"
+        lines.append(row([r["title"], machine(r["machine"]), r["headline"], link]))
+    return "\n".join(lines)
+
+
+def splice(text, name, table, path):
+    begin = f"<!-- results:{name} -->"
+    end = "<!-- /results -->"
+    start = text.find(begin)
+    if start < 0:
+        sys.exit(f"{path}: no {begin} marker")
+    stop = text.find(end, start)
+    if stop < 0:
+        sys.exit(f"{path}: {begin} is not closed by {end}")
+    return text[: start + len(begin)] + "\n" + table + "\n" + text[stop:]
+
+
+def main():
+    check = "--check" in sys.argv[1:]
+    records = load_records()
+    targets = {
+        ROOT / "docs/PERFORMANCE.md": [(g, group_table(records, g, "../bench/results/")) for g in ("cpu", "gpu", "parallel", "other")],
+        ROOT / "README.md": [("headline", headline_table(records, "bench/results/"))],
+    }
+    stale = []
+    for path, tables in targets.items():
+        old = path.read_text(encoding="utf-8")
+        new = old
+        for name, table in tables:
+            new = splice(new, name, table, path)
+        if new != old:
+            stale.append(path.relative_to(ROOT))
+            if not check:
+                path.write_text(new, encoding="utf-8")
+    if check and stale:
+        sys.exit(f"out of date: {', '.join(map(str, stale))}; run python3 bench/results/render.py")
+    for p in stale:
+        print(f"rewrote {p}")
+
+
+if __name__ == "__main__":
+    main()
