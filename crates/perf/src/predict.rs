@@ -268,11 +268,23 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
     let (slowest_stage, StageMicroBatch { time: mb, gemm_flops, exec_flops, forward, backward }) =
         best.expect("pp ≥ 1");
     let m = s.accumulation as f64;
-    let mut total = mb.clone();
+    // Ranks that share one device (the CPU engine's in-process ranks) hand their cores to the
+    // other stages while they wait, so a pipeline keeps the machine busy: the stages' mean
+    // work sets the pace, and the bubble costs nothing. On devices of their own, the slowest
+    // stage does, and the bubble is pp − 1 of its micro-batches (transfers excluded).
+    let (mut total, bubble) = if hw.ranks_share_device && s.pp > 1 {
+        let mut mean = Breakdown::default();
+        for stage in 0..s.pp {
+            let mut b = stage_micro_batch(s, &timer, stage).time;
+            b.scale(1.0 / s.pp as f64);
+            mean.plus(&b);
+        }
+        (mean, 0.0)
+    } else {
+        (mb.clone(), (s.pp as f64 - 1.0) * (mb.total() - mb.pp_comm_s))
+    };
     total.scale(m);
-    // Bubble: pp − 1 slots of the slowest stage's micro-batch (transfers excluded).
-    let slot = mb.total() - mb.pp_comm_s;
-    let mut step = Breakdown { bubble_s: (s.pp as f64 - 1.0) * slot, ..Default::default() };
+    let mut step = Breakdown { bubble_s: bubble, ..Default::default() };
     let ops = step_ops(s, slowest_stage);
     let update: f64 =
         ops.iter().filter(|o| matches!(o, Op::Elementwise(e) if e.label == "optimizer")).map(|o| timer.op(o)).sum();
