@@ -56,7 +56,7 @@ pub struct ParallelConfig {
     pub dp: usize,
     pub scheme: SchemeChoice,
     pub norm: NormMode,
-    /// Group [A_q;A_k;A_v] and [A_gate;A_up] into one GEMM and one collective each.
+    /// Group `[A_q;A_k;A_v]` and `[A_gate;A_up]` into one GEMM and one collective each.
     pub grouping: bool,
     pub schedule: PipeSchedule,
     /// ZeRO stage: 0 or 1.

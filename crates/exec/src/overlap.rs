@@ -124,7 +124,7 @@ pub struct SyncPlan<B: Backend> {
 
 impl<B: Backend> SyncPlan<B> {
     /// Buckets of `bucket` over `store`'s buffers (`auto`: sized from their total); `hold` as
-    /// in [`plan`].
+    /// in `plan`.
     pub fn new(be: &B, store: &ParamStore<B>, bucket: BucketSize, hold: Option<usize>) -> Self {
         let lens: Vec<usize> = store.bufs.iter().map(|b| b.len).collect();
         let total = lens.iter().sum::<usize>() * be.elem_bytes();

@@ -3,7 +3,7 @@
 //! cached position. The prefix is never run through the projections again.
 //!
 //! Decoding is a single-rank, single-stage job on the CPU backend: the cache is a
-//! [`CachedAttention`] for `Cpu<T>`, plugged into the block's attention step through the
+//! [`CachedAttention`](crate::pass::CachedAttention) for `Cpu<T>`, plugged into the block's attention step through the
 //! pass context, so the layers' math stays the one the training forward runs.
 
 mod attention;

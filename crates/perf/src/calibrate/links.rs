@@ -37,7 +37,7 @@ fn fit_link((small, large): (f64, f64)) -> LinkSpec {
 
 /// Time the in-process all-reduce of two ranks (the engine's embedded default) over a small
 /// and a large payload and fit the ring model t = 2(p−1)·α + 2(p−1)/p · bytes/β (see
-/// [`fit_link`]). Each size is the median of 30 (10) calls after a warm-up.
+/// `fit_link`). Each size is the median of 30 (10) calls after a warm-up.
 pub fn calibrate_collectives() -> Option<LinkSpec> {
     use boost_comm::{Dims, run_ranks};
     let times = run_ranks(Dims::tp(2), |_, grid| all_reduce_times(&grid, 30)).ok()?;

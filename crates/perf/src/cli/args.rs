@@ -30,7 +30,7 @@ pub struct PlanArgs {
     /// local (per-shard statistic: a different, non-equivalent model the engine does not train).
     #[arg(long, value_parser = ["online", "sync", "local"])]
     pub norm: Option<String>,
-    /// Group [A_q;A_k;A_v] and [A_gate;A_up] into one GEMM and one collective (sets `parallel.grouping`).
+    /// Group `[A_q;A_k;A_v]` and `[A_gate;A_up]` into one GEMM and one collective (sets `parallel.grouping`).
     #[arg(long, value_name = "BOOL")]
     pub grouping: Option<bool>,
     /// Cluster: a preset (a100-80gb, h100, h200), `cpu` or `cpu-mpi` (this machine, calibrated

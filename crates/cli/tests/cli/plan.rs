@@ -1,0 +1,71 @@
+//! `boost plan` against this machine and against a run.
+
+use crate::common::*;
+
+/// `boost plan --validate RUN` predicts the run from its own config and sets every part beside
+/// the medians of its metrics (the first step left out).
+#[test]
+fn plan_validate_sets_the_plan_beside_the_run() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    run(boost().arg("train").args(tiny(&data, &run_dir, &["parallel.dp=2", "train.steps=6"])).arg("--quiet"));
+    let preset = concat!(env!("CARGO_MANIFEST_DIR"), "/../perf/presets/cpu.toml");
+    let out = run(boost().args(["plan", "--json", "--cluster", preset, "--validate"]).arg(&run_dir));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["steps"], 5, "{v}");
+    let part = |name: &str| v["parts"].as_array().unwrap().iter().find(|p| p["name"] == name).cloned().unwrap();
+    let mut steps: Vec<f64> = metric(&run_dir, "step_time_s")[1..].iter().map(|x| x.as_f64().unwrap()).collect();
+    steps.sort_by(f64::total_cmp);
+    let step = part("step");
+    assert_eq!(step["measured_s"].as_f64().unwrap(), steps[2], "the median of steps 2-6");
+    let (p, m) = (step["predicted_s"].as_f64().unwrap(), step["measured_s"].as_f64().unwrap());
+    assert!(p > 0.0);
+    assert!((step["error"].as_f64().unwrap() - (p / m - 1.0)).abs() < 1e-12);
+    let mut dp: Vec<f64> = metric(&run_dir, "time_split")[1..].iter().map(|t| t["dp_s"].as_f64().unwrap()).collect();
+    dp.sort_by(f64::total_cmp);
+    assert_eq!(part("dp exposed")["measured_s"].as_f64().unwrap(), dp[2]);
+    assert!(part("dp in flight")["predicted_s"].as_f64().unwrap() > 0.0, "dp = 2 reduces gradients");
+    assert!(part("optimizer")["measured_s"].is_null(), "the metrics do not split the optimizer out");
+    let table =
+        String::from_utf8(run(boost().args(["plan", "--cluster", preset, "--validate"]).arg(&run_dir)).stdout).unwrap();
+    for row in ["step", "compute (optimizer included)", "tp exposed", "pp and bubble", "dp in flight", "not split"] {
+        assert!(table.contains(row), "{row} in\n{table}");
+    }
+    // A directory that is not a run is named.
+    let e = fails(&boost().args(["plan", "--cluster", preset, "--validate"]).arg(&data).output().unwrap());
+    assert!(e.contains("config.toml") && e.contains(&data.display().to_string()), "{e}");
+}
+
+/// `--cluster cpu` describes this machine: calibrated on first use, kept, and read back (saying
+/// which file and when) the next time.
+#[test]
+fn plan_on_cluster_cpu_calibrates_this_machine_once() {
+    let cache = tempfile::tempdir().unwrap();
+    let plan = || {
+        boost()
+            .env("BOOST_CACHE_DIR", cache.path())
+            .args(["plan", "--cluster", "cpu", "--set", "model.vocab=512", "--set", "model.preset=demo"])
+            .output()
+            .unwrap()
+    };
+    let first = plan();
+    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    let err = String::from_utf8_lossy(&first.stderr);
+    assert!(err.contains("calibrating this machine"), "{err}");
+    let files: Vec<_> = std::fs::read_dir(cache.path()).unwrap().map(|e| e.unwrap().path()).collect();
+    let kept = files
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "toml") && !p.to_string_lossy().ends_with("-mpi.toml"));
+    let kept = kept.unwrap_or_else(|| panic!("a calibration is kept: {files:?}"));
+    let text = std::fs::read_to_string(kept).unwrap();
+    let second = plan();
+    assert!(second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        !err.contains("calibrating") && err.contains("calibration of") && err.contains(&kept.display().to_string()),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(kept).unwrap(), text, "read back, not measured again");
+    assert_eq!(first.stdout, second.stdout, "the same description, the same plan");
+}
