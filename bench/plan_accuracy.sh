@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `boost plan` against this machine: short training runs of CoLA and full rank at the cola-60m
 # shape (seq 256 × 8, the demo corpus's vocabulary), on one rank and in-process tp2, pp2 and
-# dp2, each followed by `boost plan --validate` on `--cluster cpu` (this machine's own
-# calibration, made on first use). Writes one JSON record: every run's predicted and measured
-# parts, the command, the commit and the machine.
+# dp2, each followed by `boost plan --validate` on `--cluster cpu`. The calibration is made
+# afresh at the start (a cache directory of the benchmark's own), so that it and the steps
+# are measured in the same hour of a shared machine. Writes one JSON record: every run's
+# predicted and measured parts, the command, the commit and the machine.
 #
 #   cargo build --release && bash bench/plan_accuracy.sh [OUT.json]
 #
@@ -15,6 +16,7 @@ out=${1:-bench/results/plan-accuracy.json}
 steps=${STEPS:-8}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+export BOOST_CACHE_DIR="$work/cache"
 for arch in cola full; do
   for layout in 1 tp2 pp2 dp2; do
     sets=(--set model.preset=cola-60m --set "model.arch=$arch" --set train.seq_len=256

@@ -17,6 +17,9 @@ impl Devices for Gpus {
     fn gpu(&self, cfg: &Config, local: usize) -> Result<Option<usize>> {
         gpu_device(cfg, local)
     }
+    fn gpu_memory(&self, n: usize) -> Option<u64> {
+        if cfg!(feature = "cuda") { boost_cuda::probe_device(n).ok().map(|d| d.memory_bytes as u64) } else { None }
+    }
     fn run_gpu(&self, job: &RankCtx, rank: usize, grid: Grid, n: usize) -> Result<Option<Summary>> {
         run_gpu(job, rank, grid, n)
     }

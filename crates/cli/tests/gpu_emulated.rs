@@ -108,3 +108,46 @@ fn zero1_gathers_into_the_next_forward_match_the_blocking_order_on_the_gpu_path(
     let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&on), bits(&off), "overlap on {on:?} vs off {off:?}");
 }
+
+/// A GPU run whose plan does not fit the device is refused before anything is allocated or
+/// written, with the breakdown; one that fits trains. The emulator has no device memory, so
+/// `BOOST_GPU_MEMORY` stands in for the device's figure (through the binary: it is read from
+/// the environment, which the other tests of this binary share).
+#[test]
+fn a_gpu_run_larger_than_the_device_is_refused_before_it_starts() {
+    let root = tempfile::tempdir().unwrap();
+    common::build_dataset(&root.path().join("data"));
+    let boost = |run: &str, bytes: &str| {
+        let cfg = common::config(root.path(), &["train.device=cuda", "train.steps=2"]);
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_boost"));
+        cmd.arg("train").arg("--quiet").env("BOOST_GPU_MEMORY", bytes);
+        for (key, value) in [
+            ("model.d", cfg.model.d.to_string()),
+            ("model.d_ff", cfg.model.d_ff.to_string()),
+            ("model.layers", cfg.model.layers.to_string()),
+            ("model.heads", cfg.model.heads.to_string()),
+            ("model.rank", cfg.model.rank.to_string()),
+            ("train.seq_len", cfg.train.seq_len.to_string()),
+            ("train.micro_batch", cfg.train.micro_batch.to_string()),
+            ("train.steps", "2".into()),
+            ("train.eval_every", "0".into()),
+            ("train.checkpoint_every", "0".into()),
+            ("train.device", "cuda".into()),
+            ("data.corpus", "none".into()),
+            ("data.dir", cfg.data.dir.clone()),
+            ("run.dir", root.path().join(run).display().to_string()),
+        ] {
+            cmd.arg("--set").arg(format!("{key}={value}"));
+        }
+        cmd.output().unwrap()
+    };
+    let out = boost("small", "100000");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("GiB of GPU memory") && err.contains("cuda:0") && err.contains("activations"), "{err}");
+    assert!(err.contains("train.micro_batch") && !err.contains("panicked"), "{err}");
+    assert!(!root.path().join("small").exists(), "refused before the run directory was made");
+    let out = boost("fits", "100000000000");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(root.path().join("fits/metrics.jsonl").is_file());
+}

@@ -50,7 +50,7 @@ pub const KEYS: &[(&str, &str)] = &[
     ("train.skip_nonfinite", "skip a step whose gradient norm is non-finite or an outlier instead of stopping"),
     ("train.checkpoint_on_signal", "SIGINT/SIGTERM write a checkpoint at the next step boundary"),
     ("train.async_checkpoint", "write checkpoints from a background thread while training continues"),
-    ("train.check_memory", "refuse a CPU run whose predicted memory exceeds the machine's available memory"),
+    ("train.check_memory", "refuse a run whose predicted memory exceeds the machine's available memory, or the GPU's"),
     ("train.sample_every", "print a 64-token sample of the model's text every N steps; 0 = never (needs tp = pp = 1)"),
     ("train.log_every", "a timestamped log line every N steps when there is no progress bar; 0 = none"),
     ("data.dir", "dataset directory (token shards)"),

@@ -41,6 +41,43 @@ pub fn check_memory(cfg: &Config, ranks_here: usize) -> Result<()> {
     )
 }
 
+/// Refuse a GPU run of `cfg` whose `ranks_here` ranks on GPU `device` would need more than
+/// its `device_bytes` of memory, before anything is allocated on it. The GPU engine keeps
+/// fp32 master weights, gradients, moments and activations (its bf16 copies are GEMM
+/// operands), so the figure is the fp32 plan's. `BOOST_GPU_MEMORY` (bytes) replaces the
+/// device's figure, for a device shared with other work and for tests of the refusal; with
+/// neither (the emulator has no device memory) the check is skipped.
+pub fn check_gpu_memory(cfg: &Config, ranks_here: usize, device: usize, device_bytes: Option<u64>) -> Result<()> {
+    if !cfg.train.check_memory {
+        return Ok(());
+    }
+    let env = std::env::var("BOOST_GPU_MEMORY").ok().and_then(|v| v.trim().parse::<u64>().ok());
+    let (Some(available), Ok(setup)) = (env.or(device_bytes), crate::Setup::from_config(cfg, None, crate::Dtype::F32))
+    else {
+        return Ok(());
+    };
+    let m = crate::memory(&setup);
+    let need = m.total * ranks_here as f64;
+    if need <= available as f64 {
+        return Ok(());
+    }
+    let ranks = if ranks_here > 1 { format!(" × {ranks_here} ranks sharing the GPU") } else { String::new() };
+    bail!(
+        "this run needs about {:.1} GiB of GPU memory and cuda:{device} has {:.1} GiB: per rank, weights {:.2}, \
+         gradients {:.2}, optimizer {:.2}, activations {:.2}, logits {:.2} GiB{ranks} (`boost plan --dtype f32` with \
+         the same keys shows the breakdown). Lower train.micro_batch or train.seq_len, set train.recompute = \"lowrank\" \
+         or \"full\", choose a smaller model.preset, or spread the ranks over GPUs with mpirun; if the estimate is \
+         wrong for this device, set train.check_memory = false",
+        need / GIB,
+        available as f64 / GIB,
+        m.weights / GIB,
+        m.gradients / GIB,
+        m.optimizer / GIB,
+        m.activations / GIB,
+        m.logits / GIB,
+    )
+}
+
 /// Refuse an import of `cfg` that cannot fit: it holds the model's weights twice (the model,
 /// and the canonical tensors gathered for the checkpoint) and AdamW's zeroed state, the
 /// figures `boost plan` gives, before any of it is allocated. Skipped where the available

@@ -8,7 +8,7 @@ use anyhow::{Result, bail};
 use boost_comm::{Dims, Grid, GridOptions, Link, Links, RunOptions, run_ranks_with};
 use boost_config::Config;
 use boost_exec::dp::Groups;
-use boost_perf::fit::{check_memory, local_ranks};
+use boost_perf::fit::{check_gpu_memory, check_memory, local_ranks};
 use boost_tensor::cpu::Cpu;
 
 /// The in-process grid of a run: its links (`parallel.link.*`), recording, and progress
@@ -30,9 +30,11 @@ pub fn train(cfg: Config, opts: TrainOptions) -> Result<Summary> {
 /// [`train`] on `devices`.
 pub fn train_on(cfg: Config, opts: TrainOptions, devices: &dyn Devices) -> Result<Summary> {
     check_options(&cfg, &opts)?;
+    // In-process ranks share the machine, or device N on a GPU.
     let gpu = devices.gpu(&cfg, 0)?;
-    if gpu.is_none() {
-        check_memory(&cfg, cfg.parallel.world_size())?;
+    match gpu {
+        None => check_memory(&cfg, cfg.parallel.world_size())?,
+        Some(n) => check_gpu_memory(&cfg, cfg.parallel.world_size(), n, devices.gpu_memory(n))?,
     }
     let p = prepare(cfg, &opts, true)?;
     let par = &p.cfg.parallel;
@@ -62,6 +64,8 @@ pub trait Devices: Sync {
     /// The GPU this process's ranks train on (None: the CPU), checked before any work:
     /// `local` is the process's index among the ranks on its machine.
     fn gpu(&self, cfg: &Config, local: usize) -> Result<Option<usize>>;
+    /// GPU `n`'s memory in bytes, where the device says (None: unknown, as on the emulator).
+    fn gpu_memory(&self, n: usize) -> Option<u64>;
     /// Rank `rank`'s job on GPU `n`.
     fn run_gpu(&self, job: &RankCtx, rank: usize, grid: Grid, n: usize) -> Result<Option<Summary>>;
 }
@@ -77,6 +81,9 @@ impl Devices for CpuOnly {
                 bail!("train.device = cuda:{n}: this build has no CUDA backend (build with --features cuda)")
             }
         }
+    }
+    fn gpu_memory(&self, _: usize) -> Option<u64> {
+        None
     }
     fn run_gpu(&self, _: &RankCtx, _: usize, _: Grid, n: usize) -> Result<Option<Summary>> {
         bail!("train.device = cuda:{n}: this build has no CUDA backend (build with --features cuda)")
@@ -101,9 +108,11 @@ pub fn train_launched(cfg: Config, opts: TrainOptions, devices: &dyn Devices) ->
     let par = cfg.parallel.clone();
     let dims = Dims::new(par.dp, par.pp, par.tp);
     let ropts = run_options(&cfg);
+    // Each process has a GPU of its own; on the CPU the machine's ranks share its memory.
     let gpu = devices.gpu(&cfg, local_rank())?;
-    if gpu.is_none() {
-        check_memory(&cfg, local_ranks())?;
+    match gpu {
+        None => check_memory(&cfg, local_ranks())?,
+        Some(n) => check_gpu_memory(&cfg, 1, n, devices.gpu_memory(n))?,
     }
     boost_comm::mpi::run_mpi(dims, &ropts, |rank, grid| {
         if dims.world() != grid.world.size() {
