@@ -45,17 +45,26 @@ for arch in ["cola", "full"]:
         v = json.load(open(os.path.join(work, f"{arch}-{layout}.json")))
         runs.append({"arch": arch, "layout": layout, "steps": v["steps"], "cluster": v["cluster"], "parts": v["parts"]})
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+step = lambda r: next(p for p in r["parts"] if p["name"] == "step")
+figures = [{"name": f"{r['arch']} {r['layout']}", "value": round(step(r)["error"] * 100, 1), "unit": "%"} for r in runs]
+worst = max(abs(f["value"]) for f in figures)
 record = {
-    "benchmark": "plan-accuracy",
+    "schema": "boost-bench-record/1",
+    "id": "plan-accuracy",
+    "group": "other",
+    "title": "boost plan --cluster cpu against measured steps: cola-60m shape, seq 256 × 8, 1 rank, tp2, pp2, dp2 (step error, predicted / measured − 1)",
     "command": f"STEPS={steps} bash bench/plan_accuracy.sh",
     "commit": commit,
-    "machine": {"cpu": cpu, "simd": simd, "cores": os.cpu_count(), "gpu": None},
+    "machine": {"cpu": cpu, "simd": simd, "gpu": None, "threads": os.cpu_count()},
+    "statistic": f"median of steps 2–{steps} of each run; calibration made at the start of the same run",
+    "figures": figures,
+    "headline": f"step within ±{worst:.0f} % on 8 layouts",
     "runs": runs,
 }
 json.dump(record, open(out, "w"), indent=1)
 print(f"{'run':<12} {'predicted s':>12} {'measured s':>11} {'error':>8}")
 for r in runs:
-    s = next(p for p in r["parts"] if p["name"] == "step")
+    s = step(r)
     print(f"{r['arch'] + ' ' + r['layout']:<12} {s['predicted_s']:>12.3f} {s['measured_s']:>11.3f} {s['error'] * 100:>+7.1f}%")
 print(f"wrote {out}")
 EOF
