@@ -1,14 +1,14 @@
 //! The parity sweeps' cases: each model with the sharded layouts and recompute plans run
 //! against its unsharded run.
 
-use super::{Plan, Sweep};
+use super::{Keep, Sweep};
 use boost_config::{Config, ModelConfig, NormMode, Recompute, Scheme};
 use boost_model::Layout;
 
 /// A model and the sharded runs compared with its unsharded run.
 pub(super) struct Case {
     pub cfg: ModelConfig,
-    pub runs: Vec<(Layout, Plan)>,
+    pub runs: Vec<(Layout, Keep)>,
 }
 
 fn model(extra: &[&str]) -> ModelConfig {
@@ -25,7 +25,7 @@ fn layout(scheme: Scheme, tp: usize, norm: NormMode, grouping: bool) -> Layout {
     Layout { scheme, tp, tp_rank: 0, norm, grouping, stage: 0, stages: 1 }
 }
 
-const NONE: Plan = (Recompute::None, 0);
+const NONE: Keep = (Recompute::None, 0);
 
 /// Every norm placement of each scheme (sync statistics exist under BTP only), both
 /// groupings, tp ∈ {1, 2, 4}.

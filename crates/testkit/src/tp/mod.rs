@@ -19,7 +19,7 @@ const B: usize = 2;
 const S: usize = 8;
 
 /// What the forward keeps: a policy, applied to the first N layers (0: all).
-pub type Plan = (Recompute, usize);
+pub type Keep = (Recompute, usize);
 
 /// The parity sweeps, each a test of its own in the backends' suites.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,8 +84,8 @@ pub fn parity<E: Backend>(engine: &Engine<E>, sweep: Sweep, tol: f64) {
     let mut checked = 0;
     for case in cases(sweep) {
         let reference = reference(engine, &case.cfg);
-        for &(layout, plan) in &case.runs {
-            check(engine, &case.cfg, layout, plan, &reference, tol);
+        for &(layout, keep) in &case.runs {
+            check(engine, &case.cfg, layout, keep, &reference, tol);
             checked += 1;
         }
     }
@@ -111,7 +111,7 @@ fn reference<E: Backend>(engine: &Engine<E>, cfg: &ModelConfig) -> RankOut {
     step_and_read(&mut m, &Solo, 0, &ids, &targets)
 }
 
-fn run<E: Backend>(engine: &Engine<E>, cfg: &ModelConfig, layout: Layout, (policy, first): Plan) -> Vec<RankOut> {
+fn run<E: Backend>(engine: &Engine<E>, cfg: &ModelConfig, layout: Layout, (policy, first): Keep) -> Vec<RankOut> {
     let (ids, targets) = batch(cfg.vocab);
     let outs = run_ranks(Dims::tp(layout.tp), |rank, grid| {
         let be = engine.backend();
@@ -169,16 +169,16 @@ fn gather(outs: &[RankOut], i: usize, values: bool) -> Vec<f64> {
     full
 }
 
-fn check<E: Backend>(engine: &Engine<E>, cfg: &ModelConfig, layout: Layout, plan: Plan, r: &RankOut, tol: f64) {
+fn check<E: Backend>(engine: &Engine<E>, cfg: &ModelConfig, layout: Layout, keep: Keep, r: &RankOut, tol: f64) {
     let what = format!(
-        "{} {:?} tp={} norm={:?} grouping={} recompute={plan:?}",
+        "{} {:?} tp={} norm={:?} grouping={} recompute={keep:?}",
         cfg.arch.name(),
         layout.scheme,
         layout.tp,
         layout.norm,
         layout.grouping
     );
-    let outs = run(engine, cfg, layout, plan);
+    let outs = run(engine, cfg, layout, keep);
     let (v, d, t, p) = (cfg.vocab, cfg.d, B * S, layout.tp);
     let vl = v.div_ceil(p);
     // Logits: vocabulary-parallel columns.
