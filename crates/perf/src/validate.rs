@@ -84,14 +84,36 @@ fn median(mut v: Vec<f64>) -> f64 {
     if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
 }
 
-/// Predict the run in `run_dir` on `hw` and set each part beside its measured median.
-pub fn validate(run_dir: &Path, hw: &Hardware) -> Result<Validation> {
+/// The run's config, read from `run_dir/config.toml`.
+fn run_config(run_dir: &Path) -> Result<boost_config::Config> {
     let config = run_dir.join("config.toml");
     if !config.is_file() {
         bail!("{} has no config.toml: --validate takes the directory of a training run", run_dir.display());
     }
-    let cfg =
-        boost_config::Config::load(Some(&config), &[]).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))?;
+    boost_config::Config::load(Some(&config), &[]).map_err(|e| anyhow::anyhow!("{}: {e}", config.display()))
+}
+
+fn on_cpu(cfg: &boost_config::Config) -> bool {
+    matches!(boost_config::parse_device(&cfg.train.device), Ok(boost_config::Device::Cpu))
+}
+
+/// The cluster a run is validated on without `--cluster`: this machine for a CPU run; a GPU
+/// run must say which GPU it ran on.
+pub fn default_cluster(run_dir: &Path) -> Result<&'static str> {
+    let cfg = run_config(run_dir)?;
+    if !on_cpu(&cfg) {
+        bail!(
+            "{} trained on train.device = {}: pass the cluster it ran on, --cluster h100, h200, a100-80gb or a hardware TOML file",
+            run_dir.display(),
+            cfg.train.device
+        );
+    }
+    Ok("cpu")
+}
+
+/// Predict the run in `run_dir` on `hw` and set each part beside its measured median.
+pub fn validate(run_dir: &Path, hw: &Hardware) -> Result<Validation> {
+    let cfg = run_config(run_dir)?;
     let samples = read_samples(&run_dir.join("metrics.jsonl"))?;
     if samples.len() < 2 {
         bail!(
@@ -102,8 +124,7 @@ pub fn validate(run_dir: &Path, hw: &Hardware) -> Result<Validation> {
     }
     let steady = &samples[1..];
     let m = |f: fn(&Sample) -> f64| Some(median(steady.iter().map(f).collect()));
-    let cpu = matches!(boost_config::parse_device(&cfg.train.device), Ok(boost_config::Device::Cpu));
-    let dtype = if cpu { Dtype::F32 } else { Dtype::Bf16 };
+    let dtype = if on_cpu(&cfg) { Dtype::F32 } else { Dtype::Bf16 };
     let setup = Setup::from_config(&cfg, None, dtype)?;
     let p = predict(&setup, hw);
     let b = &p.breakdown;

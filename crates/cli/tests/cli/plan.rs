@@ -32,6 +32,15 @@ fn plan_validate_sets_the_plan_beside_the_run() {
     for row in ["step", "compute (optimizer included)", "tp exposed", "pp and bubble", "dp in flight", "not split"] {
         assert!(table.contains(row), "{row} in\n{table}");
     }
+    // A GPU run must name the cluster it ran on: the default is this CPU.
+    let gpu_run = root.path().join("gpu-run");
+    std::fs::create_dir(&gpu_run).unwrap();
+    let config = std::fs::read_to_string(run_dir.join("config.toml")).unwrap();
+    assert!(config.contains("device = \"cpu\""), "{config}");
+    std::fs::write(gpu_run.join("config.toml"), config.replace("device = \"cpu\"", "device = \"cuda\"")).unwrap();
+    std::fs::copy(run_dir.join("metrics.jsonl"), gpu_run.join("metrics.jsonl")).unwrap();
+    let e = fails(&boost().args(["plan", "--validate"]).arg(&gpu_run).output().unwrap());
+    assert!(e.contains("train.device = cuda") && e.contains("--cluster h100"), "{e}");
     // A directory that is not a run is named.
     let e = fails(&boost().args(["plan", "--cluster", preset, "--validate"]).arg(&data).output().unwrap());
     assert!(e.contains("config.toml") && e.contains(&data.display().to_string()), "{e}");

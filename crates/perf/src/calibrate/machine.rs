@@ -59,7 +59,13 @@ pub fn this_machine(name: &str) -> Result<Hardware> {
             "cluster {name}: calibrating this machine ({cpu}, {threads} threads; about 20 s), kept in {}",
             path.display()
         );
-        calibrate_cpu(&path, 0, 1, false, false)?;
+        // Another plan may have kept one meanwhile (the file is written whole and renamed into
+        // place): then that one is read.
+        if let Err(e) = calibrate_cpu(&path, 0, 1, false, false)
+            && !path.is_file()
+        {
+            return Err(e);
+        }
     }
     if !wanted.is_file() {
         anyhow::bail!(

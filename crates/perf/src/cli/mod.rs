@@ -51,7 +51,11 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(run) = &args.validate {
-        let hw = cluster(args.cluster.as_deref().unwrap_or("cpu"))?;
+        let name = match args.cluster.as_deref() {
+            Some(name) => name,
+            None => crate::validate::default_cluster(run)?,
+        };
+        let hw = cluster(name)?;
         let v = crate::validate::validate(run, &hw)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&v)?);
