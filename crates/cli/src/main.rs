@@ -5,6 +5,7 @@
 
 mod bench;
 mod commands;
+mod data_args;
 mod generate;
 mod import;
 mod plot;
@@ -47,7 +48,7 @@ enum Command {
     Generate(generate::GenerateArgs),
     /// Build token shards from text, JSONL or Parquet (or fetch the demo corpus).
     #[command(after_help = DATA_EXAMPLES)]
-    Data(boost_data::cli::DataArgs),
+    Data(data_args::DataArgs),
     /// Predict step time, communication and memory of a model × layout × cluster.
     Plan(Box<boost_perf::cli::PlanArgs>),
     /// Measure training-step throughput against a GEMM peak and the PyTorch peer.
@@ -67,7 +68,7 @@ fn main() {
         Command::Export(a) => interruptible(|| commands::export(&a)),
         Command::Generate(a) => generate::run(&a),
         Command::Import(a) => interruptible(|| import::run(&a)),
-        Command::Data(a) => interruptible(|| boost_data::cli::run(&a)),
+        Command::Data(a) => interruptible(|| boost_data::job::run(&a.job())),
         Command::Plan(a) => boost_perf::cli::run(&a),
         Command::Bench(a) => bench::run(&a),
         Command::Plot(a) => plot::run(&a),

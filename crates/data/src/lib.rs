@@ -65,12 +65,12 @@
 pub mod atomic;
 mod build;
 pub mod checksum;
-pub mod cli;
 pub mod dataset;
 mod entropy;
 pub mod foreign;
 pub mod input;
 pub mod interrupt;
+pub mod job;
 pub mod llmc;
 pub mod loader;
 pub mod megatron;

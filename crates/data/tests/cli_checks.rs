@@ -6,7 +6,7 @@
 mod common;
 
 use boost_data::tokenizer::MAX_VOCAB_SIZE;
-use boost_data::{Inputs, Tokenizer, cli, read_inputs};
+use boost_data::{Inputs, Tokenizer, job, read_inputs};
 use common::cli_args;
 use std::path::{Path, PathBuf};
 
@@ -24,7 +24,7 @@ fn a_vocabulary_too_large_is_refused_before_anything_is_read() {
     let input = corpus(d.path());
     for v in [1_000_000_000usize, 4_294_967_295, MAX_VOCAB_SIZE + 1] {
         let out = d.path().join(format!("v{v}"));
-        let e = format!("{:#}", cli::run(&cli_args(&out, vec![input.clone()]).with_vocab(v)).unwrap_err());
+        let e = format!("{:#}", job::run(&cli_args(&out, vec![input.clone()]).with_vocab(v)).unwrap_err());
         assert!(e.contains(&format!("--vocab-size {v}")) && e.contains(&MAX_VOCAB_SIZE.to_string()), "{e}");
         assert!(!out.exists());
     }
@@ -33,7 +33,7 @@ fn a_vocabulary_too_large_is_refused_before_anything_is_read() {
     assert!(e.contains("1000000000") && e.contains(&MAX_VOCAB_SIZE.to_string()), "{e}");
     // The cap itself trains, and learns what the text allows.
     let out = d.path().join("cap");
-    cli::run(&cli_args(&out, vec![input]).with_vocab(MAX_VOCAB_SIZE)).unwrap();
+    job::run(&cli_args(&out, vec![input]).with_vocab(MAX_VOCAB_SIZE)).unwrap();
     let ds = boost_data::Dataset::open(&out).unwrap();
     assert!(ds.meta.vocab_size > 257 && (ds.meta.vocab_size as usize) < 2000, "{}", ds.meta.vocab_size);
 }
@@ -42,7 +42,7 @@ trait WithVocab {
     fn with_vocab(self, v: usize) -> Self;
 }
 
-impl WithVocab for cli::DataArgs {
+impl WithVocab for job::DataJob {
     fn with_vocab(mut self, v: usize) -> Self {
         self.vocab_size = v;
         self
@@ -55,16 +55,16 @@ fn a_vocab_size_that_a_given_tokenizer_contradicts_is_refused() {
     let input = corpus(d.path());
     let tok_path = d.path().join("tokenizer.json");
     Tokenizer::train_bpe(&["some words, and a few more words", "document"], 280).unwrap().save(&tok_path).unwrap();
-    let given = |v: usize, out: &str| cli::DataArgs {
+    let given = |v: usize, out: &str| job::DataJob {
         tokenizer: tok_path.display().to_string(),
         ..cli_args(&d.path().join(out), vec![input.clone()]).with_vocab(v)
     };
-    let e = format!("{:#}", cli::run(&given(300, "a")).unwrap_err());
+    let e = format!("{:#}", job::run(&given(300, "a")).unwrap_err());
     assert!(e.contains("--vocab-size 300") && e.contains("280") && e.contains(&tok_path.display().to_string()), "{e}");
     assert!(!d.path().join("a").exists());
     // Its own size, or none given (the default), is fine.
-    cli::run(&given(280, "b")).unwrap();
-    cli::run(&given(cli::DEFAULT_VOCAB_SIZE, "c")).unwrap();
+    job::run(&given(280, "b")).unwrap();
+    job::run(&given(job::DEFAULT_VOCAB_SIZE, "c")).unwrap();
     assert_eq!(boost_data::Dataset::open(d.path().join("c")).unwrap().meta.vocab_size, 280);
 }
 
@@ -87,7 +87,7 @@ fn an_input_given_twice_is_refused_naming_it() {
         vec![dotted.clone(), input.clone()],
     ] {
         let out = d.path().join("out");
-        let e = format!("{:#}", cli::run(&cli_args(&out, twice.clone())).unwrap_err());
+        let e = format!("{:#}", job::run(&cli_args(&out, twice.clone())).unwrap_err());
         assert!(e.contains(&canon) && e.contains("twice"), "{twice:?}: {e}");
         assert!(!out.exists(), "{twice:?}");
         let e = format!("{:#}", read_inputs(&twice, "text").unwrap_err());

@@ -1,6 +1,6 @@
 //! Building a small dataset from text files and opening it again.
 
-use boost_data::{BuildOptions, Dataset, Document, Tokenizer, TokenizerChoice, build, cli, prepare, read_inputs};
+use boost_data::{BuildOptions, Dataset, Document, Tokenizer, TokenizerChoice, build, job, prepare, read_inputs};
 use std::path::{Path, PathBuf};
 
 const A: &str = "The quick brown fox jumps over the lazy dog.\nThe dog sleeps; the fox runs away.\n\n\
@@ -133,7 +133,7 @@ fn loaded_tokenizer_and_cli() {
     // A JSONL input with a custom field next to a text file.
     let j = d.path().join("c.jsonl");
     std::fs::write(&j, "{\"body\": \"first json document\"}\n{\"body\": \"second one\"}\n").unwrap();
-    let args = cli::DataArgs {
+    let args = job::DataJob {
         corpus: None,
         inputs: vec![inputs[0].clone(), j.clone()],
         out: d.path().join("cli"),
@@ -147,21 +147,21 @@ fn loaded_tokenizer_and_cli() {
         shard_tokens: boost_data::DEFAULT_SHARD_TOKENS,
         json: false,
     };
-    cli::run(&args).unwrap();
+    job::run(&args).unwrap();
     let ds = Dataset::open(d.path().join("cli")).unwrap();
     assert_eq!(ds.meta.train_documents + ds.meta.val_documents, 3);
     assert_eq!(ds.meta.val_documents, 1);
 
     // Reuse the saved tokenizer.json for another build.
     let tok_path = d.path().join("cli").join("tokenizer.json");
-    let args2 = cli::DataArgs {
+    let args2 = job::DataJob {
         inputs: inputs.clone(),
         out: d.path().join("reuse"),
         tokenizer: tok_path.display().to_string(),
         text_field: "text".into(),
         ..args
     };
-    cli::run(&args2).unwrap();
+    job::run(&args2).unwrap();
     let ds2 = Dataset::open(d.path().join("reuse")).unwrap();
     assert_eq!(ds2.meta.tokenizer, tok_path.display().to_string());
     assert_eq!(ds2.meta.vocab_size, 300);

@@ -3,7 +3,7 @@
 
 mod common;
 
-use boost_data::{Dataset, OutputGuard, build, cli, prepare};
+use boost_data::{Dataset, OutputGuard, build, job, prepare};
 use common::{cli_args, docs, hash_tree, opts};
 
 #[test]
@@ -22,7 +22,7 @@ fn an_existing_dataset_is_never_replaced() {
     let input = d.path().join("in.txt");
     std::fs::write(&input, "some text").unwrap();
     let before = hash_tree(d.path());
-    let e = format!("{:#}", cli::run(&cli_args(&out, vec![input])).unwrap_err());
+    let e = format!("{:#}", job::run(&cli_args(&out, vec![input])).unwrap_err());
     assert!(e.contains(&out.display().to_string()) && e.contains("not empty"), "{e}");
     assert_eq!(hash_tree(d.path()), before);
 }
@@ -34,7 +34,7 @@ fn a_directory_of_user_files_is_never_written() {
     std::fs::create_dir(&out).unwrap();
     std::fs::write(out.join("notes.txt"), "my notes").unwrap();
     let before = hash_tree(d.path());
-    let e = format!("{:#}", cli::run(&cli_args(&out, vec![d.path().join("missing.txt")])).unwrap_err());
+    let e = format!("{:#}", job::run(&cli_args(&out, vec![d.path().join("missing.txt")])).unwrap_err());
     assert!(e.contains(&out.display().to_string()) && e.contains("notes.txt") && e.contains("delete"), "{e}");
     assert_eq!(hash_tree(d.path()), before);
     // An empty directory is fine, and so is one that does not exist.
@@ -51,7 +51,7 @@ fn a_second_builder_fails_naming_the_pid() {
     let held = OutputGuard::acquire(&out, &[]).unwrap();
     let input = d.path().join("in.txt");
     std::fs::write(&input, "some text").unwrap();
-    let e = format!("{:#}", cli::run(&cli_args(&out, vec![input])).unwrap_err());
+    let e = format!("{:#}", job::run(&cli_args(&out, vec![input])).unwrap_err());
     assert!(e.contains(&format!("PID {}", std::process::id())) && e.contains(&out.display().to_string()), "{e}");
     assert!(!out.exists());
     drop(held);

@@ -25,9 +25,9 @@ pub struct Checkpoint {
     pub meta: CheckpointMeta,
     /// Every canonical tensor (weights, `m.`/`v.` moments) and where its rectangles are: one
     /// whole rectangle each in a single-file checkpoint.
-    tensors: BTreeMap<String, TensorEntry>,
+    pub(crate) tensors: BTreeMap<String, TensorEntry>,
     files: HashMap<String, Mapped>,
-    sharded: bool,
+    pub(crate) sharded: bool,
 }
 
 /// Where a checkpoint's tensors are: each tensor's rectangles, the mapped files by name, and
@@ -257,34 +257,15 @@ impl Checkpoint {
         }
         Ok(())
     }
-
-    /// The whole `model.safetensors` as an export ships it: the file itself when it holds
-    /// every weight whole (a single-file checkpoint, or a sharded one of one rank), else
-    /// assembled tensor by tensor from the rectangles.
-    pub fn write_model_file(&self, dest: &Path) -> Result<()> {
-        let whole = "model.safetensors";
-        let one_file = self
-            .tensors
-            .iter()
-            .filter(|(n, _)| !n.starts_with("m.") && !n.starts_with("v."))
-            .all(|(_, e)| e.slices.len() == 1 && e.slices[0].file == whole && is_whole(&e.slices[0], &e.shape));
-        if !self.sharded || one_file {
-            let from = self.dir.join(whole);
-            fs::copy(&from, dest)
-                .with_context(|| format!("cannot write {} (from {})", dest.display(), from.display()))?;
-            return Ok(());
-        }
-        super::assemble::write_whole(self, dest)
-    }
 }
 
-fn is_whole(s: &SliceRef, shape: &[usize]) -> bool {
+pub(crate) fn is_whole(s: &SliceRef, shape: &[usize]) -> bool {
     let (r, c) = matrix(shape);
     s.rows == [0, r] && s.cols == [0, c]
 }
 
 /// A canonical shape as a matrix (a vector is 1×n); other ranks are not canonical tensors.
-fn matrix(shape: &[usize]) -> (usize, usize) {
+pub(crate) fn matrix(shape: &[usize]) -> (usize, usize) {
     match shape {
         [n] => (1, *n),
         [r, c] => (*r, *c),

@@ -47,8 +47,8 @@ fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
 }
 
 /// `boost data` arguments for a small trained BPE (vocabulary 300, half the documents held out).
-pub fn cli_args(out: &std::path::Path, inputs: Vec<std::path::PathBuf>) -> boost_data::cli::DataArgs {
-    boost_data::cli::DataArgs {
+pub fn cli_args(out: &std::path::Path, inputs: Vec<std::path::PathBuf>) -> boost_data::job::DataJob {
+    boost_data::job::DataJob {
         corpus: None,
         inputs,
         out: out.to_path_buf(),
