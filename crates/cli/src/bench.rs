@@ -3,8 +3,8 @@
 
 use crate::commands::set_threads;
 use anyhow::{Context, Result};
+use boost_cli::plan::at_least_one;
 use boost_config::Config;
-use boost_perf::cli::at_least_one;
 use clap::Args;
 
 #[derive(Args, Debug, Clone)]

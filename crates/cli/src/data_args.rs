@@ -82,13 +82,13 @@ impl DataArgs {
             inputs: self.inputs.clone(),
             out: self.out.clone(),
             tokenizer: self.tokenizer.clone(),
-            vocab_size: self.vocab_size.clone(),
-            val_fraction: self.val_fraction.clone(),
-            seed: self.seed.clone(),
+            vocab_size: self.vocab_size,
+            val_fraction: self.val_fraction,
+            seed: self.seed,
             text_field: self.text_field.clone(),
-            bpe_sample_bytes: self.bpe_sample_bytes.clone(),
-            shard_tokens: self.shard_tokens.clone(),
-            json: self.json.clone(),
+            bpe_sample_bytes: self.bpe_sample_bytes,
+            shard_tokens: self.shard_tokens,
+            json: self.json,
         }
     }
 }

@@ -50,7 +50,7 @@ enum Command {
     #[command(after_help = DATA_EXAMPLES)]
     Data(data_args::DataArgs),
     /// Predict step time, communication and memory of a model × layout × cluster.
-    Plan(Box<boost_perf::cli::PlanArgs>),
+    Plan(Box<boost_cli::plan::PlanArgs>),
     /// Measure training-step throughput against a GEMM peak and the PyTorch peer.
     Bench(bench::BenchArgs),
     /// Plot runs' loss, learning rate, throughput and time split, overlaid (PNG or SVG).
@@ -69,7 +69,7 @@ fn main() {
         Command::Generate(a) => generate::run(&a),
         Command::Import(a) => interruptible(|| import::run(&a)),
         Command::Data(a) => interruptible(|| boost_data::job::run(&a.job())),
-        Command::Plan(a) => boost_perf::cli::run(&a),
+        Command::Plan(a) => boost_cli::plan::run(&a),
         Command::Bench(a) => bench::run(&a),
         Command::Plot(a) => plot::run(&a),
         Command::Reference(a) => reference::run(&a, Cli::command()),

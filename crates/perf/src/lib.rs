@@ -7,7 +7,9 @@
 //! - [`stage_ops`], [`step_ops`], [`step_collectives`]: the whole step on one rank.
 //! - [`memory`]: weights, gradients, optimizer state and activations per rank.
 //! - [`Hardware`] (TOML presets) and [`predict()`]: iteration time with its breakdown.
-//! - [`cli`]: `boost plan`.
+//! - [`validate`] and [`calibrate`]: a run set beside its plan, and this machine measured.
+//!
+//! The `boost plan` command over all of it is in boost-cli.
 //!
 //! User guide: `docs/guide/planning.md`; the formulas: `docs/COST_MODEL.md`.
 
@@ -16,7 +18,6 @@
 pub mod calibrate;
 pub mod chart;
 pub mod chunks;
-pub mod cli;
 pub mod fit;
 pub mod hardware;
 pub mod layer;

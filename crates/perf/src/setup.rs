@@ -241,7 +241,7 @@ impl Setup {
     }
 
     /// The plan of a set-up that passed [`Setup::validate`].
-    pub(crate) fn checked_plan(&self) -> Plan {
+    pub fn checked_plan(&self) -> Plan {
         self.plan().expect("a validated set-up has a plan")
     }
 

@@ -1,63 +1,9 @@
-//! `boost plan`: argument handling, JSON, search, hardware files, calibration fit, chart.
+//! The planner: search, hardware files, calibration fit, chart (the arguments of `boost plan`
+//! are tested in boost-cli).
 
-use boost_config::{Arch, Recompute, Scheme};
-use boost_perf::cli::{PlanArgs, setup_from_args};
+use boost_config::{Arch, Recompute};
 use boost_perf::search::{SearchOptions, search};
 use boost_perf::*;
-use clap::Parser;
-
-#[derive(Parser)]
-struct Cli {
-    #[command(flatten)]
-    plan: PlanArgs,
-}
-
-fn args(line: &str) -> PlanArgs {
-    let argv = std::iter::once("plan").chain(line.split_whitespace());
-    Cli::try_parse_from(argv).unwrap().plan
-}
-
-#[test]
-fn shorthand_flags_reach_the_setup() {
-    let hw = Hardware::preset("a100-80gb").unwrap();
-    let a = args(
-        "--model 7b --arch cola --scheme btp --norm local --tp 4 --pp 2 --micro-batch 2 --seq 1024 --global-batch 16 --recompute lowrank --vocab 32000",
-    );
-    let s = setup_from_args(&a, &hw).unwrap();
-    assert_eq!((s.model.d, s.tp, s.pp, s.micro_batch, s.seq), (4096, 4, 2, 2, 1024));
-    assert_eq!(s.norm, NormKind::Local);
-    assert_eq!(s.scheme, Scheme::Btp);
-    assert_eq!(s.recompute, Recompute::Lowrank);
-    assert_eq!(s.accumulation, 8);
-    assert_eq!(s.dtype, Dtype::Bf16);
-    let s = setup_from_args(&args("--model 1b --arch full --set train.seq_len=512"), &hw).unwrap();
-    assert_eq!((s.scheme, s.seq), (Scheme::Megatron, 512));
-    let cpu = Hardware::preset("cpu").unwrap();
-    assert_eq!(setup_from_args(&args("--model cola-60m"), &cpu).unwrap().dtype, Dtype::F32);
-}
-
-#[test]
-fn invalid_layouts_name_the_key() {
-    let hw = Hardware::preset("a100-80gb").unwrap();
-    let e = setup_from_args(&args("--model 7b --arch cola --scheme megatron"), &hw).unwrap_err();
-    assert!(format!("{e:#}").contains("parallel.scheme"), "{e:#}");
-    let e = setup_from_args(&args("--model 7b --arch full --recompute lowrank"), &hw).unwrap_err();
-    assert!(format!("{e:#}").contains("lowrank"), "{e:#}");
-    let e = setup_from_args(&args("--model cola-130m --tp 8"), &hw).unwrap_err();
-    assert!(format!("{e:#}").contains("parallel.tp"), "{e:#}");
-}
-
-#[test]
-fn json_has_the_iteration_time_and_breakdown() {
-    let hw = Hardware::preset("a100-80gb").unwrap();
-    let s = setup_from_args(&args("--model 3b --arch cola --tp 2 --micro-batch 4 --seq 4096"), &hw).unwrap();
-    let v = serde_json::to_value(predict(&s, &hw)).unwrap();
-    assert!(v["iteration_time_s"].as_f64().unwrap() > 0.0);
-    for k in ["compute_s", "communication_s", "bubble_s", "tp_comm_s", "gemm_s", "recompute_s"] {
-        assert!(v["breakdown"][k].is_number(), "{k}");
-    }
-    assert!(v["memory"]["total"].is_number());
-}
 
 #[test]
 fn search_ranks_feasible_layouts_first() {

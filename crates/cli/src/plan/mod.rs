@@ -11,9 +11,9 @@ pub use args::{PlanArgs, at_least_one, setup_from_args};
 pub use op_table::{ops_json, ops_table};
 pub use report::report;
 
-use crate::hardware::Hardware;
-use crate::predict::predict;
 use anyhow::Result;
+use boost_perf::hardware::Hardware;
+use boost_perf::predict::predict;
 use draw::scheme_variants;
 use paper::run_paper;
 use search::run_search;
@@ -22,7 +22,7 @@ use search::run_search;
 /// (made on first use), a preset, or a TOML file.
 fn cluster(name: &str) -> Result<Hardware> {
     match name {
-        "cpu" | "cpu-mpi" if !std::path::Path::new(name).is_file() => crate::calibrate::this_machine(name),
+        "cpu" | "cpu-mpi" if !std::path::Path::new(name).is_file() => boost_perf::calibrate::this_machine(name),
         other => Hardware::load(other),
     }
 }
@@ -30,14 +30,14 @@ fn cluster(name: &str) -> Result<Hardware> {
 /// Run `boost plan`.
 pub fn run(args: &PlanArgs) -> Result<()> {
     if args.list_clusters {
-        for name in crate::hardware::preset_names() {
+        for name in boost_perf::hardware::preset_names() {
             let hw = Hardware::preset(name)?;
             println!("{name:<10} {}", hw.description);
         }
         return Ok(());
     }
     if args.measure_mpi_links {
-        if let Some(link) = crate::calibrate::calibrate_mpi_collectives()? {
+        if let Some(link) = boost_perf::calibrate::calibrate_mpi_collectives()? {
             println!("{}", serde_json::to_string(&link)?);
         }
         return Ok(());
@@ -46,21 +46,21 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         if args.threads > boost_config::MAX_THREADS {
             anyhow::bail!("--threads {}", boost_config::threads_message(args.threads));
         }
-        crate::calibrate::calibrate_cpu(out, args.threads, args.rounds, !args.json, args.force)?;
+        boost_perf::calibrate::calibrate_cpu(out, args.threads, args.rounds, !args.json, args.force)?;
         println!("wrote {}", out.display());
         return Ok(());
     }
     if let Some(run) = &args.validate {
         let name = match args.cluster.as_deref() {
             Some(name) => name,
-            None => crate::validate::default_cluster(run)?,
+            None => boost_perf::validate::default_cluster(run)?,
         };
         let hw = cluster(name)?;
-        let v = crate::validate::validate(run, &hw)?;
+        let v = boost_perf::validate::validate(run, &hw)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
-            print!("{}", crate::validate::table(&v));
+            print!("{}", boost_perf::validate::table(&v));
         }
         return Ok(());
     }

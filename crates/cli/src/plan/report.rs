@@ -1,9 +1,9 @@
 //! The human-readable report of one prediction: time split, memory, FLOPs and per-layer
 //! communication.
 
-use crate::hardware::Hardware;
-use crate::predict::Prediction;
-use crate::setup::{NormKind, Setup};
+use boost_perf::hardware::Hardware;
+use boost_perf::predict::Prediction;
+use boost_perf::setup::{NormKind, Setup};
 use std::fmt::Write as _;
 
 pub(super) fn gib(b: f64) -> f64 {

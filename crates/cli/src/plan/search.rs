@@ -3,10 +3,10 @@
 use super::args::PlanArgs;
 use super::draw;
 use super::report::gib;
-use crate::hardware::Hardware;
-use crate::search::{SearchOptions, search};
-use crate::setup::Setup;
 use anyhow::{Result, bail};
+use boost_perf::hardware::Hardware;
+use boost_perf::search::{SearchOptions, search};
+use boost_perf::setup::Setup;
 
 /// `--search`: rank the layouts of the set-up's model on `--gpus` devices.
 pub(super) fn run_search(args: &PlanArgs, s: &Setup, hw: &Hardware) -> Result<()> {

@@ -1,10 +1,10 @@
 //! `--chart`: the schemes compared at one layout, and the file every mode draws its bars to.
 
 use super::args::PlanArgs;
-use crate::predict::Breakdown;
-use crate::setup::{Setup, scheme_name};
 use anyhow::Result;
 use boost_config::{Arch, Recompute, Scheme};
+use boost_perf::predict::Breakdown;
+use boost_perf::setup::{Setup, scheme_name};
 
 /// Draw the bars `bars()` builds to `--chart` when one is given (and say so unless printing
 /// JSON); the bars are only built then, as they may cost predictions.
@@ -16,7 +16,7 @@ pub(super) fn chart(
 ) -> Result<()> {
     if let Some(path) = &args.chart {
         let bars = bars();
-        crate::chart::draw_breakdown(path, args.force, &title(), x_label, &bars)?;
+        boost_perf::chart::draw_breakdown(path, args.force, &title(), x_label, &bars)?;
         if !args.json {
             println!("chart: {}", path.display());
         }

@@ -1,11 +1,11 @@
 //! Every op of one decoder layer with its cost, as a table (`--ops`) or as JSON
 //! (`--ops --json`).
 
-use crate::hardware::{Hardware, Timer};
-use crate::layer::{LayerOps, layer_ops};
-use crate::ops::{GemmRole, Op};
-use crate::setup::Setup;
 use anyhow::Result;
+use boost_perf::hardware::{Hardware, Timer};
+use boost_perf::layer::{LayerOps, layer_ops};
+use boost_perf::ops::{GemmRole, Op};
+use boost_perf::setup::Setup;
 use std::fmt::Write as _;
 
 /// The layer the listing shows: layer 1 when there is one (LaX layer 0 has no crossing).

@@ -2,9 +2,9 @@
 
 use super::args::PlanArgs;
 use super::draw;
-use crate::hardware::Hardware;
-use crate::paper::{self, Variant};
 use anyhow::Result;
+use boost_perf::hardware::Hardware;
+use boost_perf::paper::{self, Variant};
 
 /// `--paper`: the BOOST paper's set-up through the model.
 pub(super) fn run_paper(args: &PlanArgs, hw: &Hardware) -> Result<()> {

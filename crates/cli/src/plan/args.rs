@@ -1,10 +1,10 @@
 //! The arguments of `boost plan` and the set-up they describe (the config file, `--set`s
 //! and the shorthand flags, in that order).
 
-use crate::hardware::Hardware;
-use crate::setup::{AttnConvention, Dtype, NormKind, Setup};
 use anyhow::{Context, Result, bail};
 use boost_config::Config;
+use boost_perf::hardware::Hardware;
+use boost_perf::setup::{AttnConvention, Dtype, NormKind, Setup};
 use std::path::PathBuf;
 
 /// Arguments of `boost plan`.
