@@ -2,7 +2,7 @@
 //!
 //! # Dataset directory
 //!
-//! `boost data` (module [`cli`]) and [`prepare`] produce a directory holding
+//! `boost data` (module [`job`]) and [`prepare`] produce a directory holding
 //!
 //! - `train.bin`, `val.bin`: token shards (format below); a split larger than
 //!   [`BuildLimits::shard_tokens`] is `train-000000.bin`, `train-000001.bin`, … instead;
