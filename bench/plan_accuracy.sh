@@ -14,6 +14,18 @@ cd "$(dirname "$0")/.."
 boost=target/release/boost
 out=${1:-bench/results/plan-accuracy.json}
 steps=${STEPS:-8}
+# OUT is replaced only when it is an earlier benchmark record; checked before the runs.
+python3 - "$out" <<'EOF'
+import json, os, sys
+out = sys.argv[1]
+if os.path.lexists(out):
+    try:
+        ours = os.path.isfile(out) and not os.path.islink(out) and json.load(open(out)).get("schema") == "boost-bench-record/1"
+    except (OSError, ValueError):
+        ours = False
+    if not ours:
+        sys.exit(f"{out} exists and is not a benchmark record (boost-bench-record/1); it is left as it is: choose another OUT")
+EOF
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export BOOST_CACHE_DIR="$work/cache"
@@ -34,7 +46,7 @@ for arch in cola full; do
 done
 mkdir -p "$(dirname "$out")"
 python3 - "$work" "$out" "$steps" <<'EOF'
-import json, os, platform, subprocess, sys
+import json, os, platform, subprocess, sys, tempfile
 work, out, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
 flags = next((l for l in open("/proc/cpuinfo") if l.startswith("flags")), "")
@@ -61,7 +73,10 @@ record = {
     "headline": f"step within ±{worst:.0f} % on 8 layouts",
     "runs": runs,
 }
-json.dump(record, open(out, "w"), indent=1)
+tmp = tempfile.NamedTemporaryFile("w", dir=os.path.dirname(out) or ".", suffix=".tmp", delete=False)
+with tmp:
+    json.dump(record, tmp, indent=1)
+os.replace(tmp.name, out)
 print(f"{'run':<12} {'predicted s':>12} {'measured s':>11} {'error':>8}")
 for r in runs:
     s = step(r)

@@ -5,8 +5,9 @@
 //! steps or pairs of steps) and the whole report as `--json` prints it.
 
 use crate::BenchReport;
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
+use std::io::Write as _;
 use std::path::Path;
 
 /// The record's format; `render.py` reads records of this schema.
@@ -53,10 +54,60 @@ pub fn step_record(command: &[String], report: &BenchReport) -> Result<Value> {
     }))
 }
 
-/// Writes `record` to `path` as pretty JSON (a new file beside it, renamed into place).
+/// Writes `record` to `path` as pretty JSON: a temporary file beside it, renamed into place.
+/// An existing `path` is replaced only when it is a regular file holding a record of this
+/// schema (an earlier run of the benchmark); anything else there (a user's file, a link, a
+/// folder) is refused and left as it is.
 pub fn write(path: &Path, record: &Value) -> Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(&tmp, serde_json::to_string_pretty(record)? + "\n")
-        .with_context(|| format!("writing the benchmark record {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("moving the benchmark record to {}", path.display()))
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        let ours = meta.is_file()
+            && std::fs::read_to_string(path)
+                .ok()
+                .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+                .is_some_and(|v| v["schema"] == SCHEMA);
+        if !ours {
+            bail!(
+                "{} exists and is not a benchmark record ({SCHEMA}); it is left as it is: choose another --record file",
+                path.display()
+            );
+        }
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("creating the benchmark record beside {}", path.display()))?;
+    tmp.write_all((serde_json::to_string_pretty(record)? + "\n").as_bytes())
+        .with_context(|| format!("writing the benchmark record {}", path.display()))?;
+    tmp.persist(path)
+        .map_err(|e| e.error)
+        .with_context(|| format!("moving the benchmark record to {}", path.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_replaces_only_an_earlier_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let rec = json!({"schema": SCHEMA, "id": "x"});
+        let user = dir.path().join("notes.json");
+        std::fs::write(&user, "my notes\n").unwrap();
+        let e = write(&user, &rec).unwrap_err().to_string();
+        assert!(e.contains("not a benchmark record"), "{e}");
+        assert_eq!(std::fs::read_to_string(&user).unwrap(), "my notes\n");
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&user, &link).unwrap();
+        assert!(write(&link, &rec).is_err());
+        assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(&user).unwrap(), "my notes\n");
+        let ours = dir.path().join("bench.json");
+        write(&ours, &rec).unwrap();
+        write(&ours, &json!({"schema": SCHEMA, "id": "y"})).unwrap();
+        let back: Value = serde_json::from_str(&std::fs::read_to_string(&ours).unwrap()).unwrap();
+        assert_eq!(back["id"], "y");
+        let mut names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        names.sort();
+        assert_eq!(names, ["bench.json", "link.json", "notes.json"], "no temporary file left");
+    }
 }

@@ -81,6 +81,13 @@ fn plan_on_cluster_cpu_calibrates_this_machine_once() {
     );
     assert_eq!(std::fs::read_to_string(kept).unwrap(), text, "read back, not measured again");
     assert_eq!(first.stdout, second.stdout, "the same description, the same plan");
+    // A file there that is not a calibration is named and left as it is, never measured over.
+    std::fs::write(kept, "# the user's own notes\n").unwrap();
+    let third = plan();
+    let err = String::from_utf8_lossy(&third.stderr);
+    assert_eq!(third.status.code(), Some(1), "{err}");
+    assert!(err.contains(&kept.display().to_string()) && !err.contains("calibrating"), "{err}");
+    assert_eq!(std::fs::read_to_string(kept).unwrap(), "# the user's own notes\n");
 }
 
 #[derive(Parser)]
