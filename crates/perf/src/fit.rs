@@ -12,33 +12,15 @@ const GIB: f64 = (1u64 << 30) as f64;
 /// Refuse `cfg` when `ranks_here` ranks of it would need more memory than is available.
 /// Skipped with `train.check_memory = false`, or where the available memory cannot be read.
 pub fn check_memory(cfg: &Config, ranks_here: usize) -> Result<()> {
-    if !cfg.train.check_memory {
-        return Ok(());
-    }
-    let (Some(available), Ok(setup)) = (available_bytes(), crate::Setup::from_config(cfg, None, crate::Dtype::F32))
-    else {
-        return Ok(());
-    };
-    let m = crate::memory(&setup);
-    let need = m.total * ranks_here as f64;
-    if need <= available as f64 {
-        return Ok(());
-    }
     let ranks = if ranks_here > 1 { format!(" × {ranks_here} ranks in this process") } else { String::new() };
-    bail!(
-        "this run needs about {:.1} GiB of memory and the machine has {:.1} GiB available: per rank, weights {:.2}, \
-         gradients {:.2}, optimizer {:.2}, activations {:.2}, logits {:.2} GiB{ranks} (`boost plan --cluster cpu` with \
-         the same keys shows the breakdown). Lower train.micro_batch or train.seq_len, set train.recompute = \"lowrank\" \
-         or \"full\", choose a smaller model.preset, or spread the ranks over machines with mpirun; if the estimate is \
-         wrong for this machine, set train.check_memory = false",
-        need / GIB,
-        available as f64 / GIB,
-        m.weights / GIB,
-        m.gradients / GIB,
-        m.optimizer / GIB,
-        m.activations / GIB,
-        m.logits / GIB,
-    )
+    refuse_over(cfg, ranks_here, available_bytes, |need, available, breakdown| {
+        format!(
+            "this run needs about {need:.1} GiB of memory and the machine has {available:.1} GiB available: per rank, {breakdown}{ranks} \
+             (`boost plan --cluster cpu` with the same keys shows the breakdown). Lower train.micro_batch or \
+             train.seq_len, set train.recompute = \"lowrank\" or \"full\", choose a smaller model.preset, or spread the \
+             ranks over machines with mpirun; if the estimate is wrong for this machine, set train.check_memory = false"
+        )
+    })
 }
 
 /// Refuse a GPU run of `cfg` whose `ranks_here` ranks on GPU `device` would need more than
@@ -48,12 +30,34 @@ pub fn check_memory(cfg: &Config, ranks_here: usize) -> Result<()> {
 /// device's figure, for a device shared with other work and for tests of the refusal; with
 /// neither (the emulator has no device memory) the check is skipped.
 pub fn check_gpu_memory(cfg: &Config, ranks_here: usize, device: usize, device_bytes: Option<u64>) -> Result<()> {
+    let available = || {
+        let env = std::env::var("BOOST_GPU_MEMORY").ok().and_then(|v| v.trim().parse::<u64>().ok());
+        env.or(device_bytes)
+    };
+    let ranks = if ranks_here > 1 { format!(" × {ranks_here} ranks sharing the GPU") } else { String::new() };
+    refuse_over(cfg, ranks_here, available, |need, available, breakdown| {
+        format!(
+            "this run needs about {need:.1} GiB of GPU memory and cuda:{device} has {available:.1} GiB: per rank, {breakdown}{ranks} \
+             (`boost plan --dtype f32` with the same keys shows the breakdown). Lower train.micro_batch or \
+             train.seq_len, set train.recompute = \"lowrank\" or \"full\", choose a smaller model.preset, or spread the \
+             ranks over GPUs with mpirun; if the estimate is wrong for this device, set train.check_memory = false"
+        )
+    })
+}
+
+/// The check both share: the fp32 plan's memory of `ranks_here` ranks of `cfg` against the
+/// bytes `available` reads (skipped when unknown or with `train.check_memory = false`),
+/// refused with `message(need GiB, available GiB, the per-rank breakdown)`.
+fn refuse_over(
+    cfg: &Config,
+    ranks_here: usize,
+    available: impl FnOnce() -> Option<u64>,
+    message: impl FnOnce(f64, f64, &str) -> String,
+) -> Result<()> {
     if !cfg.train.check_memory {
         return Ok(());
     }
-    let env = std::env::var("BOOST_GPU_MEMORY").ok().and_then(|v| v.trim().parse::<u64>().ok());
-    let (Some(available), Ok(setup)) = (env.or(device_bytes), crate::Setup::from_config(cfg, None, crate::Dtype::F32))
-    else {
+    let (Some(available), Ok(setup)) = (available(), crate::Setup::from_config(cfg, None, crate::Dtype::F32)) else {
         return Ok(());
     };
     let m = crate::memory(&setup);
@@ -61,21 +65,15 @@ pub fn check_gpu_memory(cfg: &Config, ranks_here: usize, device: usize, device_b
     if need <= available as f64 {
         return Ok(());
     }
-    let ranks = if ranks_here > 1 { format!(" × {ranks_here} ranks sharing the GPU") } else { String::new() };
-    bail!(
-        "this run needs about {:.1} GiB of GPU memory and cuda:{device} has {:.1} GiB: per rank, weights {:.2}, \
-         gradients {:.2}, optimizer {:.2}, activations {:.2}, logits {:.2} GiB{ranks} (`boost plan --dtype f32` with \
-         the same keys shows the breakdown). Lower train.micro_batch or train.seq_len, set train.recompute = \"lowrank\" \
-         or \"full\", choose a smaller model.preset, or spread the ranks over GPUs with mpirun; if the estimate is \
-         wrong for this device, set train.check_memory = false",
-        need / GIB,
-        available as f64 / GIB,
+    let breakdown = format!(
+        "weights {:.2}, gradients {:.2}, optimizer {:.2}, activations {:.2}, logits {:.2} GiB",
         m.weights / GIB,
         m.gradients / GIB,
         m.optimizer / GIB,
         m.activations / GIB,
         m.logits / GIB,
-    )
+    );
+    bail!("{}", message(need / GIB, available as f64 / GIB, &breakdown))
 }
 
 /// Refuse an import of `cfg` that cannot fit: it holds the model's weights twice (the model,

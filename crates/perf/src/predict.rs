@@ -257,32 +257,27 @@ fn chunked_micro_batch(s: &Setup, timer: &Timer) -> StageMicroBatch {
 
 pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
     let timer = Timer::new(hw, s);
-    // Micro-batch time of every stage; the slowest sets the pace.
-    let mut best: Option<(usize, StageMicroBatch)> = None;
-    for stage in 0..s.pp {
-        let b = stage_micro_batch(s, &timer, stage);
-        if best.as_ref().is_none_or(|(_, bb)| b.time.total() > bb.time.total()) {
-            best = Some((stage, b));
-        }
-    }
-    let (slowest_stage, StageMicroBatch { time: mb, gemm_flops, exec_flops, forward, backward }) =
-        best.expect("pp ≥ 1");
-    let m = s.accumulation as f64;
+    // Micro-batch time of every stage, and the slowest.
+    let mut stages: Vec<StageMicroBatch> = (0..s.pp).map(|stage| stage_micro_batch(s, &timer, stage)).collect();
+    let slowest_stage =
+        (0..s.pp).fold(0, |best, i| if stages[i].time.total() > stages[best].time.total() { i } else { best });
     // Ranks that share one device (the CPU engine's in-process ranks) hand their cores to the
     // other stages while they wait, so a pipeline keeps the machine busy: the stages' mean
     // work sets the pace, and the bubble costs nothing. On devices of their own, the slowest
     // stage does, and the bubble is pp − 1 of its micro-batches (transfers excluded).
-    let (mut total, bubble) = if hw.ranks_share_device && s.pp > 1 {
-        let mut mean = Breakdown::default();
-        for stage in 0..s.pp {
-            let mut b = stage_micro_batch(s, &timer, stage).time;
+    let shared = hw.ranks_share_device && s.pp > 1;
+    let mut mean = Breakdown::default();
+    if shared {
+        for b in &stages {
+            let mut b = b.time.clone();
             b.scale(1.0 / s.pp as f64);
             mean.plus(&b);
         }
-        (mean, 0.0)
-    } else {
-        (mb.clone(), (s.pp as f64 - 1.0) * (mb.total() - mb.pp_comm_s))
-    };
+    }
+    let StageMicroBatch { time: mb, gemm_flops, exec_flops, forward, backward } = stages.swap_remove(slowest_stage);
+    let m = s.accumulation as f64;
+    let (mut total, bubble) =
+        if shared { (mean, 0.0) } else { (mb.clone(), (s.pp as f64 - 1.0) * (mb.total() - mb.pp_comm_s)) };
     total.scale(m);
     let mut step = Breakdown { bubble_s: bubble, ..Default::default() };
     let ops = step_ops(s, slowest_stage);

@@ -8,7 +8,7 @@
 use crate::hardware::Hardware;
 use crate::predict::predict;
 use crate::setup::{Dtype, Setup};
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -45,33 +45,22 @@ struct Sample {
     dp_in_flight_s: f64,
 }
 
-fn read_samples(path: &Path) -> Result<Vec<Sample>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+/// The run's steps as `boost plot` reads them (a step logged twice keeps its last line, a
+/// line cut short at the end is skipped). A single-rank run logs no split: all compute.
+fn read_samples(run_dir: &Path) -> Result<Vec<Sample>> {
+    let run = boost_plot::metrics::Run::read(run_dir)?;
     let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let v: serde_json::Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            // A line cut short by a stopped run is the last one; anything else is damage.
-            Err(_) if i + 1 == text.lines().count() => break,
-            Err(e) => bail!("{} line {}: not JSON ({e})", path.display(), i + 1),
+    for p in &run.points {
+        let Some(step_s) = p.step_time_s else {
+            bail!("{}: step {} has no `step_time_s`", run_dir.join("metrics.jsonl").display(), p.step);
         };
-        let num = |v: &serde_json::Value, key: &str| -> Result<f64> {
-            v.get(key)
-                .and_then(|x| x.as_f64())
-                .with_context(|| format!("{} line {}: `{key}` is missing or not a number", path.display(), i + 1))
-        };
-        let step_s = num(&v, "step_time_s")?;
         let mut s = Sample { step_s, compute_s: step_s, ..Default::default() };
-        if let Some(t) = v.get("time_split") {
-            s.compute_s = num(t, "compute_s")?;
-            s.tp_s = num(t, "tp_s")?;
-            s.tp_in_flight_s = num(t, "tp_in_flight_s")?;
-            s.pp_s = num(t, "pp_s")?;
-            s.dp_s = num(t, "dp_s")?;
-            s.dp_in_flight_s = num(t, "dp_in_flight_s")?;
+        if let Some([compute, tp, pp, dp, _]) = p.time_split {
+            (s.compute_s, s.tp_s, s.pp_s, s.dp_s) = (compute, tp, pp, dp);
+            (s.tp_in_flight_s, s.dp_in_flight_s) = match p.in_flight {
+                Some([tp, _, dp, _]) => (tp, dp),
+                None => (tp, dp),
+            };
         }
         out.push(s);
     }
@@ -114,7 +103,7 @@ pub fn default_cluster(run_dir: &Path) -> Result<&'static str> {
 /// Predict the run in `run_dir` on `hw` and set each part beside its measured median.
 pub fn validate(run_dir: &Path, hw: &Hardware) -> Result<Validation> {
     let cfg = run_config(run_dir)?;
-    let samples = read_samples(&run_dir.join("metrics.jsonl"))?;
+    let samples = read_samples(run_dir)?;
     if samples.len() < 2 {
         bail!(
             "{} holds {} step(s); --validate needs at least 2 (the first pays for warm-up and is left out)",

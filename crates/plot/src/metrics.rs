@@ -19,6 +19,9 @@ pub struct Point {
     pub step_time_s: Option<f64>,
     /// Seconds of the step in compute and in tp, pp, dp and grid-wide communication.
     pub time_split: Option<[f64; 5]>,
+    /// Seconds the step's tp, pp, dp and grid-wide collectives were in flight, start to
+    /// completion (longer than the time waited for them when they overlap computation).
+    pub in_flight: Option<[f64; 4]>,
 }
 
 /// The names of [`Point::time_split`]'s components, in order.
@@ -109,11 +112,17 @@ fn parse(line: &str) -> Result<Point> {
     let num = |k: &str| number(&v, k);
     let step = v.get("step").and_then(Value::as_u64).context("no integer `step`")?;
     let tokens = num("tokens")?.context("no `tokens`")?;
-    let time_split = match v.get("time_split") {
-        None | Some(Value::Null) => None,
+    let (time_split, in_flight) = match v.get("time_split") {
+        None | Some(Value::Null) => (None, None),
         Some(t) => {
             let f = |k: &str| number(t, k).and_then(|x| x.with_context(|| format!("`time_split` has no `{k}`")));
-            Some([f("compute_s")?, f("tp_s")?, f("pp_s")?, f("dp_s")?, f("world_s")?])
+            let split = [f("compute_s")?, f("tp_s")?, f("pp_s")?, f("dp_s")?, f("world_s")?];
+            // Runs of versions before overlap logged no in-flight times.
+            let flight = match number(t, "tp_in_flight_s")? {
+                None => None,
+                Some(tp) => Some([tp, f("pp_in_flight_s")?, f("dp_in_flight_s")?, f("world_in_flight_s")?]),
+            };
+            (Some(split), flight)
         }
     };
     Ok(Point {
@@ -125,5 +134,6 @@ fn parse(line: &str) -> Result<Point> {
         tokens_per_sec: num("tokens_per_sec")?,
         step_time_s: num("step_time_s")?,
         time_split,
+        in_flight,
     })
 }

@@ -48,12 +48,9 @@ pub fn this_machine(name: &str) -> Result<Hardware> {
             "--cluster {name} calibrates this machine and keeps the result, but neither BOOST_CACHE_DIR, XDG_CACHE_HOME nor HOME is set; set one, or run `boost plan --calibrate-cpu FILE` and pass --cluster FILE"
         );
     };
-    let path = dir.join(file_name(&cpu, threads));
-    let wanted = if name == "cpu-mpi" {
-        path.with_file_name(file_name(&cpu, threads).replace(".toml", "-mpi.toml"))
-    } else {
-        path.clone()
-    };
+    let file = file_name(&cpu, threads);
+    let path = dir.join(&file);
+    let wanted = if name == "cpu-mpi" { dir.join(file.replace(".toml", "-mpi.toml")) } else { path.clone() };
     if !path.is_file() {
         eprintln!(
             "cluster {name}: calibrating this machine ({cpu}, {threads} threads; about 20 s), kept in {}",
