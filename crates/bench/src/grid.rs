@@ -79,7 +79,7 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
             let t0 = Instant::now();
             runner.step(&mut learner, &g, &loader, boost_train::schedule::lr_at(&cfg.train, s), (s * per_step) as u64);
             let dt = t0.elapsed().as_secs_f64();
-            let exposed_tp = learner.model.take_chunk_exposed();
+            let exposed_tp = runner.take_chunk_exposed();
             if s >= opts.warmup {
                 let sp = TimeSplit::of(dt, &rec.take(), exposed_tp);
                 times.push(dt);

@@ -137,6 +137,7 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
             let b = Batch { ids: &ids[..t], targets: &ids[1..], batch: opts.micro_batch, seq: opts.seq };
             let rec = grid.recorder().expect("recording");
             let mut runs: Vec<ModeRun> = modes.iter().map(|_| ModeRun::default()).collect();
+            let mut chunked = boost_exec::chunks::Chunks::default();
             for i in 0..opts.warmup + opts.rounds {
                 let order: Vec<usize> =
                     if i % 2 == 0 { (0..modes.len()).collect() } else { (0..modes.len()).rev().collect() };
@@ -149,11 +150,11 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
                         // In a slot of its own (the chunks use 0..chunks), so that neither
                         // path reallocates the other's buffers.
                         let slot = if chunks > 1 { chunks } else { 0 };
-                        let loss = model.forward_stage(tp, slot, &b, Some(1.0 / t as f64)).expect("one stage");
-                        model.backward_stage(tp, slot);
+                        let loss = model.forward_stage(tp, slot, &b, Some(1.0 / t as f64), None).expect("one stage");
+                        model.backward_stage(tp, slot, None);
                         loss
                     } else {
-                        model.forward_backward_chunks(&tps, &b, 1.0 / t as f64, None, None)
+                        chunked.forward_backward(&mut model, &tps, &b, 1.0 / t as f64, None)
                     };
                     anyhow::ensure!(loss.sum.is_finite(), "a non-finite loss in the bench's step {i}");
                     let n = grad_norm(&model.be, &model.store, rank, tp);

@@ -1,6 +1,7 @@
 //! One rank's optimizer step over the (dp, pp, tp) grid: its micro-batches through the
 //! pipeline stage's op table ([`pipeline`]), the data-parallel gradient combination or
-//! ZeRO-1 ([`dp`]), reductions and gathers overlapped with compute ([`overlap`]), the global
+//! ZeRO-1 ([`dp`]), reductions and gathers overlapped with compute ([`overlap`]), tensor-parallel chunks
+//! ([`chunks`]), the global
 //! gradient norm and AdamW ([`optim`]). The model supplies the math; this crate decides the
 //! order, the threads and the collectives around it.
 //!
@@ -8,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod chunks;
 pub mod dp;
 pub mod learner;
 pub mod optim;

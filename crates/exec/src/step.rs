@@ -7,7 +7,7 @@ use crate::optim::clip_coef;
 use crate::overlap::{ParamGathers, SyncPlan};
 use crate::pipeline::schedule::table;
 use crate::pipeline::stage_io;
-use crate::pipeline::{Hooks, StageRunner};
+use crate::pipeline::{Hooks, Links, StageRunner};
 use boost_config::Config;
 use boost_data::{Loader, TrainStream};
 use boost_model::{Batch, LossSum, Model};
@@ -81,6 +81,12 @@ impl<'g, B: Backend> StepRunner<'g, B> {
             dp_rank,
             gathers: ParamGathers::new(),
         }
+    }
+
+    /// The time tp chunks left their collectives exposed since the last call (None without
+    /// chunks; see [`crate::chunks::Chunks::take_exposed`]).
+    pub fn take_chunk_exposed(&mut self) -> Option<std::time::Duration> {
+        self.stage.chunks.take_exposed()
     }
 
     /// Complete the last update's parameter gathers: call before reading the parameters
@@ -228,7 +234,7 @@ impl<'g, B: Backend> StepRunner<'g, B> {
             // pieces, one after the other in slot 0: the buffers the chunks train with.
             let pieces = self.cfg.parallel.tp_chunks;
             for p in 0..pieces {
-                if let Some(loss) = model.forward_stage(g.tp, 0, &b.chunk(p, pieces), None) {
+                if let Some(loss) = model.forward_stage(g.tp, 0, &b.chunk(p, pieces), None, None) {
                     total.sum += loss.sum;
                     total.tokens += loss.tokens;
                 }
@@ -246,9 +252,8 @@ impl<'g, B: Backend> StepRunner<'g, B> {
     }
 }
 
-/// A step's micro-batches through this rank's stage: as tp chunks when the groups have them
-/// (chunk 0 on the rank's tp group, chunk c on `tp_chunks[c − 1]`), else by the stage's op
-/// table.
+/// A step's micro-batches through this rank's stage, by the stage's op table: as tp chunks
+/// when the groups have them (chunk 0 on the rank's tp group, chunk c on `tp_chunks[c − 1]`).
 fn run_stage<B: Backend>(
     stage: &mut StageRunner<B>,
     model: &mut Model<B>,
@@ -257,9 +262,6 @@ fn run_stage<B: Backend>(
     scale: f64,
     hooks: Hooks<B>,
 ) -> LossSum {
-    if g.tp_chunks.is_empty() {
-        return stage.run_with(model, g.tp, g.pp, batches, scale, hooks);
-    }
     let tps: Vec<&dyn Collective<B>> = std::iter::once(g.tp).chain(g.tp_chunks.iter().copied()).collect();
-    stage.run_chunked(model, &tps, batches, scale, hooks)
+    stage.run(model, Links { tp: &tps, pp: g.pp }, batches, scale, hooks)
 }

@@ -40,9 +40,9 @@ impl<B: Backend> Model<B> {
         }
     }
 
-    pub(crate) fn embed_forward(&self, first: FirstStage, tp: &dyn Collective<B>, w: &mut Work<B>) {
+    pub(crate) fn embed_forward(&self, first: FirstStage, params: &[B::Buf], tp: &dyn Collective<B>, w: &mut Work<B>) {
         let (t, be, dims) = (w.t(), &self.be, &self.dims);
-        let table = first.embed.of(&self.store.values);
+        let table = first.embed.of(params);
         match self.plan.entry {
             Entry::HiddenShard => be.embed(MatMut::new(&mut w.resid[0], t, dims.d_res), table, &w.ids, 0),
             Entry::VocabAllReduce => {
@@ -91,9 +91,8 @@ impl<B: Backend> Model<B> {
     }
 
     /// Exit, final norm and this rank's logits.
-    pub(crate) fn head_forward(&self, stage: LastStage, tp: &dyn Collective<B>, w: &mut Work<B>) {
+    pub(crate) fn head_forward(&self, stage: LastStage, params: &[B::Buf], tp: &dyn Collective<B>, w: &mut Work<B>) {
         let (t, be, dims) = (w.t(), &self.be, &self.dims);
-        let params = &self.store.values;
         let last = self.blocks.len();
         if self.plan.exit == Exit::Gather {
             let n = t * dims.d_res;
@@ -126,7 +125,7 @@ impl<B: Backend> Model<B> {
     }
 
     /// Per-token losses (and, with `grad_scale`, dL/dlogits in place of the logits).
-    pub(crate) fn loss(
+    pub fn loss(
         &self,
         tp: &dyn Collective<B>,
         w: &mut Work<B>,

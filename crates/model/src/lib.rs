@@ -23,5 +23,6 @@ pub mod model;
 
 pub use decode::KvCache;
 pub use model::{
-    ActivationMemory, Batch, FirstStage, GradsReady, LastStage, LossSum, Model, ParamsNeeded, Wire, layout_pieces,
+    ActivationMemory, Batch, FirstStage, GradsFinal, GradsReady, LastStage, LossSum, Model, Params, ParamsNeeded, Wire,
+    Work, layout_pieces,
 };

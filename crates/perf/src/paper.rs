@@ -9,7 +9,7 @@
 
 use crate::hardware::Hardware;
 use crate::predict::{Prediction, predict};
-use crate::setup::{Dtype, NormKind, Setup};
+use crate::setup::{Dtype, NormMode, Setup};
 use boost_config::{Arch, Recompute, Scheme};
 use serde::Serialize;
 use std::fmt::Write;
@@ -75,7 +75,7 @@ pub fn paper_setup(c: &PaperCase, v: Variant) -> Setup {
         Variant::Vanilla => Scheme::Vanilla,
         _ => Scheme::Btp,
     };
-    s.norm = if v == Variant::Btp && c.tp > 1 { NormKind::Local } else { NormKind::Online };
+    s.norm = if v == Variant::Btp && c.tp > 1 { NormMode::Local } else { NormMode::Online };
     s.recompute = if c.preset == "30b" || (c.preset == "7b" && v == Variant::Vanilla) {
         Recompute::Full
     } else {

@@ -3,7 +3,7 @@
 
 use crate::hardware::Hardware;
 use crate::predict::{Prediction, predict};
-use crate::setup::{NormKind, Setup};
+use crate::setup::{NormMode, Setup};
 use boost_config::{Recompute, Scheme, divisors};
 use serde::Serialize;
 
@@ -65,10 +65,10 @@ pub fn search(base: &Setup, hw: &Hardware, o: &SearchOptions) -> Vec<Candidate> 
                     }
                     // A hidden-sharded residual has a norm choice (online, sync, local).
                     let sharded = boost_plan::declaration(scheme).residual == boost_plan::Placement::Sharded;
-                    let norms: Vec<NormKind> = if sharded && tp > 1 {
-                        NormKind::ALL.into_iter().filter(|n| o.allow_local || *n != NormKind::Local).collect()
+                    let norms: Vec<NormMode> = if sharded && tp > 1 {
+                        NormMode::ALL.into_iter().filter(|n| o.allow_local || *n != NormMode::Local).collect()
                     } else {
-                        vec![NormKind::Online]
+                        vec![NormMode::Online]
                     };
                     let groupings: &[bool] = if tp > 1 { &[true, false] } else { &[true] };
                     for &norm in &norms {

@@ -1,52 +1,10 @@
 //! What is being modelled: a model, a layout, a micro-batch shape and the numeric format.
 
 use anyhow::{Result, bail};
-use boost_config::{Arch, Config, ModelConfig, NormMode, PipeSchedule, Recompute, Scheme};
+use boost_config::{Arch, Config, ModelConfig, PipeSchedule, Recompute, Scheme};
+pub use boost_plan::NormMode;
 use boost_plan::Plan;
 use serde::{Deserialize, Serialize};
-
-/// How a BTP layer normalises its hidden-sharded residual (docs/PARALLELISM.md §3). `Local` is the reference
-/// code's per-shard norm: a different model (not equivalent to RMSNorm over d), which the
-/// planner can cost even though the engine does not train it. Megatron and vanilla run the
-/// norm replicated on the whole residual and ignore this setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NormKind {
-    /// The statistic rides in the following row-parallel all-reduce: no extra collective.
-    Online,
-    /// A separate T×1 all-reduce of the statistic, forward and backward.
-    Sync,
-    /// Normalise each shard by its own statistic: no collective, not equivalent.
-    Local,
-}
-
-impl NormKind {
-    pub const ALL: [NormKind; 3] = [NormKind::Online, NormKind::Sync, NormKind::Local];
-    pub fn name(self) -> &'static str {
-        match self {
-            NormKind::Online => "online",
-            NormKind::Sync => "sync",
-            NormKind::Local => "local",
-        }
-    }
-    pub fn parse(s: &str) -> Result<Self> {
-        match s {
-            "online" => Ok(NormKind::Online),
-            "sync" => Ok(NormKind::Sync),
-            "local" => Ok(NormKind::Local),
-            _ => bail!("unknown norm \"{s}\"; use online, sync or local"),
-        }
-    }
-}
-
-impl From<NormMode> for NormKind {
-    fn from(m: NormMode) -> Self {
-        match m {
-            NormMode::Online => NormKind::Online,
-            NormMode::Sync => NormKind::Sync,
-        }
-    }
-}
 
 /// Numeric format of weights and activations. Collectives of norm statistics and the
 /// cross-entropy reductions are fp32 whatever this is; gradients and optimizer state are fp32.
@@ -102,7 +60,7 @@ impl AttnConvention {
 pub struct Setup {
     pub model: ModelConfig,
     pub scheme: Scheme,
-    pub norm: NormKind,
+    pub norm: NormMode,
     pub grouping: bool,
     pub recompute: Recompute,
     /// `recompute` applies to the first N layers of each stage (0: all).
@@ -132,7 +90,7 @@ pub struct Setup {
 impl Setup {
     /// The set-up a training config describes; `norm` and `dtype` come from elsewhere
     /// (the config has no `local` norm and no dtype: CPU training is f32).
-    pub fn from_config(cfg: &Config, norm: Option<NormKind>, dtype: Dtype) -> Result<Self> {
+    pub fn from_config(cfg: &Config, norm: Option<NormMode>, dtype: Dtype) -> Result<Self> {
         let mut model = cfg.model.clone();
         if model.vocab == 0 {
             model.vocab = cfg.data.vocab_size;
@@ -140,7 +98,7 @@ impl Setup {
         let s = Setup {
             scheme: cfg.parallel.resolved_scheme(&cfg.model),
             model,
-            norm: norm.unwrap_or(cfg.parallel.norm.into()),
+            norm: norm.unwrap_or(cfg.parallel.norm),
             grouping: cfg.parallel.grouping,
             recompute: cfg.train.recompute,
             recompute_layers: cfg.train.recompute_layers,
@@ -171,7 +129,7 @@ impl Setup {
         Ok(Setup {
             model,
             scheme,
-            norm: NormKind::Online,
+            norm: NormMode::Online,
             grouping: true,
             recompute: Recompute::None,
             recompute_layers: 0,
@@ -206,9 +164,9 @@ impl Setup {
             tp_chunks: self.tp_chunks,
             ..Default::default()
         };
-        if let Ok(n) = self.norm.try_into_mode() {
-            par.norm = n;
-        }
+        // The config refuses the per-shard norm the planner prices: validate it as `sync`,
+        // whose sharding it shares.
+        par.norm = self.planned_norm();
         par.validate(m)?;
         // The engine's own plan: the planner refuses exactly what the engine refuses.
         self.plan()?;
@@ -236,8 +194,8 @@ impl Setup {
     /// The scheme's sharding plan, as the engine resolves it. A `local` norm (which the engine
     /// does not train) plans as `sync`; its statistic collective is left out where it is costed.
     pub fn plan(&self) -> Result<Plan> {
-        let norm = self.norm.try_into_mode().unwrap_or(NormMode::Sync);
-        Plan::new(self.scheme, self.model.arch, norm, self.model.tie_embeddings, self.tp).map_err(anyhow::Error::msg)
+        Plan::new(self.scheme, self.model.arch, self.planned_norm(), self.model.tie_embeddings, self.tp)
+            .map_err(anyhow::Error::msg)
     }
 
     /// The plan of a set-up that passed [`Setup::validate`].
@@ -293,13 +251,11 @@ impl Setup {
     }
 }
 
-impl NormKind {
-    fn try_into_mode(self) -> std::result::Result<NormMode, ()> {
-        match self {
-            NormKind::Online => Ok(NormMode::Online),
-            NormKind::Sync => Ok(NormMode::Sync),
-            NormKind::Local => Err(()),
-        }
+impl Setup {
+    /// The norm the engine's plan is resolved with: `local` as `sync`, whose sharding it
+    /// shares (its statistic collective is left out where it is costed).
+    fn planned_norm(&self) -> NormMode {
+        if self.norm == NormMode::Local { NormMode::Sync } else { self.norm }
     }
 }
 

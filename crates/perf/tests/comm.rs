@@ -27,12 +27,12 @@ fn per_layer_collectives_match_the_spec_table() {
                 assert_eq!(comm(&s), (7, 5.0 * d + 2.0 * dff, 4, 3.0 * d + dff), "vanilla grouped={grouping}");
             }
             let rows = [
-                (NormKind::Online, true, (4, 7.0 * r + 2.0, 4, 7.0 * r)),
-                (NormKind::Online, false, (7, 7.0 * r + 2.0, 7, 7.0 * r)),
-                (NormKind::Sync, true, (6, 7.0 * r + 2.0, 6, 7.0 * r + 2.0)),
-                (NormKind::Sync, false, (9, 7.0 * r + 2.0, 9, 7.0 * r + 2.0)),
-                (NormKind::Local, true, (4, 7.0 * r, 4, 7.0 * r)),
-                (NormKind::Local, false, (7, 7.0 * r, 7, 7.0 * r)),
+                (NormMode::Online, true, (4, 7.0 * r + 2.0, 4, 7.0 * r)),
+                (NormMode::Online, false, (7, 7.0 * r + 2.0, 7, 7.0 * r)),
+                (NormMode::Sync, true, (6, 7.0 * r + 2.0, 6, 7.0 * r + 2.0)),
+                (NormMode::Sync, false, (9, 7.0 * r + 2.0, 9, 7.0 * r + 2.0)),
+                (NormMode::Local, true, (4, 7.0 * r, 4, 7.0 * r)),
+                (NormMode::Local, false, (7, 7.0 * r, 7, 7.0 * r)),
             ];
             for (norm, grouping, want) in rows {
                 for arch in [Arch::Svd, Arch::Cola, Arch::Lax] {
@@ -184,7 +184,7 @@ fn collective_labels_in_program_order() {
     let mut b = setup("cola-60m", Arch::Cola, Scheme::Btp, 2);
     assert_eq!(names(&b, Phase::Forward), ["attn.qkv.A", "attn.o.A", "mlp.gate_up.A", "mlp.down.A"]);
     assert_eq!(names(&b, Phase::Backward), ["mlp.down.B.bwd", "mlp.gate_up.B.bwd", "attn.o.B.bwd", "attn.qkv.B.bwd"]);
-    b.norm = NormKind::Sync;
+    b.norm = NormMode::Sync;
     b.grouping = false;
     assert_eq!(
         names(&b, Phase::Forward),
@@ -215,7 +215,7 @@ fn collective_labels_in_program_order() {
         ]
     );
     // Online: the statistic rides with the first A after each norm (T + T·r elements).
-    b.norm = NormKind::Online;
+    b.norm = NormMode::Online;
     let q = layer_ops(&b, 1).collectives().find(|c| c.label == "attn.q.A").unwrap().clone();
     assert_eq!((q.elements, q.elements_f32), (b.tokens() * (b.model.rank as u64 + 1), b.tokens()));
 }

@@ -190,7 +190,7 @@ fn every_variant_predicts_and_recompute_trades_memory_for_time() {
         (Arch::Lax, Scheme::Btp),
     ];
     for (arch, scheme) in combos {
-        for norm in NormKind::ALL {
+        for norm in NormMode::ALL {
             for grouping in [true, false] {
                 for kv in [None, Some(8)] {
                     let mut s = setup("cola-350m", arch, scheme, 4);

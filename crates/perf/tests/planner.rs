@@ -17,7 +17,7 @@ fn search_ranks_feasible_layouts_first() {
     let fit: Vec<_> = found.iter().take_while(|c| c.prediction.fits).collect();
     assert!(fit.windows(2).all(|w| w[0].prediction.iteration_time_s <= w[1].prediction.iteration_time_s));
     assert!(fit.iter().all(|c| c.prediction.memory.total <= hw.usable_memory()));
-    assert!(found.iter().all(|c| c.setup.norm != NormKind::Local || c.setup.tp == 1));
+    assert!(found.iter().all(|c| c.setup.norm != NormMode::Local || c.setup.tp == 1));
     assert!(found.iter().all(|c| c.setup.world() == 4 && c.setup.global_batch() == 8));
 }
 

@@ -97,6 +97,11 @@ pub(super) fn resolve(decl: SchemeDecl, arch: Arch, norm: NormMode, tied: bool, 
     let norm = match (sharded, norm) {
         (false, _) => NormPlacement::Replicated,
         (true, NormMode::Sync) => NormPlacement::ShardedSync,
+        (true, NormMode::Local) => {
+            return Err("parallel.norm = \"local\" normalises each shard by its own statistic, a different model \
+                 than RMSNorm over d: `boost plan --norm local` prices it, training uses \"online\" or \"sync\""
+                .into());
+        }
         (true, NormMode::Online) if into_block.first.sum_output => NormPlacement::ShardedOnline,
         (true, NormMode::Online) => {
             return Err(format!(
@@ -185,6 +190,17 @@ mod tests {
         assert_eq!(n(Scheme::Btp, Arch::Svd, NormMode::Sync), NormPlacement::ShardedSync);
         assert_eq!(n(Scheme::Vanilla, Arch::Svd, NormMode::Sync), NormPlacement::Replicated);
         assert_eq!(n(Scheme::Megatron, Arch::Full, NormMode::Sync), NormPlacement::Replicated);
+    }
+
+    #[test]
+    fn the_per_shard_norm_is_priced_but_never_planned_for_training() {
+        // A whole residual ignores the norm mode; a sharded one cannot run the approximation.
+        let p = Plan::new(Scheme::Vanilla, Arch::Svd, NormMode::Local, false, 2).unwrap();
+        assert_eq!(p.norm, NormPlacement::Replicated);
+        let e = Plan::new(Scheme::Btp, Arch::Svd, NormMode::Local, false, 2).unwrap_err();
+        assert!(e.contains("parallel.norm = \"local\"") && e.contains("boost plan --norm local"), "{e}");
+        assert_eq!(NormMode::parse("sync"), Ok(NormMode::Sync));
+        assert!(NormMode::parse("per-shard").unwrap_err().contains("online, sync or local"));
     }
 
     #[test]

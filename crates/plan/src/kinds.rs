@@ -57,7 +57,7 @@ impl Scheme {
     }
 }
 
-/// How a hidden-sharded residual is normalised (BTP only).
+/// How a hidden-sharded residual is normalised (BTP only; a whole residual ignores it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum NormMode {
@@ -65,6 +65,27 @@ pub enum NormMode {
     Online,
     /// A separate all-reduce of the statistic, forward and backward.
     Sync,
+    /// Each shard normalised by its own statistic: no collective, but a different model
+    /// than RMSNorm over d. The BOOST reference code's runs used it, so the cost model
+    /// prices it; no plan resolves it, so the engine never trains it.
+    Local,
+}
+
+impl NormMode {
+    pub const ALL: [NormMode; 3] = [NormMode::Online, NormMode::Sync, NormMode::Local];
+    pub fn name(self) -> &'static str {
+        match self {
+            NormMode::Online => "online",
+            NormMode::Sync => "sync",
+            NormMode::Local => "local",
+        }
+    }
+    pub fn parse(s: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| format!("unknown norm \"{s}\"; use online, sync or local"))
+    }
 }
 
 /// The scheme `parallel.scheme = "auto"` resolves to: BTP for a low-rank model, Megatron for

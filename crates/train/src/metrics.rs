@@ -64,7 +64,7 @@ pub struct TimeSplit {
 impl TimeSplit {
     /// Split `step_s` by a recorder snapshot's per-group times. With `parallel.tp_chunks`,
     /// `chunked_tp` is the tp time the step's chunks left exposed (every chunk inside a tp
-    /// call at once, [`boost_model::Model::take_chunk_exposed`]): the time the step waited
+    /// call at once, [`boost_exec::StepRunner::take_chunk_exposed`]): the time the step waited
     /// for tp, rather than the sum of the chunks' calls, most of which ran behind another
     /// chunk's compute; that sum stays the in-flight time.
     pub fn of(step_s: f64, s: &boost_comm::Snapshot, chunked_tp: Option<std::time::Duration>) -> Self {

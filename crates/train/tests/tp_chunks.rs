@@ -7,6 +7,7 @@ mod common;
 
 use boost_comm::{Dims, Group, RunOptions, Snapshot, run_ranks_with};
 use boost_config::{Config, Recompute};
+use boost_exec::chunks::Chunks;
 use boost_model::{Batch, Layout, LossSum, Model};
 use boost_tensor::Collective;
 use boost_tensor::cpu::Cpu;
@@ -35,11 +36,12 @@ fn run(cfg: &Config, chunks: usize, policy: Recompute) -> Vec<(LossSum, Vec<Vec<
         let b = Batch { ids: &ids[..T], targets: &ids[1..], batch: B, seq: S };
         // Two micro-batches: the second accumulates onto the first, as with train.accumulation.
         let mut loss = LossSum::default();
+        let mut chunked = Chunks::default();
         for _ in 0..2 {
             let l = if chunks == 1 {
                 m.forward_backward(&grid.tp, &b, 1.0 / T as f64)
             } else {
-                m.forward_backward_chunks(&tps, &b, 1.0 / T as f64, None, None)
+                chunked.forward_backward(&mut m, &tps, &b, 1.0 / T as f64, None)
             };
             (loss.sum, loss.tokens) = (loss.sum + l.sum, loss.tokens + l.tokens);
         }
@@ -106,9 +108,10 @@ fn ready_hands_over_each_part_summed_as_the_chunks_finish_it() {
             let tps: [&dyn Collective<Cpu<f32>>; 2] = [&grid.tp, &extra];
             let b = Batch { ids: &ids[..T], targets: &ids[1..], batch: B, seq: S };
             let mut reports: Vec<(usize, Vec<Vec<f32>>)> = Vec::new();
-            m.forward_backward_chunks(&tps, &b, 1.0 / T as f64, None, None);
+            let mut chunked = Chunks::default();
+            chunked.forward_backward(&mut m, &tps, &b, 1.0 / T as f64, None);
             let mut hook = |_: &Cpu<f32>, k: usize, g: &[Vec<f32>]| reports.push((k, g[k..].to_vec()));
-            m.forward_backward_chunks(&tps, &b, 1.0 / T as f64, None, Some(&mut hook));
+            chunked.forward_backward(&mut m, &tps, &b, 1.0 / T as f64, Some(&mut hook));
             Ok((reports, m.store.grads.clone(), m.store.bufs.len()))
         })
         .unwrap();

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result, bail};
 use boost_config::Config;
 use boost_perf::hardware::Hardware;
-use boost_perf::setup::{AttnConvention, Dtype, NormKind, Setup};
+use boost_perf::setup::{AttnConvention, Dtype, NormMode, Setup};
 use std::path::PathBuf;
 
 /// Arguments of `boost plan`.
@@ -182,7 +182,7 @@ pub fn setup_from_args(args: &PlanArgs, hw: &Hardware) -> Result<Setup> {
         Some(d) => Dtype::parse(d)?,
         None => hw.default_dtype(),
     };
-    let norm = args.norm.as_deref().map(NormKind::parse).transpose()?;
+    let norm = args.norm.as_deref().map(NormMode::parse).transpose().map_err(anyhow::Error::msg)?;
     let mut s = Setup::from_config(&cfg, norm, dtype)?;
     s.attention = if args.attention == "full" { AttnConvention::Full } else { AttnConvention::Causal };
     if let Some(g) = args.global_batch {

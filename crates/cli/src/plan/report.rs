@@ -3,7 +3,7 @@
 
 use boost_perf::hardware::Hardware;
 use boost_perf::predict::Prediction;
-use boost_perf::setup::{NormKind, Setup};
+use boost_perf::setup::{NormMode, Setup};
 use std::fmt::Write as _;
 
 pub(super) fn gib(b: f64) -> f64 {
@@ -109,7 +109,7 @@ pub fn report(s: &Setup, hw: &Hardware, p: &Prediction) -> String {
         gib(c.backward_bytes),
         c.recompute_calls
     );
-    if s.checked_plan().sharded_residual() && s.norm == NormKind::Local && s.tp > 1 {
+    if s.checked_plan().sharded_residual() && s.norm == NormMode::Local && s.tp > 1 {
         let _ =
             writeln!(o, "note: the local norm is not RMSNorm over d: a different model, shown for comparison only.");
     }

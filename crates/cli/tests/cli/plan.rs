@@ -109,7 +109,7 @@ fn shorthand_flags_reach_the_setup() {
     );
     let s = setup_from_args(&a, &hw).unwrap();
     assert_eq!((s.model.d, s.tp, s.pp, s.micro_batch, s.seq), (4096, 4, 2, 2, 1024));
-    assert_eq!(s.norm, NormKind::Local);
+    assert_eq!(s.norm, NormMode::Local);
     assert_eq!(s.scheme, Scheme::Btp);
     assert_eq!(s.recompute, Recompute::Lowrank);
     assert_eq!(s.accumulation, 8);

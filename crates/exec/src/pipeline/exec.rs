@@ -3,6 +3,7 @@
 use super::posted::{Staging, Transfers};
 use super::schedule::{Op, max_in_flight};
 use super::stage_io;
+use crate::chunks::Chunks;
 use boost_model::{Batch, GradsReady, LossSum, Model, ParamsNeeded};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut};
 
@@ -22,7 +23,17 @@ impl<B: Backend> Default for Hooks<'_, B> {
     }
 }
 
-/// A stage's executor: its op table and the scratch it reuses every step.
+/// The groups a stage's run uses.
+pub struct Links<'l, B: Backend> {
+    /// The rank's tp group; with `parallel.tp_chunks`, chunk c's group is `tp[c]` (a
+    /// communicator of the same ranks each).
+    pub tp: &'l [&'l dyn Collective<B>],
+    pub pp: &'l dyn Collective<B>,
+}
+
+/// A stage's executor: its op table and the scratch it reuses every step. One loop runs
+/// every table; how the boundary moves ([`Io`]) and how a micro-batch computes ([`Passes`])
+/// are its strategies.
 pub struct StageRunner<B: Backend> {
     pub ops: Vec<Op>,
     /// Micro-batches in flight at most (work slots of the model).
@@ -31,145 +42,60 @@ pub struct StageRunner<B: Backend> {
     tied: Option<B::Buf>,
     /// Staging of transfers that overlap compute.
     staging: Staging<B>,
+    /// The tp chunks' own gradients and exposed time.
+    pub chunks: Chunks<B>,
 }
 
 impl<B: Backend> StageRunner<B> {
     pub fn new(ops: Vec<Op>) -> Self {
         let slots = max_in_flight(&ops).max(1);
-        Self { ops, slots, tied: None, staging: Staging::default() }
+        Self { ops, slots, tied: None, staging: Staging::default(), chunks: Chunks::default() }
     }
 
     /// Run every op of the table on `batches` (micro-batch k is `batches[k]`); gradients
-    /// accumulate scaled by `grad_scale`. Returns the summed loss on the last stage.
+    /// accumulate scaled by `grad_scale`, and the [`Hooks`] are told what the passes reach.
+    /// Transfers overlap compute when the pipeline group overlaps (`parallel.overlap`); a
+    /// single stage with several tp groups runs each micro-batch as tp chunks. Returns the
+    /// summed loss on the last stage.
     pub fn run(
         &mut self,
         model: &mut Model<B>,
-        tp: &dyn Collective<B>,
-        pp: &dyn Collective<B>,
-        batches: &[Batch],
-        grad_scale: f64,
-    ) -> LossSum {
-        self.run_with(model, tp, pp, batches, grad_scale, Hooks::default())
-    }
-
-    /// [`StageRunner::run`], telling the [`Hooks`] what the passes reach.
-    pub fn run_with(
-        &mut self,
-        model: &mut Model<B>,
-        tp: &dyn Collective<B>,
-        pp: &dyn Collective<B>,
+        links: Links<B>,
         batches: &[Batch],
         grad_scale: f64,
         hooks: Hooks<B>,
     ) -> LossSum {
-        let (stage, stages) = (model.layout.stage, model.layout.stages);
-        if pp.overlaps() {
-            return self.run_overlapped(model, tp, pp, batches, grad_scale, hooks);
-        }
         let Hooks { mut ready, mut need } = hooks;
+        let (stage, stages) = (model.layout.stage, model.layout.stages);
+        let mut io = if links.pp.overlaps() {
+            Io::Posted(Transfers::new(links.pp, &mut self.staging, stage, stages))
+        } else {
+            Io::Blocking { pp: links.pp, stage, stages }
+        };
+        let mut passes = match links.tp {
+            [tp] => Passes::Whole(*tp),
+            tps => Passes::Chunks(tps, &mut self.chunks),
+        };
         let mut loss = LossSum::default();
         let last_backward = self.ops.iter().rposition(|op| matches!(op, Op::Backward(_)));
         for (i, &op) in self.ops.iter().enumerate() {
-            match op {
-                Op::Forward(k) => {
-                    let slot = k % self.slots;
-                    if stage > 0 {
-                        stage_io::recv_activation(model, pp, slot, stage - 1, &batches[k]);
-                    }
-                    if let Some(l) = model.forward_stage_with(tp, slot, &batches[k], Some(grad_scale), need.take()) {
-                        loss.sum += l.sum;
-                        loss.tokens += l.tokens;
-                    }
-                    if stage + 1 < stages {
-                        stage_io::send_activation(model, pp, slot, stage + 1);
-                    }
-                }
+            let slot = op.micro_batch() % self.slots;
+            io.receive(model, i, op, self.ops.get(i + 1).copied(), slot, batches);
+            let l = match op {
+                Op::Forward(k) => passes.forward(model, slot, &batches[k], grad_scale, need.take()),
                 Op::Backward(k) => {
-                    let slot = k % self.slots;
-                    if stage + 1 < stages {
-                        stage_io::recv_grad(model, pp, slot, stage + 1);
-                    }
                     let hook = if Some(i) == last_backward { ready.take() } else { None };
-                    model.backward_stage_with(tp, slot, hook);
-                    if stage > 0 {
-                        stage_io::send_grad(model, pp, slot, stage - 1);
-                    }
+                    passes.backward(model, slot, &batches[k], grad_scale, hook)
                 }
-            }
-        }
-        self.sync_tied(model, pp);
-        loss
-    }
-
-    /// A single stage's micro-batches as tensor-parallel chunks (`parallel.tp_chunks`): each
-    /// micro-batch's forward and backward in [`Model::forward_backward_chunks`], chunk c on
-    /// `tps[c]`. The first micro-batch completes `need`; the last tells `ready` as each part's
-    /// gradients become final in every chunk.
-    pub fn run_chunked(
-        &mut self,
-        model: &mut Model<B>,
-        tps: &[&dyn Collective<B>],
-        batches: &[Batch],
-        grad_scale: f64,
-        hooks: Hooks<B>,
-    ) -> LossSum {
-        let Hooks { mut ready, mut need } = hooks;
-        let mut loss = LossSum::default();
-        for (k, b) in batches.iter().enumerate() {
-            let last = if k + 1 == batches.len() { ready.take() } else { None };
-            let l = model.forward_backward_chunks(tps, b, grad_scale, need.take(), last);
-            loss.sum += l.sum;
-            loss.tokens += l.tokens;
-        }
-        loss
-    }
-
-    /// [`StageRunner::run`] with each op's receives posted while the op before it computes
-    /// and sends that do not wait ([`super::posted`]); the same bytes, so the same results.
-    fn run_overlapped(
-        &mut self,
-        model: &mut Model<B>,
-        tp: &dyn Collective<B>,
-        pp: &dyn Collective<B>,
-        batches: &[Batch],
-        grad_scale: f64,
-        hooks: Hooks<B>,
-    ) -> LossSum {
-        let Hooks { mut ready, mut need } = hooks;
-        let (stage, stages) = (model.layout.stage, model.layout.stages);
-        let mut loss = LossSum::default();
-        let last_backward = self.ops.iter().rposition(|op| matches!(op, Op::Backward(_)));
-        let mut io = Transfers::new(pp, &mut self.staging, stage, stages);
-        for (i, &op) in self.ops.iter().enumerate() {
-            let slot = match op {
-                Op::Forward(k) | Op::Backward(k) => k % self.slots,
             };
-            let mine = io.start(model, slot, i, op, batches);
-            if let Some(&next) = self.ops.get(i + 1) {
-                io.post(&model.be, i + 1, next, batches);
+            if let Some(l) = l {
+                loss.sum += l.sum;
+                loss.tokens += l.tokens;
             }
-            io.deliver(model, slot, op, batches, mine);
-            match op {
-                Op::Forward(k) => {
-                    if let Some(l) = model.forward_stage_with(tp, slot, &batches[k], Some(grad_scale), need.take()) {
-                        loss.sum += l.sum;
-                        loss.tokens += l.tokens;
-                    }
-                    if stage + 1 < stages {
-                        io.send(&model.be, model.stage_output(slot), stage + 1);
-                    }
-                }
-                Op::Backward(_) => {
-                    let hook = if Some(i) == last_backward { ready.take() } else { None };
-                    model.backward_stage_with(tp, slot, hook);
-                    if stage > 0 {
-                        io.send(&model.be, model.stage_input_grad(slot), stage - 1);
-                    }
-                }
-            }
+            io.send(model, op, slot);
         }
         io.finish();
-        self.sync_tied(model, pp);
+        self.sync_tied(model, links.pp);
         loss
     }
 
@@ -192,6 +118,103 @@ impl<B: Backend> StageRunner<B> {
         } else {
             pp.send(&model.store.grads[buf], 0, n, 0, label);
             pp.recv(&mut model.store.grads[buf], 0, n, 0, label);
+        }
+    }
+}
+
+/// How a stage's boundary moves: blocking calls, or each op's receives posted while the op
+/// before it computes and sends that do not wait ([`super::posted`]; the same bytes, so the
+/// same results).
+enum Io<'a, B: Backend> {
+    Blocking { pp: &'a dyn Collective<B>, stage: usize, stages: usize },
+    Posted(Transfers<'a, B>),
+}
+
+impl<B: Backend> Io<'_, B> {
+    /// Op `i`'s receives into `slot`, before it computes; `next` is the op after it.
+    fn receive(&mut self, model: &mut Model<B>, i: usize, op: Op, next: Option<Op>, slot: usize, batches: &[Batch]) {
+        match self {
+            Io::Blocking { pp, stage, stages } => match op {
+                Op::Forward(k) if *stage > 0 => stage_io::recv_activation(model, *pp, slot, *stage - 1, &batches[k]),
+                Op::Backward(_) if *stage + 1 < *stages => stage_io::recv_grad(model, *pp, slot, *stage + 1),
+                _ => {}
+            },
+            Io::Posted(io) => {
+                let mine = io.start(model, slot, i, op, batches);
+                if let Some(next) = next {
+                    io.post(&model.be, i + 1, next, batches);
+                }
+                io.deliver(model, slot, op, batches, mine);
+            }
+        }
+    }
+
+    /// Op `op`'s sends from `slot`, after it computes.
+    fn send(&mut self, model: &Model<B>, op: Op, slot: usize) {
+        let (stage, stages) = (model.layout.stage, model.layout.stages);
+        let (wires, to) = match op {
+            Op::Forward(_) if stage + 1 < stages => (model.stage_output(slot), stage + 1),
+            Op::Backward(_) if stage > 0 => (model.stage_input_grad(slot), stage - 1),
+            _ => return,
+        };
+        match self {
+            Io::Blocking { pp, .. } => stage_io::send(*pp, wires, to),
+            Io::Posted(io) => io.send(&model.be, wires, to),
+        }
+    }
+
+    fn finish(self) {
+        if let Io::Posted(io) = self {
+            io.finish();
+        }
+    }
+}
+
+/// How a micro-batch computes: on the rank's own thread, or as tp chunks on threads of their
+/// own ([`Chunks`], a single stage). A chunked micro-batch runs its forward and backward
+/// together at its backward op (chunk c's backward overlaps chunk c + 1's forward
+/// collectives); its forward op only completes the parameters.
+enum Passes<'a, B: Backend> {
+    Whole(&'a dyn Collective<B>),
+    Chunks(&'a [&'a dyn Collective<B>], &'a mut Chunks<B>),
+}
+
+impl<B: Backend> Passes<'_, B> {
+    fn forward(
+        &mut self,
+        model: &mut Model<B>,
+        slot: usize,
+        b: &Batch,
+        grad_scale: f64,
+        need: Option<&mut ParamsNeeded<B>>,
+    ) -> Option<LossSum> {
+        match self {
+            Passes::Whole(tp) => model.forward_stage(*tp, slot, b, Some(grad_scale), need),
+            Passes::Chunks(..) => {
+                // The chunks read every parameter side by side: complete them all first.
+                if let Some(need) = need {
+                    let all = model.store.bufs.len();
+                    need(&model.be, all, &mut model.store.values);
+                }
+                None
+            }
+        }
+    }
+
+    fn backward(
+        &mut self,
+        model: &mut Model<B>,
+        slot: usize,
+        b: &Batch,
+        grad_scale: f64,
+        ready: Option<&mut GradsReady<B>>,
+    ) -> Option<LossSum> {
+        match self {
+            Passes::Whole(tp) => {
+                model.backward_stage(*tp, slot, ready);
+                None
+            }
+            Passes::Chunks(tps, chunks) => Some(chunks.forward_backward(model, tps, b, grad_scale, ready)),
         }
     }
 }

@@ -6,4 +6,4 @@ mod posted;
 pub mod schedule;
 pub mod stage_io;
 
-pub use exec::{Hooks, StageRunner};
+pub use exec::{Hooks, Links, StageRunner};

@@ -50,12 +50,6 @@ fn source(op: Op, stage: usize, stages: usize) -> Option<(usize, bool)> {
     }
 }
 
-fn micro_batch(op: Op) -> usize {
-    match op {
-        Op::Forward(k) | Op::Backward(k) => k,
-    }
-}
-
 /// One step's transfers of a stage.
 pub struct Transfers<'a, B: Backend> {
     pp: &'a dyn Collective<B>,
@@ -76,7 +70,7 @@ impl<'a, B: Backend> Transfers<'a, B> {
     /// preceding it computes.
     pub fn post(&mut self, be: &B, i: usize, op: Op, batches: &[Batch]) {
         let Some((from, forward)) = source(op, self.stage, self.stages) else { return };
-        let b = &batches[micro_batch(op)];
+        let b = &batches[op.micro_batch()];
         let learnt = if forward { &self.st.forward } else { &self.st.backward };
         let Some((shape, sizes)) = learnt.clone() else { return };
         if shape != (b.batch, b.seq) {
@@ -102,7 +96,7 @@ impl<'a, B: Backend> Transfers<'a, B> {
             assert_eq!(j, i, "receives posted for op {j} but op {i} runs");
             return h;
         }
-        let b = &batches[micro_batch(op)];
+        let b = &batches[op.micro_batch()];
         let (be, wires) = if forward { model.stage_input_on(slot, b) } else { model.stage_output_grad_on(slot) };
         let sizes: Vec<(usize, Label)> = wires.iter().map(|w| (w.n, w.label)).collect();
         let handles =
@@ -127,7 +121,7 @@ impl<'a, B: Backend> Transfers<'a, B> {
     ) {
         let Some((_, forward)) = source(op, self.stage, self.stages) else { return };
         let (be, wires) = if forward {
-            model.stage_input_on(slot, &batches[micro_batch(op)])
+            model.stage_input_on(slot, &batches[op.micro_batch()])
         } else {
             model.stage_output_grad_on(slot)
         };

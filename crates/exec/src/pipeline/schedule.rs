@@ -13,6 +13,15 @@ pub enum Op {
     Backward(usize),
 }
 
+impl Op {
+    /// The micro-batch the op runs.
+    pub fn micro_batch(self) -> usize {
+        match self {
+            Op::Forward(k) | Op::Backward(k) => k,
+        }
+    }
+}
+
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -8,7 +8,7 @@
 
 mod attention;
 
-use crate::model::{Batch, Model};
+use crate::model::{Batch, Model, Params};
 use anyhow::{Result, bail};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Mat, Scalar, Solo};
@@ -78,7 +78,7 @@ impl<T: Scalar> Model<Cpu<T>> {
         }
         let n = ids.len();
         let mut w = self.take_work(0, &Batch { ids, targets: &[], batch: 1, seq: n });
-        self.forward_layers_with(&Solo, &mut w, Some(cache), None);
+        self.forward(Params::Ready(&self.store.values), &Solo, &mut w, Some(cache));
         let vl = self.dims.vocab_loc;
         let last = self.be.read_mat(Mat::at(&w.logits, (n - 1) * vl, 1, self.cfg.vocab, vl));
         self.put_work(0, w);

@@ -4,7 +4,7 @@
 use crate::block::{Block, BlockActs, BlockGrads, BlockSaved, Kept};
 use crate::init;
 use crate::layout::{Dims, Layout};
-use crate::params::{BufBuilder, BufInfo, Held, Init, ParamStore, Slot, Split, bind};
+use crate::params::{BufBuilder, Held, Init, ParamStore, Slot, Split, bind};
 use crate::pass::Ctx;
 use crate::plan::{Entry, Plan};
 use crate::projection::Declare;
@@ -38,9 +38,9 @@ impl<'a> Batch<'a> {
 /// layer's, from the last layer down, then the embedding's). The caller may start reducing them.
 pub type GradsReady<'a, B> = dyn FnMut(&B, usize, &[<B as Backend>::Buf]) + 'a;
 
-/// [`GradsReady`] as the backward calls it: the final buffers may also be taken (a tp chunk
-/// hands its own to the summing of the chunks, [`Model::forward_backward_chunks`]).
-pub(crate) type GradsFinal<'a, B> = dyn FnMut(&B, usize, &mut [<B as Backend>::Buf]) + 'a;
+/// [`GradsReady`] as [`Model::backward`] calls it: the final buffers may also be taken (a tp
+/// chunk hands its own to the summing of the chunks).
+pub type GradsFinal<'a, B> = dyn FnMut(&B, usize, &mut [<B as Backend>::Buf]) + 'a;
 
 /// Called during a forward before parameters are read: `need(be, k, values)` says that the
 /// parameter buffers `..k` are read next (the embedding's, then each layer's in order, then
@@ -96,11 +96,6 @@ pub struct Model<B: Backend> {
     /// Buffers per micro-batch in flight (slot 0 outside a pipeline; one per chunk with
     /// `parallel.tp_chunks`).
     works: Vec<Option<Work<B>>>,
-    /// The gradients of tp chunks after the first, added to the store's after each
-    /// micro-batch (kept between steps; empty without chunks).
-    chunk_grads: Vec<Vec<B::Buf>>,
-    /// Exposed tp time of the chunked micro-batches since [`Model::take_chunk_exposed`].
-    chunk_exposed: Option<std::time::Duration>,
 }
 
 impl<B: Backend> Model<B> {
@@ -130,8 +125,6 @@ impl<B: Backend> Model<B> {
             recompute: Recompute::None,
             recompute_layers: 0,
             works: Vec::new(),
-            chunk_grads: Vec::new(),
-            chunk_exposed: None,
         })
     }
 
@@ -166,7 +159,6 @@ pub(crate) fn ctx<'a, B: Backend>(
     Ctx { be, tp, plan, dims, phi, norm_eps, lax_eps, t: batch * seq, batch, seq, params, rope, attend: None }
 }
 
-mod chunks;
 mod parameters;
 mod passes;
 mod recompute;
@@ -175,6 +167,7 @@ mod work;
 
 use parameters::resolve;
 pub use parameters::{StageParams, layout_pieces};
+pub use passes::Params;
 pub use stage_io::Wire;
 pub use work::ActivationMemory;
-pub(crate) use work::Work;
+pub use work::Work;

@@ -1,59 +1,55 @@
-//! The forward and backward passes of one stage over its layers, with recompute in the
-//! backward (docs/PARALLELISM.md §5).
+//! The one forward and the one backward of a stage over its layers, with recompute in the
+//! backward (docs/PARALLELISM.md §5), and the per-slot calls an executor makes of them.
 
 use super::recompute::{act_set, act_slots};
 use super::*;
 use crate::pass::CachedAttention;
 
+/// Where a forward reads the parameters.
+pub enum Params<'p, B: Backend> {
+    /// Every buffer in place.
+    Ready(&'p [B::Buf]),
+    /// Still being filled (ZeRO-1's gathers in flight): `need` completes buffers `..k`
+    /// before the forward reads them.
+    Filling(&'p mut [B::Buf], &'p mut ParamsNeeded<'p, B>),
+}
+
+impl<B: Backend> Params<'_, B> {
+    /// Buffers `..k`, complete.
+    fn upto(&mut self, be: &B, k: usize) -> &[B::Buf] {
+        match self {
+            Params::Ready(v) => v,
+            Params::Filling(v, need) => {
+                need(be, k, v);
+                v
+            }
+        }
+    }
+}
+
 impl<B: Backend> Model<B> {
     /// This stage's forward: embedding (first stage) or the received input, the layers,
-    /// then (last stage) exit, final norm and logits.
-    pub(super) fn forward_layers(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>) {
-        self.forward_layers_with(tp, w, None, None)
-    }
-
-    /// [`Model::forward_layers`], with the attention step of every layer replaced by
-    /// `attend` when decoding, and `need` told before each part reads its parameters.
-    pub(crate) fn forward_layers_with(
-        &mut self,
-        tp: &dyn Collective<B>,
-        w: &mut Work<B>,
-        attend: Option<&dyn CachedAttention<B>>,
-        need: Option<&mut ParamsNeeded<B>>,
-    ) {
-        let Some(need) = need else { return self.forward_layers_shared(tp, w, attend) };
-        let all = self.store.bufs.len();
-        let mut need_upto = |m: &mut Self, k: usize| need(&m.be, k, &mut m.store.values);
-        if let Some(first) = self.first {
-            need_upto(self, self.layer_bufs.first().map_or(all, |r| r.start));
-            self.embed_forward(first, tp, w);
-        }
-        for l in 0..self.blocks.len() {
-            need_upto(self, self.layer_bufs[l].end);
-            self.forward_layer(l, tp, w, attend);
-        }
-        need_upto(self, all);
-        if let Some(last) = self.last {
-            self.head_forward(last, tp, w);
-        }
-    }
-
-    /// The forward with every parameter in place: the model is only read, so the chunks of a
-    /// micro-batch can run it side by side ([`Model::forward_backward_chunks`]).
-    pub(crate) fn forward_layers_shared(
+    /// then (last stage) exit, final norm and logits; `attend` replaces every layer's
+    /// attention step when decoding. The model is only read, so tp chunks run it side by side.
+    pub fn forward(
         &self,
+        mut params: Params<B>,
         tp: &dyn Collective<B>,
         w: &mut Work<B>,
         attend: Option<&dyn CachedAttention<B>>,
     ) {
+        let (be, all) = (&self.be, self.store.bufs.len());
         if let Some(first) = self.first {
-            self.embed_forward(first, tp, w);
+            let p = params.upto(be, self.layer_bufs.first().map_or(all, |r| r.start));
+            self.embed_forward(first, p, tp, w);
         }
         for l in 0..self.blocks.len() {
-            self.forward_layer(l, tp, w, attend);
+            let p = params.upto(be, self.layer_bufs[l].end);
+            self.forward_layer(l, p, tp, w, attend);
         }
+        let p = params.upto(be, all);
         if let Some(last) = self.last {
-            self.head_forward(last, tp, w);
+            self.head_forward(last, p, tp, w);
         }
     }
 
@@ -61,11 +57,12 @@ impl<B: Backend> Model<B> {
     fn forward_layer(
         &self,
         l: usize,
+        params: &[B::Buf],
         tp: &dyn Collective<B>,
         w: &mut Work<B>,
         attend: Option<&dyn CachedAttention<B>>,
     ) {
-        let inputs = PassInputs { params: &self.store.values, rope: &w.rope, batch: w.batch, seq: w.seq };
+        let inputs = PassInputs { params, rope: &w.rope, batch: w.batch, seq: w.seq };
         let cx = Ctx { attend, ..ctx(&self.be, tp, &self.cfg, self.plan, self.dims, inputs) };
         let block = &self.blocks[l];
         let t = w.t();
@@ -82,22 +79,11 @@ impl<B: Backend> Model<B> {
         }
     }
 
-    /// Forward of micro-batch slot `slot` on this stage. On the last stage the loss is
-    /// returned, and with `grad_scale` the logits' gradient is prepared for the backward.
-    /// A later stage's input must have been received first (into [`Model::stage_input`]).
+    /// Forward of micro-batch slot `slot` on this stage, telling `need` which parameter
+    /// buffers are read next (see [`ParamsNeeded`]). On the last stage the loss is returned,
+    /// and with `grad_scale` the logits' gradient is prepared for the backward. A later
+    /// stage's input must have been received first (into [`Model::stage_input`]).
     pub fn forward_stage(
-        &mut self,
-        tp: &dyn Collective<B>,
-        slot: usize,
-        b: &Batch,
-        grad_scale: Option<f64>,
-    ) -> Option<LossSum> {
-        self.forward_stage_with(tp, slot, b, grad_scale, None)
-    }
-
-    /// [`Model::forward_stage`], telling `need` which parameter buffers are read next (see
-    /// [`ParamsNeeded`]).
-    pub fn forward_stage_with(
         &mut self,
         tp: &dyn Collective<B>,
         slot: usize,
@@ -114,23 +100,30 @@ impl<B: Backend> Model<B> {
             }
             w
         };
-        self.forward_layers_with(tp, &mut w, None, need);
+        match need {
+            None => self.forward(Params::Ready(&self.store.values), tp, &mut w, None),
+            Some(need) => {
+                // The forward reads what `need` fills: the values leave the store meanwhile.
+                let mut values = std::mem::take(&mut self.store.values);
+                self.forward(Params::Filling(&mut values, need), tp, &mut w, None);
+                self.store.values = values;
+            }
+        }
         let loss = self.layout.last_stage().then(|| self.loss(tp, &mut w, grad_scale, b.targets));
         self.put_work(slot, w);
         loss
     }
 
-    /// Backward of micro-batch slot `slot` on this stage: from the logits' gradient on the
-    /// last stage, from the received output gradient otherwise (into [`Model::stage_output_grad`]).
-    pub fn backward_stage(&mut self, tp: &dyn Collective<B>, slot: usize) {
-        self.backward_stage_with(tp, slot, None)
-    }
-
-    /// [`Model::backward_stage`], telling `ready` which gradient buffers are final as the
+    /// Backward of micro-batch slot `slot` on this stage, from the logits' gradient on the
+    /// last stage, from the received output gradient otherwise (into
+    /// [`Model::stage_output_grad`]); `ready` is told which gradient buffers are final as the
     /// backward goes (see [`GradsReady`]).
-    pub fn backward_stage_with(&mut self, tp: &dyn Collective<B>, slot: usize, ready: Option<&mut GradsReady<B>>) {
+    pub fn backward_stage(&mut self, tp: &dyn Collective<B>, slot: usize, ready: Option<&mut GradsReady<B>>) {
         let mut w = self.works.get_mut(slot).and_then(|w| w.take()).expect("backward of a slot without forward");
-        self.backward(tp, &mut w, ready);
+        let mut grads = std::mem::take(&mut self.store.grads);
+        let mut ready = ready.map(|f| move |be: &B, k: usize, g: &mut [B::Buf]| f(be, k, g));
+        self.backward(&mut grads, tp, &mut w, ready.as_mut().map(|f| f as &mut GradsFinal<B>));
+        self.store.grads = grads;
         self.put_work(slot, w);
     }
 
@@ -141,22 +134,22 @@ impl<B: Backend> Model<B> {
             self.layout.stages, 1,
             "forward_backward runs a whole model; stages use forward_stage/backward_stage"
         );
-        let loss = self.forward_stage(tp, 0, b, Some(grad_scale)).expect("one stage computes the loss");
-        self.backward_stage(tp, 0);
+        let loss = self.forward_stage(tp, 0, b, Some(grad_scale), None).expect("one stage computes the loss");
+        self.backward_stage(tp, 0, None);
         loss
     }
 
     /// Loss of one micro-batch, no gradients (single-stage model).
     pub fn evaluate(&mut self, tp: &dyn Collective<B>, b: &Batch) -> LossSum {
         assert_eq!(self.layout.stages, 1, "evaluate runs a whole model");
-        self.forward_stage(tp, 0, b, None).expect("one stage computes the loss")
+        self.forward_stage(tp, 0, b, None, None).expect("one stage computes the loss")
     }
 
     /// Logits of one micro-batch (this rank's vocabulary columns, padding included), row-major.
     pub fn logits(&mut self, tp: &dyn Collective<B>, ids: &[u32], batch: usize, seq: usize) -> Vec<f64> {
         assert_eq!(self.layout.stages, 1, "logits of a whole model");
         let mut w = self.take_work(0, &Batch { ids, targets: &[], batch, seq });
-        self.forward_layers(tp, &mut w);
+        self.forward(Params::Ready(&self.store.values), tp, &mut w, None);
         let out = self.be.read_mat(Mat::new(&w.logits, batch * seq, self.dims.vocab_loc));
         self.put_work(0, w);
         out
@@ -169,16 +162,10 @@ impl<B: Backend> Model<B> {
         self.be.read_mat(Mat::new(&w.dx, w.t(), self.dims.d_res))
     }
 
-    pub(super) fn backward(&mut self, tp: &dyn Collective<B>, w: &mut Work<B>, ready: Option<&mut GradsReady<B>>) {
-        let mut grads = std::mem::take(&mut self.store.grads);
-        let mut ready = ready.map(|f| move |be: &B, k: usize, g: &mut [B::Buf]| f(be, k, g));
-        self.backward_into(&mut grads, tp, w, ready.as_mut().map(|f| f as &mut GradsFinal<B>));
-        self.store.grads = grads;
-    }
-
-    /// [`Model::backward`] with the gradients accumulated into `grads` (the store's, taken
-    /// out, or a chunk's own: [`Model::forward_backward_chunks`]); the model is only read.
-    pub(super) fn backward_into(
+    /// This stage's backward, the gradients accumulated into `grads` (the store's, taken
+    /// out, or a tp chunk's own); `ready` is told as buffers become final ([`GradsFinal`]).
+    /// The model is only read, so tp chunks run it side by side.
+    pub fn backward(
         &self,
         grads: &mut [B::Buf],
         tp: &dyn Collective<B>,

@@ -28,35 +28,38 @@ impl ActivationMemory {
 }
 
 /// Buffers for one (batch, seq) shape.
-pub(crate) struct Work<B: Backend> {
-    pub batch: usize,
-    pub seq: usize,
-    pub ids: B::Ids,
-    pub targets: B::Ids,
-    pub rope: B::Buf,
+///
+/// Opaque outside the model: an executor takes a slot's with [`Model::take_work`], runs
+/// [`Model::forward`] and [`Model::backward`] on it, and puts it back.
+pub struct Work<B: Backend> {
+    pub(crate) batch: usize,
+    pub(crate) seq: usize,
+    pub(crate) ids: B::Ids,
+    pub(crate) targets: B::Ids,
+    pub(crate) rope: B::Buf,
     /// resid[l] is layer l's input; resid[L] the stack's output (t × d_res each).
-    pub resid: Vec<B::Buf>,
+    pub(crate) resid: Vec<B::Buf>,
     /// Per layer (no recompute), or two reused in turn (recompute).
-    pub blocks: Vec<BlockActs<B>>,
+    pub(crate) blocks: Vec<BlockActs<B>>,
     /// What each layer keeps when its activations are recomputed.
-    pub kept: Vec<Kept<B>>,
+    pub(crate) kept: Vec<Kept<B>>,
     /// LaX on a later pipeline stage: the previous stage's last-layer latents (z only).
-    pub z_in: Option<BlockActs<B>>,
+    pub(crate) z_in: Option<BlockActs<B>>,
     /// The whole final residual (t × d), gathered from the shards under BTP.
-    pub xf: B::Buf,
+    pub(crate) xf: B::Buf,
     /// Rank-major scratch (t × d) for gathers and scatters of hidden shards.
-    pub rm: B::Buf,
-    pub frstd: B::Buf,
-    pub hf: B::Buf,
-    pub logits: B::Buf,
-    pub losses: B::Buf,
-    pub lmax: B::Buf,
-    pub lstats: B::Buf,
-    pub sc: Scratch<B>,
-    pub bg: BlockGrads<B>,
-    pub dx: B::Buf,
-    pub dhf: B::Buf,
-    pub dot: B::Buf,
+    pub(crate) rm: B::Buf,
+    pub(crate) frstd: B::Buf,
+    pub(crate) hf: B::Buf,
+    pub(crate) logits: B::Buf,
+    pub(crate) losses: B::Buf,
+    pub(crate) lmax: B::Buf,
+    pub(crate) lstats: B::Buf,
+    pub(crate) sc: Scratch<B>,
+    pub(crate) bg: BlockGrads<B>,
+    pub(crate) dx: B::Buf,
+    pub(crate) dhf: B::Buf,
+    pub(crate) dot: B::Buf,
 }
 
 impl<B: Backend> Work<B> {
@@ -166,7 +169,7 @@ impl<B: Backend> Model<B> {
 
     /// The buffers of micro-batch slot `slot` for batch `b` (allocated on first use), with
     /// its ids and targets written.
-    pub(crate) fn take_work(&mut self, slot: usize, b: &Batch) -> Work<B> {
+    pub fn take_work(&mut self, slot: usize, b: &Batch) -> Work<B> {
         assert_eq!(b.ids.len(), b.batch * b.seq, "batch: {} ids for {}×{}", b.ids.len(), b.batch, b.seq);
         // Callers check ids against the vocabulary (the loader, eval, decode) with an error
         // naming the input; past it the embedding would silently read zero vectors.
@@ -185,7 +188,7 @@ impl<B: Backend> Model<B> {
         w
     }
 
-    pub(crate) fn put_work(&mut self, slot: usize, w: Work<B>) {
+    pub fn put_work(&mut self, slot: usize, w: Work<B>) {
         if self.works.len() <= slot {
             self.works.resize_with(slot + 1, || None);
         }

@@ -3,7 +3,7 @@
 
 use super::ctx::Ctx;
 use crate::ops::{Attention, CollKind, Op, Phase};
-use crate::setup::NormKind;
+use crate::setup::NormMode;
 
 impl Ctx<'_> {
     /// RMSNorm forward (`recompute` = norm output rebuilt from the saved residual and statistic).
@@ -12,7 +12,7 @@ impl Ctx<'_> {
         let w = self.w_res();
         if !recompute {
             self.ew(label.clone(), w, 0, 1);
-            if self.sharded_norm() && self.s.norm == NormKind::Sync {
+            if self.sharded_norm() && self.s.norm == NormMode::Sync {
                 self.coll(format!("{block}.norm.stat"), CollKind::AllReduce, 0, 1);
             }
         }
@@ -22,7 +22,7 @@ impl Ctx<'_> {
     pub(super) fn norm_bwd(&mut self, block: &str) {
         let label = format!("{block}.norm");
         let w = self.w_res();
-        if self.sharded_norm() && self.s.norm == NormKind::Sync {
+        if self.sharded_norm() && self.s.norm == NormMode::Sync {
             self.ew(label.clone(), 2 * w, 0, 1);
             self.coll(format!("{block}.norm.stat"), CollKind::AllReduce, 0, 1);
         }

@@ -5,7 +5,7 @@ use super::ctx::Ctx;
 use super::groups::ProjGroup;
 use super::passes::Parts;
 use crate::ops::{CollKind, Phase};
-use crate::setup::NormKind;
+use crate::setup::NormMode;
 use boost_config::LaxGate;
 use boost_plan::{GroupPlan, Placement, Shard};
 
@@ -22,7 +22,7 @@ impl Ctx<'_> {
         let b_out = |c: &Self, d_out: u64| c.local(d_out, b.shard == Shard::Output);
         // The latent is whole on every rank: its kernels repeat on each.
         let redundant = gp.latent() == Some(Placement::Replicated);
-        let stat = u64::from(g.after_norm && self.s.norm == NormKind::Online && self.sharded_norm());
+        let stat = u64::from(g.after_norm && self.s.norm == NormMode::Online && self.sharded_norm());
         let latent_label = format!("{}.{}", g.label(), if self.lax() { "cross" } else { "phi" });
         // Forward: each A's output is summed behind it when A is row-parallel (the online
         // statistic rides with the first). Backward: the ungrouped input gradients add up.

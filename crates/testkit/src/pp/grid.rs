@@ -6,8 +6,8 @@ use crate::engine::Engine;
 use boost_comm::{Dims, GridOptions, RunOptions, run_ranks_with};
 use boost_config::Config;
 use boost_exec::dp::Optimizer;
-use boost_exec::pipeline::StageRunner;
 use boost_exec::pipeline::schedule::table;
+use boost_exec::pipeline::{Hooks, Links, StageRunner};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::{Backend, Mat};
 
@@ -39,7 +39,8 @@ pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, case: &Case, ove
             .collect();
         let mut runner = StageRunner::new(table(kind, c.pp, pp, acc));
         let scale = 1.0 / (mbs * B * S) as f64;
-        let loss = runner.run(&mut m, &*tpg, &*ppg, &bs, scale);
+        let links = Links { tp: &[&*tpg], pp: &*ppg };
+        let loss = runner.run(&mut m, links, &bs, scale, Hooks::default());
         let mut opt = Optimizer::new(&m.be, &m.store, zero, dp, c.dp);
         opt.sync_grads(&m.be, &mut m.store, &*dpg, &mut None);
         let pieces = m.store.pieces.iter().map(|p| (p.clone(), held_grads(&m, &opt, p))).collect();

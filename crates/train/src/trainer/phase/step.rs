@@ -31,7 +31,7 @@ impl<B: Backend> Job<'_, B> {
             _ => self.train_step()?,
         };
         let comm = self.recorder.map(|r| r.take());
-        let exposed_tp = self.learner.model.take_chunk_exposed();
+        let exposed_tp = self.runner.take_chunk_exposed();
         self.at.position += out.sequences;
         self.at.tokens += out.tokens;
         self.at.step += 1;
