@@ -42,78 +42,111 @@ impl ProjGroup {
         out: &mut B::Buf,
         sc: &mut Scratch<B>,
     ) {
-        let (be, t, din) = (cx.be, cx.t, self.d_in_loc);
-        assert_eq!((x.rows, x.cols), (t, din), "group input shape");
-        let online = self.norm.is_some() && cx.plan.norm == NormPlacement::ShardedOnline;
-        let fold = self.folds_gamma(cx.plan.norm);
-        let lat = &mut acts.lat;
-
-        // The GEMM input: x, its RMSNorm, or x ⊙ γ (online: the norm is finished after the
-        // all-reduce, which also sums the statistic). A low-rank group folds γ into A instead:
-        // (x ⊙ γ)·A = x·(diag(γ)·A), a d_in × c·r pass rather than a t × d_in one.
-        if let Some(gamma) = self.norm {
-            let g = gamma.of(cx.params);
-            be.row_sumsq(MatMut::at(lat, 0, t, 1, 1), x);
-            if fold {
-                let Weights::LowRank { a, .. } = &self.w else { unreachable!("only low-rank groups fold γ") };
-                let mut wa = MatMut::new(&mut sc.wa, din, a.cols);
-                be.copy(wa.rb(), a.of(cx.params));
-                be.mul_rows(wa, gamma.col(cx.params));
-            } else if online {
-                be.mul_cols(MatMut::new(&mut sc.h, t, din), x, g);
-            } else {
-                if cx.plan.norm == NormPlacement::ShardedSync {
-                    cx.stat_sum(lat, 0, t, labels::stat(self.kind, false), self.layer);
+        let s = self.call(cx);
+        assert_eq!((x.rows, x.cols), (s.t, s.din), "group input shape");
+        let Scratch { h, wa, row, .. } = sc;
+        let input = self.gemm_input(&s, x, &mut acts.lat, h, wa);
+        match &self.w {
+            Weights::Full { w } => self.full_forward(&s, w, input, out),
+            Weights::LowRank { a, .. } => {
+                self.down_gemm(&s, a, input, wa, &mut acts.lat);
+                self.down_sum(&s, &mut acts.lat);
+                if s.online {
+                    self.online_norm_finish(&s, &mut acts.lat, row);
                 }
-                be.rstd_from_sumsq(MatMut::at(lat, 0, t, 1, 1), self.d_in, cx.norm_eps);
-                be.rmsnorm_apply(MatMut::new(&mut sc.h, t, din), x, g, Mat::at(lat, 0, t, 1, 1));
             }
         }
-        let input = if self.norm.is_some() && !fold { Mat::new(&sc.h, t, din) } else { x };
+    }
 
-        let a = match &self.w {
-            Weights::Full { w } => {
-                for (j, wj) in w.iter().enumerate() {
-                    be.gemm(self.out_mut(out, t, j), input, wj.of(cx.params).t(), 1.0, false);
-                }
-                // Row-parallel (Megatron o, down): g = all-reduce of the partial output.
-                if self.plan.first.sum_output {
-                    cx.g(out, 0, t * self.outs[0], labels::out_fwd(self.kind, 0), self.layer);
-                }
-                return;
+    /// The GEMM input: x, its RMSNorm, or x ⊙ γ (online: the norm is finished after the
+    /// all-reduce, which also sums the statistic), the last two in `h`. A low-rank group folds
+    /// γ into A instead (`wa`): (x ⊙ γ)·A = x·(diag(γ)·A), a d_in × c·r pass rather than a
+    /// t × d_in one. The norm's sum of squares (then rstd) goes to the statistic slot of `lat`.
+    fn gemm_input<'i, B: Backend>(
+        &self,
+        s: &Call<B>,
+        x: Mat<'i, B::Buf>,
+        lat: &mut B::Buf,
+        h: &'i mut B::Buf,
+        wa: &mut B::Buf,
+    ) -> Mat<'i, B::Buf> {
+        let Some(gamma) = self.norm else { return x };
+        let (be, cx, t, din) = (s.be, s.cx, s.t, s.din);
+        let g = gamma.of(cx.params);
+        be.row_sumsq(MatMut::at(lat, 0, t, 1, 1), x);
+        if s.fold {
+            let Weights::LowRank { a, .. } = &self.w else { unreachable!("only low-rank groups fold γ") };
+            let mut wa = MatMut::new(wa, din, a.cols);
+            be.copy(wa.rb(), a.of(cx.params));
+            be.mul_rows(wa, gamma.col(cx.params));
+            return x;
+        }
+        if s.online {
+            be.mul_cols(MatMut::new(h, t, din), x, g);
+        } else {
+            if cx.plan.norm == NormPlacement::ShardedSync {
+                cx.stat_sum(lat, 0, t, labels::stat(self.kind, false), self.layer);
             }
-            Weights::LowRank { a, .. } => a,
-        };
-        let geo = self.geom(t);
-        let r = self.r_loc;
-        let (a_buf, a_off, a_ld) = if fold { (&sc.wa, 0, a.cols) } else { (&cx.params[a.buf], a.off, a.ld) };
+            be.rstd_from_sumsq(MatMut::at(lat, 0, t, 1, 1), self.d_in, cx.norm_eps);
+            be.rmsnorm_apply(MatMut::new(h, t, din), x, g, Mat::at(lat, 0, t, 1, 1));
+        }
+        Mat::new(&*h, t, din)
+    }
+
+    /// A full-rank group: y_j = input·W_jᵀ; a row-parallel W (Megatron o, down) all-reduces
+    /// the partial output (g).
+    fn full_forward<B: Backend>(&self, s: &Call<B>, w: &[Slot], input: Mat<B::Buf>, out: &mut B::Buf) {
+        let (cx, t) = (s.cx, s.t);
+        for (j, wj) in w.iter().enumerate() {
+            s.be.gemm(self.out_mut(out, t, j), input, wj.of(cx.params).t(), 1.0, false);
+        }
+        if self.plan.first.sum_output {
+            cx.g(out, 0, t * self.outs[0], labels::out_fwd(self.kind, 0), self.layer);
+        }
+    }
+
+    /// P = input·A into the latent: one GEMM when grouped, else one per component. With γ
+    /// folded, A is diag(γ)·A in `wa`.
+    fn down_gemm<B: Backend>(&self, s: &Call<B>, a: &Slot, input: Mat<B::Buf>, wa: &B::Buf, lat: &mut B::Buf) {
+        let (t, din, geo, r) = (s.t, s.din, self.geom(s.t), self.r_loc);
+        let (a_buf, a_off, a_ld) = if s.fold { (wa, 0, a.cols) } else { (&s.cx.params[a.buf], a.off, a.ld) };
         if self.grouped {
-            be.gemm(geo.whole_mut(lat, t), input, Mat::at(a_buf, a_off, din, a.cols, a_ld), 1.0, false);
+            s.be.gemm(geo.whole_mut(lat, t), input, Mat::at(a_buf, a_off, din, a.cols, a_ld), 1.0, false);
         } else {
             for j in 0..self.c {
-                be.gemm(geo.comp_mut(lat, t, j), input, Mat::at(a_buf, a_off + j * r, din, r, a_ld), 1.0, false);
+                let aj = Mat::at(a_buf, a_off + j * r, din, r, a_ld);
+                s.be.gemm(geo.comp_mut(lat, t, j), input, aj, 1.0, false);
             }
         }
-        // Row-parallel A (BTP): g = all-reduce of the partial latent (with the norm statistic
-        // riding in front of it when online).
-        if self.plan.first.sum_output {
-            if self.grouped {
-                let (off, n) = if online { (0, t + geo.len()) } else { (t, geo.len()) };
-                cx.g(lat, off, n, labels::a_fwd(self.kind, None), self.layer);
-            } else {
-                for j in 0..self.c {
-                    let o = t + geo.comp(j).0;
-                    let (off, n) = if online && j == 0 { (0, t + t * r) } else { (o, t * r) };
-                    cx.g(lat, off, n, labels::a_fwd(self.kind, Some(j)), self.layer);
-                }
-            }
+    }
+
+    /// Row-parallel A (BTP): g = all-reduce of the partial latent (with the norm statistic
+    /// riding in front of it when online).
+    fn down_sum<B: Backend>(&self, s: &Call<B>, lat: &mut B::Buf) {
+        if !self.plan.first.sum_output {
+            return;
         }
-        if online {
-            be.rstd_from_sumsq(MatMut::at(lat, 0, t, 1, 1), self.d_in, cx.norm_eps);
-            be.copy(MatMut::new(&mut sc.row, t, 1), Mat::at(lat, 0, t, 1, 1));
+        let (t, geo) = (s.t, self.geom(s.t));
+        if self.grouped {
+            let (off, n) = if s.online { (0, t + geo.len()) } else { (t, geo.len()) };
+            s.cx.g(lat, off, n, labels::a_fwd(self.kind, None), self.layer);
+        } else {
             for j in 0..self.c {
-                be.mul_rows(geo.comp_mut(lat, t, j), Mat::new(&sc.row, t, 1));
+                let o = t + geo.comp(j).0;
+                let (off, n) = if s.online && j == 0 { (0, t + t * self.r_loc) } else { (o, t * self.r_loc) };
+                s.cx.g(lat, off, n, labels::a_fwd(self.kind, Some(j)), self.layer);
             }
+        }
+    }
+
+    /// The online norm, finished on the summed latent: rstd from the summed squares, then
+    /// P ⊙= rstd per row (read from a copy in `row`, as the statistic shares P's buffer).
+    fn online_norm_finish<B: Backend>(&self, s: &Call<B>, lat: &mut B::Buf, row: &mut B::Buf) {
+        let (be, t, geo) = (s.be, s.t, self.geom(s.t));
+        be.rstd_from_sumsq(MatMut::at(lat, 0, t, 1, 1), self.d_in, s.cx.norm_eps);
+        be.copy(MatMut::new(row, t, 1), Mat::at(lat, 0, t, 1, 1));
+        for j in 0..self.c {
+            be.mul_rows(geo.comp_mut(lat, t, j), Mat::new(row, t, 1));
         }
     }
 

@@ -111,6 +111,36 @@ pub struct Scratch<B: Backend> {
     pub kron: B::Buf,
 }
 
+/// The values every step of one call of a group's forward or backward reads.
+struct Call<'c, B: Backend> {
+    cx: &'c Ctx<'c, B>,
+    be: &'c B,
+    /// Tokens in the micro-batch.
+    t: usize,
+    /// The group's local input width.
+    din: usize,
+    /// The online norm feeds the group: its statistic rides with A's all-reduce.
+    online: bool,
+    /// γ is folded into A ([`ProjGroup::folds_gamma`]).
+    fold: bool,
+    has_norm: bool,
+}
+
+impl ProjGroup {
+    fn call<'c, B: Backend>(&self, cx: &'c Ctx<'c, B>) -> Call<'c, B> {
+        let has_norm = self.norm.is_some();
+        Call {
+            cx,
+            be: cx.be,
+            t: cx.t,
+            din: self.d_in_loc,
+            online: has_norm && cx.plan.norm == NormPlacement::ShardedOnline,
+            fold: self.folds_gamma(cx.plan.norm),
+            has_norm,
+        }
+    }
+}
+
 mod backward;
 mod buffers;
 mod build;
