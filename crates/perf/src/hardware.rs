@@ -4,14 +4,19 @@
 //! `t = max(2MNK / (P·η), bytes / (BW·η_mem)) + overhead`, with
 //! `η = η_max · Π_{x ∈ {M, N, K}} x / (x + c)`: every dimension smaller than a few times `c`
 //! (`gemm_half_dim`) costs efficiency, a dimension equal to `c` halves it. `η_max`
-//! (`gemm_efficiency`) is the fraction of peak a large square GEMM reaches.
-//! Attention: `t = max(executed FLOPs / (P·η_attn), bytes / (BW·η_mem))`.
+//! (`gemm_efficiency`) is the fraction of peak a large square GEMM reaches. Presets with
+//! `sm_count` and `gemm_tiles` (the GPUs) count tiles and waves instead ([`crate::gemm_model`]).
+//! Attention: `t = max(executed FLOPs / (P·η_attn), bytes / (BW·η_mem))`, η_attn from the
+//! preset's `attention_table` by head dimension and sequence ([`crate::attention_model`]) or
+//! `attention_efficiency`.
 //! Elementwise kernels: `bytes / (BW·η_mem)`.
 //! Collectives: an α–β model on the link level the group spans (NVLink-class inside a node,
 //! network between nodes): ring all-reduce `2(p−1)α + 2(p−1)/p · n/β`, all-gather and
 //! reduce-scatter (n the gathered size) `(p−1)α + (p−1)/p · n/β`, point-to-point `α + n/β`.
 //! Ranks are laid out tp fastest, then dp, then pp.
 
+use crate::attention_model::{self, AttentionPoint};
+use crate::gemm_model::{self, TileModel};
 use crate::ops::{Attention, CollKind, Collective, Elementwise, Gemm, Group, Op};
 use crate::setup::{Dtype, Setup};
 use anyhow::{Context, Result, bail};
@@ -31,6 +36,23 @@ pub struct ComputeSpec {
     pub attention_efficiency: f64,
     /// Fixed cost per kernel (launch, tail).
     pub kernel_overhead_s: f64,
+    /// Streaming multiprocessors. With `gemm_tiles`, GEMM time follows tile and wave
+    /// quantization (`gemm_model`) instead of the x/(x + c) curve.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_count: Option<u32>,
+    /// Output tile shapes [rows, columns] the GEMM library picks from, per call.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gemm_tiles: Vec<[u64; 2]>,
+    /// c_k in the tile model's k factor k / (k + c_k); `gemm_half_dim` when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_k_half_dim: Option<f64>,
+    /// Most slices of K the tile model may split a GEMM into (split-K); 1 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_max_split_k: Option<u32>,
+    /// Attention efficiency by head dimension and sequence length; `attention_efficiency`
+    /// for every shape when absent.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attention_table: Vec<AttentionPoint>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -164,6 +186,8 @@ impl Hardware {
         if self.devices_per_node == 0 {
             bail!("devices_per_node must be at least 1");
         }
+        gemm_model::validate(c)?;
+        attention_model::validate(&c.attention_table)?;
         Dtype::parse(&self.dtype)?;
         Ok(())
     }
@@ -190,6 +214,8 @@ pub struct Timer<'a> {
     /// Peak FLOP/s of one rank in the set-up's dtype: the preset's peak is for its own dtype;
     /// f32 on a bf16 GPU preset runs at half of it (TF32 Tensor Cores).
     peak: f64,
+    /// GEMM time by tile and wave quantization, on presets with `sm_count` and `gemm_tiles`.
+    tiles: Option<TileModel>,
 }
 
 impl<'a> Timer<'a> {
@@ -200,7 +226,10 @@ impl<'a> Timer<'a> {
             // Without bf16 Tensor Cores a GPU runs f32 GEMMs on TF32 at half the bf16 rate.
             peak *= 0.5;
         }
-        Timer { hw, setup, share, peak: peak * share }
+        let peak = peak * share;
+        let bandwidth = hw.memory.bandwidth * hw.memory.efficiency * share;
+        let tiles = TileModel::new(&hw.compute, peak, bandwidth);
+        Timer { hw, setup, share, peak, tiles }
     }
 
     pub fn peak_flops(&self) -> f64 {
@@ -211,21 +240,41 @@ impl<'a> Timer<'a> {
         self.hw.memory.bandwidth * self.hw.memory.efficiency * self.share
     }
 
-    /// η(M, N, K) of the efficiency curve.
+    /// The tile model, on presets that have one.
+    pub fn tile_model(&self) -> Option<&TileModel> {
+        self.tiles.as_ref()
+    }
+
+    /// Fraction of peak the GEMM's compute reaches: η(M, N, K) of the efficiency curve, or
+    /// under the tile model its FLOPs over peak × the compute time of its best plan.
     pub fn gemm_efficiency(&self, g: &Gemm) -> f64 {
+        if let Some(t) = &self.tiles {
+            let p = t.plan(g);
+            return g.flops() / (self.peak * (p.compute_s + p.reduce_s));
+        }
         let c = self.hw.compute.gemm_half_dim;
         let f = |x: u64| x as f64 / (x as f64 + c);
         self.hw.compute.gemm_efficiency * f(g.m) * f(g.n) * f(g.k)
     }
 
     pub fn gemm(&self, g: &Gemm) -> f64 {
+        if let Some(t) = &self.tiles {
+            return t.plan(g).time_s() + self.hw.compute.kernel_overhead_s;
+        }
         let tc = g.flops() / (self.peak * self.gemm_efficiency(g));
         let tm = g.bytes() / self.bandwidth();
         tc.max(tm) + self.hw.compute.kernel_overhead_s
     }
 
+    /// Fraction of peak the attention kernel reaches at this call's head dimension and
+    /// sequence: the preset's table, or `attention_efficiency`.
+    pub fn attention_efficiency(&self, a: &Attention) -> f64 {
+        let c = &self.hw.compute;
+        attention_model::efficiency(&c.attention_table, a.head_dim, a.seq).unwrap_or(c.attention_efficiency)
+    }
+
     pub fn attention(&self, a: &Attention) -> f64 {
-        let tc = a.executed_flops() / (self.peak * self.hw.compute.attention_efficiency);
+        let tc = a.executed_flops() / (self.peak * self.attention_efficiency(a));
         let tm = a.bytes() / self.bandwidth();
         tc.max(tm) + self.hw.compute.kernel_overhead_s
     }
@@ -301,5 +350,24 @@ mod tests {
         }
         assert!(with("usable_memory_fraction", "1.0").is_ok());
         assert!(with("alpha_s", "0.0").is_ok());
+    }
+
+    #[test]
+    fn bad_tile_model_keys_are_refused_by_key() {
+        for (key, value, named) in [
+            ("sm_count", "0", "compute.sm_count"),
+            ("gemm_tiles", "[[0, 128]]", "compute.gemm_tiles[0]"),
+            ("gemm_tiles", "[]", "compute.sm_count"),
+            ("gemm_k_half_dim", "-1.0", "compute.gemm_k_half_dim"),
+            ("gemm_max_split_k", "0", "compute.gemm_max_split_k"),
+        ] {
+            let e = with(key, value).unwrap_err().to_string();
+            assert!(e.contains(named), "{key} = {value}: {e}");
+        }
+        let text = PRESETS[0].1;
+        let line = text.lines().find(|l| l.starts_with("sm_count =")).unwrap();
+        let e = Hardware::from_toml_str(&text.replacen(line, "", 1)).unwrap_err().to_string();
+        assert!(e.contains("compute.gemm_tiles") && e.contains("compute.sm_count"), "{e}");
+        assert!(with("gemm_max_split_k", "1").is_ok());
     }
 }

@@ -15,10 +15,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod attention_model;
 pub mod calibrate;
 pub mod chart;
 pub mod chunks;
 pub mod fit;
+pub mod gemm_model;
 pub mod hardware;
 pub mod layer;
 pub mod ops;

@@ -1,0 +1,83 @@
+//! The BOOST paper's set-up through the cost model, printed:
+//! `cargo test --release -p boost-perf --test paper_table -- --ignored --nocapture`.
+
+use boost_perf::Hardware;
+use boost_perf::paper::{Variant, paper_report, paper_rows};
+
+#[test]
+#[ignore = "prints the table; run with --ignored --nocapture"]
+fn print_the_paper_table() {
+    let hw = Hardware::preset("a100-80gb").unwrap();
+    print!("{}", paper_report(&hw));
+    println!();
+    println!(
+        "| model | full-rank s | vanilla s | BTP s | BTP vs full | BTP vs vanilla | GEMM util vanilla | GEMM util BTP |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for r in paper_rows(&hw) {
+        let t = |v| r.get(v).iteration_time_s;
+        let u = |v| 100.0 * r.get(v).flops.gemm_utilization;
+        println!(
+            "| {} | {:.3} | {:.3} | {:.3} | {:.2}× | {:.2}× | {:.0} % | {:.0} % |",
+            r.case.name,
+            t(Variant::FullRank),
+            t(Variant::Vanilla),
+            t(Variant::Btp),
+            t(Variant::FullRank) / t(Variant::Btp),
+            t(Variant::Vanilla) / t(Variant::Btp),
+            u(Variant::Vanilla),
+            u(Variant::Btp)
+        );
+    }
+}
+
+#[test]
+#[ignore = "prints the GEMM plans of one layer; run with --ignored --nocapture"]
+fn print_the_7b_gemm_plans() {
+    use boost_perf::{Op, Timer, layer_ops};
+    let hw = Hardware::preset("a100-80gb").unwrap();
+    let seven = boost_perf::paper::CASES.iter().find(|c| c.preset == "7b").unwrap();
+    for v in [Variant::FullRank, Variant::Vanilla, Variant::Btp] {
+        let s = boost_perf::paper::paper_setup(seven, v);
+        let timer = Timer::new(&hw, &s);
+        let tiles = timer.tile_model().unwrap();
+        println!("{}:", v.name());
+        let ops = layer_ops(&s, 0);
+        for g in ops.forward.iter().chain(&ops.backward).filter_map(Op::as_gemm) {
+            let p = tiles.plan(g);
+            println!(
+                "  {:<22} {:<24} tile {:?} split {} tiles {:>5} waves {:>3}  η {:.3}  {:.3} ms",
+                g.label,
+                g.shape(),
+                p.tile,
+                p.split_k,
+                p.tiles,
+                p.waves,
+                timer.gemm_efficiency(g),
+                1e3 * timer.gemm(g)
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "redraws crates/perf/paper-a100.png as `boost plan --paper --chart` draws it"]
+fn draw_the_paper_chart() {
+    let hw = Hardware::preset("a100-80gb").unwrap();
+    let mut bars = Vec::new();
+    for row in paper_rows(&hw) {
+        let t_full = row.get(Variant::FullRank).iteration_time_s;
+        for (v, p) in &row.variants {
+            let short = match v {
+                Variant::FullRank => "full",
+                Variant::Vanilla => "vanilla",
+                Variant::Btp => "btp",
+                Variant::BtpOnline => "btp-online",
+            };
+            bars.push((format!("{} {short}", row.case.name), p.breakdown.clone(), 1.0 / t_full));
+        }
+    }
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("paper-a100.png");
+    let title = format!("BOOST paper set-up on {}: iteration time relative to full-rank", hw.name);
+    boost_perf::chart::draw_breakdown(&path, true, &title, "time / full-rank time", &bars).unwrap();
+}
