@@ -81,3 +81,26 @@ fn draw_the_paper_chart() {
     let title = format!("BOOST paper set-up on {}: iteration time relative to full-rank", hw.name);
     boost_perf::chart::draw_breakdown(&path, true, &title, "time / full-rank time", &bars).unwrap();
 }
+
+#[test]
+fn the_report_sets_every_paper_row_beside_the_plan_with_its_error() {
+    let hw = Hardware::preset("a100-80gb").unwrap();
+    let report = paper_report(&hw);
+    let rows = paper_rows(&hw);
+    assert_eq!(rows.len(), boost_perf::paper::CASES.len());
+    for r in &rows {
+        let line = report
+            .lines()
+            .find(|l| l.starts_with(&format!("| {} | ", r.case.name)) && l.matches(" / ").count() == 6)
+            .unwrap_or_else(|| panic!("no paper-vs-plan row for {}:\n{report}", r.case.name));
+        for (i, v) in [Variant::FullRank, Variant::Vanilla, Variant::Btp].into_iter().enumerate() {
+            let cell = line.split(" | ").nth(i + 1).unwrap().trim_end_matches(" |");
+            let parts: Vec<&str> = cell.split(" / ").collect();
+            let (paper, plan) = (r.case.measured_s[i], r.get(v).iteration_time_s);
+            assert_eq!(parts[0].parse::<f64>().unwrap(), paper, "{}: {cell}", r.case.name);
+            assert!((parts[1].parse::<f64>().unwrap() - plan).abs() < 5e-4, "{}: {cell}", r.case.name);
+            let err: f64 = parts[2].trim_end_matches(" %").parse().unwrap();
+            assert!((err - 100.0 * (plan - paper) / paper).abs() <= 0.5, "{}: {cell}", r.case.name);
+        }
+    }
+}

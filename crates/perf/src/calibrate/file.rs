@@ -1,6 +1,7 @@
 //! The CPU hardware description written from the measurements: one file for in-process ranks
 //! and, when MPI links were measured, one for MPI processes; both are parsed before writing.
 
+use super::attention::AttentionSample;
 use super::gemm::GemmSample;
 use crate::hardware::LinkSpec;
 use anyhow::{Context, Result};
@@ -13,6 +14,7 @@ pub(super) struct Measured {
     pub(super) threads: usize,
     pub(super) rounds: usize,
     pub(super) samples: Vec<GemmSample>,
+    pub(super) attention: Vec<AttentionSample>,
     /// The fit: peak P, half dimension c, rms log error.
     pub(super) peak: f64,
     pub(super) c: f64,
@@ -51,16 +53,31 @@ impl Measured {
         )
     }
 
+    /// The attention kernel's rate at a point as a fraction of the fitted peak (at most 1: a
+    /// description is refused above it, and the kernel is not faster than the GEMMs).
+    fn attention_fraction(&self, a: &AttentionSample) -> f64 {
+        (a.flops_per_s / self.peak).clamp(1e-4, 1.0)
+    }
+
     /// `[compute]` and `[memory]`.
     fn body(&self) -> String {
         let (peak, c, overhead, add_bw) = (self.peak, self.c, self.overhead, self.add_bw);
+        // Shapes between or beyond the points read the table; the scalar is its middle point.
+        let middle = self.attention.get(self.attention.len() / 2).map_or(0.5, |a| self.attention_fraction(a));
+        let mut table = String::new();
+        for a in &self.attention {
+            let e = self.attention_fraction(a);
+            let _ = writeln!(table, "  {{ head_dim = {}, seq = {}, efficiency = {e:.4} }},", a.head_dim, a.seq);
+        }
         format!(
             "[compute]\n\
              peak_flops = {peak:.4e}             # fitted P [measured]\n\
              gemm_efficiency = 1.0                # P is already an achieved rate\n\
              gemm_half_dim = {c:.1}                # fitted c [measured]\n\
-             attention_efficiency = 0.5           # not measured: the engine's attention kernel is timed by `boost bench` [assumption]\n\
+             attention_efficiency = {middle:.4}        # the table's middle point [measured]\n\
              kernel_overhead_s = {overhead:.3e}    # one small rayon-parallel kernel [measured]\n\
+             # The engine's causal attention, forward and backward, on executed FLOPs over P [measured].\n\
+             attention_table = [\n{table}]\n\
              \n\
              [memory]\n\
              bandwidth = {add_bw:.4e}              # a = b + c over 64 MiB, bytes read + written [measured]\n\
@@ -93,6 +110,10 @@ impl Measured {
                 s.flops_per_s / 1e9,
                 peak * f(s.m) * f(s.n) * f(s.k) / 1e9
             );
+        }
+        o.push_str("]\n# [head_dim, seq, measured GFLOP/s]\nattention = [\n");
+        for a in &self.attention {
+            let _ = writeln!(o, "  [{}, {}, {:.1}],", a.head_dim, a.seq, a.flops_per_s / 1e9);
         }
         o.push_str("]\n");
         o
@@ -141,6 +162,35 @@ fn memory_total_bytes() -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_attention_measured_is_the_descriptions_table_over_the_fitted_peak() {
+        let gemm = GemmSample { m: 1024, n: 1024, k: 1024, flops_per_s: 100e9 };
+        let attention = vec![
+            AttentionSample { head_dim: 64, seq: 128, flops_per_s: 20e9 },
+            AttentionSample { head_dim: 64, seq: 512, flops_per_s: 30e9 },
+            // Faster than the fitted peak: held at the whole of it, which a description allows.
+            AttentionSample { head_dim: 128, seq: 512, flops_per_s: 150e9 },
+        ];
+        let m = Measured {
+            threads: 2,
+            rounds: 1,
+            samples: vec![gemm],
+            attention,
+            peak: 100e9,
+            c: 32.0,
+            rms: 0.01,
+            copy_bw: 10e9,
+            add_bw: 12e9,
+            overhead: 5e-6,
+        };
+        let link = LinkSpec { alpha_s: 1e-5, bandwidth: 5e9 };
+        let hw = crate::hardware::Hardware::from_toml_str(&m.text("cpu", "threads", "ranks", "test", &link)).unwrap();
+        let table: Vec<(u64, u64, f64)> =
+            hw.compute.attention_table.iter().map(|p| (p.head_dim, p.seq, p.efficiency)).collect();
+        assert_eq!(table, vec![(64, 128, 0.2), (64, 512, 0.3), (128, 512, 1.0)]);
+        assert_eq!(hw.compute.attention_efficiency, 0.3, "the scalar is the middle point");
+    }
 
     #[test]
     fn an_existing_description_is_kept_unless_forced() {

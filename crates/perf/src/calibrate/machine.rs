@@ -16,7 +16,12 @@ pub fn cache_dir() -> Option<PathBuf> {
         .or_else(|| var("HOME").map(|h| h.join(".cache").join("boost")))
 }
 
-/// The file name of this machine's calibration: CPU model and threads, in plain characters.
+/// What a calibration measures, numbered: a file of an earlier number lacks a measurement
+/// (version 2 added attention), so it is left as it is and a new one is made beside it.
+const FORMAT: u32 = 2;
+
+/// The file name of this machine's calibration: CPU model, threads and [`FORMAT`], in plain
+/// characters.
 fn file_name(cpu: &str, threads: usize) -> String {
     let slug: String = cpu
         .chars()
@@ -26,7 +31,7 @@ fn file_name(cpu: &str, threads: usize) -> String {
         .filter(|p| !p.is_empty())
         .collect::<Vec<_>>()
         .join("-");
-    format!("cpu-{slug}-{threads}t.toml")
+    format!("cpu-{slug}-{threads}t-v{FORMAT}.toml")
 }
 
 /// When a file was last written, as a UTC date and time.
@@ -53,7 +58,7 @@ pub fn this_machine(name: &str) -> Result<Hardware> {
     let wanted = if name == "cpu-mpi" { dir.join(file.replace(".toml", "-mpi.toml")) } else { path.clone() };
     if !path.is_file() {
         eprintln!(
-            "cluster {name}: calibrating this machine ({cpu}, {threads} threads; about 20 s), kept in {}",
+            "cluster {name}: calibrating this machine ({cpu}, {threads} threads; about 25 s), kept in {}",
             path.display()
         );
         // Another plan may have kept one meanwhile (the file is written whole and renamed into
@@ -87,7 +92,7 @@ mod tests {
 
     #[test]
     fn the_file_is_named_for_the_cpu_and_threads_in_plain_characters() {
-        assert_eq!(file_name("AMD EPYC 9R45 (Zen 5)", 2), "cpu-amd-epyc-9r45-zen-5-2t.toml");
-        assert_eq!(file_name("unknown", 16), "cpu-unknown-16t.toml");
+        assert_eq!(file_name("AMD EPYC 9R45 (Zen 5)", 2), "cpu-amd-epyc-9r45-zen-5-2t-v2.toml");
+        assert_eq!(file_name("unknown", 16), "cpu-unknown-16t-v2.toml");
     }
 }

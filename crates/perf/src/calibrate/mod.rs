@@ -1,6 +1,7 @@
 //! Microbenchmarks of this machine that fill a CPU hardware description: f32 GEMM throughput
-//! over a set of shapes (the `gemm` crate, rayon-parallel), copy and elementwise bandwidth, and
-//! the fixed cost of one parallel kernel.
+//! over a set of shapes (the engine's kernels, rayon-parallel), the engine's attention by head
+//! dimension and sequence, copy and elementwise bandwidth, and the fixed cost of one parallel
+//! kernel.
 //!
 //! Fitting: with `f(x) = x / (x + c)`, the model says `GFLOP/s(M, N, K) = P · f(M)·f(N)·f(K)`.
 //! For each c on a grid, the best P is the geometric mean of `measured / (f(M)f(N)f(K))`; the c
@@ -11,12 +12,14 @@
 //! fits α and β; [`calibrate_mpi_collectives`] does the same between two MPI processes (run
 //! by `--calibrate-cpu` through `mpirun -np 2` when the build has MPI), for a second file.
 
+mod attention;
 mod bandwidth;
 mod file;
 mod gemm;
 mod links;
 mod machine;
 
+pub use attention::{AttentionSample, measure_attention};
 pub use bandwidth::{measure_bandwidth, measure_kernel_overhead};
 pub use gemm::{GemmSample, SHAPES, fit_curve, measure_gemm};
 pub use links::{calibrate_collectives, calibrate_mpi_collectives};
@@ -38,6 +41,8 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool, f
     let rounds = rounds.max(1);
     let mut samples: Vec<GemmSample> =
         SHAPES.iter().map(|&(m, n, k)| GemmSample { m, n, k, flops_per_s: 0.0 }).collect();
+    let mut attention: Vec<AttentionSample> =
+        attention::POINTS.iter().map(|&(head_dim, seq)| AttentionSample { head_dim, seq, flops_per_s: 0.0 }).collect();
     let (mut copy_bw, mut add_bw, mut overhead) = (0.0f64, 0.0f64, f64::MAX);
     for round in 0..rounds {
         for s in samples.iter_mut() {
@@ -46,6 +51,18 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool, f
                 eprintln!("round {round}: gemm {:>5} × {:>5} × {:>5}: {:7.1} GFLOP/s", s.m, s.n, s.k, r / 1e9);
             }
             s.flops_per_s = s.flops_per_s.max(r);
+        }
+        for a in attention.iter_mut() {
+            let r = measure_attention(a.head_dim, a.seq, threads);
+            if verbose {
+                eprintln!(
+                    "round {round}: attention head_dim {:>3} seq {:>5}: {:7.1} GFLOP/s",
+                    a.head_dim,
+                    a.seq,
+                    r / 1e9
+                );
+            }
+            a.flops_per_s = a.flops_per_s.max(r);
         }
         let (c, a) = measure_bandwidth();
         copy_bw = copy_bw.max(c);
@@ -63,7 +80,7 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool, f
         );
     }
     let links = calibrate_collectives();
-    let measured = Measured { threads, rounds, samples, peak, c, rms, copy_bw, add_bw, overhead };
+    let measured = Measured { threads, rounds, samples, attention, peak, c, rms, copy_bw, add_bw, overhead };
     let (comment, link) = match links {
         Some(l) => ("In-process all-reduce of two ranks: α from a 1-element call, β from 16 MiB [measured].", l),
         None => (
