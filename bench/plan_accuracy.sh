@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `boost plan` against this machine: short training runs of CoLA and full rank at the cola-60m
 # shape (seq 256 × 8, the demo corpus's vocabulary), on one rank and in-process tp2, pp2 and
-# dp2, each followed by `boost plan --validate` on `--cluster cpu`. The calibration is made
-# afresh at the start (a cache directory of the benchmark's own), so that it and the steps
-# are measured in the same hour of a shared machine. Writes one JSON record: every run's
-# predicted and measured parts, the command, the commit and the machine.
+# dp2, each followed by `boost plan --validate` on `--cluster cpu`. Each run's plan calibrates
+# afresh (a cache directory of its own) right after the run's steps, so that the calibration
+# and the steps are measured within a minute of each other on a shared machine whose speed
+# drifts. Writes one JSON record: every run's predicted and measured parts, the command, the
+# commit and the machine.
 #
 #   cargo build --release && bash bench/plan_accuracy.sh [OUT.json]
 #
@@ -28,7 +29,6 @@ if os.path.lexists(out):
 EOF
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export BOOST_CACHE_DIR="$work/cache"
 for arch in cola full; do
   for layout in 1 tp2 pp2 dp2; do
     sets=(--set model.preset=cola-60m --set "model.arch=$arch" --set train.seq_len=256
@@ -41,7 +41,8 @@ for arch in cola full; do
     esac
     echo "$arch $layout: training $steps steps" >&2
     "$boost" train "${sets[@]}" --quiet
-    "$boost" plan --cluster cpu --validate "$work/$arch-$layout" --json >"$work/$arch-$layout.json"
+    BOOST_CACHE_DIR="$work/cache-$arch-$layout" \
+      "$boost" plan --cluster cpu --validate "$work/$arch-$layout" --json >"$work/$arch-$layout.json"
   done
 done
 mkdir -p "$(dirname "$out")"
@@ -68,7 +69,7 @@ record = {
     "command": f"STEPS={steps} bash bench/plan_accuracy.sh",
     "commit": commit,
     "machine": {"cpu": cpu, "simd": simd, "gpu": None, "threads": os.cpu_count()},
-    "statistic": f"median of steps 2–{steps} of each run; calibration made at the start of the same run",
+    "statistic": f"median of steps 2–{steps} of each run; each run's calibration made right after its steps",
     "figures": figures,
     "headline": f"step within ±{worst:.0f} % on 8 layouts",
     "runs": runs,

@@ -103,6 +103,25 @@ impl PaperRow {
     }
 }
 
+/// The bars of `boost plan --paper --chart`: every run's breakdown, relative to its case's
+/// full-rank time.
+pub fn chart_bars(hw: &Hardware) -> Vec<(String, crate::predict::Breakdown, f64)> {
+    let mut bars = Vec::new();
+    for row in paper_rows(hw) {
+        let t_full = row.get(Variant::FullRank).iteration_time_s;
+        for (v, p) in &row.variants {
+            let short = match v {
+                Variant::FullRank => "full",
+                Variant::Vanilla => "vanilla",
+                Variant::Btp => "btp",
+                Variant::BtpOnline => "btp-online",
+            };
+            bars.push((format!("{} {short}", row.case.name), p.breakdown.clone(), 1.0 / t_full));
+        }
+    }
+    bars
+}
+
 pub fn paper_rows(hw: &Hardware) -> Vec<PaperRow> {
     CASES
         .iter()

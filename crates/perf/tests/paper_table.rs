@@ -64,19 +64,7 @@ fn print_the_7b_gemm_plans() {
 #[ignore = "redraws crates/perf/paper-a100.png as `boost plan --paper --chart` draws it"]
 fn draw_the_paper_chart() {
     let hw = Hardware::preset("a100-80gb").unwrap();
-    let mut bars = Vec::new();
-    for row in paper_rows(&hw) {
-        let t_full = row.get(Variant::FullRank).iteration_time_s;
-        for (v, p) in &row.variants {
-            let short = match v {
-                Variant::FullRank => "full",
-                Variant::Vanilla => "vanilla",
-                Variant::Btp => "btp",
-                Variant::BtpOnline => "btp-online",
-            };
-            bars.push((format!("{} {short}", row.case.name), p.breakdown.clone(), 1.0 / t_full));
-        }
-    }
+    let bars = boost_perf::paper::chart_bars(&hw);
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("paper-a100.png");
     let title = format!("BOOST paper set-up on {}: iteration time relative to full-rank", hw.name);
     boost_perf::chart::draw_breakdown(&path, true, &title, "time / full-rank time", &bars).unwrap();

@@ -4,7 +4,7 @@ use super::args::PlanArgs;
 use super::draw;
 use anyhow::Result;
 use boost_perf::hardware::Hardware;
-use boost_perf::paper::{self, Variant};
+use boost_perf::paper;
 
 /// `--paper`: the BOOST paper's set-up through the model.
 pub(super) fn run_paper(args: &PlanArgs, hw: &Hardware) -> Result<()> {
@@ -17,21 +17,6 @@ pub(super) fn run_paper(args: &PlanArgs, hw: &Hardware) -> Result<()> {
         args,
         || format!("BOOST paper set-up on {}: iteration time relative to full-rank", hw.name),
         "time / full-rank time",
-        || {
-            let mut bars = Vec::new();
-            for row in paper::paper_rows(hw) {
-                let t_full = row.get(Variant::FullRank).iteration_time_s;
-                for (v, p) in &row.variants {
-                    let short = match v {
-                        Variant::FullRank => "full",
-                        Variant::Vanilla => "vanilla",
-                        Variant::Btp => "btp",
-                        Variant::BtpOnline => "btp-online",
-                    };
-                    bars.push((format!("{} {short}", row.case.name), p.breakdown.clone(), 1.0 / t_full));
-                }
-            }
-            bars
-        },
+        || paper::chart_bars(hw),
     )
 }
