@@ -16,7 +16,7 @@
 //! fraction of peak measured on an 8192³ GEMM) on that shape: the tile quantization and k factor
 //! of the measured GEMM are already inside the measured number.
 
-use crate::hardware::ComputeSpec;
+use crate::spec::ComputeSpec;
 use crate::ops::{Gemm, GemmRole, Phase};
 
 /// The square GEMM whose measured rate `gemm_efficiency` is (8192³ bf16 on the lent GPUs).

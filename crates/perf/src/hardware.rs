@@ -15,7 +15,7 @@
 //! reduce-scatter (n the gathered size) `(p−1)α + (p−1)/p · n/β`, point-to-point `α + n/β`.
 //! Ranks are laid out tp fastest, then dp, then pp.
 
-use crate::attention_model::{self, AttentionPoint};
+use crate::attention_model;
 use crate::gemm_model::{self, TileModel};
 use crate::ops::{Attention, CollKind, Collective, Elementwise, Gemm, Group, Op};
 use crate::setup::{Dtype, Setup};
@@ -23,55 +23,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ComputeSpec {
-    /// Peak dense throughput of the device in the default dtype (FLOP/s).
-    pub peak_flops: f64,
-    /// η_max: the fraction of peak a large GEMM reaches.
-    pub gemm_efficiency: f64,
-    /// c in the per-dimension factor x / (x + c).
-    pub gemm_half_dim: f64,
-    /// Fraction of peak the attention kernel reaches on executed FLOPs.
-    pub attention_efficiency: f64,
-    /// Fixed cost per kernel (launch, tail).
-    pub kernel_overhead_s: f64,
-    /// Streaming multiprocessors. With `gemm_tiles`, GEMM time follows tile and wave
-    /// quantization (`gemm_model`) instead of the x/(x + c) curve.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sm_count: Option<u32>,
-    /// Output tile shapes [rows, columns] the GEMM library picks from, per call.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub gemm_tiles: Vec<[u64; 2]>,
-    /// c_k in the tile model's k factor k / (k + c_k); `gemm_half_dim` when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gemm_k_half_dim: Option<f64>,
-    /// Most slices of K the tile model may split a GEMM into (split-K); 1 when absent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gemm_max_split_k: Option<u32>,
-    /// Attention efficiency by head dimension and sequence length; `attention_efficiency`
-    /// for every shape when absent.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub attention_table: Vec<AttentionPoint>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MemorySpec {
-    /// Device memory bandwidth (bytes/s).
-    pub bandwidth: f64,
-    /// Fraction of it that streaming kernels reach.
-    pub efficiency: f64,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LinkSpec {
-    /// Latency per ring step (s).
-    pub alpha_s: f64,
-    /// Bandwidth per direction per device (bytes/s).
-    pub bandwidth: f64,
-}
+pub use crate::spec::{ComputeSpec, LinkSpec, MemorySpec};
 
 /// A cluster: identical devices, `devices_per_node` per node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

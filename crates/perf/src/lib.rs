@@ -29,6 +29,7 @@ pub mod paper;
 pub mod predict;
 pub mod search;
 pub mod setup;
+pub mod spec;
 pub mod step;
 pub mod validate;
 
