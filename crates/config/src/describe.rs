@@ -127,3 +127,20 @@ impl Config {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scheme_and_norm_keys_name_every_value_plan_declares() {
+        let scheme = describe("parallel.scheme").unwrap();
+        for s in boost_plan::Scheme::ALL {
+            assert!(scheme.contains(s.name()), "parallel.scheme's description lacks {}: {scheme}", s.name());
+        }
+        let norm = describe("parallel.norm").unwrap();
+        for m in [boost_plan::NormMode::Online, boost_plan::NormMode::Sync] {
+            assert!(norm.contains(m.name()), "parallel.norm's description lacks {}: {norm}", m.name());
+        }
+    }
+}

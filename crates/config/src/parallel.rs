@@ -6,24 +6,40 @@ use boost_plan::Axis;
 pub use boost_plan::{NormMode, Scheme};
 use serde::{Deserialize, Serialize};
 
-/// The `parallel.scheme` key: a scheme, or `auto`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// The `parallel.scheme` key: `auto`, or one of `plan`'s schemes by name (so a new scheme
+/// needs nothing here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchemeChoice {
     /// `megatron` for full-rank models, `btp` for low-rank ones.
     Auto,
-    Megatron,
-    Vanilla,
-    Btp,
+    Fixed(Scheme),
 }
 
 impl From<Scheme> for SchemeChoice {
     fn from(s: Scheme) -> Self {
-        match s {
-            Scheme::Megatron => SchemeChoice::Megatron,
-            Scheme::Vanilla => SchemeChoice::Vanilla,
-            Scheme::Btp => SchemeChoice::Btp,
+        SchemeChoice::Fixed(s)
+    }
+}
+
+impl Serialize for SchemeChoice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(match self {
+            SchemeChoice::Auto => "auto",
+            SchemeChoice::Fixed(scheme) => scheme.name(),
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for SchemeChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "auto" {
+            return Ok(SchemeChoice::Auto);
         }
+        Scheme::ALL.into_iter().find(|s| s.name() == text).map(SchemeChoice::Fixed).ok_or_else(|| {
+            let names: Vec<&str> = Scheme::ALL.iter().map(|s| s.name()).collect();
+            serde::de::Error::custom(format!("unknown scheme \"{text}\"; use \"auto\" or one of {}", names.join(", ")))
+        })
     }
 }
 
@@ -170,9 +186,7 @@ impl ParallelConfig {
     pub fn resolved_scheme(&self, model: &ModelConfig) -> Scheme {
         match self.scheme {
             SchemeChoice::Auto => boost_plan::default_scheme(model.arch),
-            SchemeChoice::Megatron => Scheme::Megatron,
-            SchemeChoice::Vanilla => Scheme::Vanilla,
-            SchemeChoice::Btp => Scheme::Btp,
+            SchemeChoice::Fixed(s) => s,
         }
     }
 

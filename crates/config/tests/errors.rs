@@ -151,3 +151,22 @@ fn per_group_links_are_checked_and_named() {
     assert_eq!((dp.alpha_us, dp.gbps), (20.0, 25.0));
     assert_eq!(cfg.parallel.link_of("pp"), None, "no default link: pp is not emulated");
 }
+
+#[test]
+fn a_scheme_is_auto_or_a_name_plan_declares_and_the_per_shard_norm_is_not_trained() {
+    let e = load(&["parallel.scheme=\"zigzag\""]).unwrap_err().to_string();
+    assert!(
+        e.contains("unknown scheme \"zigzag\"") && e.contains("auto") && e.contains("megatron, vanilla, btp"),
+        "{e}"
+    );
+    for s in boost_config::Scheme::ALL {
+        let c = load(&["model.arch=cola", &format!("parallel.scheme=\"{}\"", s.name())]);
+        // megatron is refused for a low-rank model by the plan, not by the spelling.
+        match s {
+            boost_config::Scheme::Megatron => assert!(c.unwrap_err().to_string().contains("megatron shards dense")),
+            _ => assert_eq!(c.unwrap().parallel.resolved_scheme(&boost_config::Config::default().model), s),
+        }
+    }
+    let e = load(&["model.arch=cola", "parallel.tp=2", "parallel.norm=\"local\""]).unwrap_err().to_string();
+    assert!(e.contains("parallel.norm = \"local\"") && e.contains("boost plan --norm local"), "{e}");
+}

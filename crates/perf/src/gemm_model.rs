@@ -16,8 +16,8 @@
 //! fraction of peak measured on an 8192³ GEMM) on that shape: the tile quantization and k factor
 //! of the measured GEMM are already inside the measured number.
 
-use crate::spec::ComputeSpec;
 use crate::ops::{Gemm, GemmRole, Phase};
+use crate::spec::ComputeSpec;
 
 /// The square GEMM whose measured rate `gemm_efficiency` is (8192³ bf16 on the lent GPUs).
 pub const REFERENCE_DIM: u64 = 8192;

@@ -24,11 +24,11 @@ pub struct PlanArgs {
     #[arg(long, value_parser = ["full", "svd", "cola", "lax"])]
     pub arch: Option<String>,
     /// Tensor-parallel scheme (sets `parallel.scheme`); megatron needs arch full, vanilla and btp a low-rank arch.
-    #[arg(long, value_parser = ["auto", "megatron", "vanilla", "btp"])]
+    #[arg(long, value_parser = scheme_values())]
     pub scheme: Option<String>,
     /// BTP norm: online (exact, no extra collective), sync (exact, two extra all-reduces) or
     /// local (per-shard statistic: a different, non-equivalent model the engine does not train).
-    #[arg(long, value_parser = ["online", "sync", "local"])]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(NormMode::ALL.map(NormMode::name)))]
     pub norm: Option<String>,
     /// Group `[A_q;A_k;A_v]` and `[A_gate;A_up]` into one GEMM and one collective (sets `parallel.grouping`).
     #[arg(long, value_name = "BOOL")]
@@ -204,4 +204,10 @@ pub fn at_least_one(text: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// `--scheme`'s values: `auto` and every scheme `plan` declares.
+fn scheme_values() -> clap::builder::PossibleValuesParser {
+    let schemes = boost_config::Scheme::ALL.map(boost_config::Scheme::name);
+    clap::builder::PossibleValuesParser::new(std::iter::once("auto").chain(schemes))
 }
