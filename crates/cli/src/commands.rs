@@ -130,7 +130,7 @@ pub fn train(a: &TrainArgs) -> Result<()> {
     };
     boost_train::signals::install()?;
     #[cfg(any(feature = "cuda", feature = "emulate"))]
-    let devices = boost_cli::device::Gpus;
+    let devices = boost_cli::device::Gpus::default();
     #[cfg(not(any(feature = "cuda", feature = "emulate")))]
     let devices = boost_train::trainer::CpuOnly;
     let opts = TrainOptions { resume, quiet: a.quiet, fault, dump_grads: a.dump_grads };

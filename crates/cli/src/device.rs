@@ -10,15 +10,32 @@ use boost_exec::dp::Groups;
 use boost_train::Summary;
 use boost_train::trainer::{Devices, RankCtx};
 
-/// The devices of a build with a GPU backend.
-pub struct Gpus;
+/// The devices of a build with a GPU backend, with the memory of each device probed (a
+/// device is probed once: choosing it and checking its memory read the same probe).
+#[derive(Default)]
+pub struct Gpus {
+    probed: std::sync::Mutex<Vec<(usize, Option<u64>)>>,
+}
+
+impl Gpus {
+    /// Device `n`'s memory, probing it on first use (None on the emulator).
+    fn memory(&self, n: usize) -> Result<Option<u64>, String> {
+        let mut probed = self.probed.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&(_, m)) = probed.iter().find(|(d, _)| *d == n) {
+            return Ok(m);
+        }
+        let m = if cfg!(feature = "cuda") { Some(boost_cuda::probe_device(n)?.memory_bytes as u64) } else { None };
+        probed.push((n, m));
+        Ok(m)
+    }
+}
 
 impl Devices for Gpus {
     fn gpu(&self, cfg: &Config, local: usize) -> Result<Option<usize>> {
-        gpu_device(cfg, local)
+        gpu_device(self, cfg, local)
     }
     fn gpu_memory(&self, n: usize) -> Option<u64> {
-        if cfg!(feature = "cuda") { boost_cuda::probe_device(n).ok().map(|d| d.memory_bytes as u64) } else { None }
+        self.memory(n).ok().flatten()
     }
     fn run_gpu(&self, job: &RankCtx, rank: usize, grid: Grid, n: usize) -> Result<Option<Summary>> {
         run_gpu(job, rank, grid, n)
@@ -30,7 +47,7 @@ impl Devices for Gpus {
 /// is probed first: without a driver or without the `cuda` feature this is an error naming
 /// the key, never a panic. A build with only the `emulate` feature runs `cuda` on the CPU
 /// emulator of the kernels (tests).
-fn gpu_device(cfg: &Config, local: usize) -> Result<Option<usize>> {
+fn gpu_device(gpus: &Gpus, cfg: &Config, local: usize) -> Result<Option<usize>> {
     let boost_config::Device::Cuda(n) = boost_config::parse_device(&cfg.train.device)? else {
         return Ok(None);
     };
@@ -38,8 +55,7 @@ fn gpu_device(cfg: &Config, local: usize) -> Result<Option<usize>> {
     if cfg!(all(feature = "emulate", not(feature = "cuda"))) {
         return Ok(Some(n));
     }
-    boost_cuda::probe_device(n)
-        .map_err(|e| anyhow::anyhow!("train.device = {} (device {n}): {e}", cfg.train.device))?;
+    gpus.memory(n).map_err(|e| anyhow::anyhow!("train.device = {} (device {n}): {e}", cfg.train.device))?;
     Ok(Some(n))
 }
 

@@ -19,7 +19,7 @@ use boost_config::Config;
 use boost_train::{Summary, TrainOptions};
 
 fn train(cfg: Config, opts: TrainOptions) -> anyhow::Result<Summary> {
-    boost_train::train_on(cfg, opts, &Gpus)
+    boost_train::train_on(cfg, opts, &Gpus::default())
 }
 
 fn losses(root: &std::path::Path, name: &str, sets: &[&str]) -> Vec<f64> {

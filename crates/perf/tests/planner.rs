@@ -91,7 +91,7 @@ fn calibration_fit_recovers_a_known_curve() {
 
 #[test]
 fn calibration_measures_a_gemm() {
-    let r = boost_perf::calibrate::measure_gemm(64, 64, 64, 1);
+    let r = boost_perf::calibrate::measure_gemm(64, 64, 64);
     assert!(r > 1e8, "{r}");
 }
 

@@ -28,8 +28,8 @@ pub fn executed_flops(head_dim: usize, seq: usize) -> f64 {
 
 /// Time one forward and backward of the engine's attention at `head_dim` × `seq`, in its pool
 /// with the workers held awake as a training step runs them; best of three timed runs, in
-/// executed FLOPs per second. `threads` = 0 takes the pool as configured.
-pub fn measure_attention(head_dim: usize, seq: usize, threads: usize) -> f64 {
+/// executed FLOPs per second.
+pub fn measure_attention(head_dim: usize, seq: usize) -> f64 {
     use boost_tensor::{AttentionBwd, AttnShape, Backend, Mat, MatMut, cpu::Cpu};
     let sh = AttnShape { batch: (TOKENS / seq).max(1), seq, heads: HEADS, kv_heads: HEADS, head_dim };
     let cpu = Cpu::<f32>::new();
@@ -64,14 +64,7 @@ pub fn measure_attention(head_dim: usize, seq: usize, threads: usize) -> f64 {
             best
         })
     };
-    let best = if threads == 0 {
-        timed()
-    } else {
-        match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
-            Ok(pool) => pool.install(timed),
-            Err(_) => timed(),
-        }
-    };
+    let best = timed();
     std::hint::black_box(&dqkv);
     executed_flops(head_dim, seq) / best
 }

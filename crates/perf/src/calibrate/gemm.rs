@@ -43,8 +43,7 @@ pub struct GemmSample {
 
 /// Measure one f32 GEMM `(m×k)·(k×n)` (row-major) with the CPU engine's own kernels, in its
 /// pool with the workers held awake as a training step runs them; best of a few timed runs.
-/// `threads` = 0 takes the pool as configured.
-pub fn measure_gemm(m: usize, n: usize, k: usize, threads: usize) -> f64 {
+pub fn measure_gemm(m: usize, n: usize, k: usize) -> f64 {
     use boost_tensor::{Backend, Mat, MatMut, cpu::Cpu};
     let lhs: Vec<f32> = (0..m * k).map(|i| ((i % 97) as f32 - 48.0) * 0.01).collect();
     let rhs: Vec<f32> = (0..k * n).map(|i| ((i % 89) as f32 - 44.0) * 0.01).collect();
@@ -71,14 +70,7 @@ pub fn measure_gemm(m: usize, n: usize, k: usize, threads: usize) -> f64 {
             best
         })
     };
-    let best = if threads == 0 {
-        timed(&mut dst)
-    } else {
-        match rayon::ThreadPoolBuilder::new().num_threads(threads).build() {
-            Ok(pool) => pool.install(|| timed(&mut dst)),
-            Err(_) => timed(&mut dst),
-        }
-    };
+    let best = timed(&mut dst);
     std::hint::black_box(&dst);
     flops / best
 }

@@ -44,30 +44,38 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool, f
     let mut attention: Vec<AttentionSample> =
         attention::POINTS.iter().map(|&(head_dim, seq)| AttentionSample { head_dim, seq, flops_per_s: 0.0 }).collect();
     let (mut copy_bw, mut add_bw, mut overhead) = (0.0f64, 0.0f64, f64::MAX);
-    for round in 0..rounds {
-        for s in samples.iter_mut() {
-            let r = measure_gemm(s.m, s.n, s.k, threads);
-            if verbose {
-                eprintln!("round {round}: gemm {:>5} × {:>5} × {:>5}: {:7.1} GFLOP/s", s.m, s.n, s.k, r / 1e9);
+    // Every measurement runs on one pool of `threads` workers, made once.
+    let mut sweep = || {
+        for round in 0..rounds {
+            for s in samples.iter_mut() {
+                let r = measure_gemm(s.m, s.n, s.k);
+                if verbose {
+                    eprintln!("round {round}: gemm {:>5} × {:>5} × {:>5}: {:7.1} GFLOP/s", s.m, s.n, s.k, r / 1e9);
+                }
+                s.flops_per_s = s.flops_per_s.max(r);
             }
-            s.flops_per_s = s.flops_per_s.max(r);
-        }
-        for a in attention.iter_mut() {
-            let r = measure_attention(a.head_dim, a.seq, threads);
-            if verbose {
-                eprintln!(
-                    "round {round}: attention head_dim {:>3} seq {:>5}: {:7.1} GFLOP/s",
-                    a.head_dim,
-                    a.seq,
-                    r / 1e9
-                );
+            for a in attention.iter_mut() {
+                let r = measure_attention(a.head_dim, a.seq);
+                if verbose {
+                    eprintln!(
+                        "round {round}: attention head_dim {:>3} seq {:>5}: {:7.1} GFLOP/s",
+                        a.head_dim,
+                        a.seq,
+                        r / 1e9
+                    );
+                }
+                a.flops_per_s = a.flops_per_s.max(r);
             }
-            a.flops_per_s = a.flops_per_s.max(r);
+            let (c, a) = measure_bandwidth();
+            copy_bw = copy_bw.max(c);
+            add_bw = add_bw.max(a);
+            overhead = overhead.min(measure_kernel_overhead());
         }
-        let (c, a) = measure_bandwidth();
-        copy_bw = copy_bw.max(c);
-        add_bw = add_bw.max(a);
-        overhead = overhead.min(measure_kernel_overhead());
+    };
+    if threads == rayon::current_num_threads() {
+        sweep();
+    } else {
+        rayon::ThreadPoolBuilder::new().num_threads(threads).build()?.install(sweep);
     }
     let (peak, c, rms) = fit_curve(&samples);
     if verbose {
