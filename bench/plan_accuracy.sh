@@ -4,8 +4,10 @@
 # dp2, each followed by `boost plan --validate` on `--cluster cpu`. Each run's plan calibrates
 # afresh (a cache directory of its own) right after the run's steps, so that the calibration
 # and the steps are measured within a minute of each other on a shared machine whose speed
-# drifts. Writes one JSON record: every run's predicted and measured parts, the command, the
-# commit and the machine.
+# drifts; a second calibration made right before the steps gives a second plan, and the two
+# plans' difference is the host's drift over the run (not the model's error). Writes one JSON
+# record: every run's predicted and measured parts, both plans' step, the command, the commit
+# and the machine.
 #
 #   cargo build --release && bash bench/plan_accuracy.sh [OUT.json]
 #
@@ -39,10 +41,13 @@ for arch in cola full; do
       pp2) sets+=(--set parallel.pp=2) ;;
       dp2) sets+=(--set parallel.dp=2) ;;
     esac
+    "$boost" plan --calibrate-cpu "$work/before-$arch-$layout.toml" --json >/dev/null
     echo "$arch $layout: training $steps steps" >&2
     "$boost" train "${sets[@]}" --quiet
     BOOST_CACHE_DIR="$work/cache-$arch-$layout" \
       "$boost" plan --cluster cpu --validate "$work/$arch-$layout" --json >"$work/$arch-$layout.json"
+    "$boost" plan --cluster "$work/before-$arch-$layout.toml" --validate "$work/$arch-$layout" --json \
+      >"$work/$arch-$layout-before.json"
   done
 done
 mkdir -p "$(dirname "$out")"
@@ -56,7 +61,10 @@ runs = []
 for arch in ["cola", "full"]:
     for layout in ["1", "tp2", "pp2", "dp2"]:
         v = json.load(open(os.path.join(work, f"{arch}-{layout}.json")))
-        runs.append({"arch": arch, "layout": layout, "steps": v["steps"], "cluster": v["cluster"], "parts": v["parts"]})
+        before = json.load(open(os.path.join(work, f"{arch}-{layout}-before.json")))
+        step_before = next(p for p in before["parts"] if p["name"] == "step")
+        runs.append({"arch": arch, "layout": layout, "steps": v["steps"], "cluster": v["cluster"], "parts": v["parts"],
+                     "step_planned_before_s": step_before["predicted_s"]})
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 step = lambda r: next(p for p in r["parts"] if p["name"] == "step")
 figures = [{"name": f"{r['arch']} {r['layout']}", "value": round(step(r)["error"] * 100, 1), "unit": "%"} for r in runs]
@@ -69,7 +77,7 @@ record = {
     "command": f"STEPS={steps} bash bench/plan_accuracy.sh",
     "commit": commit,
     "machine": {"cpu": cpu, "simd": simd, "gpu": None, "threads": os.cpu_count()},
-    "statistic": f"median of steps 2–{steps} of each run; each run's calibration made right after its steps",
+    "statistic": f"median of steps 2–{steps} of each run; each run's calibration made right after its steps (drift: the plan of a calibration made right before them, against it)",
     "figures": figures,
     "headline": f"step within ±{worst:.0f} % on 8 layouts",
     "runs": runs,
@@ -78,9 +86,10 @@ tmp = tempfile.NamedTemporaryFile("w", dir=os.path.dirname(out) or ".", suffix="
 with tmp:
     json.dump(record, tmp, indent=1)
 os.replace(tmp.name, out)
-print(f"{'run':<12} {'predicted s':>12} {'measured s':>11} {'error':>8}")
+print(f"{'run':<12} {'predicted s':>12} {'measured s':>11} {'error':>8} {'drift':>8}")
 for r in runs:
     s = step(r)
-    print(f"{r['arch'] + ' ' + r['layout']:<12} {s['predicted_s']:>12.3f} {s['measured_s']:>11.3f} {s['error'] * 100:>+7.1f}%")
+    drift = r["step_planned_before_s"] / s["predicted_s"] - 1
+    print(f"{r['arch'] + ' ' + r['layout']:<12} {s['predicted_s']:>12.3f} {s['measured_s']:>11.3f} {s['error'] * 100:>+7.1f}% {drift * 100:>+7.1f}%")
 print(f"wrote {out}")
 EOF
