@@ -2,14 +2,8 @@
 //! library (Debian's OpenMPI) through the `mpi` crate's bindings.
 //!
 //! A program installs it first thing in `main`; from then on `boost_comm::mpi::run_mpi`,
-//! `mpi_world`, `finalize` and `abort` use MPI, and `boost_comm::mpi::available()` is true:
-//!
-//! ```no_run
-//! // First thing in `main`:
-//! boost_comm_mpi::install();
-//! assert!(boost_comm::mpi::available());
-//! // … then boost_comm::mpi::run_mpi(dims, &opts, |rank, grid| …) under mpirun.
-//! ```
+//! `mpi_world`, `finalize` and `abort` use MPI, and `boost_comm::mpi::available()` is true
+//! (see `install`).
 //!
 //! The semantics (reduction order, deadlines, check mode, failures) are those documented in
 //! [`boost_comm::mpi`]. Everything here needs the crate's feature `mpi` (the MPI library and
@@ -57,7 +51,13 @@ impl MpiBackend for Mpi {
 }
 
 /// Make MPI this process's backend of [`boost_comm::mpi`] (no effect when a backend is
-/// already installed). Call it first thing in `main`.
+/// already installed). Call it first thing in `main`:
+///
+/// ```no_run
+/// boost_comm_mpi::install();
+/// assert!(boost_comm::mpi::available());
+/// // … then boost_comm::mpi::run_mpi(dims, &opts, |rank, grid| …) under mpirun.
+/// ```
 pub fn install() {
     boost_comm::mpi::install(&Mpi);
 }
