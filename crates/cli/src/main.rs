@@ -61,6 +61,9 @@ enum Command {
 }
 
 fn main() {
+    // The MPI backend of `boost_comm::mpi`, before anything can ask for it.
+    #[cfg(feature = "mpi")]
+    boost_comm_mpi::install();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Train(a) => commands::train(&a),

@@ -1,5 +1,6 @@
 //! A collective call as a rank describes it: what backends compare across ranks to catch
 //! mismatched calls, and how error messages name a call (`all_reduce(layer0.attn.qkv.A, f32 × 8)`).
+//! Public through [`crate::backend`] for backends in other crates.
 
 use crate::payload::{DType, Kind};
 use boost_tensor::{Label, ReduceOp};
@@ -7,34 +8,42 @@ use std::fmt;
 
 /// One call as every rank describes it; compared across ranks at arrival.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct CallDesc {
-    pub(crate) kind: Kind,
-    pub(crate) label: Label,
-    pub(crate) op: Option<ReduceOp>,
-    pub(crate) dtype: Option<DType>,
+pub struct CallDesc {
+    pub kind: Kind,
+    pub label: Label,
+    /// The reduction of an all-reduce.
+    pub op: Option<ReduceOp>,
+    /// Element type of the buffer, for calls that carry one.
+    pub dtype: Option<DType>,
     /// Elements of the buffer.
-    pub(crate) n: usize,
+    pub n: usize,
     /// Broadcast root, send destination or recv source (group ranks).
-    pub(crate) peer: Option<usize>,
-    pub(crate) tag: u32,
-    pub(crate) color: usize,
-    pub(crate) key: usize,
+    pub peer: Option<usize>,
+    /// Tag of a send or recv.
+    pub tag: u32,
+    /// Colour and key of a split.
+    pub color: usize,
+    pub key: usize,
 }
 
 impl CallDesc {
-    pub(crate) fn new(kind: Kind, label: Label) -> Self {
+    /// A call of `kind` with no buffer, peer or tag.
+    pub fn new(kind: Kind, label: Label) -> Self {
         Self { kind, label, op: None, dtype: None, n: 0, peer: None, tag: 0, color: 0, key: 0 }
     }
-    pub(crate) fn data(mut self, dtype: DType, n: usize) -> Self {
+    /// This call carrying `n` elements of `dtype`.
+    pub fn data(mut self, dtype: DType, n: usize) -> Self {
         self.dtype = Some(dtype);
         self.n = n;
         self
     }
-    pub(crate) fn peer(mut self, peer: usize) -> Self {
+    /// This call with a root, destination or source.
+    pub fn peer(mut self, peer: usize) -> Self {
         self.peer = Some(peer);
         self
     }
-    pub(crate) fn signature(&self) -> Signature {
+    /// What another rank's call must share with this one.
+    pub fn signature(&self) -> Signature {
         Signature {
             kind: self.kind,
             op: self.op,
@@ -43,25 +52,26 @@ impl CallDesc {
             peer: self.peer.map(|p| p as u64),
         }
     }
-    pub(crate) fn matches(&self, o: &CallDesc, check_labels: bool) -> bool {
+    /// Whether `o` is the same call (labels compared when `check_labels`).
+    pub fn matches(&self, o: &CallDesc, check_labels: bool) -> bool {
         self.signature().matches(&o.signature(), || !check_labels || self.label == o.label)
     }
 }
 
 /// What ranks' calls must share besides their label, whichever backend carries them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Signature {
-    pub(crate) kind: Kind,
-    pub(crate) op: Option<ReduceOp>,
-    pub(crate) dtype: Option<DType>,
-    pub(crate) n: u64,
-    pub(crate) peer: Option<u64>,
+pub struct Signature {
+    pub kind: Kind,
+    pub op: Option<ReduceOp>,
+    pub dtype: Option<DType>,
+    pub n: u64,
+    pub peer: Option<u64>,
 }
 
 impl Signature {
     /// Whether two ranks made the same call: the same kind and, except for a split (whose
     /// colour and key differ by design), the same op, dtype, size, peer and `same_label()`.
-    pub(crate) fn matches(&self, o: &Signature, same_label: impl FnOnce() -> bool) -> bool {
+    pub fn matches(&self, o: &Signature, same_label: impl FnOnce() -> bool) -> bool {
         if self.kind != o.kind {
             return false;
         }
@@ -74,21 +84,23 @@ impl Signature {
 
 /// What one rank is doing, for failure messages.
 #[derive(Default)]
-pub(crate) struct Activity {
+pub struct Activity {
     current: Option<CallDesc>,
     last: Option<CallDesc>,
 }
 
 impl Activity {
-    pub(crate) fn begin(&mut self, desc: CallDesc) {
+    /// Entering the call `desc`.
+    pub fn begin(&mut self, desc: CallDesc) {
         self.current = Some(desc);
     }
-    pub(crate) fn end(&mut self, desc: CallDesc) {
+    /// Leaving the call `desc`.
+    pub fn end(&mut self, desc: CallDesc) {
         self.current = None;
         self.last = Some(desc);
     }
     /// `in <call>` while in a call, else `after <last call>`.
-    pub(crate) fn describe(&self) -> Option<String> {
+    pub fn describe(&self) -> Option<String> {
         match (&self.current, &self.last) {
             (Some(c), _) => Some(format!("in {c}")),
             (None, Some(l)) => Some(format!("after {l}")),
@@ -115,15 +127,15 @@ impl fmt::Display for CallDesc {
 
 /// The call fields every display shares (the in-process backend's format), borrowed from
 /// a [`CallDesc`] or from a call read off the MPI wire.
-pub(crate) struct CallView<'a> {
-    pub(crate) kind: Kind,
-    pub(crate) label: &'a dyn fmt::Display,
-    pub(crate) dtype: Option<DType>,
-    pub(crate) n: u64,
-    pub(crate) peer: Option<u64>,
-    pub(crate) tag: u32,
-    pub(crate) color: u64,
-    pub(crate) key: u64,
+pub struct CallView<'a> {
+    pub kind: Kind,
+    pub label: &'a dyn fmt::Display,
+    pub dtype: Option<DType>,
+    pub n: u64,
+    pub peer: Option<u64>,
+    pub tag: u32,
+    pub color: u64,
+    pub key: u64,
 }
 
 impl fmt::Display for CallView<'_> {

@@ -57,18 +57,13 @@ pub(crate) fn list(ranks: &[usize]) -> String {
 }
 
 /// ` in the group of ranks [a, b, …]`, or nothing for the world group.
-pub(crate) fn in_group(members: &[usize], is_world: bool) -> String {
+pub fn in_group(members: &[usize], is_world: bool) -> String {
     if is_world { String::new() } else { format!(" in the group of ranks [{}]", list(members)) }
 }
 
 /// The message of ranks that made different collectives at call `seq` (`place` as from
 /// [`in_group`]); each call is a (global rank, call) pair.
-pub(crate) fn mismatched(
-    seq: u64,
-    place: &str,
-    a: (usize, &dyn fmt::Display),
-    b: (usize, &dyn fmt::Display),
-) -> String {
+pub fn mismatched(seq: u64, place: &str, a: (usize, &dyn fmt::Display), b: (usize, &dyn fmt::Display)) -> String {
     format!("mismatched collectives at call #{seq}{place}: rank {} called {} but rank {} called {}", a.0, a.1, b.0, b.1)
 }
 

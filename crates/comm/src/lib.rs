@@ -2,8 +2,9 @@
 //! backend (one OS thread per rank, shared memory, deterministic rank-order reductions), the
 //! (dp, pp, tp) [`Grid`] of groups, the [`Group`] adapter that model code sees as
 //! `&dyn boost_tensor::Collective<Cpu<T>>`, a [`Recorder`] of every collective (and [`Recorded`], which records any `Collective`), and optional
-//! [`Link`] emulation. With the `mpi` feature, [`mpi`] runs one rank per process under
-//! `mpirun` with the same grid and groups.
+//! [`Link`] emulation. [`mpi`] runs one rank per process under `mpirun` with the same grid
+//! and groups, through an MPI backend a program installs ([`mpi::install`]; the crate
+//! `boost-comm-mpi` is one, and the `boost` binary built with `--features mpi` installs it).
 //!
 //! A trainer runs its ranks with [`run_ranks`]:
 //!
@@ -23,6 +24,7 @@
 //!
 //! User guide: `docs/guide/parallel.md` (in-process ranks, `mpirun`, SLURM).
 
+pub mod backend;
 mod call;
 pub mod communicator;
 pub mod error;

@@ -3,6 +3,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// `m`'s guard, also when a holder of `m` panicked.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }

@@ -1,4 +1,4 @@
-//! Several processes, one rank each, over MPI (feature `mpi`; Debian's OpenMPI).
+//! Several processes, one rank each, over MPI (Debian's OpenMPI), through an installed backend.
 //!
 //! A program started by `mpirun -np N prog …` runs the same code in N processes. A trainer
 //! picks the backend once, at the top:
@@ -19,13 +19,16 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Without the `mpi` feature this module still detects `mpirun` ([`launched`]), and
-//! [`run_mpi`] fails with a message saying how to rebuild, so a binary built without MPI
-//! never runs N independent copies of a job.
+//! This crate links no MPI library: the functions here dispatch to the [`MpiBackend`] the
+//! program installed at start-up ([`install`]). The crate `boost-comm-mpi` is that backend
+//! (`boost_comm_mpi::install()`); the `boost` binary built with `--features mpi` installs it
+//! first thing in `main`. Without an installed backend this module still detects `mpirun`
+//! ([`launched`]), and [`run_mpi`] fails with a message saying how to rebuild, so a binary
+//! built without MPI never runs N independent copies of a job.
 //!
 //! # Semantics
 //!
-//! The MPI communicator (`MpiComm`, feature `mpi`) implements [`crate::Communicator`] with
+//! The MPI communicator (`boost_comm_mpi::MpiComm`) implements [`crate::Communicator`] with
 //! the same contract as the in-process backend, with these differences:
 //!
 //! * Sums use MPI's own reduction order by default (bit-identical to the in-process backend
@@ -54,34 +57,13 @@
 //! * User tags must be below the MPI implementation's tag bound less one (OpenMPI:
 //!   2³¹ − 2).
 
+use crate::communicator::Communicator;
+use crate::error::CommResult;
+use crate::grid::{Dims, Grid, GridOptions};
+use crate::runner::RunOptions;
+use std::io::Write;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
-
-// The backend, one job a module: how buffers and descriptors reach MPI (raw, wire), the
-// process's state and waits (process, wait), the communicator and its calls (comm, arrival,
-// collectives, p2p), and the entry points (lifecycle).
-#[cfg(feature = "mpi")]
-mod arrival;
-#[cfg(feature = "mpi")]
-mod collectives;
-#[cfg(feature = "mpi")]
-mod comm;
-#[cfg(feature = "mpi")]
-mod lifecycle;
-#[cfg(feature = "mpi")]
-mod p2p;
-#[cfg(feature = "mpi")]
-mod process;
-#[cfg(feature = "mpi")]
-mod raw;
-#[cfg(feature = "mpi")]
-mod wait;
-#[cfg(feature = "mpi")]
-mod wire;
-
-#[cfg(feature = "mpi")]
-pub use comm::MpiComm;
-#[cfg(feature = "mpi")]
-pub use lifecycle::{abort, finalize, mpi_world, mpi_world_with, run_mpi, run_mpi_with};
 
 /// Settings of MPI communicators ([`MpiOptions::from_env`] reads them from the environment).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -152,62 +134,130 @@ impl MpiOptions {
     }
 }
 
-/// Whether this crate was built with the MPI backend (feature `mpi`).
-pub const fn available() -> bool {
-    cfg!(feature = "mpi")
-}
-
 /// Whether this process was started by an MPI launcher (`mpirun`, `mpiexec`, `srun` with
 /// PMI): one of `OMPI_COMM_WORLD_SIZE`, `PMI_SIZE`, `PMIX_RANK` is set.
 pub fn launched() -> bool {
     ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"].iter().any(|v| std::env::var_os(v).is_some())
 }
 
-#[cfg(not(feature = "mpi"))]
-mod stub {
-    use super::MpiOptions;
-    use crate::communicator::Communicator;
-    use crate::error::CommResult;
-    use crate::grid::{Dims, Grid, GridOptions};
-    use crate::runner::RunOptions;
-    use std::sync::Arc;
+/// The MPI entry points a backend provides; [`install`] makes it this process's backend.
+/// This module's functions call it and document the behaviour it must have.
+pub trait MpiBackend: Send + Sync {
+    /// [`mpi_world_with`]: a world communicator with `opts`, `Ok(None)` when the process was
+    /// not started by an MPI launcher.
+    fn world(&self, opts: MpiOptions) -> CommResult<Option<Arc<dyn Communicator>>>;
+    /// [`run_mpi_with`], the job's result kept by the job: run `job` for this process's
+    /// rank of a `dims` grid over the world and finalise; on a failure, report it and abort.
+    fn run(&self, dims: Dims, grid: &GridOptions, opts: MpiOptions, job: Job<'_>) -> anyhow::Result<()>;
+    /// [`finalize`].
+    fn finalize(&self) -> CommResult<()>;
+    /// [`abort`].
+    fn abort(&self, code: i32) -> !;
+}
 
-    const NO_MPI: &str = "this program was started by an MPI launcher, but it was built without MPI support: rebuild with `cargo build --release --features mpi` (Debian: apt-get install libopenmpi-dev openmpi-bin libclang-dev), or run it without mpirun";
+/// A rank's job as [`MpiBackend::run`] takes it: called once, with the process's rank and
+/// its grid.
+pub type Job<'a> = Box<dyn FnOnce(usize, Grid) -> anyhow::Result<()> + 'a>;
 
-    /// Without the `mpi` feature there is no MPI world.
-    pub fn mpi_world() -> Option<Arc<dyn Communicator>> {
-        None
-    }
+static BACKEND: OnceLock<&'static dyn MpiBackend> = OnceLock::new();
 
-    /// Without the `mpi` feature there is no MPI world.
-    pub fn mpi_world_with(_opts: MpiOptions) -> CommResult<Option<Arc<dyn Communicator>>> {
-        Ok(None)
-    }
+/// Make `backend` this process's MPI backend (`boost_comm_mpi::install()` calls it). Call it
+/// first thing in `main`, before any other function of this module. Returns false, keeping
+/// the first, when a backend was already installed.
+pub fn install(backend: &'static dyn MpiBackend) -> bool {
+    BACKEND.set(backend).is_ok()
+}
 
-    /// Fails: this build has no MPI backend.
-    pub fn run_mpi<T>(
-        _dims: impl Into<Dims>,
-        _opts: &RunOptions,
-        _f: impl FnOnce(usize, Grid) -> anyhow::Result<T>,
-    ) -> anyhow::Result<T> {
-        anyhow::bail!("{NO_MPI}")
-    }
+fn backend() -> Option<&'static dyn MpiBackend> {
+    BACKEND.get().copied()
+}
 
-    /// Fails: this build has no MPI backend.
-    pub fn run_mpi_with<T>(
-        _dims: impl Into<Dims>,
-        _grid: &GridOptions,
-        _opts: MpiOptions,
-        _f: impl FnOnce(usize, Grid) -> anyhow::Result<T>,
-    ) -> anyhow::Result<T> {
-        anyhow::bail!("{NO_MPI}")
-    }
+/// Whether this process has an MPI backend ([`install`]).
+pub fn available() -> bool {
+    backend().is_some()
+}
 
-    /// Nothing to finalise without MPI.
-    pub fn finalize() -> CommResult<()> {
-        Ok(())
+const NO_MPI: &str = "this program was started by an MPI launcher, but it was built without MPI support: rebuild with `cargo build --release --features mpi` (Debian: apt-get install libopenmpi-dev openmpi-bin libclang-dev; a program of your own installs the backend with `boost_comm_mpi::install()`), or run it without mpirun";
+
+/// This process's world communicator, with options from the environment
+/// ([`MpiOptions::from_env`]); `None` when the process was not started by an MPI launcher
+/// or has no MPI backend. Initialises MPI on first use. Every process must call it (it
+/// duplicates `MPI_COMM_WORLD`, a collective).
+///
+/// # Panics
+/// When MPI cannot be initialised or the duplication fails (see [`mpi_world_with`]).
+pub fn mpi_world() -> Option<Arc<dyn Communicator>> {
+    match mpi_world_with(MpiOptions::from_env()) {
+        Ok(w) => w,
+        Err(e) => panic!("cannot open the MPI world: {e}"),
     }
 }
 
-#[cfg(not(feature = "mpi"))]
-pub use stub::{finalize, mpi_world, mpi_world_with, run_mpi, run_mpi_with};
+/// A world communicator with `opts` (a duplicate of `MPI_COMM_WORLD`, so handles never see
+/// each other's messages); `Ok(None)` when the process was not started by an MPI launcher
+/// or has no MPI backend. Every process must call it.
+pub fn mpi_world_with(opts: MpiOptions) -> CommResult<Option<Arc<dyn Communicator>>> {
+    match backend() {
+        Some(b) => b.world(opts),
+        None => Ok(None),
+    }
+}
+
+/// Finish MPI: wait (up to the deadline) until every eager send was received, meet every
+/// other process in a barrier (up to the deadline), and call `MPI_Finalize`. Later MPI calls
+/// fail. Does nothing when MPI was never started or is already finalised, or without a
+/// backend; after a failure it returns that failure and leaves MPI as it is (abort instead).
+pub fn finalize() -> CommResult<()> {
+    backend().map_or(Ok(()), |b| b.finalize())
+}
+
+/// Flush the standard streams and end the whole MPI job (`MPI_Abort` on the world: `mpirun`
+/// stops every process); without MPI, exit the process.
+pub fn abort(code: i32) -> ! {
+    if let Some(b) = backend() {
+        b.abort(code)
+    }
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    std::process::exit(code)
+}
+
+/// [`run_mpi_with`] with the grid options of `opts`, its deadline and label checking, and
+/// the rest of [`MpiOptions`] from the environment (which also overrides the deadline).
+pub fn run_mpi<T>(
+    dims: impl Into<Dims>,
+    opts: &RunOptions,
+    f: impl FnOnce(usize, Grid) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let mpi =
+        MpiOptions::default().deadline(opts.inprocess.deadline).check_labels(opts.inprocess.check_labels).with_env();
+    run_mpi_with(dims, &opts.grid, mpi, f)
+}
+
+/// Run `f(rank, grid)` for this process's rank of a `dims` grid over the MPI world, then
+/// finalise MPI and return its result.
+///
+/// On an error or panic of `f` (or a failed finalisation) this process prints
+/// `rank r failed (in|after <call>): <error>` to stderr and calls `MPI_Abort`, so `mpirun`
+/// stops every other process at once: it does not return. Fails (without touching MPI) when
+/// the process was not started by an MPI launcher, and, saying how to rebuild, when it has
+/// no MPI backend.
+pub fn run_mpi_with<T>(
+    dims: impl Into<Dims>,
+    grid: &GridOptions,
+    opts: MpiOptions,
+    f: impl FnOnce(usize, Grid) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let Some(b) = backend() else { anyhow::bail!("{NO_MPI}") };
+    let mut out = None;
+    b.run(
+        dims.into(),
+        grid,
+        opts,
+        Box::new(|rank, grid| {
+            out = Some(f(rank, grid)?);
+            Ok(())
+        }),
+    )?;
+    out.ok_or_else(|| anyhow::anyhow!("the MPI backend returned without running the job"))
+}

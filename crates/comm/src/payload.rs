@@ -66,24 +66,20 @@ impl Payload<'_> {
     }
 }
 
-/// `$e` with `$b` bound to the typed slice inside a [`Payload`] or [`PayloadRef`]
-/// (`dispatch!(Payload, buf, |b| …)`): a backend writes each collective once, generic over the
-/// element type, and its `Communicator` methods dispatch here.
-macro_rules! dispatch {
-    ($kind:ident, $buf:expr, |$b:ident| $e:expr) => {
+/// The six buffer-carrying methods of a [`crate::Communicator`] impl, each dispatching its
+/// payload to the backend's generic method of the same name with a `_t` suffix
+/// (`all_reduce_t<T: CommElem>(&self, &mut [T], op, label)`, …): a backend writes each
+/// collective once, generic over the element type. Used inside `impl Communicator for …`.
+#[macro_export]
+macro_rules! typed_calls {
+    // `$e` with `$b` bound to the typed slice inside a `Payload` or `PayloadRef`.
+    (@dispatch $kind:ident, $buf:expr, |$b:ident| $e:expr) => {
         match $buf {
             $crate::payload::$kind::F32($b) => $e,
             $crate::payload::$kind::F64($b) => $e,
             $crate::payload::$kind::U32($b) => $e,
         }
     };
-}
-pub(crate) use dispatch;
-
-/// The six buffer-carrying methods of a [`crate::Communicator`] impl, each dispatching its
-/// payload to the backend's generic method of the same name with a `_t` suffix
-/// (`all_reduce_t<T: CommElem>(&self, &mut [T], op, label)`, …).
-macro_rules! typed_calls {
     () => {
         fn all_reduce(
             &self,
@@ -91,21 +87,21 @@ macro_rules! typed_calls {
             op: ::boost_tensor::ReduceOp,
             label: ::boost_tensor::Label,
         ) -> $crate::error::CommResult<()> {
-            $crate::payload::dispatch!(Payload, buf, |b| self.all_reduce_t(b, op, label))
+            $crate::typed_calls!(@dispatch Payload, buf, |b| self.all_reduce_t(b, op, label))
         }
         fn all_gather(
             &self,
             buf: $crate::payload::Payload<'_>,
             label: ::boost_tensor::Label,
         ) -> $crate::error::CommResult<()> {
-            $crate::payload::dispatch!(Payload, buf, |b| self.all_gather_t(b, label))
+            $crate::typed_calls!(@dispatch Payload, buf, |b| self.all_gather_t(b, label))
         }
         fn reduce_scatter(
             &self,
             buf: $crate::payload::Payload<'_>,
             label: ::boost_tensor::Label,
         ) -> $crate::error::CommResult<()> {
-            $crate::payload::dispatch!(Payload, buf, |b| self.reduce_scatter_t(b, label))
+            $crate::typed_calls!(@dispatch Payload, buf, |b| self.reduce_scatter_t(b, label))
         }
         fn broadcast(
             &self,
@@ -113,7 +109,7 @@ macro_rules! typed_calls {
             root: usize,
             label: ::boost_tensor::Label,
         ) -> $crate::error::CommResult<()> {
-            $crate::payload::dispatch!(Payload, buf, |b| self.broadcast_t(b, root, label))
+            $crate::typed_calls!(@dispatch Payload, buf, |b| self.broadcast_t(b, root, label))
         }
         fn send(
             &self,
@@ -122,7 +118,7 @@ macro_rules! typed_calls {
             tag: u32,
             label: ::boost_tensor::Label,
         ) -> $crate::error::CommResult<()> {
-            $crate::payload::dispatch!(PayloadRef, buf, |b| self.send_t(b, to, tag, label))
+            $crate::typed_calls!(@dispatch PayloadRef, buf, |b| self.send_t(b, to, tag, label))
         }
         fn recv(
             &self,
@@ -131,11 +127,10 @@ macro_rules! typed_calls {
             tag: u32,
             label: ::boost_tensor::Label,
         ) -> $crate::error::CommResult<()> {
-            $crate::payload::dispatch!(Payload, buf, |b| self.recv_t(b, from, tag, label))
+            $crate::typed_calls!(@dispatch Payload, buf, |b| self.recv_t(b, from, tag, label))
         }
     };
 }
-pub(crate) use typed_calls;
 
 /// A buffer a send only reads.
 #[derive(Debug, Clone, Copy)]
@@ -196,7 +191,7 @@ pub trait CommElem: Copy + Send + Sync + Default + PartialEq + std::fmt::Debug +
 
 /// `out[i] = out[i] ∘ src[i]` over the common length, with the match outside the loop so that
 /// each arm compiles to one tight loop.
-pub(crate) fn combine_into<T: CommElem>(out: &mut [T], src: &[T], op: ReduceOp) {
+pub fn combine_into<T: CommElem>(out: &mut [T], src: &[T], op: ReduceOp) {
     match op {
         ReduceOp::Sum => out.iter_mut().zip(src).for_each(|(o, &x)| *o = T::add(*o, x)),
         ReduceOp::Max => out.iter_mut().zip(src).for_each(|(o, &x)| *o = T::max(*o, x)),

@@ -2,7 +2,7 @@
 
 /// A buffer out of `pool`: one with room for `words` words if there is one, else any, else a
 /// new one.
-pub(crate) fn take(pool: &mut Vec<Vec<u64>>, words: usize) -> Vec<u64> {
+pub fn take(pool: &mut Vec<Vec<u64>>, words: usize) -> Vec<u64> {
     match pool.iter().position(|v| v.capacity() >= words) {
         Some(i) => pool.swap_remove(i),
         None => pool.pop().unwrap_or_default(),
@@ -10,7 +10,7 @@ pub(crate) fn take(pool: &mut Vec<Vec<u64>>, words: usize) -> Vec<u64> {
 }
 
 /// `v` holding `words` zero words.
-pub(crate) fn zeroed(mut v: Vec<u64>, words: usize) -> Vec<u64> {
+pub fn zeroed(mut v: Vec<u64>, words: usize) -> Vec<u64> {
     v.clear();
     v.resize(words, 0);
     v

@@ -6,7 +6,8 @@ use crate::call::CallDesc;
 use crate::communicator::Communicator;
 use crate::error::{CommError, CommResult};
 use crate::lock::lock;
-use crate::payload::{Kind, typed_calls};
+use crate::payload::Kind;
+use crate::typed_calls;
 use boost_tensor::Label;
 use std::sync::Arc;
 

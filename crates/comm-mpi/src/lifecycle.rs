@@ -1,42 +1,27 @@
 //! The life of MPI in this process: opening the world communicator, running a rank's job,
 //! finalising, and aborting the whole job on a failure.
 
-use super::MpiOptions;
-use super::comm::MpiComm;
-use super::process::{PROCESS, process};
-use super::raw::{Comm, mpi_error, null_request};
-use super::wait::{Backoff, WaitError, wait_all};
-use crate::communicator::Communicator;
-use crate::error::{CommError, CommResult, Failure};
-use crate::grid::{Dims, Grid, GridOptions};
-use crate::lock::lock;
-use crate::runner::{RunOptions, panic_message};
+use crate::comm::MpiComm;
+use crate::process::{PROCESS, process};
+use crate::raw::{Comm, mpi_error, null_request};
+use crate::wait::{Backoff, WaitError, wait_all};
 use ::mpi::ffi;
+use boost_comm::Communicator;
+use boost_comm::backend::lock;
+use boost_comm::backend::panic_message;
+use boost_comm::mpi::{Job, MpiOptions};
+use boost_comm::{CommError, CommResult, Failure};
+use boost_comm::{Dims, Grid, GridOptions};
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-/// This process's world communicator, with options from the environment
-/// ([`MpiOptions::from_env`]); `None` when the process was not started by an MPI launcher.
-/// Initialises MPI on first use. Every process must call it (it duplicates
-/// `MPI_COMM_WORLD`, a collective).
-///
-/// # Panics
-/// When MPI cannot be initialised or the duplication fails (see [`mpi_world_with`]).
-pub fn mpi_world() -> Option<Arc<dyn Communicator>> {
-    match mpi_world_with(MpiOptions::from_env()) {
-        Ok(w) => w,
-        Err(e) => panic!("cannot open the MPI world: {e}"),
-    }
-}
-
-/// A world communicator with `opts` (a duplicate of `MPI_COMM_WORLD`, so handles never see
-/// each other's messages); `Ok(None)` when the process was not started by an MPI launcher.
-/// Every process must call it.
-pub fn mpi_world_with(opts: MpiOptions) -> CommResult<Option<Arc<dyn Communicator>>> {
-    if !super::launched() {
+/// `boost_comm::mpi::mpi_world_with`: a duplicate of `MPI_COMM_WORLD`, so handles never see
+/// each other's messages.
+pub(crate) fn mpi_world_with(opts: MpiOptions) -> CommResult<Option<Arc<dyn Communicator>>> {
+    if !boost_comm::mpi::launched() {
         return Ok(None);
     }
     let proc = process().map_err(|e| CommError::Invalid(format!("cannot start MPI: {e}")))?;
@@ -81,11 +66,9 @@ pub fn mpi_world_with(opts: MpiOptions) -> CommResult<Option<Arc<dyn Communicato
     Ok(Some(Arc::new(MpiComm::new(proc, Comm(*newcomm), members, opts))))
 }
 
-/// Finish MPI: wait (up to the deadline) until every eager send was received, meet every
-/// other process in a barrier (up to the deadline), and call `MPI_Finalize`. Later MPI calls
-/// fail. Does nothing when MPI was never started or is already finalised; after a failure it
-/// returns that failure and leaves MPI as it is (abort instead).
-pub fn finalize() -> CommResult<()> {
+/// `boost_comm::mpi::finalize`: wait until every eager send was received, a barrier with
+/// every other process, then `MPI_Finalize`.
+pub(crate) fn finalize() -> CommResult<()> {
     let Some(Ok(proc)) = PROCESS.get() else {
         return Ok(());
     };
@@ -152,8 +135,8 @@ pub fn finalize() -> CommResult<()> {
 }
 
 /// Flush the standard streams and end the whole MPI job (`MPI_Abort` on the world: `mpirun`
-/// stops every process); without MPI, exit the process.
-pub fn abort(code: i32) -> ! {
+/// stops every process); before MPI starts or after it finalised, exit the process.
+pub(crate) fn abort(code: i32) -> ! {
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
     if let Some(Ok(proc)) = PROCESS.get()
@@ -168,42 +151,24 @@ pub fn abort(code: i32) -> ! {
     std::process::exit(code)
 }
 
-/// [`run_mpi_with`] with the grid options of `opts`, its deadline and label checking, and
-/// the rest of [`MpiOptions`] from the environment (which also overrides the deadline).
-pub fn run_mpi<T>(
-    dims: impl Into<Dims>,
-    opts: &RunOptions,
-    f: impl FnOnce(usize, Grid) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
-    let mpi =
-        MpiOptions::default().deadline(opts.inprocess.deadline).check_labels(opts.inprocess.check_labels).with_env();
-    run_mpi_with(dims, &opts.grid, mpi, f)
-}
-
-/// Run `f(rank, grid)` for this process's rank of a `dims` grid over the MPI world, then
-/// finalise MPI and return its result.
+/// Run `job(rank, grid)` for this process's rank of a `dims` grid over the MPI world, then
+/// finalise MPI.
 ///
-/// On an error or panic of `f` (or a failed finalisation) this process prints
+/// On an error or panic of `job` (or a failed finalisation) this process prints
 /// `rank r failed (in|after <call>): <error>` to stderr and calls `MPI_Abort`, so `mpirun`
 /// stops every other process at once: it does not return. Fails (without touching MPI) when
 /// the process was not started by an MPI launcher.
-pub fn run_mpi_with<T>(
-    dims: impl Into<Dims>,
-    grid: &GridOptions,
-    opts: MpiOptions,
-    f: impl FnOnce(usize, Grid) -> anyhow::Result<T>,
-) -> anyhow::Result<T> {
-    let dims = dims.into();
-    anyhow::ensure!(super::launched(), "run_mpi: this process was not started by an MPI launcher (mpirun)");
+pub(crate) fn run(dims: Dims, grid: &GridOptions, opts: MpiOptions, job: Job<'_>) -> anyhow::Result<()> {
+    anyhow::ensure!(boost_comm::mpi::launched(), "run_mpi: this process was not started by an MPI launcher (mpirun)");
     let proc = process().map_err(|e| anyhow::anyhow!("cannot start MPI: {e}"))?;
-    let out = catch_unwind(AssertUnwindSafe(|| -> anyhow::Result<T> {
+    let out = catch_unwind(AssertUnwindSafe(|| -> anyhow::Result<()> {
         let world = mpi_world_with(opts)?.expect("launched by mpirun");
         let grid = Grid::new(world, dims, grid)?;
-        f(proc.rank, grid)
+        job(proc.rank, grid)
     }));
     let message = match out {
-        Ok(Ok(v)) => match finalize() {
-            Ok(()) => return Ok(v),
+        Ok(Ok(())) => match finalize() {
+            Ok(()) => return Ok(()),
             Err(e) => e.to_string(),
         },
         Ok(Err(e)) => format!("{e:#}"),

@@ -34,6 +34,7 @@ fn dims_from_env(p: usize) -> anyhow::Result<Dims> {
 }
 
 fn main() -> anyhow::Result<()> {
+    boost_comm_mpi::install();
     let scenario = std::env::args().nth(1).context("usage: boost-comm-mpi-harness <scenario>")?;
     ensure!(mpi::launched(), "run me with mpirun");
     let p: usize = std::env::var("OMPI_COMM_WORLD_SIZE").or_else(|_| std::env::var("PMI_SIZE"))?.parse()?;

@@ -2,16 +2,16 @@
 //! descriptor and sends eagerly; a recv probes for the message, receives it and checks the
 //! sender's descriptor against its own call.
 
-use super::comm::MpiComm;
-use super::process::PendingSend;
-use super::raw::{Req, bytes_type, empty_status, null_request, view};
-use super::wait::{Backoff, WaitError, wait_all};
-use super::wire::{WIRE, decode, encode};
-use crate::call::CallDesc;
-use crate::error::{CommError, CommResult};
-use crate::lock::lock;
-use crate::payload::{CommElem, Kind};
+use crate::comm::MpiComm;
+use crate::process::PendingSend;
+use crate::raw::{Req, bytes_type, empty_status, null_request, view};
+use crate::wait::{Backoff, WaitError, wait_all};
+use crate::wire::{WIRE, decode, encode};
 use ::mpi::ffi;
+use boost_comm::backend::CallDesc;
+use boost_comm::backend::lock;
+use boost_comm::{CommElem, Kind};
+use boost_comm::{CommError, CommResult};
 use boost_tensor::Label;
 use std::os::raw::{c_int, c_void};
 use std::time::Instant;
@@ -27,7 +27,7 @@ impl MpiComm {
         Ok(())
     }
 
-    pub(super) fn send_t<T: CommElem>(&self, buf: &[T], to: usize, tag: u32, label: Label) -> CommResult<()> {
+    pub(crate) fn send_t<T: CommElem>(&self, buf: &[T], to: usize, tag: u32, label: Label) -> CommResult<()> {
         let mut desc = CallDesc::new(Kind::Send, label).data(T::DTYPE, buf.len()).peer(to);
         desc.tag = tag;
         self.call_bare(desc, || {
@@ -59,7 +59,7 @@ impl MpiComm {
         })
     }
 
-    pub(super) fn recv_t<T: CommElem>(&self, buf: &mut [T], from: usize, tag: u32, label: Label) -> CommResult<()> {
+    pub(crate) fn recv_t<T: CommElem>(&self, buf: &mut [T], from: usize, tag: u32, label: Label) -> CommResult<()> {
         let mut desc = CallDesc::new(Kind::Recv, label).data(T::DTYPE, buf.len()).peer(from);
         desc.tag = tag;
         self.call(desc, |s| {

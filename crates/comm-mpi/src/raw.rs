@@ -1,30 +1,30 @@
 //! Handles, constants and error texts of the raw MPI bindings, and typed views of the
 //! staging buffers MPI reads and writes.
 
-use crate::payload::DType;
 use ::mpi::ffi;
+use boost_comm::DType;
 use std::mem::MaybeUninit;
 use std::os::raw::{c_char, c_int};
 
 /// An MPI communicator handle.
 #[derive(Clone, Copy)]
-pub(super) struct Comm(pub(super) ffi::MPI_Comm);
+pub(crate) struct Comm(pub(crate) ffi::MPI_Comm);
 // SAFETY: a communicator handle is a process-wide value, valid on any thread; every MPI call
 // that uses it is made under the process lock.
 unsafe impl Send for Comm {}
 unsafe impl Sync for Comm {}
 
 /// A request handle of an eager send.
-pub(super) struct Req(pub(super) ffi::MPI_Request);
+pub(crate) struct Req(pub(crate) ffi::MPI_Request);
 // SAFETY: as for `Comm`.
 unsafe impl Send for Req {}
 
-pub(super) fn null_request() -> ffi::MPI_Request {
+pub(crate) fn null_request() -> ffi::MPI_Request {
     // SAFETY: reads a constant the MPI library initialised.
     unsafe { ffi::RSMPI_REQUEST_NULL }
 }
 
-pub(super) fn datatype(d: DType) -> ffi::MPI_Datatype {
+pub(crate) fn datatype(d: DType) -> ffi::MPI_Datatype {
     // SAFETY: reads constants the MPI library initialised.
     unsafe {
         match d {
@@ -35,23 +35,23 @@ pub(super) fn datatype(d: DType) -> ffi::MPI_Datatype {
     }
 }
 
-pub(super) fn bytes_type() -> ffi::MPI_Datatype {
+pub(crate) fn bytes_type() -> ffi::MPI_Datatype {
     // SAFETY: as above.
     unsafe { ffi::RSMPI_UINT8_T }
 }
 
-pub(super) fn u64_type() -> ffi::MPI_Datatype {
+pub(crate) fn u64_type() -> ffi::MPI_Datatype {
     // SAFETY: as above.
     unsafe { ffi::RSMPI_UINT64_T }
 }
 
-pub(super) fn empty_status() -> ffi::MPI_Status {
+pub(crate) fn empty_status() -> ffi::MPI_Status {
     // SAFETY: MPI_Status is a plain C struct of integers; all zeros is a valid value.
     unsafe { MaybeUninit::zeroed().assume_init() }
 }
 
 /// The text of an MPI error code.
-pub(super) fn mpi_error(rc: c_int) -> String {
+pub(crate) fn mpi_error(rc: c_int) -> String {
     let mut buf = [0 as c_char; 1024];
     let mut len: c_int = 0;
     // SAFETY: the buffer is larger than MPI_MAX_ERROR_STRING (256 in OpenMPI and MPICH).
@@ -64,7 +64,7 @@ pub(super) fn mpi_error(rc: c_int) -> String {
 }
 
 /// `n` elements of `T` at the start of `v`, growing it if needed (allocation only on growth).
-pub(super) fn view<T: Copy>(v: &mut Vec<u64>, n: usize) -> &mut [T] {
+pub(crate) fn view<T: Copy>(v: &mut Vec<u64>, n: usize) -> &mut [T] {
     debug_assert!(std::mem::align_of::<T>() <= 8);
     let words = (n * std::mem::size_of::<T>()).div_ceil(8);
     if v.len() < words {

@@ -9,16 +9,18 @@
 //! memory it owns. The `mpi` crate provides initialisation and finalisation (its `Universe`)
 //! and the bindings.
 
-use super::MpiOptions;
-use super::process::Process;
-use super::raw::{Comm, mpi_error, null_request};
-use super::wait::{WaitError, wait_all};
-use crate::call::CallDesc;
-use crate::communicator::Communicator;
-use crate::error::{CommError, CommResult, in_group};
-use crate::lock::lock;
-use crate::payload::{Kind, typed_calls};
+use crate::process::Process;
+use crate::raw::{Comm, mpi_error, null_request};
+use crate::wait::{WaitError, wait_all};
 use ::mpi::ffi;
+use boost_comm::Communicator;
+use boost_comm::Kind;
+use boost_comm::backend::CallDesc;
+use boost_comm::backend::in_group;
+use boost_comm::backend::lock;
+use boost_comm::backend::typed_calls;
+use boost_comm::mpi::MpiOptions;
+use boost_comm::{CommError, CommResult};
 use boost_tensor::Label;
 use std::os::raw::c_int;
 use std::sync::Mutex;
@@ -27,24 +29,24 @@ use std::time::Instant;
 
 /// Staging buffers MPI reads and writes (never the caller's).
 #[derive(Default)]
-pub(super) struct Scratch {
-    pub(super) a: Vec<u64>,
-    pub(super) b: Vec<u64>,
-    pub(super) c: Vec<u64>,
+pub(crate) struct Scratch {
+    pub(crate) a: Vec<u64>,
+    pub(crate) b: Vec<u64>,
+    pub(crate) c: Vec<u64>,
 }
 
 /// One process's handle on one MPI communicator (the world, or a split of it).
 pub struct MpiComm {
-    pub(super) proc: &'static Process,
-    pub(super) comm: Comm,
-    pub(super) rank: usize,
-    pub(super) size: usize,
+    pub(crate) proc: &'static Process,
+    pub(crate) comm: Comm,
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
     /// World rank of each group rank.
-    pub(super) members: Box<[usize]>,
-    pub(super) opts: MpiOptions,
-    pub(super) scratch: Mutex<Scratch>,
+    pub(crate) members: Box<[usize]>,
+    pub(crate) opts: MpiOptions,
+    pub(crate) scratch: Mutex<Scratch>,
     /// Collectives issued on this group (numbers calls in mismatch messages).
-    pub(super) seq: AtomicU64,
+    pub(crate) seq: AtomicU64,
 }
 
 impl std::fmt::Debug for MpiComm {
@@ -70,7 +72,7 @@ impl Drop for MpiComm {
 }
 
 impl MpiComm {
-    pub(super) fn new(proc: &'static Process, comm: Comm, members: Box<[usize]>, opts: MpiOptions) -> Self {
+    pub(crate) fn new(proc: &'static Process, comm: Comm, members: Box<[usize]>, opts: MpiOptions) -> Self {
         let rank = members.iter().position(|&m| m == proc.rank).expect("a group holds its own rank");
         Self {
             proc,
@@ -96,24 +98,24 @@ impl MpiComm {
         self.opts
     }
 
-    pub(super) fn is_world(&self) -> bool {
+    pub(crate) fn is_world(&self) -> bool {
         self.members.len() == self.proc.size
     }
 
-    pub(super) fn describe(&self, desc: &CallDesc) -> String {
+    pub(crate) fn describe(&self, desc: &CallDesc) -> String {
         format!("{desc}{}", in_group(&self.members, self.is_world()))
     }
 
-    pub(super) fn invalid(&self, desc: &CallDesc, what: String) -> CommError {
+    pub(crate) fn invalid(&self, desc: &CallDesc, what: String) -> CommError {
         CommError::Invalid(format!("rank {}: {}: {what}", self.proc.rank, self.describe(desc)))
     }
 
-    pub(super) fn mpi_failed(&self, desc: &CallDesc, what: &str, detail: String) -> CommError {
+    pub(crate) fn mpi_failed(&self, desc: &CallDesc, what: &str, detail: String) -> CommError {
         CommError::Invalid(format!("rank {}: {}: {what} failed: {detail}", self.proc.rank, self.describe(desc)))
     }
 
     /// Start an operation: run `f` under the process lock, mapping its return code.
-    pub(super) fn start(&self, desc: &CallDesc, what: &str, f: impl FnOnce() -> c_int) -> CommResult<()> {
+    pub(crate) fn start(&self, desc: &CallDesc, what: &str, f: impl FnOnce() -> c_int) -> CommResult<()> {
         match self.proc.call(f) {
             0 => Ok(()),
             rc => Err(self.mpi_failed(desc, what, mpi_error(rc))),
@@ -121,16 +123,16 @@ impl MpiComm {
     }
 
     /// `n` as an MPI count.
-    pub(super) fn count(&self, desc: &CallDesc, n: usize) -> CommResult<c_int> {
+    pub(crate) fn count(&self, desc: &CallDesc, n: usize) -> CommResult<c_int> {
         c_int::try_from(n).map_err(|_| self.invalid(desc, format!("{n} elements exceed MPI's count limit")))
     }
 
-    pub(super) fn late_note(&self) -> &'static str {
+    pub(crate) fn late_note(&self) -> &'static str {
         if self.opts.check { "" } else { " (MPI does not tell which rank is late; BOOST_MPI_CHECK=1 does)" }
     }
 
     /// Wait for the operations of a collective.
-    pub(super) fn wait(
+    pub(crate) fn wait(
         &self,
         desc: &CallDesc,
         what: &str,
@@ -151,14 +153,14 @@ impl MpiComm {
 
     /// Run `body` as the call `desc`: fail at once after a failure, keep the rank's activity
     /// for failure messages, and record an error raised here as this rank's failure.
-    pub(super) fn call<R>(&self, desc: CallDesc, body: impl FnOnce(&mut Scratch) -> CommResult<R>) -> CommResult<R> {
+    pub(crate) fn call<R>(&self, desc: CallDesc, body: impl FnOnce(&mut Scratch) -> CommResult<R>) -> CommResult<R> {
         self.call_bare(desc, || body(&mut lock(&self.scratch)))
     }
 
     /// [`MpiComm::call`] without the handle's scratch buffers. A send needs none, and must not
     /// wait for them: with overlap a progress thread sends on a handle while another of its
     /// threads waits for a receive holding them.
-    pub(super) fn call_bare<R>(&self, desc: CallDesc, body: impl FnOnce() -> CommResult<R>) -> CommResult<R> {
+    pub(crate) fn call_bare<R>(&self, desc: CallDesc, body: impl FnOnce() -> CommResult<R>) -> CommResult<R> {
         let p = self.proc;
         if let Some(f) = p.failure() {
             return Err(CommError::PeerFailed(f));

@@ -1,13 +1,13 @@
 //! The wire format of a call descriptor: twelve 64-bit words that a check-mode exchange and
 //! every point-to-point message carry, so that ranks can compare calls and name them.
 
-use crate::call::{CallDesc, CallView, Signature};
-use crate::payload::{DType, Kind};
+use boost_comm::backend::{CallDesc, CallView, Signature};
+use boost_comm::{DType, Kind};
 use boost_tensor::ReduceOp;
 use std::fmt;
 
 /// Words of an encoded descriptor.
-pub(super) const WIRE: usize = 12;
+pub(crate) const WIRE: usize = 12;
 /// Bytes of label text an encoded descriptor carries.
 const LABEL_TEXT: usize = 40;
 const MAGIC: u64 = 0x424f_4f53; // "BOOS"
@@ -33,7 +33,7 @@ fn fnv(s: &str) -> u64 {
 /// Layout (little-endian words): 0: magic | kind << 32 | op << 40 | dtype << 48 |
 /// label length << 56; 1: n; 2: peer; 3: tag | layer << 32; 4: color; 5: key; 6: label hash;
 /// 7..12: label text (truncated to 40 bytes).
-pub(super) fn encode(d: &CallDesc) -> [u64; WIRE] {
+pub(crate) fn encode(d: &CallDesc) -> [u64; WIRE] {
     let mut w = [0u64; WIRE];
     let kind = KINDS.iter().position(|&k| k == d.kind).unwrap_or(0) as u64;
     let op = match d.op {
@@ -62,11 +62,11 @@ pub(super) fn encode(d: &CallDesc) -> [u64; WIRE] {
 
 /// A descriptor as received from another rank.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct WireDesc {
-    pub(super) kind: Kind,
+pub(crate) struct WireDesc {
+    pub(crate) kind: Kind,
     op: Option<ReduceOp>,
-    pub(super) dtype: Option<DType>,
-    pub(super) n: u64,
+    pub(crate) dtype: Option<DType>,
+    pub(crate) n: u64,
     peer: Option<u64>,
     tag: u32,
     layer: Option<u32>,
@@ -78,7 +78,7 @@ pub(super) struct WireDesc {
     truncated: bool,
 }
 
-pub(super) fn decode(w: &[u64]) -> Option<WireDesc> {
+pub(crate) fn decode(w: &[u64]) -> Option<WireDesc> {
     if w.len() < WIRE || w[0] & 0xffff_ffff != MAGIC {
         return None;
     }
@@ -122,7 +122,7 @@ pub(super) fn decode(w: &[u64]) -> Option<WireDesc> {
 
 impl WireDesc {
     /// What the in-process backend compares at arrival (labels by hash and layer).
-    pub(super) fn matches(&self, o: &WireDesc, check_labels: bool) -> bool {
+    pub(crate) fn matches(&self, o: &WireDesc, check_labels: bool) -> bool {
         self.signature().matches(&o.signature(), || !check_labels || (self.hash == o.hash && self.layer == o.layer))
     }
     fn signature(&self) -> Signature {

@@ -2,13 +2,14 @@
 //! broadcast, split): each copies into staging buffers, runs one or two non-blocking MPI
 //! operations and copies the result out.
 
-use super::comm::{MpiComm, Scratch};
-use super::raw::{Comm, datatype, null_request, u64_type, view};
-use crate::call::CallDesc;
-use crate::communicator::Communicator;
-use crate::error::CommResult;
-use crate::payload::{CommElem, DType, Kind, combine_into};
+use crate::comm::{MpiComm, Scratch};
+use crate::raw::{Comm, datatype, null_request, u64_type, view};
 use ::mpi::ffi;
+use boost_comm::CommResult;
+use boost_comm::Communicator;
+use boost_comm::backend::CallDesc;
+use boost_comm::backend::combine_into;
+use boost_comm::{CommElem, DType, Kind};
 use boost_tensor::{Label, ReduceOp};
 use std::os::raw::{c_int, c_void};
 use std::time::Instant;
@@ -122,7 +123,7 @@ impl MpiComm {
         Ok(())
     }
 
-    pub(super) fn all_reduce_t<T: CommElem>(&self, buf: &mut [T], op: ReduceOp, label: Label) -> CommResult<()> {
+    pub(crate) fn all_reduce_t<T: CommElem>(&self, buf: &mut [T], op: ReduceOp, label: Label) -> CommResult<()> {
         let mut desc = CallDesc::new(Kind::all_reduce(op), label).data(T::DTYPE, buf.len());
         desc.op = Some(op);
         self.call(desc, |s| {
@@ -168,7 +169,7 @@ impl MpiComm {
         })
     }
 
-    pub(super) fn reduce_scatter_t<T: CommElem>(&self, buf: &mut [T], label: Label) -> CommResult<()> {
+    pub(crate) fn reduce_scatter_t<T: CommElem>(&self, buf: &mut [T], label: Label) -> CommResult<()> {
         let desc = CallDesc::new(Kind::ReduceScatter, label).data(T::DTYPE, buf.len());
         self.call(desc, |s| {
             let start = Instant::now();
@@ -210,7 +211,7 @@ impl MpiComm {
         })
     }
 
-    pub(super) fn all_gather_t<T: CommElem>(&self, buf: &mut [T], label: Label) -> CommResult<()> {
+    pub(crate) fn all_gather_t<T: CommElem>(&self, buf: &mut [T], label: Label) -> CommResult<()> {
         let desc = CallDesc::new(Kind::AllGather, label).data(T::DTYPE, buf.len());
         self.call(desc, |s| {
             let start = Instant::now();
@@ -229,7 +230,7 @@ impl MpiComm {
         })
     }
 
-    pub(super) fn broadcast_t<T: CommElem>(&self, buf: &mut [T], root: usize, label: Label) -> CommResult<()> {
+    pub(crate) fn broadcast_t<T: CommElem>(&self, buf: &mut [T], root: usize, label: Label) -> CommResult<()> {
         let desc = CallDesc::new(Kind::Broadcast, label).data(T::DTYPE, buf.len()).peer(root);
         self.call(desc, |s| {
             let start = Instant::now();
@@ -266,7 +267,7 @@ impl MpiComm {
         })
     }
 
-    pub(super) fn split_t(&self, color: usize, key: usize) -> CommResult<Box<dyn Communicator>> {
+    pub(crate) fn split_t(&self, color: usize, key: usize) -> CommResult<Box<dyn Communicator>> {
         let mut desc = CallDesc::new(Kind::Split, Label::op("split"));
         desc.color = color;
         desc.key = key;

@@ -275,6 +275,7 @@ fn outside_mpirun_there_is_no_mpi_world() {
     if mpi::launched() {
         return;
     }
+    boost_comm_mpi::install();
     assert!(mpi::available());
     assert!(mpi::mpi_world().is_none());
     let e = mpi::run_mpi(Dims::tp(2), &RunOptions::default(), |_, _| Ok(())).unwrap_err();

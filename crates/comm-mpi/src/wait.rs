@@ -1,8 +1,8 @@
 //! Waiting for non-blocking operations: polling `MPI_Test` with a backoff until every
 //! request is done or the deadline passes.
 
-use super::process::Process;
-use super::raw::{mpi_error, null_request};
+use crate::process::Process;
+use crate::raw::{mpi_error, null_request};
 use ::mpi::ffi;
 use std::os::raw::c_int;
 use std::time::{Duration, Instant};
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 /// `mpi_yield_when_idle`) for the first 2 ms of a wait, then sleeps 50 µs doubling to 500 µs.
 /// Short waits keep MPI's progress going (non-blocking collectives advance only inside
 /// `MPI_Test`); long ones leave the cores to the ranks that work.
-pub(super) struct Backoff {
+pub(crate) struct Backoff {
     start: Instant,
     sleep: Duration,
 }
@@ -20,10 +20,10 @@ impl Backoff {
     const SPIN: Duration = Duration::from_millis(2);
     const MAX_SLEEP: Duration = Duration::from_micros(500);
 
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self { start: Instant::now(), sleep: Duration::from_micros(50) }
     }
-    pub(super) fn snooze(&mut self) {
+    pub(crate) fn snooze(&mut self) {
         if self.start.elapsed() < Self::SPIN {
             std::thread::yield_now();
         } else {
@@ -33,7 +33,7 @@ impl Backoff {
     }
 }
 
-pub(super) enum WaitError {
+pub(crate) enum WaitError {
     /// Indices of the requests still pending at the deadline.
     Timeout(Vec<usize>),
     Mpi(String),
@@ -41,7 +41,7 @@ pub(super) enum WaitError {
 
 /// Poll `reqs` (MPI sets completed ones to `MPI_REQUEST_NULL`) until all are done or
 /// `deadline` passes.
-pub(super) fn wait_all(proc: &Process, reqs: &mut [ffi::MPI_Request], deadline: Instant) -> Result<(), WaitError> {
+pub(crate) fn wait_all(proc: &Process, reqs: &mut [ffi::MPI_Request], deadline: Instant) -> Result<(), WaitError> {
     let null = null_request();
     let mut backoff = Backoff::new();
     loop {

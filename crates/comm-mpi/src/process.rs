@@ -4,54 +4,53 @@
 //! The library is initialised with `MPI_THREAD_SERIALIZED`, so handles may be used from
 //! several threads, one call at a time. After a failure every call fails naming it.
 
-use super::MpiOptions;
-use super::raw::{Req, mpi_error};
-use crate::call::{Activity, CallDesc};
-use crate::error::Failure;
-use crate::lock::lock;
-use crate::pool;
+use crate::raw::{Req, mpi_error};
 use ::mpi::ffi;
+use boost_comm::Failure;
+use boost_comm::backend::lock;
+use boost_comm::backend::{Activity, CallDesc, take_buffer, zeroed_buffer};
+use boost_comm::mpi::MpiOptions;
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 /// An eager send in flight; its buffer is MPI's until the request completes.
-pub(super) struct PendingSend {
-    pub(super) req: Req,
-    pub(super) buf: Vec<u64>,
-    pub(super) desc: CallDesc,
+pub(crate) struct PendingSend {
+    pub(crate) req: Req,
+    pub(crate) buf: Vec<u64>,
+    pub(crate) desc: CallDesc,
     /// World rank of the destination.
-    pub(super) to: usize,
+    pub(crate) to: usize,
 }
 
-pub(super) struct Process {
-    pub(super) universe: Mutex<Option<::mpi::environment::Universe>>,
-    pub(super) rank: usize,
-    pub(super) size: usize,
+pub(crate) struct Process {
+    pub(crate) universe: Mutex<Option<::mpi::environment::Universe>>,
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
     /// The largest tag a user may pass; the one above it carries check-mode descriptors.
-    pub(super) max_user_tag: u32,
+    pub(crate) max_user_tag: u32,
     /// Held around every MPI call.
-    pub(super) mpi: Mutex<()>,
-    pub(super) poisoned: AtomicBool,
-    pub(super) failure: Mutex<Option<Failure>>,
-    pub(super) activity: Mutex<Activity>,
-    pub(super) sends: Mutex<Vec<PendingSend>>,
-    pub(super) pool: Mutex<Vec<Vec<u64>>>,
-    pub(super) finalized: AtomicBool,
+    pub(crate) mpi: Mutex<()>,
+    pub(crate) poisoned: AtomicBool,
+    pub(crate) failure: Mutex<Option<Failure>>,
+    pub(crate) activity: Mutex<Activity>,
+    pub(crate) sends: Mutex<Vec<PendingSend>>,
+    pub(crate) pool: Mutex<Vec<Vec<u64>>>,
+    pub(crate) finalized: AtomicBool,
     /// Deadline of finalisation (the last one a run or world handle asked for).
-    pub(super) deadline: Mutex<Duration>,
+    pub(crate) deadline: Mutex<Duration>,
 }
 
-pub(super) static PROCESS: OnceLock<Result<Process, String>> = OnceLock::new();
+pub(crate) static PROCESS: OnceLock<Result<Process, String>> = OnceLock::new();
 
-pub(super) fn process() -> Result<&'static Process, String> {
+pub(crate) fn process() -> Result<&'static Process, String> {
     PROCESS.get_or_init(Process::init).as_ref().map_err(Clone::clone)
 }
 
 impl Process {
     fn init() -> Result<Process, String> {
-        if !super::launched() {
+        if !boost_comm::mpi::launched() {
             return Err("this process was not started by an MPI launcher (mpirun)".into());
         }
         let (universe, _level) = ::mpi::initialize_with_threading(::mpi::Threading::Serialized)
@@ -94,24 +93,24 @@ impl Process {
     }
 
     /// Run one MPI call under the process lock.
-    pub(super) fn call<R>(&self, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn call<R>(&self, f: impl FnOnce() -> R) -> R {
         let _g = lock(&self.mpi);
         f()
     }
 
-    pub(super) fn failure(&self) -> Option<Failure> {
+    pub(crate) fn failure(&self) -> Option<Failure> {
         if !self.poisoned.load(Ordering::Acquire) {
             return None;
         }
         lock(&self.failure).clone()
     }
 
-    pub(super) fn activity(&self) -> Option<String> {
+    pub(crate) fn activity(&self) -> Option<String> {
         lock(&self.activity).describe()
     }
 
     /// Record the first failure of this rank; later calls fail with it.
-    pub(super) fn poison(&self, message: String) {
+    pub(crate) fn poison(&self, message: String) {
         let mut f = lock(&self.failure);
         if f.is_none() {
             *f = Some(Failure { rank: self.rank, during: self.activity(), message });
@@ -120,7 +119,7 @@ impl Process {
     }
 
     /// Complete the eager sends that are done and pool their buffers.
-    pub(super) fn reap_sends(&self) -> Result<(), String> {
+    pub(crate) fn reap_sends(&self) -> Result<(), String> {
         let mut sends = lock(&self.sends);
         if sends.is_empty() {
             return Ok(());
@@ -150,8 +149,8 @@ impl Process {
     }
 
     /// A pooled buffer of at least `words` words.
-    pub(super) fn buffer(&self, words: usize) -> Vec<u64> {
-        let v = pool::take(&mut lock(&self.pool), words);
-        pool::zeroed(v, words)
+    pub(crate) fn buffer(&self, words: usize) -> Vec<u64> {
+        let v = take_buffer(&mut lock(&self.pool), words);
+        zeroed_buffer(v, words)
     }
 }

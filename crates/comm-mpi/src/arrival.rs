@@ -1,13 +1,14 @@
 //! Arrival at a collective: every call is numbered and, in check mode, every rank sends its
 //! call descriptor to the others and compares them before the collective runs.
 
-use super::comm::MpiComm;
-use super::raw::{null_request, u64_type, view};
-use super::wait::{WaitError, wait_all};
-use super::wire::{WIRE, WireDesc, decode, encode};
-use crate::call::CallDesc;
-use crate::error::{CommError, CommResult, in_group, mismatched};
+use crate::comm::MpiComm;
+use crate::raw::{null_request, u64_type, view};
+use crate::wait::{WaitError, wait_all};
+use crate::wire::{WIRE, WireDesc, decode, encode};
 use ::mpi::ffi;
+use boost_comm::backend::CallDesc;
+use boost_comm::backend::{in_group, mismatched};
+use boost_comm::{CommError, CommResult};
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -15,7 +16,7 @@ use std::time::Instant;
 impl MpiComm {
     /// Number this collective and, in check mode, exchange descriptors with every other rank
     /// of the group and compare them (rank 0's against each other rank's, as in-process).
-    pub(super) fn arrive(&self, desc: &CallDesc, c: &mut Vec<u64>, start: Instant) -> CommResult<()> {
+    pub(crate) fn arrive(&self, desc: &CallDesc, c: &mut Vec<u64>, start: Instant) -> CommResult<()> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         if !self.opts.check {
             return Ok(());
