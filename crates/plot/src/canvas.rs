@@ -52,6 +52,11 @@ impl Output {
         if self.path.is_dir() {
             bail!("{} is a directory; name a .png or .svg file", self.path.display());
         }
+        // A link is the user's, and so is its target (a dangling one counts as standing there):
+        // kept even with --force.
+        if self.path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+            bail!("{} is a link; it is kept, even with --force: name the figure's own file", self.path.display());
+        }
         if self.path.exists() && !self.force {
             bail!("{} already exists; choose another file or pass --force to replace it", self.path.display());
         }
@@ -117,4 +122,38 @@ pub const AXIS_LIMIT: f64 = 1e100;
 /// Whether an axis from `lo` to `hi` can be drawn (both finite and within [`AXIS_LIMIT`]).
 pub fn drawable(lo: f64, hi: f64) -> bool {
     lo.is_finite() && hi.is_finite() && lo.abs() <= AXIS_LIMIT && hi.abs() <= AXIS_LIMIT
+}
+
+#[cfg(all(test, unix))]
+mod tests {
+    use super::*;
+
+    struct Blank;
+    impl Figure for Blank {
+        fn size(&self) -> (u32, u32) {
+            (8, 8)
+        }
+        fn draw<DB: DrawingBackend>(&self, _: &DrawingArea<DB, Shift>) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_link_where_the_figure_goes_is_kept_with_its_target_even_with_force() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("theirs.png");
+        std::fs::write(&target, "the user's picture").unwrap();
+        let link = dir.path().join("figure.png");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let dangling = dir.path().join("dangling.svg");
+        std::os::unix::fs::symlink(dir.path().join("gone.svg"), &dangling).unwrap();
+        for path in [&link, &dangling] {
+            let e = Output::new(path, true).write(&Blank).unwrap_err().to_string();
+            assert!(e.contains("is a link") && e.contains("even with --force"), "{e}");
+        }
+        assert_eq!(std::fs::read_link(&link).unwrap(), target);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "the user's picture");
+        assert_eq!(std::fs::read_link(&dangling).unwrap(), dir.path().join("gone.svg"));
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3, "no temporary file left");
+    }
 }

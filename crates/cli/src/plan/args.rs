@@ -102,14 +102,16 @@ pub struct PlanArgs {
     /// extension); with `--paper`, every paper run. An existing file is kept unless --force.
     #[arg(long, value_name = "FILE.png|FILE.svg")]
     pub chart: Option<PathBuf>,
-    /// Replace the --chart or --calibrate-cpu file if it exists.
+    /// Replace the --chart file, or an earlier calibration at --calibrate-cpu's path, if it
+    /// exists (never a link, a folder, or a file --calibrate-cpu did not write).
     #[arg(long, requires = "written")]
     pub force: bool,
     /// Print the BOOST paper's set-up (docs/COST_MODEL.md §7) through the model: times, speedups, 7B per-layer volumes.
     #[arg(long)]
     pub paper: bool,
-    /// Measure this machine (GEMM shapes, bandwidth) and write a CPU hardware TOML to this file
-    /// (and `<stem>-mpi.toml` beside it when mpirun works). An existing file is kept unless --force.
+    /// Measure this machine (GEMM shapes, attention, bandwidth) and write a CPU hardware TOML to
+    /// this file (and `<stem>-mpi.toml` beside it when mpirun works). An existing file is kept;
+    /// --force replaces only an earlier calibration.
     #[arg(long, value_name = "OUT.toml")]
     pub calibrate_cpu: Option<PathBuf>,
     /// Under `mpirun -np 2`: time the MPI all-reduce between the two processes and print the

@@ -38,7 +38,7 @@ impl Measured {
         let mem = memory_total_bytes().unwrap_or(24.0 * (1u64 << 30) as f64);
         let shapes = self.samples.len();
         format!(
-            "# This machine, measured by `boost plan --calibrate-cpu` ({cores} cores, {threads} threads, f32, best of {rounds} rounds).\n\
+            "{HEADER} ({cores} cores, {threads} threads, f32, best of {rounds} rounds).\n\
              # Ranks are {ranks} sharing the cores: each gets 1/world of compute and bandwidth.\n\
              # GEMM: the `gemm` crate (f32, Parallelism::Rayon({threads})) over {shapes} shapes, fitted to\n\
              #   P · Π x/(x+c); rms log error {rms:.3}. Measured samples are in [calibration].\n\
@@ -129,10 +129,23 @@ fn links_toml(comment: &str, l: &LinkSpec) -> String {
     o
 }
 
-/// An existing hardware description is the user's: kept unless `force`.
+/// How every description this module writes begins: what `--force` may replace.
+const HEADER: &str = "# This machine, measured by `boost plan --calibrate-cpu`";
+
+/// Whatever stands at `path` is kept unless `force`, and even then unless it is a regular
+/// file (not a link, whose target is the user's) beginning with [`HEADER`]: a calibration
+/// this wrote. A dangling link counts as standing there.
 pub(super) fn refuse_existing(path: &Path, force: bool) -> Result<()> {
-    if path.exists() && !force {
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return Ok(()) };
+    if !force {
         anyhow::bail!("{} exists; it is kept (pass --force to replace it)", path.display());
+    }
+    let ours = meta.is_file() && std::fs::read_to_string(path).is_ok_and(|t| t.starts_with(HEADER));
+    if !ours {
+        anyhow::bail!(
+            "{} exists and is not a calibration `boost plan --calibrate-cpu` wrote (a link, a folder or another file): it is kept, even with --force; choose another path",
+            path.display()
+        );
     }
     Ok(())
 }
@@ -163,8 +176,8 @@ fn memory_total_bytes() -> Option<f64> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_attention_measured_is_the_descriptions_table_over_the_fitted_peak() {
+    /// A calibration's measurements, made up.
+    fn measured() -> Measured {
         let gemm = GemmSample { m: 1024, n: 1024, k: 1024, flops_per_s: 100e9 };
         let attention = vec![
             AttentionSample { head_dim: 64, seq: 128, flops_per_s: 20e9 },
@@ -172,7 +185,7 @@ mod tests {
             // Faster than the fitted peak: held at the whole of it, which a description allows.
             AttentionSample { head_dim: 128, seq: 512, flops_per_s: 150e9 },
         ];
-        let m = Measured {
+        Measured {
             threads: 2,
             rounds: 1,
             samples: vec![gemm],
@@ -183,9 +196,16 @@ mod tests {
             copy_bw: 10e9,
             add_bw: 12e9,
             overhead: 5e-6,
-        };
-        let link = LinkSpec { alpha_s: 1e-5, bandwidth: 5e9 };
-        let hw = crate::hardware::Hardware::from_toml_str(&m.text("cpu", "threads", "ranks", "test", &link)).unwrap();
+        }
+    }
+
+    fn text() -> String {
+        measured().text("cpu", "threads", "ranks", "test", &LinkSpec { alpha_s: 1e-5, bandwidth: 5e9 })
+    }
+
+    #[test]
+    fn the_attention_measured_is_the_descriptions_table_over_the_fitted_peak() {
+        let hw = crate::hardware::Hardware::from_toml_str(&text()).unwrap();
         let table: Vec<(u64, u64, f64)> =
             hw.compute.attention_table.iter().map(|p| (p.head_dim, p.seq, p.efficiency)).collect();
         assert_eq!(table, vec![(64, 128, 0.2), (64, 512, 0.3), (128, 512, 1.0)]);
@@ -196,14 +216,47 @@ mod tests {
     fn an_existing_description_is_kept_unless_forced() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cpu.toml");
-        let text = crate::hardware::PRESETS.iter().find(|(n, _)| *n == "cpu").unwrap().1;
+        let text = text();
         std::fs::write(&path, "# the user's own file\n").unwrap();
-        let e = write_checked(&path, text, false).unwrap_err().to_string();
+        let e = write_checked(&path, &text, false).unwrap_err().to_string();
         assert!(e.contains("cpu.toml exists") && e.contains("--force"), "{e}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "# the user's own file\n");
-        write_checked(&path, text, true).unwrap();
+        // Not a calibration: kept even with --force.
+        let e = write_checked(&path, &text, true).unwrap_err().to_string();
+        assert!(e.contains("not a calibration") && e.contains("even with --force"), "{e}");
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "# the user's own file\n");
+        // An earlier calibration is replaced with --force.
+        let earlier = text.replace("best of 1 rounds", "best of 3 rounds");
+        std::fs::write(&path, &earlier).unwrap();
+        write_checked(&path, &text, true).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 1, "no temporary file left: {names:?}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn links_and_folders_where_a_description_goes_are_kept_with_their_targets() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = text();
+        // A link to a calibration: the link is the user's, and so is what it points at.
+        let target = dir.path().join("theirs.toml");
+        std::fs::write(&target, &text).unwrap();
+        let link = dir.path().join("link.toml");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let dangling = dir.path().join("dangling.toml");
+        std::os::unix::fs::symlink(dir.path().join("gone.toml"), &dangling).unwrap();
+        let folder = dir.path().join("folder.toml");
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join("inside"), "x").unwrap();
+        for (path, force) in [(&link, true), (&dangling, false), (&dangling, true), (&folder, true)] {
+            assert!(write_checked(path, &text, force).is_err(), "{} (force {force})", path.display());
+        }
+        assert_eq!(std::fs::read_link(&link).unwrap(), target);
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), text);
+        assert_eq!(std::fs::read_link(&dangling).unwrap(), dir.path().join("gone.toml"));
+        assert_eq!(std::fs::read_to_string(folder.join("inside")).unwrap(), "x");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 4, "no temporary file left: {names:?}");
     }
 }
