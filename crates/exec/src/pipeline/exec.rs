@@ -70,7 +70,7 @@ impl<B: Backend> StageRunner<B> {
         let mut io = if links.pp.overlaps() {
             Io::Posted(Transfers::new(links.pp, &mut self.staging, stage, stages))
         } else {
-            Io::Blocking { pp: links.pp, stage, stages }
+            Io::Blocking(links.pp)
         };
         let mut passes = match links.tp {
             [tp] => Passes::Whole(*tp),
@@ -126,17 +126,18 @@ impl<B: Backend> StageRunner<B> {
 /// before it computes and sends that do not wait ([`super::posted`]; the same bytes, so the
 /// same results).
 enum Io<'a, B: Backend> {
-    Blocking { pp: &'a dyn Collective<B>, stage: usize, stages: usize },
+    Blocking(&'a dyn Collective<B>),
     Posted(Transfers<'a, B>),
 }
 
 impl<B: Backend> Io<'_, B> {
     /// Op `i`'s receives into `slot`, before it computes; `next` is the op after it.
     fn receive(&mut self, model: &mut Model<B>, i: usize, op: Op, next: Option<Op>, slot: usize, batches: &[Batch]) {
+        let (stage, stages) = (model.layout.stage, model.layout.stages);
         match self {
-            Io::Blocking { pp, stage, stages } => match op {
-                Op::Forward(k) if *stage > 0 => stage_io::recv_activation(model, *pp, slot, *stage - 1, &batches[k]),
-                Op::Backward(_) if *stage + 1 < *stages => stage_io::recv_grad(model, *pp, slot, *stage + 1),
+            Io::Blocking(pp) => match op {
+                Op::Forward(k) if stage > 0 => stage_io::recv_activation(model, *pp, slot, stage - 1, &batches[k]),
+                Op::Backward(_) if stage + 1 < stages => stage_io::recv_grad(model, *pp, slot, stage + 1),
                 _ => {}
             },
             Io::Posted(io) => {
@@ -158,7 +159,7 @@ impl<B: Backend> Io<'_, B> {
             _ => return,
         };
         match self {
-            Io::Blocking { pp, .. } => stage_io::send(*pp, wires, to),
+            Io::Blocking(pp) => stage_io::send(*pp, wires, to),
             Io::Posted(io) => io.send(&model.be, wires, to),
         }
     }
