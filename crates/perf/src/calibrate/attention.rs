@@ -1,8 +1,6 @@
 //! The CPU engine's causal attention (forward and backward) on this machine at a few head
 //! dimensions and sequence lengths, as the fraction of the fitted GEMM peak it reaches.
 
-use std::time::Instant;
-
 /// (head_dim, seq) points measured: the head widths of the presets, short to long sequences.
 pub const POINTS: &[(usize, usize)] = &[(64, 128), (64, 512), (64, 1024), (128, 128), (128, 512), (128, 1024)];
 
@@ -27,8 +25,8 @@ pub fn executed_flops(head_dim: usize, seq: usize) -> f64 {
 }
 
 /// Time one forward and backward of the engine's attention at `head_dim` × `seq`, in its pool
-/// with the workers held awake as a training step runs them; best of three timed runs, in
-/// executed FLOPs per second.
+/// with the workers held awake as a training step runs them; best of three timed runs
+/// ([`super::best_seconds`]), in executed FLOPs per second.
 pub fn measure_attention(head_dim: usize, seq: usize) -> f64 {
     use boost_tensor::{AttentionBwd, AttnShape, Backend, Mat, MatMut, cpu::Cpu};
     let sh = AttnShape { batch: (TOKENS / seq).max(1), seq, heads: HEADS, kv_heads: HEADS, head_dim };
@@ -40,7 +38,7 @@ pub fn measure_attention(head_dim: usize, seq: usize) -> f64 {
     let mut dqkv = vec![0f32; sh.qkv_len()];
     let mut scratch = vec![0f32; cpu.attention_scratch_len(&sh)];
     let (t, w) = (sh.tokens(), sh.q_width());
-    let mut run = || {
+    let run = || {
         cpu.attention_fwd(MatMut::new(&mut out, t, w), &mut saved, &qkv, sh);
         cpu.attention_bwd(AttentionBwd {
             dqkv: &mut dqkv,
@@ -52,19 +50,7 @@ pub fn measure_attention(head_dim: usize, seq: usize) -> f64 {
             shape: sh,
         });
     };
-    let mut timed = || {
-        boost_tensor::cpu::pool::hold_pool(|| {
-            run();
-            let mut best = f64::MAX;
-            for _ in 0..3 {
-                let t0 = Instant::now();
-                run();
-                best = best.min(t0.elapsed().as_secs_f64().max(1e-7));
-            }
-            best
-        })
-    };
-    let best = timed();
+    let best = super::best_seconds(run);
     std::hint::black_box(&dqkv);
     executed_flops(head_dim, seq) / best
 }

@@ -1,8 +1,6 @@
 //! f32 GEMM throughput of the CPU engine's kernels on this machine over a set of shapes, and the fit of the
 //! `P · Π x/(x+c)` curve to it.
 
-use std::time::Instant;
-
 /// GEMM shapes (M, N, K) measured: large squares for the peak, one small dimension at a time
 /// for the curve, and the shapes of the cola-60m and 1b layers at a few thousand tokens.
 pub const SHAPES: &[(usize, usize, usize)] = &[
@@ -50,27 +48,9 @@ pub fn measure_gemm(m: usize, n: usize, k: usize) -> f64 {
     let mut dst = vec![0f32; m * n];
     let flops = 2.0 * (m * n * k) as f64;
     let be = Cpu::<f32>::new();
-    let timed = |dst: &mut Vec<f32>| {
-        boost_tensor::cpu::pool::hold_pool(|| {
-            let mut run = || be.gemm(MatMut::new(dst, m, n), Mat::new(&lhs, m, k), Mat::new(&rhs, k, n), 1.0, false);
-            run();
-            // Repeat to at least ~60 ms per timed run.
-            let t0 = Instant::now();
-            run();
-            let once = t0.elapsed().as_secs_f64().max(1e-7);
-            let reps = ((0.06 / once).ceil() as usize).clamp(1, 10_000);
-            let mut best = f64::MAX;
-            for _ in 0..3 {
-                let t = Instant::now();
-                for _ in 0..reps {
-                    run();
-                }
-                best = best.min(t.elapsed().as_secs_f64() / reps as f64);
-            }
-            best
-        })
-    };
-    let best = timed(&mut dst);
+    let best = super::best_seconds(|| {
+        be.gemm(MatMut::new(&mut dst, m, n), Mat::new(&lhs, m, k), Mat::new(&rhs, k, n), 1.0, false)
+    });
     std::hint::black_box(&dst);
     flops / best
 }

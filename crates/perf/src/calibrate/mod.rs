@@ -30,6 +30,29 @@ use anyhow::Result;
 use file::{Measured, refuse_existing, write_checked};
 use links::mpi_links_via_mpirun;
 use std::path::Path;
+use std::time::Instant;
+
+/// Seconds of one `run`, in the current pool with its workers held awake as a training step
+/// runs them: after a warm-up call, the best of three timed runs of enough calls to last at
+/// least ~60 ms each.
+fn best_seconds(mut run: impl FnMut() + Send) -> f64 {
+    boost_tensor::cpu::pool::hold_pool(|| {
+        run();
+        let t0 = Instant::now();
+        run();
+        let once = t0.elapsed().as_secs_f64().max(1e-7);
+        let reps = ((0.06 / once).ceil() as usize).clamp(1, 10_000);
+        let mut best = f64::MAX;
+        for _ in 0..3 {
+            let t = Instant::now();
+            for _ in 0..reps {
+                run();
+            }
+            best = best.min(t.elapsed().as_secs_f64() / reps as f64);
+        }
+        best
+    })
+}
 
 /// Run every microbenchmark and write a CPU hardware TOML to `out`; returns the text.
 /// Every measurement is repeated `rounds` times (whole sweeps, so that a busy moment on a
