@@ -16,7 +16,8 @@ pub struct PlotArgs {
     /// The figure: .png or .svg. An existing file is kept unless --force.
     #[arg(long, value_name = "FILE", default_value = "plot.png")]
     pub out: PathBuf,
-    /// Replace --out if it exists.
+    /// Replace --out if it is a figure boost drew (every figure carries a mark: a PNG text
+    /// chunk, an SVG comment); any other file, a link or a folder is kept.
     #[arg(long)]
     pub force: bool,
 }

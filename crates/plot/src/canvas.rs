@@ -1,7 +1,9 @@
 //! Where a figure goes: PNG or SVG chosen by the extension, the embedded font registered once,
 //! and the file written beside its destination and renamed into place, so an existing file is
-//! never half-replaced (and never replaced at all without `force`).
+//! never half-replaced. Without `force` an existing file is kept; with it, only a figure boost
+//! drew (it carries [`crate::mark`]) is replaced.
 
+use crate::mark;
 use anyhow::{Context, Result, anyhow, bail};
 use plotters::coord::Shift;
 use plotters::prelude::*;
@@ -60,6 +62,15 @@ impl Output {
         if self.path.exists() && !self.force {
             bail!("{} already exists; choose another file or pass --force to replace it", self.path.display());
         }
+        // --force replaces a figure boost drew, never another picture under the same name.
+        if self.path.exists() && !mark::is_marked(&self.path) {
+            bail!(
+                "{} was not drawn by boost (it lacks the \"{}\" mark every figure carries); it is kept, \
+                 even with --force: choose another file",
+                self.path.display(),
+                mark::MARK
+            );
+        }
         register_font();
         let dir = match self.path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -83,6 +94,7 @@ impl Output {
             Format::Svg => render(SVGBackend::new(tmp.path(), size).into_drawing_area(), figure),
         };
         drawn.with_context(|| format!("drawing {}", self.path.display()))?;
+        mark::stamp(tmp.path(), matches!(format, Format::Png))?;
         // A temporary file is private (0600); the figure is an ordinary file for its readers.
         #[cfg(unix)]
         {
@@ -155,5 +167,28 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "the user's picture");
         assert_eq!(std::fs::read_link(&dangling).unwrap(), dir.path().join("gone.svg"));
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 3, "no temporary file left");
+    }
+
+    #[test]
+    fn force_replaces_a_figure_boost_drew_and_keeps_any_other_picture() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["figure.png", "figure.svg"] {
+            let path = dir.path().join(name);
+            Output::new(&path, false).write(&Blank).unwrap();
+            assert!(mark::is_marked(&path), "{name}: a drawn figure carries the mark");
+            let e = Output::new(&path, false).write(&Blank).unwrap_err().to_string();
+            assert!(e.contains("already exists"), "{e}");
+            // Ours: replaced with --force (a fresh file, so its inode changes).
+            std::fs::write(&path, [std::fs::read(&path).unwrap(), b"old".to_vec()].concat()).unwrap();
+            Output::new(&path, true).write(&Blank).unwrap();
+            assert!(!std::fs::read(&path).unwrap().ends_with(b"old"), "{name}: replaced");
+            // The user's: a picture of the same format without the mark is kept, byte for byte.
+            let theirs = format!("the user's {name}");
+            std::fs::write(&path, &theirs).unwrap();
+            let e = Output::new(&path, true).write(&Blank).unwrap_err().to_string();
+            assert!(e.contains("not drawn by boost") && e.contains("even with --force"), "{e}");
+            assert_eq!(std::fs::read_to_string(&path).unwrap(), theirs);
+        }
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2, "no temporary file left");
     }
 }

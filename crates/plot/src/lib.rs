@@ -9,6 +9,7 @@
 
 pub mod bars;
 pub mod canvas;
+pub mod mark;
 pub mod metrics;
 pub mod runs;
 

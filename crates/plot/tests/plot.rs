@@ -101,11 +101,17 @@ fn figures_are_png_or_svg_and_never_replace_a_file_unasked() {
     let text = fs::read_to_string(&svg).unwrap();
     assert!(text.starts_with("<svg") && text.contains("cola"), "the SVG holds the run's name as text");
 
-    // An existing file is kept, byte for byte, unless forced.
+    // An existing file is kept, byte for byte, unless forced; forced, only a figure boost drew
+    // is replaced, and a file that is not one is kept even then.
     fs::write(&png, b"mine").unwrap();
     let e = Output::new(&png, false).write(&fig).unwrap_err().to_string();
     assert!(e.contains("already exists") && e.contains("--force"), "{e}");
     assert_eq!(fs::read(&png).unwrap(), b"mine");
+    let e = Output::new(&png, true).write(&fig).unwrap_err().to_string();
+    assert!(e.contains("not drawn by boost"), "{e}");
+    assert_eq!(fs::read(&png).unwrap(), b"mine");
+    fs::remove_file(&png).unwrap();
+    Output::new(&png, false).write(&fig).unwrap();
     Output::new(&png, true).write(&fig).unwrap();
     assert_eq!(&fs::read(&png).unwrap()[1..4], b"PNG");
 

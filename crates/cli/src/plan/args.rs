@@ -102,8 +102,8 @@ pub struct PlanArgs {
     /// extension); with `--paper`, every paper run. An existing file is kept unless --force.
     #[arg(long, value_name = "FILE.png|FILE.svg")]
     pub chart: Option<PathBuf>,
-    /// Replace the --chart file, or an earlier calibration at --calibrate-cpu's path, if it
-    /// exists (never a link, a folder, or a file --calibrate-cpu did not write).
+    /// Replace the --chart file if it is a figure boost drew, or an earlier calibration at
+    /// --calibrate-cpu's path (never a link, a folder, or a file boost did not write).
     #[arg(long, requires = "written")]
     pub force: bool,
     /// Print the BOOST paper's set-up (docs/COST_MODEL.md §7) through the model: times, speedups, 7B per-layer volumes.
