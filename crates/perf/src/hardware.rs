@@ -2,8 +2,9 @@
 //!
 //! GEMM time is a roofline with an efficiency curve by shape:
 //! `t = max(2MNK / (P·η), bytes / (BW·η_mem)) + overhead`, with
-//! `η = η_max · Π_{x ∈ {M, N, K}} x / (x + c)`: every dimension smaller than a few times `c`
-//! (`gemm_half_dim`) costs efficiency, a dimension equal to `c` halves it. `η_max`
+//! `η = η_max · Π_{x ∈ {M, N, K}} x / (x + c_x)`: every dimension smaller than a few times its
+//! `c_x` (`gemm_half_dims`, or one `gemm_half_dim` for all three) costs efficiency, a
+//! dimension equal to it halves it. `η_max`
 //! (`gemm_efficiency`) is the fraction of peak a large square GEMM reaches. Presets with
 //! `sm_count` and `gemm_tiles` (the GPUs) count tiles and waves instead ([`crate::gemm_model`]).
 //! Attention: `t = max(executed FLOPs / (P·η_attn), bytes / (BW·η_mem))`, η_attn from the
@@ -38,8 +39,9 @@ pub struct Hardware {
     pub memory_bytes: f64,
     /// Fraction of `memory_bytes` a run may plan to use.
     pub usable_memory_fraction: f64,
-    /// Ranks are threads on one machine sharing its cores and memory bandwidth
-    /// (the CPU engine's in-process ranks): each rank gets 1/world of compute and bandwidth.
+    /// Ranks are threads on one machine sharing its cores and memory bandwidth (the CPU
+    /// engine's in-process ranks): each rank gets `compute.shared_rank_efficiency` / world of
+    /// compute and bandwidth (1 / world without it).
     pub ranks_share_device: bool,
     pub compute: ComputeSpec,
     pub memory: MemorySpec,
@@ -135,6 +137,18 @@ impl Hardware {
                 bail!("hardware key `{k}` must be a number ≥ 0, got {v}");
             }
         }
+        for (i, h) in c.gemm_half_dims.iter().flatten().enumerate() {
+            if !(*h >= 0.0 && h.is_finite()) {
+                bail!("hardware key `compute.gemm_half_dims` must hold numbers ≥ 0, got {h} at index {i}");
+            }
+        }
+        if let Some(e) = c.shared_rank_efficiency {
+            // Two ranks at once reach at most twice one rank's rate; a figure past it is no
+            // measurement of sharing.
+            if !(e > 0.0 && e <= 2.0) {
+                bail!("hardware key `compute.shared_rank_efficiency` must be in (0, 2], got {e}");
+            }
+        }
         if self.devices_per_node == 0 {
             bail!("devices_per_node must be at least 1");
         }
@@ -172,7 +186,11 @@ pub struct Timer<'a> {
 
 impl<'a> Timer<'a> {
     pub fn new(hw: &'a Hardware, setup: &'a Setup) -> Self {
-        let share = if hw.ranks_share_device { 1.0 / setup.world() as f64 } else { 1.0 };
+        let world = setup.world();
+        let share = match (hw.ranks_share_device, world) {
+            (true, w) if w > 1 => hw.compute.shared_rank_efficiency.unwrap_or(1.0) / w as f64,
+            _ => 1.0,
+        };
         let mut peak = hw.compute.peak_flops;
         if hw.default_dtype() == Dtype::Bf16 && setup.dtype == Dtype::F32 {
             // Without bf16 Tensor Cores a GPU runs f32 GEMMs on TF32 at half the bf16 rate.
@@ -204,9 +222,10 @@ impl<'a> Timer<'a> {
             let p = t.plan(g);
             return g.flops() / (self.peak * (p.compute_s + p.reduce_s));
         }
-        let c = self.hw.compute.gemm_half_dim;
-        let f = |x: u64| x as f64 / (x as f64 + c);
-        self.hw.compute.gemm_efficiency * f(g.m) * f(g.n) * f(g.k)
+        let c = &self.hw.compute;
+        let [cm, cn, ck] = c.gemm_half_dims.unwrap_or([c.gemm_half_dim; 3]);
+        let f = |x: u64, c: f64| x as f64 / (x as f64 + c);
+        c.gemm_efficiency * f(g.m, cm) * f(g.n, cn) * f(g.k, ck)
     }
 
     pub fn gemm(&self, g: &Gemm) -> f64 {

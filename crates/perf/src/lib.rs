@@ -116,3 +116,11 @@ pub fn collective_totals<'a>(
     }
     m
 }
+
+/// The median of a non-empty list (the mean of the middle two for an even length): what the
+/// calibration keeps of its timed runs and `--validate` of a run's steps.
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }
+}

@@ -13,6 +13,10 @@ pub struct ComputeSpec {
     pub gemm_efficiency: f64,
     /// c in the per-dimension factor x / (x + c).
     pub gemm_half_dim: f64,
+    /// [c_M, c_N, c_K]: a c of each dimension's own (a calibration fits them); `gemm_half_dim`
+    /// for all three when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gemm_half_dims: Option<[f64; 3]>,
     /// Fraction of peak the attention kernel reaches on executed FLOPs.
     pub attention_efficiency: f64,
     /// Fixed cost per kernel (launch, tail).
@@ -34,6 +38,11 @@ pub struct ComputeSpec {
     /// for every shape when absent.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attention_table: Vec<AttentionPoint>,
+    /// With `ranks_share_device`: the ranks' summed rate over one rank's alone, as a fraction
+    /// (contention for the cores, caches and memory); each rank gets this over world of the
+    /// device. 1 when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_rank_efficiency: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,6 +6,7 @@
 //! split out (the optimizer is inside `compute_s`) is shown as predicted only.
 
 use crate::hardware::Hardware;
+use crate::median;
 use crate::predict::predict;
 use crate::setup::{Dtype, Setup};
 use anyhow::{Result, bail};
@@ -65,12 +66,6 @@ fn read_samples(run_dir: &Path) -> Result<Vec<Sample>> {
         out.push(s);
     }
     Ok(out)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
 }
 
 /// The run's config, read from `run_dir/config.toml`.

@@ -90,6 +90,25 @@ fn calibration_fit_recovers_a_known_curve() {
 }
 
 #[test]
+fn the_per_dimension_fit_recovers_a_curve_of_three_half_dimensions() {
+    use boost_perf::calibrate::{GemmSample, SHAPES, fit_curve, fit_curve_per_dim};
+    let (p, c) = (200e9, [48.0, 10.0, 6.0]);
+    let f = |x: usize, c: f64| x as f64 / (x as f64 + c);
+    let samples: Vec<GemmSample> = SHAPES
+        .iter()
+        .map(|&(m, n, k)| GemmSample { m, n, k, flops_per_s: p * f(m, c[0]) * f(n, c[1]) * f(k, c[2]) })
+        .collect();
+    let (fp, fc, rms) = fit_curve_per_dim(&samples);
+    assert!((fp / p - 1.0).abs() < 1e-3, "{fp}");
+    for (got, want) in fc.iter().zip(c) {
+        assert!((got - want).abs() < 0.5, "{fc:?} against {c:?}");
+    }
+    assert!(rms < 1e-3, "{rms}");
+    // One c for all three cannot: the per-dimension fit is the better one here.
+    assert!(fit_curve(&samples).2 > 10.0 * rms.max(1e-6));
+}
+
+#[test]
 fn calibration_measures_a_gemm() {
     let r = boost_perf::calibrate::measure_gemm(64, 64, 64);
     assert!(r > 1e8, "{r}");
@@ -107,4 +126,69 @@ fn chart_renders_a_png() {
     let bytes = std::fs::read(&path).unwrap();
     assert_eq!(&bytes[1..4], b"PNG");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The cpu preset with `lines` added to its `[compute]` section.
+fn cpu_with(lines: &str) -> anyhow::Result<Hardware> {
+    let text = boost_perf::hardware::PRESETS.iter().find(|(n, _)| *n == "cpu").unwrap().1;
+    Hardware::from_toml_str(&text.replacen("[compute]\n", &format!("[compute]\n{lines}\n"), 1))
+}
+
+#[test]
+fn the_shared_rank_and_per_dimension_keys_are_refused_out_of_range_by_key() {
+    for bad in ["shared_rank_efficiency = 0.0", "shared_rank_efficiency = 2.5", "shared_rank_efficiency = nan"] {
+        let e = cpu_with(bad).unwrap_err().to_string();
+        assert!(e.contains("compute.shared_rank_efficiency"), "{bad}: {e}");
+    }
+    let e = cpu_with("gemm_half_dims = [1.0, -2.0, 3.0]").unwrap_err().to_string();
+    assert!(e.contains("compute.gemm_half_dims") && e.contains("index 1"), "{e}");
+    assert!(cpu_with("shared_rank_efficiency = 0.9\ngemm_half_dims = [50.0, 10.0, 0.0]").is_ok());
+}
+
+#[test]
+fn ranks_sharing_a_device_each_get_its_shared_efficiency_over_world() {
+    let plain = cpu_with("").unwrap();
+    let shared = cpu_with("shared_rank_efficiency = 0.8").unwrap();
+    let one = Setup::preset("cola-60m", boost_config::Arch::Full).unwrap();
+    let two = Setup { dp: 2, ..one.clone() };
+    let g = Gemm {
+        label: "x".into(),
+        phase: boost_perf::ops::Phase::Forward,
+        role: boost_perf::ops::GemmRole::Forward,
+        m: 2048,
+        n: 512,
+        k: 512,
+        batch: 1,
+        dtype_bytes: 4,
+        redundant: false,
+    };
+    let overhead = plain.compute.kernel_overhead_s;
+    let t = |hw: &Hardware, s: &Setup| Timer::new(hw, s).gemm(&g) - overhead;
+    // One rank owns the machine: the key changes nothing.
+    assert_eq!(t(&shared, &one), t(&plain, &one));
+    // Two: half of it each without the key, 0.8 of that with it.
+    assert!((t(&plain, &two) / t(&plain, &one) - 2.0).abs() < 1e-12);
+    assert!((t(&shared, &two) / t(&plain, &two) - 1.0 / 0.8).abs() < 1e-12);
+}
+
+#[test]
+fn each_gemm_dimension_reads_its_own_half_dimension() {
+    let hw = cpu_with("gemm_half_dims = [64.0, 0.0, 0.0]").unwrap();
+    let s = Setup::preset("cola-60m", boost_config::Arch::Full).unwrap();
+    let timer = Timer::new(&hw, &s);
+    let g = |m, n, k| Gemm {
+        label: "x".into(),
+        phase: boost_perf::ops::Phase::Forward,
+        role: boost_perf::ops::GemmRole::Forward,
+        m,
+        n,
+        k,
+        batch: 1,
+        dtype_bytes: 4,
+        redundant: false,
+    };
+    let eta = hw.compute.gemm_efficiency;
+    // Only M pays: M = 64 halves the rate, a short N or K costs nothing with c = 0.
+    assert!((timer.gemm_efficiency(&g(64, 8, 8)) - eta * 0.5).abs() < 1e-12);
+    assert!((timer.gemm_efficiency(&g(4096 - 64, 64, 64)) - eta * (4096.0 - 64.0) / 4096.0).abs() < 1e-12);
 }

@@ -121,7 +121,7 @@ pub struct PlanArgs {
     /// Compute threads for `--calibrate-cpu` (0: one per core).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub threads: usize,
-    /// Sweeps of `--calibrate-cpu`; the best of them is kept (use several on a busy machine).
+    /// Sweeps of `--calibrate-cpu`; the median of them is kept (use several on a busy machine).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Predict the training run in RUN_DIR from its config.toml, and set each part of the step

@@ -25,8 +25,8 @@ pub fn executed_flops(head_dim: usize, seq: usize) -> f64 {
 }
 
 /// Time one forward and backward of the engine's attention at `head_dim` × `seq`, in its pool
-/// with the workers held awake as a training step runs them; best of three timed runs
-/// ([`super::best_seconds`]), in executed FLOPs per second.
+/// with the workers held awake as a training step runs them; the median of a few timed runs
+/// ([`super::typical_seconds`]), in executed FLOPs per second.
 pub fn measure_attention(head_dim: usize, seq: usize) -> f64 {
     use boost_tensor::{AttentionBwd, AttnShape, Backend, Mat, MatMut, cpu::Cpu};
     let sh = AttnShape { batch: (TOKENS / seq).max(1), seq, heads: HEADS, kv_heads: HEADS, head_dim };
@@ -50,7 +50,7 @@ pub fn measure_attention(head_dim: usize, seq: usize) -> f64 {
             shape: sh,
         });
     };
-    let best = super::best_seconds(run);
+    let secs = super::typical_seconds(run);
     std::hint::black_box(&dqkv);
-    executed_flops(head_dim, seq) / best
+    executed_flops(head_dim, seq) / secs
 }

@@ -4,22 +4,24 @@ use rayon::prelude::*;
 use std::time::Instant;
 
 /// Bytes per second of a parallel copy (read + write counted) and of `a = b + c`
-/// (two reads, one write), on 64 MiB buffers.
+/// (two reads, one write), on 64 MiB buffers: the median of five passes.
 pub fn measure_bandwidth() -> (f64, f64) {
     let n = 16 << 20;
     let src = vec![1.0f32; n];
     let src2 = vec![2.0f32; n];
     let mut dst = vec![0.0f32; n];
     let chunk = 1 << 16;
+    // The median of five passes after a warm-up one ([`super::typical_seconds`] says why).
     let time = |f: &mut dyn FnMut()| {
         f();
-        let mut best = f64::MAX;
-        for _ in 0..5 {
-            let t = Instant::now();
-            f();
-            best = best.min(t.elapsed().as_secs_f64());
-        }
-        best
+        let passes: Vec<f64> = (0..5)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .collect();
+        crate::median(passes)
     };
     let copy = time(&mut || {
         dst.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(d, s)| d.copy_from_slice(s));

@@ -15,9 +15,9 @@ pub(super) struct Measured {
     pub(super) rounds: usize,
     pub(super) samples: Vec<GemmSample>,
     pub(super) attention: Vec<AttentionSample>,
-    /// The fit: peak P, half dimension c, rms log error.
+    /// The fit: peak P, half dimensions [c_M, c_N, c_K], rms log error.
     pub(super) peak: f64,
-    pub(super) c: f64,
+    pub(super) c: [f64; 3],
     pub(super) rms: f64,
     pub(super) copy_bw: f64,
     pub(super) add_bw: f64,
@@ -26,9 +26,16 @@ pub(super) struct Measured {
 
 impl Measured {
     /// The description of this machine for ranks that are `ranks` (named `name`, of the
-    /// `kind` the description says), with links `link` explained by `comment`.
-    pub(super) fn text(&self, name: &str, ranks: &str, kind: &str, comment: &str, link: &LinkSpec) -> String {
-        format!("{}{}{}{}", self.intro(name, ranks, kind), self.body(), links_toml(comment, link), self.tail())
+    /// `kind` the description says), with links `link` explained by `comment`; `shared`: the
+    /// ranks' aggregate rate over one rank's, where it was measured for such ranks.
+    pub(super) fn text(
+        &self,
+        (name, ranks, kind): (&str, &str, &str),
+        comment: &str,
+        link: &LinkSpec,
+        shared: Option<f64>,
+    ) -> String {
+        format!("{}{}{}{}", self.intro(name, ranks, kind), self.body(shared), links_toml(comment, link), self.tail())
     }
 
     /// The top-level keys, with where they come from.
@@ -38,10 +45,12 @@ impl Measured {
         let mem = memory_total_bytes().unwrap_or(24.0 * (1u64 << 30) as f64);
         let shapes = self.samples.len();
         format!(
-            "{HEADER} ({cores} cores, {threads} threads, f32, best of {rounds} rounds).\n\
-             # Ranks are {ranks} sharing the cores: each gets 1/world of compute and bandwidth.\n\
+            "{HEADER} ({cores} cores, {threads} threads, f32, median of {rounds} rounds).\n\
+             # Ranks are {ranks} sharing the cores: each gets shared_rank_efficiency / world of\n\
+             # compute and bandwidth (1 / world where the key is absent).\n\
              # GEMM: the `gemm` crate (f32, Parallelism::Rayon({threads})) over {shapes} shapes, fitted to\n\
-             #   P · Π x/(x+c); rms log error {rms:.3}. Measured samples are in [calibration].\n\
+             #   P · M/(M+c_M) · N/(N+c_N) · K/(K+c_K); rms log error {rms:.3}. Measured samples are in\n\
+             #   [calibration].\n\
              name = \"{name}\"\n\
              description = \"this machine: {cores} cores, f32 via the gemm crate, {kind}\"\n\
              dtype = \"f32\"\n\
@@ -60,8 +69,18 @@ impl Measured {
     }
 
     /// `[compute]` and `[memory]`.
-    fn body(&self) -> String {
-        let (peak, c, overhead, add_bw) = (self.peak, self.c, self.overhead, self.add_bw);
+    fn body(&self, shared: Option<f64>) -> String {
+        let (peak, [cm, cn, ck], overhead, add_bw) = (self.peak, self.c, self.overhead, self.add_bw);
+        // One figure for readers of the single-c key: the mean of the three.
+        let c = (cm + cn + ck) / 3.0;
+        let shared = match shared {
+            Some(e) => format!(
+                "# Two ranks issuing the same GEMMs at once from their own threads (six step shapes, median):\n\
+                 # their summed rate over one rank's in the held pool [measured].\n\
+                 shared_rank_efficiency = {e:.4}\n"
+            ),
+            None => "# shared_rank_efficiency: not measured for these ranks (1 / world each).\n".to_string(),
+        };
         // Shapes between or beyond the points read the table; the scalar is its middle point.
         let middle = self.attention.get(self.attention.len() / 2).map_or(0.5, |a| self.attention_fraction(a));
         let mut table = String::new();
@@ -73,9 +92,11 @@ impl Measured {
             "[compute]\n\
              peak_flops = {peak:.4e}             # fitted P [measured]\n\
              gemm_efficiency = 1.0                # P is already an achieved rate\n\
-             gemm_half_dim = {c:.1}                # fitted c [measured]\n\
+             gemm_half_dims = [{cm:.1}, {cn:.1}, {ck:.1}]    # fitted c_M, c_N, c_K [measured]\n\
+             gemm_half_dim = {c:.1}                # their mean (read where gemm_half_dims is not)\n\
              attention_efficiency = {middle:.4}        # the table's middle point [measured]\n\
              kernel_overhead_s = {overhead:.3e}    # one small rayon-parallel kernel [measured]\n\
+             {shared}\
              # The engine's causal attention, forward and backward, on executed FLOPs over P [measured].\n\
              attention_table = [\n{table}]\n\
              \n\
@@ -99,7 +120,8 @@ impl Measured {
              # [m, n, k, measured GFLOP/s, fitted GFLOP/s]\n\
              gemm = [\n"
         );
-        let f = |x: usize| x as f64 / (x as f64 + c);
+        let f = |x: usize, c: f64| x as f64 / (x as f64 + c);
+        let [cm, cn, ck] = c;
         for s in &self.samples {
             let _ = writeln!(
                 o,
@@ -108,7 +130,7 @@ impl Measured {
                 s.n,
                 s.k,
                 s.flops_per_s / 1e9,
-                peak * f(s.m) * f(s.n) * f(s.k) / 1e9
+                peak * f(s.m, cm) * f(s.n, cn) * f(s.k, ck) / 1e9
             );
         }
         o.push_str("]\n# [head_dim, seq, measured GFLOP/s]\nattention = [\n");
@@ -191,7 +213,7 @@ mod tests {
             samples: vec![gemm],
             attention,
             peak: 100e9,
-            c: 32.0,
+            c: [32.0, 16.0, 8.0],
             rms: 0.01,
             copy_bw: 10e9,
             add_bw: 12e9,
@@ -200,7 +222,7 @@ mod tests {
     }
 
     fn text() -> String {
-        measured().text("cpu", "threads", "ranks", "test", &LinkSpec { alpha_s: 1e-5, bandwidth: 5e9 })
+        measured().text(("cpu", "threads", "ranks"), "test", &LinkSpec { alpha_s: 1e-5, bandwidth: 5e9 }, Some(0.9))
     }
 
     #[test]
@@ -210,6 +232,19 @@ mod tests {
             hw.compute.attention_table.iter().map(|p| (p.head_dim, p.seq, p.efficiency)).collect();
         assert_eq!(table, vec![(64, 128, 0.2), (64, 512, 0.3), (128, 512, 1.0)]);
         assert_eq!(hw.compute.attention_efficiency, 0.3, "the scalar is the middle point");
+    }
+
+    #[test]
+    fn the_fit_and_the_shared_efficiency_are_the_descriptions_keys() {
+        let hw = crate::hardware::Hardware::from_toml_str(&text()).unwrap();
+        assert_eq!(hw.compute.gemm_half_dims, Some([32.0, 16.0, 8.0]));
+        assert_eq!(hw.compute.shared_rank_efficiency, Some(0.9));
+        assert_eq!(hw.compute.peak_flops, 100e9);
+        // Not measured for these ranks (MPI processes): the key is absent, and says so.
+        let link = LinkSpec { alpha_s: 1e-5, bandwidth: 5e9 };
+        let mpi = measured().text(("cpu-mpi", "processes", "ranks"), "test", &link, None);
+        assert!(mpi.contains("shared_rank_efficiency: not measured"));
+        assert_eq!(crate::hardware::Hardware::from_toml_str(&mpi).unwrap().compute.shared_rank_efficiency, None);
     }
 
     #[test]
@@ -226,7 +261,7 @@ mod tests {
         assert!(e.contains("not a calibration") && e.contains("even with --force"), "{e}");
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "# the user's own file\n");
         // An earlier calibration is replaced with --force.
-        let earlier = text.replace("best of 1 rounds", "best of 3 rounds");
+        let earlier = text.replace("median of 1 rounds", "median of 3 rounds");
         std::fs::write(&path, &earlier).unwrap();
         write_checked(&path, &text, true).unwrap();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), text);

@@ -40,7 +40,8 @@ pub struct GemmSample {
 }
 
 /// Measure one f32 GEMM `(m×k)·(k×n)` (row-major) with the CPU engine's own kernels, in its
-/// pool with the workers held awake as a training step runs them; best of a few timed runs.
+/// pool with the workers held awake as a training step runs them; the median of a few timed
+/// runs ([`super::typical_seconds`]).
 pub fn measure_gemm(m: usize, n: usize, k: usize) -> f64 {
     use boost_tensor::{Backend, Mat, MatMut, cpu::Cpu};
     let lhs: Vec<f32> = (0..m * k).map(|i| ((i % 97) as f32 - 48.0) * 0.01).collect();
@@ -48,31 +49,65 @@ pub fn measure_gemm(m: usize, n: usize, k: usize) -> f64 {
     let mut dst = vec![0f32; m * n];
     let flops = 2.0 * (m * n * k) as f64;
     let be = Cpu::<f32>::new();
-    let best = super::best_seconds(|| {
+    let secs = super::typical_seconds(|| {
         be.gemm(MatMut::new(&mut dst, m, n), Mat::new(&lhs, m, k), Mat::new(&rhs, k, n), 1.0, false)
     });
     std::hint::black_box(&dst);
-    flops / best
+    flops / secs
+}
+
+/// The values of c the fits try: every half up to 64, every 4 up to 1024.
+fn grid() -> impl Iterator<Item = f64> {
+    (0..128).map(|i| i as f64 * 0.5).chain((16..=256).map(|i| i as f64 * 4.0))
+}
+
+/// The best P for half dimensions `c` (the geometric mean of measured / Π f) and the rms log
+/// error it leaves.
+fn eval(samples: &[GemmSample], [cm, cn, ck]: [f64; 3]) -> (f64, f64) {
+    let f = |x: usize, c: f64| x as f64 / (x as f64 + c);
+    let logs: Vec<f64> =
+        samples.iter().map(|s| s.flops_per_s.ln() - (f(s.m, cm) * f(s.n, cn) * f(s.k, ck)).ln()).collect();
+    let lp = logs.iter().sum::<f64>() / logs.len() as f64;
+    let err = logs.iter().map(|l| (l - lp).powi(2)).sum::<f64>() / logs.len() as f64;
+    (lp.exp(), err.sqrt())
 }
 
 /// Fit (P, c) of `P · Π x/(x+c)` to the samples; returns (P, c, rms log error).
 pub fn fit_curve(samples: &[GemmSample]) -> (f64, f64, f64) {
-    let f = |x: usize, c: f64| x as f64 / (x as f64 + c);
-    let eval = |c: f64| {
-        let logs: Vec<f64> =
-            samples.iter().map(|s| s.flops_per_s.ln() - (f(s.m, c) * f(s.n, c) * f(s.k, c)).ln()).collect();
-        let lp = logs.iter().sum::<f64>() / logs.len() as f64;
-        let err = logs.iter().map(|l| (l - lp).powi(2)).sum::<f64>() / logs.len() as f64;
-        (lp.exp(), err.sqrt())
-    };
     let mut best = (0.0, f64::MAX, 0.0);
-    let mut c = 0.0;
-    while c <= 1024.0 {
-        let (p, e) = eval(c);
+    for c in grid() {
+        let (p, e) = eval(samples, [c; 3]);
         if e < best.1 {
             best = (c, e, p);
         }
-        c += if c < 64.0 { 0.5 } else { 4.0 };
     }
     (best.2, best.0, best.1)
+}
+
+/// Fit (P, [c_m, c_n, c_k]) of `P · M/(M+c_m) · N/(N+c_n) · K/(K+c_k)`: a GEMM library loses
+/// more to a short M (rows of the output, each row block's packing) than to a short K, so one
+/// c for all three fits this machine's kernels worse. From the single-c fit, each c in turn
+/// takes its best value on the grid with the other two held, until none moves. Returns
+/// (P, [c_m, c_n, c_k], rms log error).
+pub fn fit_curve_per_dim(samples: &[GemmSample]) -> (f64, [f64; 3], f64) {
+    let (_, c, _) = fit_curve(samples);
+    let mut cs = [c; 3];
+    let mut err = eval(samples, cs).1;
+    for _ in 0..32 {
+        let before = cs;
+        for d in 0..3 {
+            for c in grid() {
+                let mut t = cs;
+                t[d] = c;
+                let e = eval(samples, t).1;
+                if e < err {
+                    (cs, err) = (t, e);
+                }
+            }
+        }
+        if cs == before {
+            break;
+        }
+    }
+    (eval(samples, cs).0, cs, err)
 }

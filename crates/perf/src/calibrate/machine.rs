@@ -17,8 +17,9 @@ pub fn cache_dir() -> Option<PathBuf> {
 }
 
 /// What a calibration measures, numbered: a file of an earlier number lacks a measurement
-/// (version 2 added attention), so it is left as it is and a new one is made beside it.
-const FORMAT: u32 = 2;
+/// (version 2 added attention; 3 the shared-rank efficiency, medians for bests and a c per
+/// GEMM dimension), so it is left as it is and a new one is made beside it.
+const FORMAT: u32 = 3;
 
 /// The file name of this machine's calibration: CPU model, threads and [`FORMAT`], in plain
 /// characters.
@@ -92,7 +93,7 @@ mod tests {
 
     #[test]
     fn the_file_is_named_for_the_cpu_and_threads_in_plain_characters() {
-        assert_eq!(file_name("AMD EPYC 9R45 (Zen 5)", 2), "cpu-amd-epyc-9r45-zen-5-2t-v2.toml");
-        assert_eq!(file_name("unknown", 16), "cpu-unknown-16t-v2.toml");
+        assert_eq!(file_name("AMD EPYC 9R45 (Zen 5)", 2), "cpu-amd-epyc-9r45-zen-5-2t-v3.toml");
+        assert_eq!(file_name("unknown", 16), "cpu-unknown-16t-v3.toml");
     }
 }

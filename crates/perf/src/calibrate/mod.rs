@@ -3,10 +3,11 @@
 //! dimension and sequence, copy and elementwise bandwidth, and the fixed cost of one parallel
 //! kernel.
 //!
-//! Fitting: with `f(x) = x / (x + c)`, the model says `GFLOP/s(M, N, K) = P · f(M)·f(N)·f(K)`.
-//! For each c on a grid, the best P is the geometric mean of `measured / (f(M)f(N)f(K))`; the c
-//! with the least squared log error wins. The file then has `peak_flops = P`,
-//! `gemm_efficiency = 1` (P is already an achieved rate) and `gemm_half_dim = c`.
+//! Fitting: with `f(x; c) = x / (x + c)`, the model says
+//! `GFLOP/s(M, N, K) = P · f(M; c_M)·f(N; c_N)·f(K; c_K)`. For given c's, the best P is the
+//! geometric mean of `measured / Π f`; the c's with the least squared log error win (a grid
+//! search of one c for all three, then of each in turn). The file then has `peak_flops = P`,
+//! `gemm_efficiency = 1` (P is already an achieved rate) and `gemm_half_dims = [c_M, c_N, c_K]`.
 //!
 //! Collectives: [`calibrate_collectives`] times the in-process all-reduce of two ranks and
 //! fits α and β; [`calibrate_mpi_collectives`] does the same between two MPI processes (run
@@ -18,92 +19,112 @@ mod file;
 mod gemm;
 mod links;
 mod machine;
+mod shared;
 
 pub use attention::{AttentionSample, measure_attention};
 pub use bandwidth::{measure_bandwidth, measure_kernel_overhead};
-pub use gemm::{GemmSample, SHAPES, fit_curve, measure_gemm};
+pub use gemm::{GemmSample, SHAPES, fit_curve, fit_curve_per_dim, measure_gemm};
 pub use links::{calibrate_collectives, calibrate_mpi_collectives};
 pub use machine::{cache_dir, this_machine};
+pub use shared::measure_shared_efficiency;
 
 use crate::hardware::LinkSpec;
+use crate::median;
 use anyhow::Result;
 use file::{Measured, refuse_existing, write_checked};
 use links::mpi_links_via_mpirun;
 use std::path::Path;
 use std::time::Instant;
 
+/// Timed runs per measurement; the median is kept.
+const TIMED_RUNS: usize = 5;
+
 /// Seconds of one `run`, in the current pool with its workers held awake as a training step
-/// runs them: after a warm-up call, the best of three timed runs of enough calls to last at
-/// least ~60 ms each.
-fn best_seconds(mut run: impl FnMut() + Send) -> f64 {
+/// runs them: after a warm-up call, the median of [`TIMED_RUNS`] timed runs of enough calls to
+/// last at least ~60 ms each. The median, not the best: a step runs at the rate this machine
+/// sustains, busy moments of a shared host included, and the benchmarks quote step medians.
+fn typical_seconds(mut run: impl FnMut() + Send) -> f64 {
     boost_tensor::cpu::pool::hold_pool(|| {
         run();
         let t0 = Instant::now();
         run();
         let once = t0.elapsed().as_secs_f64().max(1e-7);
         let reps = ((0.06 / once).ceil() as usize).clamp(1, 10_000);
-        let mut best = f64::MAX;
-        for _ in 0..3 {
-            let t = Instant::now();
-            for _ in 0..reps {
-                run();
-            }
-            best = best.min(t.elapsed().as_secs_f64() / reps as f64);
-        }
-        best
+        let runs: Vec<f64> = (0..TIMED_RUNS)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..reps {
+                    run();
+                }
+                t.elapsed().as_secs_f64() / reps as f64
+            })
+            .collect();
+        median(runs)
     })
 }
 
 /// Run every microbenchmark and write a CPU hardware TOML to `out`; returns the text.
-/// Every measurement is repeated `rounds` times (whole sweeps, so that a busy moment on a
-/// shared machine hits one round, not all) and the best of the rounds is kept.
+/// Every measurement is repeated `rounds` times (whole sweeps) and the median of the rounds is
+/// kept: the rate the machine sustains, as a step sees it.
 pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool, force: bool) -> Result<String> {
     // Refuse before measuring, not after minutes of it.
     refuse_existing(out, force)?;
     let threads = if threads == 0 { rayon::current_num_threads() } else { threads };
     let rounds = rounds.max(1);
-    let mut samples: Vec<GemmSample> =
-        SHAPES.iter().map(|&(m, n, k)| GemmSample { m, n, k, flops_per_s: 0.0 }).collect();
-    let mut attention: Vec<AttentionSample> =
-        attention::POINTS.iter().map(|&(head_dim, seq)| AttentionSample { head_dim, seq, flops_per_s: 0.0 }).collect();
-    let (mut copy_bw, mut add_bw, mut overhead) = (0.0f64, 0.0f64, f64::MAX);
+    // Every round's figure of every measurement; the median of the rounds is kept.
+    let mut gemm_rounds: Vec<Vec<f64>> = vec![Vec::new(); SHAPES.len()];
+    let mut attention_rounds: Vec<Vec<f64>> = vec![Vec::new(); attention::POINTS.len()];
+    let (mut copy, mut add, mut launch, mut shared) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    // In-process ranks share the process's global pool, so their measurement needs it.
+    let global = threads == rayon::current_num_threads();
     // Every measurement runs on one pool of `threads` workers, made once.
     let mut sweep = || {
         for round in 0..rounds {
-            for s in samples.iter_mut() {
-                let r = measure_gemm(s.m, s.n, s.k);
+            for (&(m, n, k), figures) in SHAPES.iter().zip(gemm_rounds.iter_mut()) {
+                let r = measure_gemm(m, n, k);
                 if verbose {
-                    eprintln!("round {round}: gemm {:>5} × {:>5} × {:>5}: {:7.1} GFLOP/s", s.m, s.n, s.k, r / 1e9);
+                    eprintln!("round {round}: gemm {m:>5} × {n:>5} × {k:>5}: {:7.1} GFLOP/s", r / 1e9);
                 }
-                s.flops_per_s = s.flops_per_s.max(r);
+                figures.push(r);
             }
-            for a in attention.iter_mut() {
-                let r = measure_attention(a.head_dim, a.seq);
+            for (&(head_dim, seq), figures) in attention::POINTS.iter().zip(attention_rounds.iter_mut()) {
+                let r = measure_attention(head_dim, seq);
                 if verbose {
-                    eprintln!(
-                        "round {round}: attention head_dim {:>3} seq {:>5}: {:7.1} GFLOP/s",
-                        a.head_dim,
-                        a.seq,
-                        r / 1e9
-                    );
+                    eprintln!("round {round}: attention head_dim {head_dim:>3} seq {seq:>5}: {:7.1} GFLOP/s", r / 1e9);
                 }
-                a.flops_per_s = a.flops_per_s.max(r);
+                figures.push(r);
             }
             let (c, a) = measure_bandwidth();
-            copy_bw = copy_bw.max(c);
-            add_bw = add_bw.max(a);
-            overhead = overhead.min(measure_kernel_overhead());
+            copy.push(c);
+            add.push(a);
+            launch.push(measure_kernel_overhead());
+            if global {
+                let e = measure_shared_efficiency();
+                if verbose {
+                    eprintln!("round {round}: {} ranks at once reach {e:.3} of one rank's GEMM rate", shared::CALLERS);
+                }
+                shared.push(e);
+            }
         }
     };
-    if threads == rayon::current_num_threads() {
+    if global {
         sweep();
     } else {
         rayon::ThreadPoolBuilder::new().num_threads(threads).build()?.install(sweep);
     }
-    let (peak, c, rms) = fit_curve(&samples);
+    let samples: Vec<GemmSample> =
+        SHAPES.iter().zip(gemm_rounds).map(|(&(m, n, k), f)| GemmSample { m, n, k, flops_per_s: median(f) }).collect();
+    let attention: Vec<AttentionSample> = attention::POINTS
+        .iter()
+        .zip(attention_rounds)
+        .map(|(&(head_dim, seq), f)| AttentionSample { head_dim, seq, flops_per_s: median(f) })
+        .collect();
+    let (copy_bw, add_bw, overhead) = (median(copy), median(add), median(launch));
+    let shared_efficiency = (!shared.is_empty()).then(|| median(shared));
+    let (peak, c, rms) = fit_curve_per_dim(&samples);
     if verbose {
         eprintln!(
-            "fit: P = {:.1} GFLOP/s, c = {c:.1}, rms log error {rms:.3}; copy {:.1} GB/s, add {:.1} GB/s; kernel {:.1} µs",
+            "fit: P = {:.1} GFLOP/s, c_M, c_N, c_K = {c:?}, rms log error {rms:.3}; copy {:.1} GB/s, add {:.1} GB/s; kernel {:.1} µs",
             peak / 1e9,
             copy_bw / 1e9,
             add_bw / 1e9,
@@ -119,17 +140,17 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool, f
             LinkSpec { alpha_s: 20e-6, bandwidth: copy_bw / 2.0 },
         ),
     };
-    let text = measured.text("cpu", "threads of one process", "in-process ranks", comment, &link);
+    let kind = ("cpu", "threads of one process", "in-process ranks");
+    let text = measured.text(kind, comment, &link, shared_efficiency);
     write_checked(out, &text, force)?;
     if let Some(mpi) = mpi_links_via_mpirun(verbose) {
         let path = out
             .with_file_name(format!("{}-mpi.toml", out.file_stem().map(|s| s.to_string_lossy()).unwrap_or_default()));
         let mpi_text = measured.text(
-            "cpu-mpi",
-            "MPI processes on this machine",
-            "one MPI process per rank (mpirun)",
+            ("cpu-mpi", "MPI processes on this machine", "one MPI process per rank (mpirun)"),
             "MPI all-reduce between two processes: α from a 1-element call, β from 16 MiB [measured].",
             &mpi,
+            None,
         );
         write_checked(&path, &mpi_text, force)?;
         if verbose {
@@ -142,4 +163,15 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool, f
         }
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_median_is_the_middle_figure_whatever_the_order() {
+        assert_eq!(crate::median(vec![5.0, 1.0, 3.0]), 3.0);
+        assert_eq!(crate::median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        // One slow pass (a busy moment) moves a best-of but not the median much.
+        assert_eq!(crate::median(vec![1.0, 1.1, 9.0, 1.05, 0.95]), 1.05);
+    }
 }
