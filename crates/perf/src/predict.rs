@@ -274,7 +274,9 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
             mean.plus(&b);
         }
     }
-    let StageMicroBatch { time: mb, gemm_flops, exec_flops, forward, backward } = stages.swap_remove(slowest_stage);
+    // Executed FLOPs of one micro-batch over every stage: each stage runs its own layers.
+    let stages_exec_flops: f64 = stages.iter().map(|b| b.exec_flops).sum();
+    let StageMicroBatch { time: mb, gemm_flops, exec_flops: _, forward, backward } = stages.swap_remove(slowest_stage);
     let m = s.accumulation as f64;
     let (mut total, bubble) =
         if shared { (mean, 0.0) } else { (mb.clone(), (s.pp as f64 - 1.0) * (mb.total() - mb.pp_comm_s)) };
@@ -316,7 +318,7 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
     let all_peak = timer.peak_flops() * s.world() as f64;
     let model_flops = model_flops_per_token(s) * tokens;
     let world = s.world() as f64;
-    let hardware_flops = exec_flops * m * world;
+    let hardware_flops = stages_exec_flops * m * (world / s.pp as f64);
     let gemm_utilization = if mb.gemm_s > 0.0 { gemm_flops / (mb.gemm_s * timer.peak_flops()) } else { 0.0 };
     let flops = Flops {
         model_flops,

@@ -339,3 +339,24 @@ fn tp_chunks_hide_tp_collectives_behind_the_other_chunks_compute() {
     let e = s.validate().unwrap_err().to_string();
     assert!(e.contains("parallel.tp_chunks") && e.contains("train.micro_batch"), "{e}");
 }
+
+#[test]
+fn hardware_flops_of_a_pipeline_are_its_stages_summed_not_the_slowest_counted_pp_times() {
+    // The last stage holds the LM head, so counting it once per stage overstated HFU (113 % on
+    // the cpu preset's full-rank pp2, against 80 % on one stage).
+    let hw = Hardware::preset("cpu").unwrap();
+    for arch in [Arch::Full, Arch::Cola] {
+        let scheme = if arch == Arch::Full { Scheme::Megatron } else { Scheme::Btp };
+        let mut one = setup("cola-60m", arch, scheme, 1);
+        one.accumulation = 2;
+        let two = Setup { pp: 2, ..one.clone() };
+        let (a, b) = (predict(&one, &hw).flops, predict(&two, &hw).flops);
+        assert!(
+            (b.hardware_flops / a.hardware_flops - 1.0).abs() < 1e-9,
+            "{arch:?}: {} vs {}",
+            b.hardware_flops,
+            a.hardware_flops
+        );
+        assert!(b.hfu <= 1.0 && b.hfu >= b.mfu * 0.99, "{arch:?}: HFU {} MFU {}", b.hfu, b.mfu);
+    }
+}
