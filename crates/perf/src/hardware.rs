@@ -171,6 +171,12 @@ impl Hardware {
     }
 }
 
+/// The curve's factor for a GEMM of dimensions `[M, N, K]` with half dimensions
+/// `[c_M, c_N, c_K]`: `Π x/(x + c_x)` (the calibration fits it, the timer reads it).
+pub fn shape_factor(c: [f64; 3], dims: [u64; 3]) -> f64 {
+    dims.iter().zip(c).map(|(&x, c)| x as f64 / (x as f64 + c)).product()
+}
+
 /// Times ops of one set-up on one hardware.
 pub struct Timer<'a> {
     pub hw: &'a Hardware,
@@ -223,9 +229,7 @@ impl<'a> Timer<'a> {
             return g.flops() / (self.peak * (p.compute_s + p.reduce_s));
         }
         let c = &self.hw.compute;
-        let [cm, cn, ck] = c.gemm_half_dims.unwrap_or([c.gemm_half_dim; 3]);
-        let f = |x: u64, c: f64| x as f64 / (x as f64 + c);
-        c.gemm_efficiency * f(g.m, cm) * f(g.n, cn) * f(g.k, ck)
+        c.gemm_efficiency * shape_factor(c.gemm_half_dims.unwrap_or([c.gemm_half_dim; 3]), [g.m, g.n, g.k])
     }
 
     pub fn gemm(&self, g: &Gemm) -> f64 {

@@ -1,23 +1,12 @@
 //! The GPU presets' GEMM tile model and attention table (docs/COST_MODEL.md §6), and cluster
 //! files without them.
 
+mod common;
+
 use boost_config::Arch;
 use boost_perf::paper::{CASES, Variant, paper_setup};
 use boost_perf::*;
-
-fn gemm(m: u64, n: u64, k: u64) -> Gemm {
-    Gemm {
-        label: "g".into(),
-        phase: Phase::Forward,
-        role: GemmRole::Forward,
-        m,
-        n,
-        k,
-        batch: 1,
-        dtype_bytes: 2,
-        redundant: false,
-    }
-}
+use common::gemm;
 
 fn bf16_setup() -> Setup {
     let mut s = Setup::preset("7b", Arch::Cola).unwrap();

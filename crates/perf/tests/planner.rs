@@ -1,9 +1,12 @@
 //! The planner: search, hardware files, calibration fit, chart (the arguments of `boost plan`
 //! are tested in boost-cli).
 
+mod common;
+
 use boost_config::{Arch, Recompute};
 use boost_perf::search::{SearchOptions, search};
 use boost_perf::*;
+use common::gemm;
 
 #[test]
 fn search_ranks_feasible_layouts_first() {
@@ -151,17 +154,7 @@ fn ranks_sharing_a_device_each_get_its_shared_efficiency_over_world() {
     let shared = cpu_with("shared_rank_efficiency = 0.8").unwrap();
     let one = Setup::preset("cola-60m", boost_config::Arch::Full).unwrap();
     let two = Setup { dp: 2, ..one.clone() };
-    let g = Gemm {
-        label: "x".into(),
-        phase: boost_perf::ops::Phase::Forward,
-        role: boost_perf::ops::GemmRole::Forward,
-        m: 2048,
-        n: 512,
-        k: 512,
-        batch: 1,
-        dtype_bytes: 4,
-        redundant: false,
-    };
+    let g = gemm(2048, 512, 512);
     let overhead = plain.compute.kernel_overhead_s;
     let t = |hw: &Hardware, s: &Setup| Timer::new(hw, s).gemm(&g) - overhead;
     // One rank owns the machine: the key changes nothing.
@@ -176,17 +169,7 @@ fn each_gemm_dimension_reads_its_own_half_dimension() {
     let hw = cpu_with("gemm_half_dims = [64.0, 0.0, 0.0]").unwrap();
     let s = Setup::preset("cola-60m", boost_config::Arch::Full).unwrap();
     let timer = Timer::new(&hw, &s);
-    let g = |m, n, k| Gemm {
-        label: "x".into(),
-        phase: boost_perf::ops::Phase::Forward,
-        role: boost_perf::ops::GemmRole::Forward,
-        m,
-        n,
-        k,
-        batch: 1,
-        dtype_bytes: 4,
-        redundant: false,
-    };
+    let g = gemm;
     let eta = hw.compute.gemm_efficiency;
     // Only M pays: M = 64 halves the rate, a short N or K costs nothing with c = 0.
     assert!((timer.gemm_efficiency(&g(64, 8, 8)) - eta * 0.5).abs() < 1e-12);

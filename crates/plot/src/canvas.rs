@@ -59,11 +59,12 @@ impl Output {
         if self.path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
             bail!("{} is a link; it is kept, even with --force: name the figure's own file", self.path.display());
         }
-        if self.path.exists() && !self.force {
+        let exists = self.path.exists();
+        if exists && !self.force {
             bail!("{} already exists; choose another file or pass --force to replace it", self.path.display());
         }
         // --force replaces a figure boost drew, never another picture under the same name.
-        if self.path.exists() && !mark::is_marked(&self.path) {
+        if exists && !mark::is_marked(&self.path) {
             bail!(
                 "{} was not drawn by boost (it lacks the \"{}\" mark every figure carries); it is kept, \
                  even with --force: choose another file",

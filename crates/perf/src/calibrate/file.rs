@@ -3,7 +3,7 @@
 
 use super::attention::AttentionSample;
 use super::gemm::GemmSample;
-use crate::hardware::LinkSpec;
+use crate::hardware::{LinkSpec, shape_factor};
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -120,8 +120,6 @@ impl Measured {
              # [m, n, k, measured GFLOP/s, fitted GFLOP/s]\n\
              gemm = [\n"
         );
-        let f = |x: usize, c: f64| x as f64 / (x as f64 + c);
-        let [cm, cn, ck] = c;
         for s in &self.samples {
             let _ = writeln!(
                 o,
@@ -130,7 +128,7 @@ impl Measured {
                 s.n,
                 s.k,
                 s.flops_per_s / 1e9,
-                peak * f(s.m, cm) * f(s.n, cn) * f(s.k, ck) / 1e9
+                peak * shape_factor(c, s.dims()) / 1e9
             );
         }
         o.push_str("]\n# [head_dim, seq, measured GFLOP/s]\nattention = [\n");

@@ -1,6 +1,9 @@
 //! f32 GEMM throughput of the CPU engine's kernels on this machine over a set of shapes, and the fit of the
 //! `P · Π x/(x+c)` curve to it.
 
+use crate::hardware::shape_factor;
+use boost_tensor::{Backend, Mat, MatMut, cpu::Cpu};
+
 /// GEMM shapes (M, N, K) measured: large squares for the peak, one small dimension at a time
 /// for the curve, and the shapes of the cola-60m and 1b layers at a few thousand tokens.
 pub const SHAPES: &[(usize, usize, usize)] = &[
@@ -39,21 +42,56 @@ pub struct GemmSample {
     pub flops_per_s: f64,
 }
 
-/// Measure one f32 GEMM `(m×k)·(k×n)` (row-major) with the CPU engine's own kernels, in its
-/// pool with the workers held awake as a training step runs them; the median of a few timed
-/// runs ([`super::typical_seconds`]).
+impl GemmSample {
+    /// `[M, N, K]`, as [`shape_factor`] takes them.
+    pub fn dims(&self) -> [u64; 3] {
+        [self.m as u64, self.n as u64, self.k as u64]
+    }
+}
+
+/// One f32 GEMM `(m×k)·(k×n)` (row-major) on operands of its own, with the CPU engine's kernels,
+/// called as often as a measurement needs.
+pub(super) struct Product {
+    m: usize,
+    n: usize,
+    k: usize,
+    lhs: Vec<f32>,
+    rhs: Vec<f32>,
+    dst: Vec<f32>,
+    be: Cpu<f32>,
+}
+
+impl Product {
+    pub(super) fn new(m: usize, n: usize, k: usize) -> Self {
+        let lhs = (0..m * k).map(|i| ((i % 97) as f32 - 48.0) * 0.01).collect();
+        let rhs = (0..k * n).map(|i| ((i % 89) as f32 - 44.0) * 0.01).collect();
+        Product { m, n, k, lhs, rhs, dst: vec![0f32; m * n], be: Cpu::<f32>::new() }
+    }
+
+    pub(super) fn call(&mut self) {
+        let (m, n, k) = (self.m, self.n, self.k);
+        self.be.gemm(
+            MatMut::new(&mut self.dst, m, n),
+            Mat::new(&self.lhs, m, k),
+            Mat::new(&self.rhs, k, n),
+            1.0,
+            false,
+        );
+        std::hint::black_box(&self.dst);
+    }
+
+    pub(super) fn flops(&self) -> f64 {
+        2.0 * (self.m * self.n * self.k) as f64
+    }
+}
+
+/// Measure one f32 GEMM `(m×k)·(k×n)` with the CPU engine's own kernels, in its pool with the
+/// workers held awake as a training step runs them; the median of a few timed runs
+/// ([`super::typical_seconds`]).
 pub fn measure_gemm(m: usize, n: usize, k: usize) -> f64 {
-    use boost_tensor::{Backend, Mat, MatMut, cpu::Cpu};
-    let lhs: Vec<f32> = (0..m * k).map(|i| ((i % 97) as f32 - 48.0) * 0.01).collect();
-    let rhs: Vec<f32> = (0..k * n).map(|i| ((i % 89) as f32 - 44.0) * 0.01).collect();
-    let mut dst = vec![0f32; m * n];
-    let flops = 2.0 * (m * n * k) as f64;
-    let be = Cpu::<f32>::new();
-    let secs = super::typical_seconds(|| {
-        be.gemm(MatMut::new(&mut dst, m, n), Mat::new(&lhs, m, k), Mat::new(&rhs, k, n), 1.0, false)
-    });
-    std::hint::black_box(&dst);
-    flops / secs
+    let mut product = Product::new(m, n, k);
+    let secs = super::typical_seconds(|| product.call());
+    product.flops() / secs
 }
 
 /// The values of c the fits try: every half up to 64, every 4 up to 1024.
@@ -63,10 +101,8 @@ fn grid() -> impl Iterator<Item = f64> {
 
 /// The best P for half dimensions `c` (the geometric mean of measured / Π f) and the rms log
 /// error it leaves.
-fn eval(samples: &[GemmSample], [cm, cn, ck]: [f64; 3]) -> (f64, f64) {
-    let f = |x: usize, c: f64| x as f64 / (x as f64 + c);
-    let logs: Vec<f64> =
-        samples.iter().map(|s| s.flops_per_s.ln() - (f(s.m, cm) * f(s.n, cn) * f(s.k, ck)).ln()).collect();
+fn eval(samples: &[GemmSample], c: [f64; 3]) -> (f64, f64) {
+    let logs: Vec<f64> = samples.iter().map(|s| s.flops_per_s.ln() - shape_factor(c, s.dims()).ln()).collect();
     let lp = logs.iter().sum::<f64>() / logs.len() as f64;
     let err = logs.iter().map(|l| (l - lp).powi(2)).sum::<f64>() / logs.len() as f64;
     (lp.exp(), err.sqrt())

@@ -3,9 +3,8 @@
 //! and holds its workers awake. Contention for the cores, caches and memory, and the workers'
 //! sleeps between kernels, make the ranks' aggregate rate differ from one caller's.
 
-use super::gemm::measure_gemm;
+use super::gemm::{Product, measure_gemm};
 use crate::median;
-use boost_tensor::{Backend, Mat, MatMut, cpu::Cpu};
 use std::sync::Barrier;
 use std::time::Instant;
 
@@ -41,22 +40,16 @@ fn together(m: usize, n: usize, k: usize) -> f64 {
         let callers: Vec<_> = (0..CALLERS)
             .map(|_| {
                 s.spawn(|| {
-                    let lhs: Vec<f32> = (0..m * k).map(|i| ((i % 97) as f32 - 48.0) * 0.01).collect();
-                    let rhs: Vec<f32> = (0..k * n).map(|i| ((i % 89) as f32 - 44.0) * 0.01).collect();
-                    let mut dst = vec![0f32; m * n];
-                    let be = Cpu::<f32>::new();
-                    let mut call =
-                        || be.gemm(MatMut::new(&mut dst, m, n), Mat::new(&lhs, m, k), Mat::new(&rhs, k, n), 1.0, false);
-                    call();
+                    let mut product = Product::new(m, n, k);
+                    product.call();
                     start.wait();
                     let t = Instant::now();
                     let mut calls = 0u64;
                     while t.elapsed().as_secs_f64() < WINDOW_S {
-                        call();
+                        product.call();
                         calls += 1;
                     }
-                    std::hint::black_box(&dst);
-                    2.0 * (m * n * k) as f64 * calls as f64 / t.elapsed().as_secs_f64()
+                    product.flops() * calls as f64 / t.elapsed().as_secs_f64()
                 })
             })
             .collect();
