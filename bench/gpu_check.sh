@@ -11,7 +11,7 @@
 #   train  `boost train` on the demo corpus (data/ must be there): cuda against cpu, one rank,
 #          and a tp2 grid whose ranks share the GPU (collectives staged through the host); a
 #          dp2 ZeRO-1 pair on the GPU (50 steps), overlap on against off, must match bit for bit
-#   bench  examples/cuda_bench against bench/torch_peer_cuda.py, same shape, same GPU; then
+#   bench  examples/cuda_bench against bench/torch_peer_cuda.py, same shape (BENCH_SHAPE), same GPU; then
 #          a kernel-by-kernel profile of CoLA at each seq:micro_batch of PROFILE_SHAPES
 #          (default 256:8)
 #   cpu    the host CPU: every test binary of the workspace but boost-cuda's (the gemm
@@ -158,7 +158,9 @@ if has bench; then
     # Configurations arch:micro_batch:dtype[:seq] (BENCH_CONFIGS), each run BENCH_REPEAT times,
     # boost and PyTorch alternated.
     configs=${BENCH_CONFIGS:-cola:8:bf16 cola:8:fp32 cola:32:bf16 cola:32:fp32 full:8:bf16 full:8:fp32 full:32:bf16 full:32:fp32}
-    shape=(--d 512 --d-ff 1376 --layers 8 --heads 8 --rank 128 --vocab 8192)
+    # BENCH_SHAPE: the model's flags, the same for cuda_bench and the peer (default cola-60m's
+    # shape at vocabulary 8192); the paper's 1B and larger run through bench/gpu_paper.sh.
+    read -r -a shape <<<"${BENCH_SHAPE:---d 512 --d-ff 1376 --layers 8 --heads 8 --rank 128 --vocab 8192}"
     for cfg in $configs; do
         IFS=: read -r arch mb dtype seq <<<"$cfg"
         seq=${seq:-256}

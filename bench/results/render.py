@@ -7,7 +7,8 @@ and the headline table of README.md (standard library only).
 
 Each table sits between `<!-- results:NAME -->` and `<!-- /results -->` in its file; the text
 around the markers is left alone. NAME is a record group (cpu, gpu, parallel, other) in
-docs/PERFORMANCE.md, or `headline` in README.md (the records with a `readme` position).
+docs/PERFORMANCE.md, `gpu-paper` there (the device benchmark's records, below), or `headline`
+in README.md (the records with a `readme` position).
 
 A record (schema boost-bench-record/1) is either written by `boost bench --record FILE` or
 transcribed from an earlier document, naming it in `source`. Fields read here: id, title,
@@ -15,6 +16,10 @@ group, command, commit, source, machine {cpu, simd, gpu, threads}, statistic, fi
 [{name, value, unit, runs}], headline, readme. A record written by `boost bench --record` has
 figures per architecture instead ({arch, vs_torch, mfu, ...}); they are turned into the same
 form.
+
+A device benchmark record (schema boost-gpu-paper/1, bench/gpu_paper.sh's gpu_paper.json,
+committed under bench/results/) is a table of its own, one row per measured shape;
+`render.py --gpu-paper FILE` prints that table for any such file (the dry run's included).
 """
 
 import json
@@ -26,10 +31,17 @@ ROOT = HERE.parent.parent
 MAX_CELL = 300
 
 
+GPU_PAPER = "boost-gpu-paper/1"
+
+
 def load_records():
     records = []
     for path in sorted(HERE.glob("*.json")):
         r = json.loads(path.read_text(encoding="utf-8"))
+        if r.get("schema") == GPU_PAPER:
+            r["_file"] = path.name
+            records.append(r)
+            continue
         if r.get("schema") != "boost-bench-record/1":
             sys.exit(f"{path}: not a boost-bench-record/1")
         r.setdefault("id", path.stem)
@@ -112,6 +124,72 @@ def group_table(records, group, link_prefix):
     return "\n".join(lines)
 
 
+def pct(x):
+    return "–" if x is None else f"{100 * x:+.0f} %"
+
+
+def size(b):
+    if not b:
+        return "–"
+    return f"{b / 2**30:.2f} GiB" if b >= 2**30 else f"{b / 2**20:.1f} MiB"
+
+
+def step_ms(side):
+    return "–" if not side else f"{1e3 * side['step_time_s']:.1f}"
+
+
+def split(side):
+    s = side and side.get("split")
+    if not s:
+        return "–"
+    parts = [s["gemm_s"], s["attention_s"], s["other_s"], s.get("idle_s", 0.0)]
+    total = sum(parts) or 1.0
+    return " / ".join(f"{100 * p / total:.0f}" for p in parts)
+
+
+def gpu_paper_rows(r):
+    """The rows of one device benchmark record: a shape each."""
+    lines = []
+    for s in r["shapes"]:
+        ours, plan = s.get("boost"), s.get("plan") or {}
+        peer = s.get("torch") or s.get("torch_compiled")
+        vs = s.get("vs_torch") or s.get("vs_torch_compiled")
+        who = {"eager": "eager", "compiled": "compiled"}.get(s.get("peer"), "–")
+        dims = s.get("dims") or {}
+        model = f"{s['preset']} as tiny (d {dims.get('d', '?')}, {dims.get('layers', '?')} layers)" if s["model"] == "tiny" else s["model"]
+        fits = "yes" if s.get("fits") else ("no" if s.get("fits") is False else "not run")
+        lines.append(row([
+            model, s["arch"], f"{s['seq']} × {s['micro_batch']}", s["recompute"], fits, step_ms(ours),
+            "–" if not ours else f"{ours['tokens_per_sec']:.0f}",
+            "–" if not ours or ours.get("mfu") is None else f"{100 * ours['mfu']:.1f} %", split(ours),
+            size(ours and ours.get("peak_memory_bytes")), who, step_ms(peer), "–" if vs is None else f"{vs:.2f}×",
+            size(peer and peer.get("peak_memory_bytes")),
+            "–" if not plan else f"{1e3 * plan['step_time_s']:.1f} ({pct(plan.get('step_error'))})",
+            "–" if not plan else f"{size(plan.get('memory_f32_bytes'))} ({pct(plan.get('memory_f32_error'))})",
+        ]))
+    return lines
+
+
+def gpu_paper_table(records, link_prefix):
+    head = [
+        "| model | arch | seq × mb | recompute | fits | boost step (ms) | tokens/s | MFU | GEMM / attention / other / idle (%) "
+        "| peak memory | PyTorch | PyTorch step (ms) | PyTorch / boost | PyTorch peak memory | plan step (ms, error) | plan memory, f32 (error) |",
+        "|" + "---|" * 16,
+    ]
+    chosen = [r for r in records if r.get("schema") == GPU_PAPER]
+    if not chosen:
+        return "No device benchmark record yet: `bench/gpu_paper.sh` writes one on a GPU (see below)."
+    out = []
+    for r in chosen:
+        gpu = ((r.get("probe") or {}).get("engine") or {}).get("name", "GPU not recorded")
+        peak = (r.get("gemm_peak") or {}).get("peak_tflops")
+        link = f"[{r['_file']}]({link_prefix}{r['_file']})" if "_file" in r else "this record"
+        out.append(f"{gpu}, {r['mode']}, commit {r.get('commit') or 'not recorded'}; bf16 GEMM peak "
+                   f"{'–' if peak is None else f'{peak:.3g} TFLOP/s'} (MFU's denominator); {link}.\n")
+        out += head + gpu_paper_rows(r) + [""]
+    return "\n".join(out).rstrip()
+
+
 def headline_table(records, link_prefix):
     lines = ["| what | machine | result | record |", "|---|---|---|---|"]
     chosen = sorted((r for r in records if r.get("readme")), key=lambda r: r["readme"])
@@ -134,11 +212,21 @@ def splice(text, name, table, path):
 
 
 def main():
+    if sys.argv[1:2] == ["--gpu-paper"]:
+        if len(sys.argv) != 3:
+            sys.exit("usage: render.py --gpu-paper FILE")
+        r = json.loads(pathlib.Path(sys.argv[2]).read_text(encoding="utf-8"))
+        if r.get("schema") != GPU_PAPER:
+            sys.exit(f"{sys.argv[2]}: not a {GPU_PAPER} record")
+        print(gpu_paper_table([r], ""))
+        return
     check = "--check" in sys.argv[1:]
     records = load_records()
+    bench_records = [r for r in records if r.get("schema") != GPU_PAPER]
     targets = {
-        ROOT / "docs/PERFORMANCE.md": [(g, group_table(records, g, "../bench/results/")) for g in ("cpu", "gpu", "parallel", "other")],
-        ROOT / "README.md": [("headline", headline_table(records, "bench/results/"))],
+        ROOT / "docs/PERFORMANCE.md": [(g, group_table(bench_records, g, "../bench/results/")) for g in ("cpu", "gpu", "parallel", "other")]
+        + [("gpu-paper", gpu_paper_table(records, "../bench/results/"))],
+        ROOT / "README.md": [("headline", headline_table(bench_records, "bench/results/"))],
     }
     stale = []
     for path, tables in targets.items():

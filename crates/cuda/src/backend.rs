@@ -81,8 +81,9 @@ impl Cuda {
     pub fn is_emulated(&self) -> bool {
         self.inner.emulated
     }
-    /// The most bytes of device buffers held at once so far (the GPU's memory pool; None on
-    /// the emulator).
+    /// The most bytes of device buffers held at once so far: the GPU's memory pool's
+    /// high-water mark, or the emulator's count of its buffers (None where the driver has no
+    /// stream-ordered allocator).
     pub fn peak_memory_bytes(&self) -> Option<u64> {
         self.dev().peak_bytes()
     }

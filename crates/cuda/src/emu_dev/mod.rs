@@ -5,6 +5,8 @@
 use crate::device::{Compute, DType, Device, Gemm, Launch, Mem, P};
 use crate::probe::DeviceInfo;
 use std::ffi::{CString, c_char, c_int, c_ulong};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 unsafe extern "C" {
     fn boost_emu_launch(name: *const c_char, grid: *const u32, block: *const u32, p: *const P, sync: c_int) -> c_int;
@@ -15,9 +17,20 @@ unsafe extern "C" {
     fn boost_emu_check_buffer(inside: *const u8, who: *const c_char);
 }
 
-/// Zeroed host memory with a fixed address, between inaccessible pages (`boost_emu_alloc`).
+/// Zeroed host memory with a fixed address, between inaccessible pages (`boost_emu_alloc`),
+/// counted in its device's bytes held until it is dropped.
 struct HostMem {
     ptr: *mut u8,
+    bytes: u64,
+    held: Arc<Held>,
+}
+
+/// Bytes of device buffers held now and at most so far: the emulator's stand-in for the
+/// GPU memory pool's high-water mark, so that memory is measured on machines without a GPU.
+#[derive(Default)]
+struct Held {
+    now: AtomicU64,
+    peak: AtomicU64,
 }
 // SAFETY: the memory is only reached through the device's serialised operations.
 unsafe impl Send for HostMem {}
@@ -27,11 +40,13 @@ impl Drop for HostMem {
     fn drop(&mut self) {
         // SAFETY: allocated by boost_emu_alloc, freed once.
         unsafe { boost_emu_free(self.ptr) }
+        self.held.now.fetch_sub(self.bytes, Ordering::Relaxed);
     }
 }
 
 pub(crate) struct EmuDev {
     info: DeviceInfo,
+    held: Arc<Held>,
 }
 
 impl EmuDev {
@@ -56,7 +71,7 @@ impl EmuDev {
             nccl: false,
             nvrtc: false,
         };
-        Self { info }
+        Self { info, held: Arc::default() }
     }
 }
 
@@ -107,7 +122,10 @@ impl Device for EmuDev {
         // SAFETY: a plain allocation.
         let ptr = unsafe { boost_emu_alloc(bytes.max(16) as c_ulong) };
         assert!(!ptr.is_null(), "emulator: out of memory for {bytes} bytes");
-        Mem { ptr: ptr as u64, bytes, _owner: Box::new(HostMem { ptr }) }
+        let now = self.held.now.fetch_add(bytes as u64, Ordering::Relaxed) + bytes as u64;
+        self.held.peak.fetch_max(now, Ordering::Relaxed);
+        let owner = HostMem { ptr, bytes: bytes as u64, held: self.held.clone() };
+        Mem { ptr: ptr as u64, bytes, _owner: Box::new(owner) }
     }
     fn upload(&self, dst: u64, src: &[u8]) {
         // SAFETY: dst is device memory of at least src.len() bytes (checked by the caller's views).
@@ -158,6 +176,9 @@ impl Device for EmuDev {
         unsafe { boost_emu_check_buffer(g.c as *const u8, c"the emulated GEMM".as_ptr()) }
     }
     fn sync(&self) {}
+    fn peak_bytes(&self) -> Option<u64> {
+        Some(self.held.peak.load(Ordering::Relaxed))
+    }
 }
 
 #[cfg(test)]

@@ -248,3 +248,20 @@ fn reads_just_outside_an_array_are_nan() {
     assert_eq!(unsafe { launch_raw("emu_check_read_outside", at, &p, false) }, 0);
     assert!(out[..3].iter().all(|x| x.is_nan()), "read {:?}, not NaN", &out[..3]);
 }
+
+/// The emulator's high-water mark counts the bytes held at once: two buffers held together,
+/// then one freed and a smaller one taken, leave the peak at the two together.
+#[test]
+fn peak_bytes_is_the_most_held_at_once() {
+    let dev = EmuDev::new();
+    assert_eq!(dev.peak_bytes(), Some(0));
+    let a = dev.alloc(1000);
+    let b = dev.alloc(3000);
+    assert_eq!(dev.peak_bytes(), Some(4000));
+    drop(b);
+    let c = dev.alloc(500);
+    assert_eq!(dev.peak_bytes(), Some(4000), "freed bytes are not held");
+    assert_eq!(dev.held.now.load(Ordering::Relaxed), 1500);
+    drop((a, c));
+    assert_eq!(dev.held.now.load(Ordering::Relaxed), 0);
+}
