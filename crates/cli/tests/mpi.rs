@@ -43,7 +43,7 @@ fn four_processes_match_the_in_process_run() {
     }
     assert!(b.join("checkpoints/step-00000004/model.safetensors").is_file());
     // The gradients too: bit-identical to the in-process grid, and the single rank's within
-    // DESIGN.md's fp32 bound (norm-wise 1e-5; only summation order differs).
+    // docs/TESTING.md's fp32 bound (norm-wise 1e-5; only summation order differs).
     let (ga, gb) = (grads(&a, 1), grads(&b, 1));
     assert_grads_close(&gb, &ga, 0.0);
     assert_grads_close(&gb, &grads(&single, 1), 1e-5);

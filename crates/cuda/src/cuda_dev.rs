@@ -36,6 +36,13 @@ pub fn compile_with_nvrtc(arch: &str) -> Result<PtxFiles, String> {
     Ok(nvrtc_images(arch)?.into_iter().map(|(f, p)| (f, p.to_src())).collect())
 }
 
+/// Whether libnvrtc.so.13 can be loaded: a failed compile where it can is the kernels' fault,
+/// never a missing library.
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries to open the library.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
 /// PTX text per kernel file.
 type PtxFiles = Vec<(&'static str, String)>;
 

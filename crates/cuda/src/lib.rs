@@ -63,7 +63,7 @@ pub use backend::{Cuda, Precision};
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 pub use buf::{CudaBuf, CudaIds, DType};
 #[cfg(feature = "cuda")]
-pub use cuda_dev::compile_with_nvrtc;
+pub use cuda_dev::{compile_with_nvrtc, nvrtc_present};
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 pub use host_staged::HostStaged;
 #[cfg(feature = "cuda")]

@@ -1,9 +1,14 @@
 //! The NVRTC fallback compiles every kernel file (needs libnvrtc.so.13 on the library path,
-//! not a GPU; skipped without it).
+//! not a GPU; skipped only when that library cannot be loaded: a kernel that stops compiling
+//! under NVRTC fails here).
 #![cfg(feature = "cuda")]
 
 #[test]
 fn nvrtc_compiles_every_kernel_file() {
+    if !boost_cuda::nvrtc_present() {
+        eprintln!("SKIPPED: libnvrtc.so.13 cannot be loaded (put its lib folder on LD_LIBRARY_PATH)");
+        return;
+    }
     for arch in ["compute_80", "compute_90"] {
         match boost_cuda::compile_with_nvrtc(arch) {
             Ok(ptx) => {
@@ -14,10 +19,6 @@ fn nvrtc_compiles_every_kernel_file() {
                     }
                 }
                 eprintln!("NVRTC compiled {} kernel files for {arch}", ptx.len());
-            }
-            Err(e) if e.contains("nvrtc") || e.contains("NVRTC") || e.contains("Unable to dynamically load") => {
-                eprintln!("SKIPPED: {e}");
-                return;
             }
             Err(e) => panic!("{e}"),
         }

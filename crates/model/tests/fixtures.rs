@@ -1,5 +1,5 @@
 //! The CPU engine against the PyTorch fixtures (float64). f64 agrees to 1e-10: only the
-//! summation order differs. f32 is held to DESIGN.md's fp32 bounds, 1e-5 on ‖a−b‖/‖b‖ (sums
+//! summation order differs. f32 is held to docs/TESTING.md's fp32 bounds, 1e-5 on ‖a−b‖/‖b‖ (sums
 //! of K ≤ 512 terms carry ~√K·u ≈ 1e-6) and on max|a−b|/max|b|.
 
 use boost_tensor::cpu::Cpu;

@@ -101,9 +101,9 @@ fn a_mix_trains_alike_on_one_and_two_data_parallel_ranks() {
     let run2 = format!("run.dir={}", root.path().join("run2").display());
     let two = train(common::config(root.path(), &[&m, &run2, "parallel.dp=2"]), quiet).unwrap();
     // The same 8 sequences per step in both layouts; only the order of the gradient sum
-    // differs (fp32 rounding), so the losses agree to 1e-4 relative.
+    // differs (fp32 rounding), so the losses agree to 1e-5 relative (docs/TESTING.md).
     for (a, b) in one.losses.iter().zip(&two.losses) {
-        assert!((a - b).abs() <= 1e-4 * a.abs(), "{:?} vs {:?}", one.losses, two.losses);
+        assert!((a - b).abs() <= 1e-5 * a.abs(), "{:?} vs {:?}", one.losses, two.losses);
     }
     // And differ from training on the first dataset alone: the blend is in the batches.
     let run3 = format!("run.dir={}", root.path().join("run3").display());

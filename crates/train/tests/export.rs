@@ -1,9 +1,15 @@
 //! An exported checkpoint loads in the PyTorch reference and reproduces the engine's logits;
 //! it also loads in Hugging Face transformers (a full-rank model as a plain
 //! `LlamaForCausalLM`, a low-rank one through its shipped custom code), reproduces the logits
-//! there, generates, and its tokenizer loads with `AutoTokenizer`. The reference needs
-//! `python3` with `torch`, the second half `transformers` too; without them those halves are
-//! skipped (with a message) and only the folder's contents are checked.
+//! there, generates, and its tokenizer loads with `AutoTokenizer`.
+//!
+//! Where `python3` has `torch` (and `transformers`) the Python side runs live. Everywhere, the
+//! export is held to committed fixtures (tests/fixtures/export/NAME.safetensors): the SHA-256
+//! of the weights in `model.safetensors` and of `config.json` that the reference and
+//! transformers loaded, and the
+//! logits they computed; the export must be those very files and the engine must reproduce
+//! those logits, so the comparison runs without Python too. `BOOST_WRITE_EXPORT_FIXTURES=1`
+//! rewrites them (needs torch and transformers), after a deliberate change to the export.
 
 mod common;
 
@@ -70,7 +76,90 @@ fn read_logits(path: &Path) -> Vec<f64> {
     t.data().chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
+/// What the Python side computed from an export: the files' hashes and the logits.
+struct Fixture {
+    model_sha256: String,
+    config_sha256: String,
+    reference: Vec<f64>,
+    /// transformers' class and logits.
+    transformers: Option<(String, Vec<f64>)>,
+}
+
+fn fixture_path(name: &str) -> PathBuf {
+    repo().join("tests/fixtures/export").join(format!("{name}.safetensors"))
+}
+
+fn f64_view(x: &[f64]) -> Vec<u8> {
+    x.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn write_fixture(name: &str, f: &Fixture) {
+    let (r, t) = (f64_view(&f.reference), f.transformers.as_ref().map(|(_, l)| f64_view(l)));
+    let mut tensors = vec![("reference_logits", TensorView::new(Dtype::F64, vec![f.reference.len()], &r).unwrap())];
+    if let (Some(t), Some((_, l))) = (&t, &f.transformers) {
+        tensors.push(("transformers_logits", TensorView::new(Dtype::F64, vec![l.len()], t).unwrap()));
+    }
+    let mut meta = std::collections::HashMap::from([
+        ("model_sha256".to_string(), f.model_sha256.clone()),
+        ("config_sha256".to_string(), f.config_sha256.clone()),
+    ]);
+    if let Some((class, _)) = &f.transformers {
+        meta.insert("transformers_class".to_string(), class.clone());
+    }
+    let path = fixture_path(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, safetensors::serialize(tensors, Some(meta)).unwrap()).unwrap();
+}
+
+fn read_fixture(name: &str) -> Fixture {
+    let path = fixture_path(name);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; make it with BOOST_WRITE_EXPORT_FIXTURES=1 where python3 has torch and transformers",
+            path.display()
+        )
+    });
+    let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
+    let meta = header.metadata().clone().unwrap_or_default();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let floats = |n: &str| -> Option<Vec<f64>> {
+        let t = st.tensor(n).ok()?;
+        Some(t.data().chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect())
+    };
+    Fixture {
+        model_sha256: meta["model_sha256"].clone(),
+        config_sha256: meta["config_sha256"].clone(),
+        reference: floats("reference_logits").unwrap(),
+        transformers: meta.get("transformers_class").map(|c| (c.clone(), floats("transformers_logits").unwrap())),
+    }
+}
+
+/// SHA-256 of a safetensors file's tensors (names, dtypes, shapes, bytes, in name order): what
+/// a loader reads, without the header's metadata (which names the checkpoint it came from).
+fn weights_sha256(path: &Path) -> String {
+    use sha2::{Digest, Sha256};
+    let bytes = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut names = st.names();
+    names.sort();
+    let mut h = Sha256::new();
+    for n in names {
+        let t = st.tensor(n).unwrap();
+        h.update(format!("{n} {:?} {:?}\n", t.dtype(), t.shape()).as_bytes());
+        h.update(t.data());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// ‖a − b‖ / ‖b‖.
+fn rel(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let diff = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f64>().sqrt();
+    diff / b.iter().map(|y| y * y).sum::<f64>().sqrt()
+}
+
 fn case(root: &Path, sets: &[&str], peers: Peers, tokenizer: Option<&Path>) {
+    let short = sets.join(",").replace(['=', '.', ','], "_");
     let sets: Vec<String> =
         ["model.d=32", "model.d_ff=48", "model.layers=2", "model.heads=4", "model.rank=8", "model.vocab=61"]
             .iter()
@@ -106,46 +195,77 @@ fn case(root: &Path, sets: &[&str], peers: Peers, tokenizer: Option<&Path>) {
     }
     assert_eq!(st.len(), m.store.pieces.len());
 
-    if !peers.torch {
-        return;
-    }
     let (b, s) = (2, 7);
     let ids: Vec<u32> = (0..b * s).map(|i| (i * 13 % 61) as u32).collect();
     let ours = m.logits(&Solo, &ids, b, s);
-    write_ids(&dir.join("ids.safetensors"), &ids, b, s);
-    let res = Command::new("python3")
-        .arg(repo().join("tests/reference/check_export.py"))
-        .args([&out, &dir.join("ids.safetensors"), &dir.join("logits.safetensors")])
-        .output()
-        .unwrap();
-    assert!(res.status.success(), "check_export.py failed: {}", String::from_utf8_lossy(&res.stderr));
-    let theirs = read_logits(&dir.join("logits.safetensors"));
-    // f32 engine against the f64 reference on the same (f32) weights: fp32 rounding only.
-    let diff = ours.iter().zip(&theirs).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
-    let norm = theirs.iter().map(|b| b * b).sum::<f64>().sqrt();
-    assert!(diff / norm < 1e-5, "{name}: export logits differ from the engine's by {:.2e}", diff / norm);
-
-    if !peers.transformers {
-        return;
-    }
-    let (hf_logits, report) = transformers_logits(&out, &dir.join("ids.safetensors"), &dir);
+    let (model_sha256, config_sha256) = (
+        weights_sha256(&out.join("model.safetensors")),
+        boost_data::checksum::sha256_file(&out.join("config.json")).unwrap(),
+    );
     let want = if cfg.model.arch == boost_config::Arch::Full { "LlamaForCausalLM" } else { "BoostForCausalLM" };
-    assert_eq!(report["class"], want, "{name}: {report}");
-    // f32 engine against f32 PyTorch on the same weights: fp32 rounding only (as above).
-    let diff = ours.iter().zip(&hf_logits).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
-    assert!(diff / norm < 1e-5, "{name}: transformers' logits differ from the engine's by {:.2e}", diff / norm);
-    eprintln!("{name}: transformers {want}, logits within {:.1e} of the engine's", diff / norm);
-    if tokenizer.is_some() {
-        assert_eq!(report["tokenizer"]["eos"], "<|endoftext|>", "{name}: {report}");
-        assert!(report["tokenizer"]["hello"].as_array().is_some_and(|a| !a.is_empty()), "{name}: {report}");
+    // f32 engine against the f64 reference, and against f32 PyTorch in transformers, on the
+    // same (f32) weights: fp32 rounding only (docs/TESTING.md).
+    let tol = 1e-5;
+    let mut live = None;
+    if peers.torch {
+        write_ids(&dir.join("ids.safetensors"), &ids, b, s);
+        let res = Command::new("python3")
+            .arg(repo().join("tests/reference/check_export.py"))
+            .args([&out, &dir.join("ids.safetensors"), &dir.join("logits.safetensors")])
+            .output()
+            .unwrap();
+        assert!(res.status.success(), "check_export.py failed: {}", String::from_utf8_lossy(&res.stderr));
+        let theirs = read_logits(&dir.join("logits.safetensors"));
+        assert!(
+            rel(&ours, &theirs) < tol,
+            "{name}: export logits differ from the engine's by {:.2e}",
+            rel(&ours, &theirs)
+        );
+        let mut transformers = None;
+        if peers.transformers {
+            let (hf_logits, report) = transformers_logits(&out, &dir.join("ids.safetensors"), &dir);
+            assert_eq!(report["class"], want, "{name}: {report}");
+            let r = rel(&ours, &hf_logits);
+            assert!(r < tol, "{name}: transformers' logits differ from the engine's by {r:.2e}");
+            eprintln!("{name}: transformers {want}, logits within {r:.1e} of the engine's");
+            if tokenizer.is_some() {
+                assert_eq!(report["tokenizer"]["eos"], "<|endoftext|>", "{name}: {report}");
+                assert!(report["tokenizer"]["hello"].as_array().is_some_and(|a| !a.is_empty()), "{name}: {report}");
+            }
+            transformers = Some((want.to_string(), hf_logits));
+        }
+        live = Some(Fixture {
+            model_sha256: model_sha256.clone(),
+            config_sha256: config_sha256.clone(),
+            reference: theirs,
+            transformers,
+        });
     }
+    if std::env::var_os("BOOST_WRITE_EXPORT_FIXTURES").is_some() {
+        let f = live.expect("BOOST_WRITE_EXPORT_FIXTURES needs python3 with torch and transformers");
+        assert!(f.transformers.is_some(), "BOOST_WRITE_EXPORT_FIXTURES needs python3 with transformers");
+        write_fixture(&short, &f);
+    }
+    // Without Python too: these are the files the reference and transformers loaded, and the
+    // engine reproduces what they computed from them.
+    let f = read_fixture(&short);
+    let changed = "the export changed since its fixture was made; after checking the change, rewrite the \
+                   fixtures with BOOST_WRITE_EXPORT_FIXTURES=1 where python3 has torch and transformers";
+    assert_eq!(model_sha256, f.model_sha256, "{name}: model.safetensors: {changed}");
+    assert_eq!(config_sha256, f.config_sha256, "{name}: config.json: {changed}");
+    let r = rel(&ours, &f.reference);
+    assert!(r < tol, "{name}: the engine's logits differ from the committed reference logits by {r:.2e}");
+    let (class, hf) = f.transformers.as_ref().expect("the fixture holds transformers' logits");
+    assert_eq!(class, want, "{name}: the fixture's transformers class");
+    let r = rel(&ours, hf);
+    assert!(r < tol, "{name}: the engine's logits differ from the committed transformers logits by {r:.2e}");
 }
 
 #[test]
 fn exports_load_in_the_pytorch_reference() {
     let torch = torch_available();
     if !torch {
-        eprintln!("python3 with torch is not available: checking the export folders only");
+        eprintln!("python3 with torch is not available: the export is checked against the committed fixtures only");
     }
     let transformers = torch && python_has("transformers");
     if torch && !transformers {

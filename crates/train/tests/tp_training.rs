@@ -2,7 +2,7 @@
 //! layout: a run saved under one (dp, pp, tp, scheme) continues under another with the
 //! losses of the uninterrupted run. A failing rank stops the run with an error naming it.
 //!
-//! Tolerance: fp32, rtol 1e-5 on each step's loss (DESIGN.md: sharding reorders fp32 sums,
+//! Tolerance: fp32, rtol 1e-5 on each step's loss (docs/TESTING.md: sharding reorders fp32 sums,
 //! ~1e-6 relative; Adam then amplifies differences only slowly over a few steps).
 
 mod common;

@@ -124,7 +124,7 @@ fn bad_input_names_the_problem() {
 }
 
 /// `--dump-grads` writes a step's whole gradients; a (tp, pp) grid and a ZeRO-1 data-parallel
-/// run dump the single rank's, within the fp32 bound of DESIGN.md (only summation order
+/// run dump the single rank's, within the fp32 bound of docs/TESTING.md (only summation order
 /// differs: norm-wise 1e-5). The first step: later ones also see Adam amplify rounding
 /// differences of the weights (its first update is about lr·sign(g)).
 #[test]

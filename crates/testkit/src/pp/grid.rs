@@ -52,21 +52,21 @@ pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, case: &Case, ove
 }
 
 /// The gradient of piece `p` this rank holds: all of it, or under ZeRO-1 only the elements
-/// in this replica's shard of the reduced buffer (NaN elsewhere).
-fn held_grads<E: Backend>(m: &Model<E>, opt: &Optimizer<E>, p: &boost_model::params::Piece) -> Vec<f64> {
+/// in this replica's shard of the reduced buffer (None elsewhere).
+fn held_grads<E: Backend>(m: &Model<E>, opt: &Optimizer<E>, p: &boost_model::params::Piece) -> Vec<Option<f64>> {
     match opt {
-        Optimizer::Replicated(_) => m.be.read_mat(p.slot.of(&m.store.grads)),
+        Optimizer::Replicated(_) => m.be.read_mat(p.slot.of(&m.store.grads)).into_iter().map(Some).collect(),
         Optimizer::Zero1(z) => {
             let own = z.owned(p.slot.buf, m.store.bufs[p.slot.buf].len);
             // The reduced shard sits at its own offsets of the staging buffer.
             let n = own.len().max(1);
             let shard: Vec<f64> = m.be.read_mat(Mat::at(z.shard_grads(p.slot.buf), own.start, 1, n, n));
-            let mut out = vec![f64::NAN; p.rows.len() * p.cols.len()];
+            let mut out = vec![None; p.rows.len() * p.cols.len()];
             for r in 0..p.slot.rows {
                 for q in 0..p.slot.cols {
                     let e = p.slot.off + r * p.slot.ld + q;
                     if own.contains(&e) {
-                        out[r * p.slot.cols + q] = shard[e - own.start];
+                        out[r * p.slot.cols + q] = Some(shard[e - own.start]);
                     }
                 }
             }

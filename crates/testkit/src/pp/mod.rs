@@ -59,7 +59,9 @@ pub fn parity<E: Backend>(engine: &Engine<E>, which: Sweep, tol: f64) {
     }
 }
 
-type Out = (f64, Vec<(Piece, Vec<f64>)>);
+/// A rank's loss and, per parameter piece, the gradient elements it holds (None: outside its
+/// ZeRO-1 shard; a held element is never a stand-in, so a NaN gradient fails the checks).
+type Out = (f64, Vec<(Piece, Vec<Option<f64>>)>);
 
 fn batches(v: usize, m: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
     (0..m)
@@ -70,7 +72,7 @@ fn batches(v: usize, m: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
         .collect()
 }
 
-fn reference<E: Backend>(engine: &Engine<E>, cfg: &Config, mbs: usize) -> Out {
+fn reference<E: Backend>(engine: &Engine<E>, cfg: &Config, mbs: usize) -> (f64, Vec<(Piece, Vec<f64>)>) {
     let mut m = Model::new(engine.backend(), &cfg.model, Layout::single(&cfg.model), SEED).unwrap();
     let scale = 1.0 / (mbs * B * S) as f64;
     let mut loss = 0.0;
@@ -93,7 +95,7 @@ pub fn overlap_is_bit_identical<E: Backend>(engine: &Engine<E>, which: Sweep) {
         for (rank, (a, b)) in on.iter().zip(&off).enumerate() {
             assert_eq!(a.0.to_bits(), b.0.to_bits(), "{what}: rank {rank}: loss {} with overlap, {} without", a.0, b.0);
             for ((p, ga), (_, gb)) in a.1.iter().zip(&b.1) {
-                let same = ga.iter().zip(gb).all(|(x, y)| x.to_bits() == y.to_bits());
+                let same = ga.iter().zip(gb).all(|(x, y)| x.map(f64::to_bits) == y.map(f64::to_bits));
                 assert!(same, "{what}: rank {rank}: gradient of {} differs with overlap", p.name);
             }
         }
@@ -120,14 +122,25 @@ fn check<E: Backend>(engine: &Engine<E>, case: &Case, tol: f64) {
         let diff = full.iter().zip(rg).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
         let norm = rg.iter().map(|b| b * b).sum::<f64>().sqrt().max(1e-300);
         assert!(diff / norm <= tol, "{what}: grad {} differs by {:.2e}", rp.name, diff / norm);
+        // Element by element too: a rounding error grows with the element and with the sums of
+        // typical-size products that make it, so each may be off by tol · (|b| + rms(b)); a
+        // few wrong elements of a large tensor can hide inside the norm-wise bound.
+        let rms = norm / (rg.len() as f64).sqrt();
+        for (i, (a, b)) in full.iter().zip(rg).enumerate() {
+            assert!(
+                (a - b).abs() <= tol * (b.abs() + rms),
+                "{what}: grad {} element {i}: {a} vs {b} (rms {rms:.3e})",
+                rp.name
+            );
+        }
     }
 }
 
-/// The global gradient of `rp` from every rank's rectangles (NaN elements are outside the
-/// rank's ZeRO-1 shard); copies held by several ranks must agree bit-for-bit.
+/// The global gradient of `rp` from every rank's rectangles; every element must be held by
+/// some rank, be finite, and copies held by several ranks must agree bit-for-bit.
 fn assemble(what: &str, rp: &Piece, outs: &[Out]) -> Vec<f64> {
     let (r, c) = rp.matrix_shape();
-    let mut full = vec![f64::NAN; r * c];
+    let mut full: Vec<Option<f64>> = vec![None; r * c];
     let mut held = 0;
     for (_, pieces) in outs {
         for (p, g) in pieces.iter().filter(|(p, _)| p.name == rp.name) {
@@ -135,23 +148,24 @@ fn assemble(what: &str, rp: &Piece, outs: &[Out]) -> Vec<f64> {
             let w = p.cols.len();
             for (k, row) in p.rows.clone().enumerate() {
                 for (j, col) in p.cols.clone().enumerate() {
-                    let x = g[k * w + j];
-                    if x.is_nan() {
-                        continue; // not in this ZeRO-1 shard
-                    }
+                    let Some(x) = g[k * w + j] else { continue }; // not in this ZeRO-1 shard
+                    assert!(x.is_finite(), "{what}: {}: element ({row},{col}) is {x}", rp.name);
                     let slot = &mut full[row * c + col];
                     assert!(
-                        slot.is_nan() || *slot == x,
-                        "{what}: {}: copies disagree at ({row},{col}): {slot} vs {x}",
+                        slot.is_none_or(|s| s.to_bits() == x.to_bits()),
+                        "{what}: {}: copies disagree at ({row},{col}): {slot:?} vs {x}",
                         rp.name
                     );
-                    *slot = x;
+                    *slot = Some(x);
                 }
             }
         }
     }
-    assert!(held > 0 && full.iter().all(|x| !x.is_nan()), "{what}: {} is not fully held", rp.name);
-    full
+    assert!(held > 0, "{what}: no rank holds {}", rp.name);
+    full.iter()
+        .enumerate()
+        .map(|(i, x)| x.unwrap_or_else(|| panic!("{what}: {} element {i} is held by no rank", rp.name)))
+        .collect()
 }
 
 /// A small model of `layers` layers with `sets` on top, as `--set` strings.
