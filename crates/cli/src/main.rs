@@ -56,7 +56,6 @@ enum Command {
     /// Plot runs' loss, learning rate, throughput and time split, overlaid (PNG or SVG).
     Plot(plot::PlotArgs),
     /// Print docs/CONFIG.md or docs/CLI.md, generated from the code.
-    #[command(hide = true)]
     Reference(reference::ReferenceArgs),
 }
 

@@ -107,10 +107,9 @@ pub fn config_md() -> String {
     out
 }
 
-/// docs/CLI.md: the top-level help, then every visible subcommand's `--help`.
+/// docs/CLI.md: the top-level help, then every visible subcommand's `--help`, each exactly as
+/// the binary prints it (clap's own `--help` output, not a re-rendering).
 pub fn cli_md(cli: clap::Command) -> String {
-    let mut cli = cli.term_width(100).max_term_width(100);
-    cli.build();
     let mut out = String::new();
     out.push_str("# Command reference\n\n");
     out.push_str(&format!("<!-- Generated from the code; do not edit. Regenerate with `{CLI_COMMAND}`. -->\n\n"));
@@ -126,16 +125,20 @@ pub fn cli_md(cli: clap::Command) -> String {
         let about = s.get_about().map(|a| a.to_string()).unwrap_or_default();
         out.push_str(&format!("| [`boost {}`](#boost-{}) | {} |\n", s.get_name(), s.get_name(), cell(&about)));
     }
-    out.push_str(&format!("\n## `boost`\n\n```text\n{}```\n", help(&cli)));
+    out.push_str(&format!("\n## `boost`\n\n```text\n{}```\n", help(&cli, &[])));
     for s in subs {
-        out.push_str(&format!("\n## `boost {}`\n\n```text\n{}```\n", s.get_name(), help(s)));
+        out.push_str(&format!("\n## `boost {}`\n\n```text\n{}```\n", s.get_name(), help(&cli, &[s.get_name()])));
     }
     out
 }
 
-/// A command's long help, without trailing spaces.
-fn help(cmd: &clap::Command) -> String {
-    let text = cmd.clone().term_width(100).max_term_width(100).render_long_help().to_string();
+/// What `boost ARGS --help` prints, without trailing spaces.
+fn help(cli: &clap::Command, args: &[&str]) -> String {
+    let argv = std::iter::once("boost").chain(args.iter().copied()).chain(["--help"]);
+    let text = match cli.clone().try_get_matches_from(argv) {
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelp => e.render().to_string(),
+        other => panic!("boost {} --help did not print help: {:?}", args.join(" "), other.err()),
+    };
     let mut out = String::new();
     for line in text.trim_end().lines() {
         out.push_str(line.trim_end());

@@ -46,3 +46,22 @@ fn config_reference_names_every_key() {
         assert!(out.contains(&format!("| `{key}` |")), "{key} missing from docs/CONFIG.md");
     }
 }
+
+/// docs/CLI.md shows each command's help as the binary prints it: every section of the
+/// generated page is exactly what `boost CMD --help` writes (trailing spaces aside).
+#[test]
+fn cli_reference_is_what_help_prints() {
+    let page = String::from_utf8(run(boost().args(["reference", "cli"])).stdout).unwrap();
+    let mut sections = 0;
+    for part in page.split("\n## `boost").skip(1) {
+        let name = part[..part.find('`').unwrap()].trim();
+        let shown = part.split("```text\n").nth(1).unwrap().split("```").next().unwrap();
+        let mut cmd = boost();
+        cmd.args(name.split_whitespace()).arg("--help");
+        let printed = String::from_utf8(run(&mut cmd).stdout).unwrap();
+        let printed: String = printed.trim_end().lines().map(|l| format!("{}\n", l.trim_end())).collect();
+        assert_eq!(shown, printed, "boost {name} --help differs from docs/CLI.md's section");
+        sections += 1;
+    }
+    assert!(sections >= 10, "only {sections} sections in the page");
+}

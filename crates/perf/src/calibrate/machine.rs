@@ -58,6 +58,8 @@ pub fn this_machine(name: &str) -> Result<Hardware> {
     let path = dir.join(&file);
     let wanted = if name == "cpu-mpi" { dir.join(file.replace(".toml", "-mpi.toml")) } else { path.clone() };
     if !path.is_file() {
+        // Before the measurement, not after it: a cache that cannot take the file is named now.
+        usable_cache(&dir, &path).with_context(|| format!("--cluster {name}"))?;
         eprintln!(
             "cluster {name}: calibrating this machine ({cpu}, {threads} threads; about 25 s), kept in {}",
             path.display()
@@ -87,9 +89,72 @@ pub fn this_machine(name: &str) -> Result<Hardware> {
     Ok(hw)
 }
 
+/// Whether a calibration can be kept at `path` in `dir`: the folder is a folder (made if
+/// absent) that takes a new file, and `path` is absent (a link, dangling or not, or a folder
+/// there is never written through or replaced). Each refusal names the path and what to do.
+fn usable_cache(dir: &Path, path: &Path) -> Result<()> {
+    let keep = "set BOOST_CACHE_DIR to a folder for calibrations, or pass --cluster FILE";
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if !std::fs::metadata(dir).is_ok_and(|m| m.is_dir()) => anyhow::bail!(
+            "the calibration cache {} is {}, not a folder; {keep}",
+            dir.display(),
+            if m.file_type().is_symlink() { "a link to no folder" } else { "a file" }
+        ),
+        Ok(_) => {}
+        Err(_) => std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot make the calibration cache {}; {keep}", dir.display()))?,
+    }
+    if let Ok(m) = std::fs::symlink_metadata(path) {
+        let what = if m.file_type().is_symlink() {
+            if std::fs::metadata(path).is_ok() { "a link" } else { "a dangling link" }
+        } else {
+            "a folder"
+        };
+        anyhow::bail!("{} is {what}, not a calibration: it is kept; remove it, or {keep}", path.display());
+    }
+    let probe = dir.join(format!(".boost-write-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .with_context(|| format!("the calibration cache {} takes no new file; {keep}", dir.display()))?;
+    std::fs::remove_file(&probe).ok();
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unusable_cache_is_named_before_any_measurement() {
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("file");
+        std::fs::write(&file, "mine").unwrap();
+        // The cache folder is a file: refused, the file kept.
+        let e = usable_cache(&file, &file.join("cpu.toml")).unwrap_err().to_string();
+        assert!(e.contains("is a file, not a folder") && e.contains(&file.display().to_string()), "{e}");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+        // A dangling link where the calibration goes: refused, the link kept.
+        let dir = root.path().join("cache");
+        std::fs::create_dir(&dir).unwrap();
+        let link = dir.join("cpu.toml");
+        std::os::unix::fs::symlink(root.path().join("nowhere"), &link).unwrap();
+        let e = usable_cache(&dir, &link).unwrap_err().to_string();
+        assert!(e.contains("a dangling link") && e.contains("cpu.toml"), "{e}");
+        assert!(std::fs::symlink_metadata(&link).is_ok());
+        // A folder there, and a cache that is a link to no folder.
+        let e = usable_cache(&root.path().join("x"), &dir).unwrap_err().to_string();
+        assert!(e.contains("a folder, not a calibration"), "{e}");
+        let bad = root.path().join("badlink");
+        std::os::unix::fs::symlink(root.path().join("nowhere"), &bad).unwrap();
+        let e = usable_cache(&bad, &bad.join("c.toml")).unwrap_err().to_string();
+        assert!(e.contains("a link to no folder"), "{e}");
+        // A usable one: made when absent, nothing left behind.
+        let fresh = root.path().join("new/cache");
+        usable_cache(&fresh, &fresh.join("cpu.toml")).unwrap();
+        assert_eq!(std::fs::read_dir(&fresh).unwrap().count(), 0);
+    }
 
     #[test]
     fn the_file_is_named_for_the_cpu_and_threads_in_plain_characters() {

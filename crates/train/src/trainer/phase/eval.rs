@@ -14,7 +14,9 @@ impl<B: Backend> Job<'_, B> {
 
     /// Evaluate over `train.eval_batches` micro-batches and report it with the step `m`.
     pub(in crate::trainer) fn eval(&mut self, m: &mut StepMetrics) {
-        let (vl, each) = self.validate_each(self.ctx.cfg.train.eval_batches);
+        let batches = self.ctx.cfg.train.eval_batches;
+        let (vl, each) = self.validate_each(batches);
+        let first = self.summary.val.is_empty();
         m.val_loss = Some(vl);
         m.val_ppl = Some(vl.exp());
         self.summary.val.push((m.step, vl));
@@ -23,6 +25,13 @@ impl<B: Backend> Job<'_, B> {
             let parts: Vec<String> = each.iter().map(|(n, l)| format!("{n} {l:.4}")).collect();
             line += &format!(" [{}]", parts.join(", "));
             m.val_losses = Some(each.into_iter().collect());
+        }
+        if first {
+            // `boost eval` scores the whole split, so its figure differs from this one.
+            line += &format!(
+                " (over the first {batches} micro-batches of the validation split, train.eval_batches; \
+                 `boost eval` scores all of it)"
+            );
         }
         self.warn(line);
     }
