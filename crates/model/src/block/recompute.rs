@@ -6,10 +6,12 @@ use super::*;
 
 /// What a layer keeps between its forward and backward when activations are recomputed.
 pub struct Kept<B: Backend> {
-    /// Per group (qkv, o, gate/up, down). `lowrank`: the norm statistic (groups after a norm)
-    /// then the latent before φ — P, or the crossing value a for a LaX crossing layer.
-    /// `full` (LaX only): the group's z, which the next layer's crossing reads.
+    /// Per group (qkv, o, gate/up, down). `lowrank`: the latent before φ — P, or the crossing
+    /// value a for a LaX crossing layer. `full` (LaX only): the group's z, which the next
+    /// layer's crossing reads.
     pub lats: Vec<B::Buf>,
+    /// Per group, `lowrank` only: the norm statistic (t values; empty without a norm).
+    pub stats: Vec<B::Buf>,
     /// `lowrank`: the residual after the attention half (it feeds the second norm).
     pub mid: Option<B::Buf>,
 }
@@ -17,7 +19,8 @@ pub struct Kept<B: Backend> {
 impl<B: Backend> Kept<B> {
     pub fn len(&self) -> usize {
         use boost_tensor::DeviceBuf;
-        self.lats.iter().map(|b| b.len()).sum::<usize>() + self.mid.as_ref().map_or(0, |m| m.len())
+        let sum = |v: &[B::Buf]| v.iter().map(|b| b.len()).sum::<usize>();
+        sum(&self.lats) + sum(&self.stats) + self.mid.as_ref().map_or(0, |m| m.len())
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -28,7 +31,12 @@ impl Block {
     /// Buffers for the latents a later pipeline stage receives from the layer before its
     /// first one (LaX): z of each group, nothing else.
     pub fn alloc_boundary<B: Backend>(&self, be: &B, t: usize) -> BlockActs<B> {
-        let z = |g: &ProjGroup| ProjActs { lat: be.alloc(0), z: Some(be.alloc(g.geom(t).len())), lax: None };
+        let z = |g: &ProjGroup| ProjActs {
+            stat: be.alloc(0),
+            lat: be.alloc(0),
+            z: Some(be.alloc(g.geom(t).len())),
+            lax: None,
+        };
         BlockActs {
             qkv: z(&self.qkv),
             qkv_out: be.alloc(0),
@@ -52,14 +60,12 @@ impl Block {
                 } else {
                     vec![]
                 },
+                stats: vec![],
                 mid: None,
             }),
             Recompute::Lowrank => Some(Kept {
-                lats: self
-                    .groups()
-                    .iter()
-                    .map(|g| be.alloc(if g.norm.is_some() { t } else { 0 } + g.geom(t).len()))
-                    .collect(),
+                lats: self.groups().iter().map(|g| be.alloc(g.geom(t).len())).collect(),
+                stats: self.groups().iter().map(|g| be.alloc(if g.norm.is_some() { t } else { 0 })).collect(),
                 mid: Some(be.alloc(t * dims.d_res)),
             }),
         }
@@ -79,20 +85,19 @@ impl Block {
             match policy {
                 Recompute::None => {}
                 Recompute::Full if self.crosses_next() => {
-                    let (src, base) = g.z_buf(ga, t);
-                    be.copy(MatMut::at(&mut dst[k], 0, 1, len, len), Mat::at(src, base, 1, len, len));
+                    let src = g.z_buf(ga);
+                    be.copy(MatMut::at(&mut dst[k], 0, 1, len, len), Mat::at(src, 0, 1, len, len));
                 }
                 Recompute::Full => {}
                 Recompute::Lowrank => {
-                    let s = if g.norm.is_some() { t } else { 0 };
-                    if s > 0 {
-                        be.copy(MatMut::at(&mut dst[k], 0, 1, t, t), Mat::at(&ga.lat, 0, 1, t, t));
+                    if g.norm.is_some() {
+                        be.copy(MatMut::at(&mut kept.stats[k], 0, 1, t, t), Mat::at(&ga.stat, 0, 1, t, t));
                     }
-                    let (src, base) = match &ga.lax {
-                        Some(l) if g.has_lax() => (&l.a, 0),
-                        _ => (&ga.lat, t),
+                    let src = match &ga.lax {
+                        Some(l) if g.has_lax() => &l.a,
+                        _ => &ga.lat,
                     };
-                    be.copy(MatMut::at(&mut dst[k], s, 1, len, len), Mat::at(src, base, 1, len, len));
+                    be.copy(MatMut::at(&mut dst[k], 0, 1, len, len), Mat::at(src, 0, 1, len, len));
                 }
             }
         }
@@ -118,20 +123,19 @@ impl Block {
             match policy {
                 Recompute::None => {}
                 Recompute::Full if self.crosses_next() => {
-                    let (dst, base) = g.z_buf_mut(ga, t);
-                    be.copy(MatMut::at(dst, base, 1, len, len), Mat::at(&kept.lats[k], 0, 1, len, len));
+                    let dst = g.z_buf_mut(ga);
+                    be.copy(MatMut::at(dst, 0, 1, len, len), Mat::at(&kept.lats[k], 0, 1, len, len));
                 }
                 Recompute::Full => {}
                 Recompute::Lowrank => {
-                    let s = if g.norm.is_some() { t } else { 0 };
-                    if s > 0 {
-                        be.copy(MatMut::at(&mut ga.lat, 0, 1, t, t), Mat::at(&kept.lats[k], 0, 1, t, t));
+                    if g.norm.is_some() {
+                        be.copy(MatMut::at(&mut ga.stat, 0, 1, t, t), Mat::at(&kept.stats[k], 0, 1, t, t));
                     }
-                    let (dst, base) = match &mut ga.lax {
-                        Some(l) if g.has_lax() => (&mut l.a, 0),
-                        _ => (&mut ga.lat, t),
+                    let dst = match &mut ga.lax {
+                        Some(l) if g.has_lax() => &mut l.a,
+                        _ => &mut ga.lat,
                     };
-                    be.copy(MatMut::at(dst, base, 1, len, len), Mat::at(&kept.lats[k], s, 1, len, len));
+                    be.copy(MatMut::at(dst, 0, 1, len, len), Mat::at(&kept.lats[k], 0, 1, len, len));
                 }
             }
         }

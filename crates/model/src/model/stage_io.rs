@@ -49,8 +49,8 @@ impl<B: Backend> Model<B> {
             let acts = &w.blocks[self.act_set(n_layers - 1)];
             let last = &self.blocks[n_layers - 1];
             for (k, g) in last.groups().iter().enumerate() {
-                let (buf, base) = g.z_buf(acts.group(k), t);
-                wires.push(Wire { buf, off: base, n: g.geom(t).len(), label: Label::op("pp.lax") });
+                let buf = g.z_buf(acts.group(k));
+                wires.push(Wire { buf, off: 0, n: g.geom(t).len(), label: Label::op("pp.lax") });
             }
         }
         wires

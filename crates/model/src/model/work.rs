@@ -112,6 +112,9 @@ impl<B: Backend> Model<B> {
             .map(|g| g.d_in_loc * g.c * g.r_loc)
             .max()
             .unwrap_or(0);
+        // [stat | latent] of a group whose online statistic rides with A's all-reduce.
+        let max_sum =
+            groups.clone().filter(|g| g.stages_sum(&self.plan)).map(|g| t + g.geom(t).len()).max().unwrap_or(0);
         let kron = if self.cfg.arch == Arch::Lax && self.cfg.lax.gate == LaxGate::Kron {
             let (a, b) = self.cfg.kron_factors();
             3 * max_lat + 64 * (a * a + b * b)
@@ -155,8 +158,9 @@ impl<B: Backend> Model<B> {
                 h: be.alloc(t * max_in),
                 wa: be.alloc(max_wa),
                 dh: be.alloc(t * max_in),
-                dlat: be.alloc(t + max_lat),
-                dlat2: be.alloc(t + max_lat),
+                dlat: be.alloc(max_lat),
+                dlat2: be.alloc(max_lat),
+                sum: be.alloc(max_sum),
                 row: be.alloc(t),
                 kron: be.alloc(kron),
             },
@@ -207,4 +211,70 @@ impl<B: Backend> Model<B> {
 /// The work of `slot`, borrowed from the slot list alone (the model's backend stays free).
 pub(super) fn slot_of<B: Backend>(works: &mut [Option<Work<B>>], slot: usize) -> &mut Work<B> {
     works.get_mut(slot).and_then(|w| w.as_mut()).unwrap_or_else(|| panic!("micro-batch slot {slot} has no forward"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use boost_config::Config;
+    use boost_tensor::cpu::Cpu;
+
+    /// The latent buffers (saved latents, their gradients, the kept latents) hold latents only,
+    /// and every norm statistic has a t-value buffer of its own: the latents can then be stored
+    /// narrower than the fp32 statistics. Only a group whose online statistic rides with A's
+    /// all-reduce gets the [stat | latent] staging buffer.
+    #[test]
+    fn latent_buffers_hold_no_norm_statistics() {
+        let (b, s) = (2, 6);
+        let t = b * s;
+        for arch in ["cola", "lax"] {
+            for (tp, norm) in [(1, "online"), (2, "online"), (2, "sync")] {
+                for policy in [Recompute::None, Recompute::Lowrank] {
+                    let sets: Vec<String> = [
+                        "model.d=32",
+                        "model.d_ff=48",
+                        "model.heads=4",
+                        "model.rank=8",
+                        "model.vocab=40",
+                        "model.layers=2",
+                        &format!("model.arch={arch}"),
+                        &format!("parallel.tp={tp}"),
+                        &format!("parallel.norm={norm}"),
+                    ]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect();
+                    let cfg = Config::load(None, &sets).unwrap();
+                    let layout = Layout::from_config(&cfg.model, &cfg.parallel, 0);
+                    let mut m = Model::declare(Cpu::<f32>::new(), &cfg.model, layout).unwrap();
+                    m.set_recompute(policy);
+                    let w = m.alloc_work(b, s);
+                    let what = format!("{arch} tp={tp} {norm} {policy:?}");
+                    let mut max_lat = 0;
+                    let mut staged = false;
+                    for (l, block) in m.blocks.iter().enumerate() {
+                        for (k, g) in block.groups().iter().enumerate() {
+                            let n = g.geom(t).len();
+                            max_lat = max_lat.max(n);
+                            staged |= g.stages_sum(&m.plan);
+                            if policy == Recompute::None {
+                                let acts = w.blocks[m.act_set(l)].group(k);
+                                assert_eq!(acts.lat.len(), n, "{what}: layer {l} group {k}: latent only");
+                                assert_eq!(acts.stat.len(), t, "{what}: layer {l} group {k}: statistic");
+                            } else {
+                                let kept = &w.kept[l];
+                                assert_eq!(kept.lats[k].len(), n, "{what}: layer {l} group {k}: kept latent only");
+                                let want = if g.norm.is_some() { t } else { 0 };
+                                assert_eq!(kept.stats[k].len(), want, "{what}: layer {l} group {k}: kept statistic");
+                            }
+                        }
+                    }
+                    assert!(max_lat > 0, "{what}: a low-rank model has latents");
+                    assert_eq!((w.sc.dlat.len(), w.sc.dlat2.len()), (max_lat, max_lat), "{what}: latent gradients");
+                    assert_eq!(staged, tp > 1 && norm == "online", "{what}: the online statistic rides under BTP");
+                    assert_eq!(w.sc.sum.len(), if staged { t + max_lat } else { 0 }, "{what}: staging");
+                }
+            }
+        }
+    }
 }

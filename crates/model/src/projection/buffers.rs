@@ -51,22 +51,22 @@ impl LatGeom {
 }
 
 impl ProjGroup {
-    /// Where this group's z lives (buffer, start of the latent): the φ output, the LN output
-    /// (LaX, identity φ), or the latent itself.
-    pub fn z_buf<'a, B: Backend>(&self, acts: &'a ProjActs<B>, t: usize) -> (&'a B::Buf, usize) {
+    /// The buffer this group's z fills from its start: the φ output, the LN output (LaX,
+    /// identity φ), or the latent itself.
+    pub fn z_buf<'a, B: Backend>(&self, acts: &'a ProjActs<B>) -> &'a B::Buf {
         match (&acts.z, acts.lax.as_ref().filter(|_| self.has_lax())) {
-            (Some(z), _) => (z, 0),
-            (None, Some(l)) => (&l.u, 0),
-            (None, None) => (&acts.lat, t),
+            (Some(z), _) => z,
+            (None, Some(l)) => &l.u,
+            (None, None) => &acts.lat,
         }
     }
     /// Mutable [`ProjGroup::z_buf`].
-    pub fn z_buf_mut<'a, B: Backend>(&self, acts: &'a mut ProjActs<B>, t: usize) -> (&'a mut B::Buf, usize) {
+    pub fn z_buf_mut<'a, B: Backend>(&self, acts: &'a mut ProjActs<B>) -> &'a mut B::Buf {
         let lax = self.has_lax();
         match (&mut acts.z, acts.lax.as_mut().filter(|_| lax)) {
-            (Some(z), _) => (z, 0),
-            (None, Some(l)) => (&mut l.u, 0),
-            (None, None) => (&mut acts.lat, t),
+            (Some(z), _) => z,
+            (None, Some(l)) => &mut l.u,
+            (None, None) => &mut acts.lat,
         }
     }
 
@@ -74,6 +74,13 @@ impl ProjGroup {
     /// the online norm.
     pub fn folds_gamma(&self, placement: NormPlacement) -> bool {
         self.norm.is_some() && placement == NormPlacement::ShardedOnline && self.is_low_rank()
+    }
+
+    /// Whether the online norm's statistic rides with A's all-reduce (a row-parallel A
+    /// under BTP, tp > 1): the forward then sums both in `Scratch::sum`.
+    pub fn stages_sum(&self, plan: &crate::Plan) -> bool {
+        let online = self.norm.is_some() && plan.norm == NormPlacement::ShardedOnline;
+        online && plan.tp > 1 && self.plan.first.sum_output && self.is_low_rank()
     }
 
     pub fn is_low_rank(&self) -> bool {
@@ -104,7 +111,8 @@ impl ProjGroup {
         let g = self.geom(t);
         let silu = self.is_low_rank() && phi == Phi::Silu;
         ProjActs {
-            lat: be.alloc(t + g.len()),
+            stat: be.alloc(t),
+            lat: be.alloc(g.len()),
             z: silu.then(|| be.alloc(g.len())),
             lax: self.has_lax().then(|| LaxActs {
                 a: be.alloc(g.len()),
@@ -115,12 +123,11 @@ impl ProjGroup {
         }
     }
 
-    /// φ's input (buffer, start of the latent): the LN output for a crossing layer, the
-    /// latent otherwise.
-    pub fn pre_phi<'a, B: Backend>(&self, acts: &'a ProjActs<B>, t: usize) -> (&'a B::Buf, usize) {
+    /// φ's input: the LN output for a crossing layer, the latent otherwise.
+    pub fn pre_phi<'a, B: Backend>(&self, acts: &'a ProjActs<B>) -> &'a B::Buf {
         match (&acts.lax, self.has_lax()) {
-            (Some(l), true) => (&l.u, 0),
-            _ => (&acts.lat, t),
+            (Some(l), true) => &l.u,
+            _ => &acts.lat,
         }
     }
 
@@ -143,13 +150,13 @@ impl ProjGroup {
         match (z, lax.filter(|_| self.has_lax())) {
             (Some(z), _) => g.comp_mat(z, 0, j),
             (None, Some(l)) => g.comp_mat(&l.u, 0, j),
-            (None, None) => g.comp_mat(lat, t, j),
+            (None, None) => g.comp_mat(lat, 0, j),
         }
     }
 
-    /// The norm statistic slot (rstd after the forward).
-    pub fn stat<'a, Buf: boost_tensor::DeviceBuf>(&self, lat: &'a Buf, t: usize) -> Mat<'a, Buf> {
-        Mat::at(lat, 0, t, 1, 1)
+    /// The norm statistic (rstd after the forward).
+    pub fn stat<'a, B: Backend>(&self, acts: &'a ProjActs<B>, t: usize) -> Mat<'a, B::Buf> {
+        Mat::at(&acts.stat, 0, t, 1, 1)
     }
 }
 
@@ -157,7 +164,8 @@ impl<B: Backend> ProjActs<B> {
     /// Elements held.
     pub fn len(&self) -> usize {
         use boost_tensor::DeviceBuf;
-        self.lat.len()
+        self.stat.len()
+            + self.lat.len()
             + self.z.as_ref().map_or(0, |z| z.len())
             + self.lax.as_ref().map_or(0, |l| l.a.len() + l.mean.len() + l.rstd.len() + l.u.len())
     }

@@ -32,8 +32,8 @@ impl ProjGroup {
     }
 
     /// Norm, down-projection and its collective: leaves the latent P (after the all-reduce,
-    /// normalised) and the norm's rstd in `acts.lat`. A full-rank group is finished here:
-    /// its output goes to `out`.
+    /// normalised) in `acts.lat` and the norm's rstd in `acts.stat`. A full-rank group is
+    /// finished here: its output goes to `out`.
     pub fn forward_down<B: Backend>(
         &self,
         cx: &Ctx<B>,
@@ -44,15 +44,25 @@ impl ProjGroup {
     ) {
         let s = self.call(cx);
         assert_eq!((x.rows, x.cols), (s.t, s.din), "group input shape");
-        let Scratch { h, wa, row, .. } = sc;
-        let input = self.gemm_input(&s, x, &mut acts.lat, h, wa);
+        let Scratch { h, wa, sum, .. } = sc;
+        // One all-reduce sums the statistic and the latent: both go through `sum`, [stat | P].
+        let staged = self.stages_sum(&cx.plan);
+        let input = self.gemm_input(&s, x, if staged { &mut *sum } else { &mut acts.stat }, h, wa);
         match &self.w {
             Weights::Full { w } => self.full_forward(&s, w, input, out),
+            Weights::LowRank { a, .. } if staged => {
+                let (t, geo) = (s.t, self.geom(s.t));
+                self.down_gemm(&s, a, input, wa, sum, t);
+                self.down_sum(&s, sum, t);
+                s.be.copy(MatMut::new(&mut acts.stat, t, 1), Mat::at(sum, 0, t, 1, 1));
+                s.be.copy(geo.whole_mut(&mut acts.lat, 0), geo.whole_mat(sum, t));
+                self.online_norm_finish(&s, acts);
+            }
             Weights::LowRank { a, .. } => {
-                self.down_gemm(&s, a, input, wa, &mut acts.lat);
-                self.down_sum(&s, &mut acts.lat);
+                self.down_gemm(&s, a, input, wa, &mut acts.lat, 0);
+                self.down_sum(&s, &mut acts.lat, 0);
                 if s.online {
-                    self.online_norm_finish(&s, &mut acts.lat, row);
+                    self.online_norm_finish(&s, acts);
                 }
             }
         }
@@ -61,19 +71,19 @@ impl ProjGroup {
     /// The GEMM input: x, its RMSNorm, or x ⊙ γ (online: the norm is finished after the
     /// all-reduce, which also sums the statistic), the last two in `h`. A low-rank group folds
     /// γ into A instead (`wa`): (x ⊙ γ)·A = x·(diag(γ)·A), a d_in × c·r pass rather than a
-    /// t × d_in one. The norm's sum of squares (then rstd) goes to the statistic slot of `lat`.
+    /// t × d_in one. The norm's sum of squares (then rstd) goes to the first t values of `stat`.
     fn gemm_input<'i, B: Backend>(
         &self,
         s: &Call<B>,
         x: Mat<'i, B::Buf>,
-        lat: &mut B::Buf,
+        stat: &mut B::Buf,
         h: &'i mut B::Buf,
         wa: &mut B::Buf,
     ) -> Mat<'i, B::Buf> {
         let Some(gamma) = self.norm else { return x };
         let (be, cx, t, din) = (s.be, s.cx, s.t, s.din);
         let g = gamma.of(cx.params);
-        be.row_sumsq(MatMut::at(lat, 0, t, 1, 1), x);
+        be.row_sumsq(MatMut::at(stat, 0, t, 1, 1), x);
         if s.fold {
             let Weights::LowRank { a, .. } = &self.w else { unreachable!("only low-rank groups fold γ") };
             let mut wa = MatMut::new(wa, din, a.cols);
@@ -85,10 +95,10 @@ impl ProjGroup {
             be.mul_cols(MatMut::new(h, t, din), x, g);
         } else {
             if cx.plan.norm == NormPlacement::ShardedSync {
-                cx.stat_sum(lat, 0, t, labels::stat(self.kind, false), self.layer);
+                cx.stat_sum(stat, 0, t, labels::stat(self.kind, false), self.layer);
             }
-            be.rstd_from_sumsq(MatMut::at(lat, 0, t, 1, 1), self.d_in, cx.norm_eps);
-            be.rmsnorm_apply(MatMut::new(h, t, din), x, g, Mat::at(lat, 0, t, 1, 1));
+            be.rstd_from_sumsq(MatMut::at(stat, 0, t, 1, 1), self.d_in, cx.norm_eps);
+            be.rmsnorm_apply(MatMut::new(h, t, din), x, g, Mat::at(stat, 0, t, 1, 1));
         }
         Mat::new(&*h, t, din)
     }
@@ -105,48 +115,54 @@ impl ProjGroup {
         }
     }
 
-    /// P = input·A into the latent: one GEMM when grouped, else one per component. With γ
-    /// folded, A is diag(γ)·A in `wa`.
-    fn down_gemm<B: Backend>(&self, s: &Call<B>, a: &Slot, input: Mat<B::Buf>, wa: &B::Buf, lat: &mut B::Buf) {
-        let (t, din, geo, r) = (s.t, s.din, self.geom(s.t), self.r_loc);
+    /// P = input·A into the latent at `base` of `lat`: one GEMM when grouped, else one per
+    /// component. With γ folded, A is diag(γ)·A in `wa`.
+    fn down_gemm<B: Backend>(
+        &self,
+        s: &Call<B>,
+        a: &Slot,
+        input: Mat<B::Buf>,
+        wa: &B::Buf,
+        lat: &mut B::Buf,
+        base: usize,
+    ) {
+        let (din, geo, r) = (s.din, self.geom(s.t), self.r_loc);
         let (a_buf, a_off, a_ld) = if s.fold { (wa, 0, a.cols) } else { (&s.cx.params[a.buf], a.off, a.ld) };
         if self.grouped {
-            s.be.gemm(geo.whole_mut(lat, t), input, Mat::at(a_buf, a_off, din, a.cols, a_ld), 1.0, false);
+            s.be.gemm(geo.whole_mut(lat, base), input, Mat::at(a_buf, a_off, din, a.cols, a_ld), 1.0, false);
         } else {
             for j in 0..self.c {
                 let aj = Mat::at(a_buf, a_off + j * r, din, r, a_ld);
-                s.be.gemm(geo.comp_mut(lat, t, j), input, aj, 1.0, false);
+                s.be.gemm(geo.comp_mut(lat, base, j), input, aj, 1.0, false);
             }
         }
     }
 
-    /// Row-parallel A (BTP): g = all-reduce of the partial latent (with the norm statistic
-    /// riding in front of it when online).
-    fn down_sum<B: Backend>(&self, s: &Call<B>, lat: &mut B::Buf) {
+    /// Row-parallel A (BTP): g = all-reduce of the partial latent at `base` of `buf`, with
+    /// whatever precedes it (the staged norm statistic) riding in the first call.
+    fn down_sum<B: Backend>(&self, s: &Call<B>, buf: &mut B::Buf, base: usize) {
         if !self.plan.first.sum_output {
             return;
         }
         let (t, geo) = (s.t, self.geom(s.t));
         if self.grouped {
-            let (off, n) = if s.online { (0, t + geo.len()) } else { (t, geo.len()) };
-            s.cx.g(lat, off, n, labels::a_fwd(self.kind, None), self.layer);
+            s.cx.g(buf, 0, base + geo.len(), labels::a_fwd(self.kind, None), self.layer);
         } else {
             for j in 0..self.c {
-                let o = t + geo.comp(j).0;
-                let (off, n) = if s.online && j == 0 { (0, t + t * self.r_loc) } else { (o, t * self.r_loc) };
-                s.cx.g(lat, off, n, labels::a_fwd(self.kind, Some(j)), self.layer);
+                let (off, n) = if j == 0 { (0, base + t * self.r_loc) } else { (base + geo.comp(j).0, t * self.r_loc) };
+                s.cx.g(buf, off, n, labels::a_fwd(self.kind, Some(j)), self.layer);
             }
         }
     }
 
     /// The online norm, finished on the summed latent: rstd from the summed squares, then
-    /// P ⊙= rstd per row (read from a copy in `row`, as the statistic shares P's buffer).
-    fn online_norm_finish<B: Backend>(&self, s: &Call<B>, lat: &mut B::Buf, row: &mut B::Buf) {
+    /// P ⊙= rstd per row.
+    fn online_norm_finish<B: Backend>(&self, s: &Call<B>, acts: &mut ProjActs<B>) {
         let (be, t, geo) = (s.be, s.t, self.geom(s.t));
-        be.rstd_from_sumsq(MatMut::at(lat, 0, t, 1, 1), self.d_in, s.cx.norm_eps);
-        be.copy(MatMut::new(row, t, 1), Mat::at(lat, 0, t, 1, 1));
+        let ProjActs { stat, lat, .. } = acts;
+        be.rstd_from_sumsq(MatMut::new(stat, t, 1), self.d_in, s.cx.norm_eps);
         for j in 0..self.c {
-            be.mul_rows(geo.comp_mut(lat, t, j), Mat::new(row, t, 1));
+            be.mul_rows(geo.comp_mut(lat, 0, j), Mat::new(stat, t, 1));
         }
     }
 
@@ -166,8 +182,8 @@ impl ProjGroup {
         let Weights::LowRank { lax, .. } = &self.w else { return };
         let (be, t) = (cx.be, cx.t);
         let geo = self.geom(t);
-        let ProjActs { lat, z, lax: lax_acts } = acts;
-        let phi_in: (&B::Buf, usize) = match (lax, lax_acts.as_mut()) {
+        let ProjActs { lat, z, lax: lax_acts, .. } = acts;
+        let phi_in: &B::Buf = match (lax, lax_acts.as_mut()) {
             (Some(lx), Some(la)) => {
                 let online = self.norm.is_some() && cx.plan.norm == NormPlacement::ShardedOnline;
                 let rebuild_p = online && mode == (Latent::FromA { rebuild_p: true });
@@ -177,13 +193,13 @@ impl ProjGroup {
                 };
                 for (j, s) in lx.iter().enumerate() {
                     if !from_kept_a {
-                        be.copy(geo.comp_mut(&mut la.a, 0, j), geo.comp_mat(lat, t, j));
+                        be.copy(geo.comp_mut(&mut la.a, 0, j), geo.comp_mat(lat, 0, j));
                         self.gate(cx, s, zp(j), geo.comp_mut(&mut la.a, 0, j), &mut sc.kron, true);
                     } else if rebuild_p {
                         // P = a − G(z_prev), for dS (docs/PARALLELISM.md §3) in the backward.
-                        self.gate(cx, s, zp(j), geo.comp_mut(&mut sc.dlat2, t, j), &mut sc.kron, false);
-                        be.copy(geo.comp_mut(lat, t, j), geo.comp_mat(&la.a, 0, j));
-                        be.axpy(geo.comp_mut(lat, t, j), geo.comp_mat(&sc.dlat2, t, j), -1.0);
+                        self.gate(cx, s, zp(j), geo.comp_mut(&mut sc.dlat2, 0, j), &mut sc.kron, false);
+                        be.copy(geo.comp_mut(lat, 0, j), geo.comp_mat(&la.a, 0, j));
+                        be.axpy(geo.comp_mut(lat, 0, j), geo.comp_mat(&sc.dlat2, 0, j), -1.0);
                     }
                     be.layernorm_fwd(LayerNormFwd {
                         y: geo.comp_mut(&mut la.u, 0, j),
@@ -195,12 +211,12 @@ impl ProjGroup {
                         eps: cx.lax_eps,
                     });
                 }
-                (&la.u, 0)
+                &la.u
             }
-            _ => (&*lat, t),
+            _ => &*lat,
         };
         if let Some(z) = z.as_mut() {
-            be.silu(geo.whole_mut(z, 0), geo.whole_mat(phi_in.0, phi_in.1));
+            be.silu(geo.whole_mut(z, 0), geo.whole_mat(phi_in, 0));
         }
     }
 

@@ -82,7 +82,10 @@ pub struct ProjGroup {
 
 /// What a group's forward keeps for its backward.
 pub struct ProjActs<B: Backend> {
-    /// `[stat (t) | latent]`; for a full-rank group just the statistic.
+    /// The norm statistic (t values: the sum of squares, then rstd), kept apart from the
+    /// latent so that each buffer holds one kind of value (the latent may be stored narrower).
+    pub stat: B::Buf,
+    /// The latent (t × c·r); empty for a full-rank group.
     pub lat: B::Buf,
     /// φ(latent), when φ is not the identity.
     pub z: Option<B::Buf>,
@@ -107,6 +110,9 @@ pub struct Scratch<B: Backend> {
     pub dh: B::Buf,
     pub dlat: B::Buf,
     pub dlat2: B::Buf,
+    /// `[stat (t) | latent]`: where a group whose online norm statistic rides with A's
+    /// all-reduce sums both in one collective ([`ProjGroup::stages_sum`]); empty otherwise.
+    pub sum: B::Buf,
     pub row: B::Buf,
     pub kron: B::Buf,
 }

@@ -49,16 +49,16 @@ impl ProjGroup {
         for (j, bj) in b.iter().enumerate() {
             let dy = self.out_mat(dout, t, j);
             be.gemm(bj.of_mut(grads), self.z_mat(acts, t, j).t(), dy, 1.0, true);
-            be.gemm(geo.comp_mut(dlat, t, j), dy, bj.of(cx.params).t(), 1.0, false);
+            be.gemm(geo.comp_mut(dlat, 0, j), dy, bj.of(cx.params).t(), 1.0, false);
         }
         if !self.plan.second.is_some_and(|b| b.sum_input_grad) {
             return;
         }
         if self.grouped {
-            cx.f_backward(dlat, t, geo.len(), labels::b_bwd(self.kind, None), self.layer);
+            cx.f_backward(dlat, 0, geo.len(), labels::b_bwd(self.kind, None), self.layer);
         } else {
             for j in 0..self.c {
-                let off = t + geo.comp(j).0;
+                let off = geo.comp(j).0;
                 cx.f_backward(dlat, off, t * self.r_loc, labels::b_bwd(self.kind, Some(j)), self.layer);
             }
         }
@@ -68,14 +68,14 @@ impl ProjGroup {
     pub(super) fn add_carry<B: Backend>(&self, s: &Call<B>, dlat: &mut B::Buf, carry_in: Option<&B::Buf>) {
         if let Some(c) = carry_in {
             let geo = self.geom(s.t);
-            s.be.axpy(geo.whole_mut(dlat, s.t), geo.whole_mat(c, 0), 1.0);
+            s.be.axpy(geo.whole_mut(dlat, 0), geo.whole_mat(c, 0), 1.0);
         }
     }
 
     /// φ's backward (silu), in place on the latent gradient.
     pub(super) fn phi_backward<B: Backend>(&self, s: &Call<B>, acts: &ProjActs<B>, dlat: &mut B::Buf) {
-        let (geo, (pp, base)) = (self.geom(s.t), self.pre_phi(acts, s.t));
-        s.be.silu_bwd(geo.whole_mut(dlat, s.t), geo.whole_mat(pp, base));
+        let (geo, pp) = (self.geom(s.t), self.pre_phi(acts));
+        s.be.silu_bwd(geo.whole_mut(dlat, 0), geo.whole_mat(pp, 0));
     }
 
     /// Back through the LaX crossing, per component: LayerNorm's backward moves the latent
@@ -95,17 +95,17 @@ impl ProjGroup {
         for (j, sl) in slots.iter().enumerate() {
             let (dw, db) = two_mut(grads, sl.ln_w, sl.ln_b);
             be.layernorm_bwd(LayerNormBwd {
-                dx: geo.comp_mut(dlat2, t, j),
+                dx: geo.comp_mut(dlat2, 0, j),
                 dw,
                 db,
-                dy: geo.comp_mat(dlat, t, j),
+                dy: geo.comp_mat(dlat, 0, j),
                 x: geo.comp_mat(&la.a, 0, j),
                 w: sl.ln_w.of(cx.params),
                 mean: Mat::at(&la.mean, j * t, t, 1, 1),
                 rstd: Mat::at(&la.rstd, j * t, t, 1, 1),
             });
             let dz = geo.comp_mut(carry_out, 0, j);
-            sl.gate.backward(s, grads, pg.z_mat(pa, t, j), geo.comp_mat(dlat2, t, j), dz, kron);
+            sl.gate.backward(s, grads, pg.z_mat(pa, t, j), geo.comp_mat(dlat2, 0, j), dz, kron);
         }
         dlat2
     }
@@ -122,15 +122,15 @@ impl ProjGroup {
         fused: bool,
     ) {
         let (be, t, geo) = (s.be, s.t, self.geom(s.t));
-        let stat = self.stat(&acts.lat, t);
+        let stat = self.stat(acts, t);
         let alpha = -0.5 / self.d_in as f64;
         if fused {
-            let (pp, base) = self.pre_phi(acts, t);
+            let pp = self.pre_phi(acts);
             for j in 0..self.c {
                 be.silu_norm_bwd(SiluNormBwd {
-                    dp: geo.comp_mut(dp, t, j),
-                    x: geo.comp_mat(pp, base, j),
-                    p: geo.comp_mat(&acts.lat, t, j),
+                    dp: geo.comp_mut(dp, 0, j),
+                    x: geo.comp_mat(pp, 0, j),
+                    p: geo.comp_mat(&acts.lat, 0, j),
                     stat,
                     ds: MatMut::new(row, t, 1),
                     alpha,
@@ -139,11 +139,11 @@ impl ProjGroup {
             }
         } else {
             for j in 0..self.c {
-                let (dpj, pj) = (geo.comp_mat(dp, t, j), geo.comp_mat(&acts.lat, t, j));
+                let (dpj, pj) = (geo.comp_mat(dp, 0, j), geo.comp_mat(&acts.lat, 0, j));
                 be.row_dot(MatMut::new(row, t, 1), dpj, pj, Some(stat), alpha, j > 0);
             }
             for j in 0..self.c {
-                be.mul_rows(geo.comp_mut(dp, t, j), stat);
+                be.mul_rows(geo.comp_mut(dp, 0, j), stat);
             }
         }
     }
@@ -152,11 +152,11 @@ impl ProjGroup {
     pub(super) fn down_input_grad<B: Backend>(&self, s: &Call<B>, a: &Slot, dp: &B::Buf, gin: &mut B::Buf) {
         let (be, cx, t, din, r, geo) = (s.be, s.cx, s.t, s.din, self.r_loc, self.geom(s.t));
         if self.grouped {
-            be.gemm(MatMut::new(gin, t, din), geo.whole_mat(dp, t), a.of(cx.params).t(), 1.0, false);
+            be.gemm(MatMut::new(gin, t, din), geo.whole_mat(dp, 0), a.of(cx.params).t(), 1.0, false);
         } else {
             for j in 0..self.c {
                 let aj = Mat::at(&cx.params[a.buf], a.off + j * r, din, r, a.ld);
-                be.gemm(MatMut::new(gin, t, din), geo.comp_mat(dp, t, j), aj.t(), 1.0, j > 0);
+                be.gemm(MatMut::new(gin, t, din), geo.comp_mat(dp, 0, j), aj.t(), 1.0, j > 0);
             }
         }
     }

@@ -42,7 +42,7 @@ impl ProjGroup {
         sc: &mut Scratch<B>,
     ) {
         let GradFlow { dout, dx, carry_in, carry_out } = flow;
-        let Scratch { h, wa, dh, dlat, dlat2, row, kron } = sc;
+        let Scratch { h, wa, dh, dlat, dlat2, row, kron, .. } = sc;
         let (s, acts) = (self.call(cx), saved.acts);
         assert!(saved.x.is_some() || !s.has_norm, "a group after a norm keeps its input");
         let input = self.recompute_gemm_input(&s, &saved, h);
@@ -151,11 +151,11 @@ impl ProjGroup {
                 };
                 if self.grouped {
                     let da = MatMut::at(da_buf, da_off, din, a.cols, da_ld);
-                    be.gemm(da, input.t(), geo.whole_mat(dz, t), 1.0, !fold);
+                    be.gemm(da, input.t(), geo.whole_mat(dz, 0), 1.0, !fold);
                 } else {
                     for j in 0..self.c {
                         let da = MatMut::at(&mut *da_buf, da_off + j * r, din, r, da_ld);
-                        be.gemm(da, input.t(), geo.comp_mat(dz, t, j), 1.0, !fold);
+                        be.gemm(da, input.t(), geo.comp_mat(dz, 0, j), 1.0, !fold);
                     }
                 }
             }

@@ -16,7 +16,7 @@ impl ProjGroup {
         let (Some(gamma), Some(x)) = (self.norm, saved.x) else { return saved.x };
         let g = gamma.of(s.cx.params);
         if !s.online {
-            let stat = self.stat(&saved.acts.lat, s.t);
+            let stat = self.stat(saved.acts, s.t);
             s.be.rmsnorm_apply(MatMut::new(h, s.t, s.din), x, g, stat);
         } else if !s.fold {
             s.be.mul_cols(MatMut::new(h, s.t, s.din), x, g);
@@ -66,7 +66,7 @@ impl ProjGroup {
             dy: gy,
             x,
             gamma: g,
-            rstd: self.stat(&saved.acts.lat, t),
+            rstd: self.stat(saved.acts, t),
             dot: Mat::new(&*row, t, 1),
             n: self.d_in,
             accumulate: true,
