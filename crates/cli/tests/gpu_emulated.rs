@@ -109,6 +109,33 @@ fn zero1_gathers_into_the_next_forward_match_the_blocking_order_on_the_gpu_path(
     assert_eq!(bits(&on), bits(&off), "overlap on {on:?} vs off {off:?}");
 }
 
+/// `boost train` on the emulated GPU at the test corpus's small shape, 2 steps, into `run`.
+fn boost_train(root: &std::path::Path, run: &str) -> std::process::Command {
+    let cfg = common::config(root, &["train.device=cuda", "train.steps=2"]);
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_boost"));
+    cmd.arg("train");
+    for (key, value) in [
+        ("model.d", cfg.model.d.to_string()),
+        ("model.d_ff", cfg.model.d_ff.to_string()),
+        ("model.layers", cfg.model.layers.to_string()),
+        ("model.heads", cfg.model.heads.to_string()),
+        ("model.rank", cfg.model.rank.to_string()),
+        ("train.seq_len", cfg.train.seq_len.to_string()),
+        ("train.micro_batch", cfg.train.micro_batch.to_string()),
+        ("train.steps", "2".into()),
+        ("train.eval_every", "0".into()),
+        ("train.checkpoint_every", "0".into()),
+        ("train.device", "cuda".into()),
+        ("data.corpus", "none".into()),
+        ("data.dir", cfg.data.dir.clone()),
+        ("run.dir", root.join(run).display().to_string()),
+        ("run.progress", "false".into()),
+    ] {
+        cmd.arg("--set").arg(format!("{key}={value}"));
+    }
+    cmd
+}
+
 /// A GPU run whose plan does not fit the device is refused before anything is allocated or
 /// written, with the breakdown; one that fits trains. The emulator has no device memory, so
 /// `BOOST_GPU_MEMORY` stands in for the device's figure (through the binary: it is read from
@@ -118,28 +145,7 @@ fn a_gpu_run_larger_than_the_device_is_refused_before_it_starts() {
     let root = tempfile::tempdir().unwrap();
     common::build_dataset(&root.path().join("data"));
     let boost = |run: &str, bytes: &str| {
-        let cfg = common::config(root.path(), &["train.device=cuda", "train.steps=2"]);
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_boost"));
-        cmd.arg("train").arg("--quiet").env("BOOST_GPU_MEMORY", bytes);
-        for (key, value) in [
-            ("model.d", cfg.model.d.to_string()),
-            ("model.d_ff", cfg.model.d_ff.to_string()),
-            ("model.layers", cfg.model.layers.to_string()),
-            ("model.heads", cfg.model.heads.to_string()),
-            ("model.rank", cfg.model.rank.to_string()),
-            ("train.seq_len", cfg.train.seq_len.to_string()),
-            ("train.micro_batch", cfg.train.micro_batch.to_string()),
-            ("train.steps", "2".into()),
-            ("train.eval_every", "0".into()),
-            ("train.checkpoint_every", "0".into()),
-            ("train.device", "cuda".into()),
-            ("data.corpus", "none".into()),
-            ("data.dir", cfg.data.dir.clone()),
-            ("run.dir", root.path().join(run).display().to_string()),
-        ] {
-            cmd.arg("--set").arg(format!("{key}={value}"));
-        }
-        cmd.output().unwrap()
+        boost_train(root.path(), run).arg("--quiet").env("BOOST_GPU_MEMORY", bytes).output().unwrap()
     };
     let out = boost("small", "100000");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -150,4 +156,37 @@ fn a_gpu_run_larger_than_the_device_is_refused_before_it_starts() {
     let out = boost("fits", "100000000000");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(root.path().join("fits/metrics.jsonl").is_file());
+}
+
+/// A GPU run says what it holds: its log names the activations' dtype (fp32 today) and the
+/// device's peak memory, and every metrics.jsonl record has `device_peak_mib`, the
+/// allocator's high-water mark, which can only grow and holds at least the fp32 weights,
+/// their gradients and AdamW's two moments. A CPU run has no such key.
+#[test]
+fn a_gpu_run_reports_its_activation_dtype_and_peak_memory() {
+    let root = tempfile::tempdir().unwrap();
+    common::build_dataset(&root.path().join("data"));
+    let out = boost_train(root.path(), "gpu").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("activations fp32"), "{err}");
+    let done = err.lines().find(|l| l.starts_with("done:")).unwrap_or_else(|| panic!("{err}"));
+    assert!(done.contains("device peak memory") && done.contains("MiB"), "{done}");
+    let peaks: Vec<f64> = std::fs::read_to_string(root.path().join("gpu/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| v["device_peak_mib"].as_f64().unwrap_or_else(|| panic!("no device_peak_mib in {v}")))
+        .collect();
+    assert_eq!(peaks.len(), 2, "{peaks:?}");
+    assert!(peaks[1] >= peaks[0], "a high-water mark never falls: {peaks:?}");
+    // The model state as the plan counts it: fp32 weights, their gradients, AdamW's moments
+    // (of the run's resolved configuration: the vocabulary is the corpus's).
+    let cfg = Config::load(Some(&root.path().join("gpu/config.toml")), &[]).unwrap();
+    let plan = boost_perf::step::memory(&boost_perf::Setup::from_config(&cfg, None, boost_perf::Dtype::F32).unwrap());
+    let state_mib = (plan.weights + plan.gradients + plan.optimizer) / (1024.0 * 1024.0);
+    assert!(peaks[0] >= state_mib, "peak {} MiB below the model state's {state_mib} MiB", peaks[0]);
+    losses(root.path(), "cpu", &["train.steps=1", "train.eval_every=0"]);
+    let cpu = std::fs::read_to_string(root.path().join("cpu/metrics.jsonl")).unwrap();
+    assert!(!cpu.is_empty() && !cpu.contains("device_peak_mib"), "{cpu}");
 }

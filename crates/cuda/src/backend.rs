@@ -141,6 +141,9 @@ impl Backend for Cuda {
             Precision::Bf16 => self.alloc_dtype(n, DType::Bf16, false),
         }
     }
+    fn peak_memory_bytes(&self) -> Option<u64> {
+        Cuda::peak_memory_bytes(self)
+    }
     fn sync(&self) {
         self.dev().sync()
     }

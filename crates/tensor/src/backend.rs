@@ -110,6 +110,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Wait until every queued kernel has finished (for timers; kernels of an asynchronous
     /// device return before their work is done).
     fn sync(&self) {}
+    /// The most bytes of device buffers held at once so far (the allocator's high-water
+    /// mark), where the backend counts them: a GPU's. None on the CPU, whose memory is the
+    /// process's.
+    fn peak_memory_bytes(&self) -> Option<u64> {
+        None
+    }
     fn alloc_ids(&self, n: usize) -> Self::Ids;
     fn write_ids(&self, dst: &mut Self::Ids, src: &[u32]);
     /// Copy a row-major host matrix into a view.

@@ -201,6 +201,9 @@ impl<B: Backend> Backend for Profiled<B> {
     fn sync(&self) {
         self.inner.sync()
     }
+    fn peak_memory_bytes(&self) -> Option<u64> {
+        self.inner.peak_memory_bytes()
+    }
     fn alloc_ids(&self, n: usize) -> Self::Ids {
         self.inner.alloc_ids(n)
     }

@@ -20,6 +20,10 @@ pub struct StepMetrics {
     /// Training tokens consumed so far.
     pub tokens: u64,
     pub elapsed_s: f64,
+    /// On a GPU: the most device memory this rank's buffers have held at once so far (MiB,
+    /// the allocator's high-water mark). Absent on the CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_peak_mib: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub val_loss: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -230,10 +230,16 @@ impl<B: Backend> Job<'_, B> {
         s.tokens_per_sec = (self.at.tokens - self.tokens_at_start) as f64 / secs.max(1e-9);
         if let (Some(first), Some(last)) = (s.losses.first(), s.losses.last()) {
             self.log.line(format!(
-                "done: {} steps in {secs:.1}s ({:.0} tok/s); loss {first:.4} → {last:.4}{}; metrics in {}",
+                "done: {} steps in {secs:.1}s ({:.0} tok/s); loss {first:.4} → {last:.4}{}{}; metrics in {}",
                 s.losses.len(),
                 s.tokens_per_sec,
                 s.val.last().map(|(_, v)| format!(", val loss {v:.4}")).unwrap_or_default(),
+                self.learner
+                    .model
+                    .be
+                    .peak_memory_bytes()
+                    .map(|b| format!("; device peak memory {:.1} MiB", b as f64 / (1024.0 * 1024.0)))
+                    .unwrap_or_default(),
                 self.ctx.run_dir.join("metrics.jsonl").display()
             ));
         }

@@ -92,6 +92,7 @@ impl<B: Backend> Job<'_, B> {
             step_time_s: dt,
             tokens: self.at.tokens,
             elapsed_s: self.start.elapsed().as_secs_f64(),
+            device_peak_mib: self.learner.model.be.peak_memory_bytes().map(|b| b as f64 / (1024.0 * 1024.0)),
             val_loss: None,
             val_ppl: None,
             val_losses: None,
