@@ -13,6 +13,7 @@ mod error;
 mod model;
 mod overrides;
 mod parallel;
+mod rope;
 mod train;
 
 pub use bucket::BucketSize;
@@ -24,6 +25,7 @@ pub use overrides::apply_set;
 pub use parallel::{
     GpuCollectives, GroupLinks, LinkSpec, NormMode, ParallelConfig, PipeSchedule, Scheme, SchemeChoice, parse_link,
 };
+pub use rope::{RopeScaling, RopeScalingType};
 pub use train::{Device, MAX_THREADS, Recompute, Schedule, TrainConfig, parse_device, threads_message};
 
 use serde::{Deserialize, Serialize};

@@ -16,6 +16,8 @@ pub struct LlamaShape {
     pub vocab: usize,
     pub norm_eps: f64,
     pub rope_theta: f64,
+    /// RoPE's frequency scaling (`rope_scaling` or `rope_parameters`).
+    pub rope_scaling: boost_config::RopeScaling,
     pub tied: bool,
     /// `max_position_embeddings`, if given.
     pub context: Option<usize>,
@@ -87,7 +89,6 @@ pub fn llama_shape(cfg: &Value, file: &Path) -> Result<LlamaShape> {
     refuse("hidden_act", &|v| v == "silu", "the MLP is SwiGLU with SiLU")?;
     refuse("attention_bias", &|v| v == false, "projections have no bias")?;
     refuse("mlp_bias", &|v| v == false, "projections have no bias")?;
-    refuse("rope_scaling", &|v| v.is_null(), "RoPE is unscaled")?;
     let (d, heads) = (count(cfg, "hidden_size", file)?, count(cfg, "num_attention_heads", file)?);
     if !d.is_multiple_of(heads) {
         bail!("{}: config field `num_attention_heads` = {heads} does not divide hidden_size = {d}", file.display());
@@ -103,6 +104,7 @@ pub fn llama_shape(cfg: &Value, file: &Path) -> Result<LlamaShape> {
         );
     }
     let kv_heads = opt_count(cfg, "num_key_value_heads", true, file)?.unwrap_or(heads);
+    let (rope_theta, rope_scaling) = super::rope::rope_of(cfg, file)?;
     Ok(LlamaShape {
         d,
         d_ff: count(cfg, "intermediate_size", file)?,
@@ -111,7 +113,8 @@ pub fn llama_shape(cfg: &Value, file: &Path) -> Result<LlamaShape> {
         kv_heads,
         vocab: count(cfg, "vocab_size", file)?,
         norm_eps: opt_positive(cfg, "rms_norm_eps", 1e-6, "1e-6", file)?,
-        rope_theta: opt_positive(cfg, "rope_theta", 10000.0, "10000.0", file)?,
+        rope_theta,
+        rope_scaling,
         tied: opt_bool(cfg, "tie_word_embeddings", false, file)?,
         context: opt_count(cfg, "max_position_embeddings", false, file)?,
     })
