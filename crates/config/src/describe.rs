@@ -64,6 +64,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("train.check_memory", "refuse a run whose predicted memory exceeds the machine's available memory, or the GPU's"),
     ("train.sample_every", "print a 64-token sample of the model's text every N steps; 0 = never (needs tp = pp = 1)"),
     ("train.log_every", "a timestamped log line every N steps when there is no progress bar; 0 = none"),
+    (
+        "train.tensorboard",
+        "TensorBoard event files of the metrics: true = into run.dir/tensorboard, or a directory; false = none",
+    ),
     ("data.dir", "dataset directory (token shards)"),
     (
         "data.corpus",

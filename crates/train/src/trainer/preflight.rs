@@ -78,6 +78,7 @@ fn settle_run_dir(cfg: &Config, run_dir: &std::path::Path, resume: Option<&Check
         Some(ck) => run_dir::check_resume(run_dir, &ck.dir, ck.meta.step)?,
         None => run_dir::check_fresh(run_dir)?,
     }
+    crate::tensorboard::check(&cfg.train.tensorboard, run_dir, resume.is_some())?;
     // Before anything in the directory changes: a refusal leaves it as it was.
     let own_run = resume.is_some_and(|ck| run_dir::holds(run_dir, &ck.dir));
     if let Some(ck) = resume.filter(|_| own_run) {
