@@ -105,6 +105,20 @@ fn a_run_directory_is_never_inside_a_dataset_an_export_a_model_or_checkpoints() 
     run(&mut train(&data, &root.path().join("mine/run2"), &["train.steps=2"]));
 }
 
+/// A NaN or an infinity is refused by its key before anything is written (`grad_clip = nan`
+/// used to turn clipping off; `weight_decay = inf` passed and the run blamed `train.lr`).
+#[test]
+fn non_finite_values_are_refused_by_key() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    for (key, v) in [("train.grad_clip", "nan"), ("train.weight_decay", "inf"), ("train.weight_decay", "nan")] {
+        let e = fails(&train(&data, &run_dir, &[&format!("{key}={v}")]).output().unwrap());
+        assert!(e.contains(&format!("config key `{key}`: is {}", if v == "nan" { "NaN" } else { "inf" })), "{e}");
+        assert!(!run_dir.exists(), "nothing was written");
+    }
+}
+
 #[test]
 fn a_refused_run_leaves_no_lock_file_behind() {
     let root = tempfile::tempdir().unwrap();

@@ -10,6 +10,7 @@ mod bucket;
 mod data;
 mod describe;
 mod error;
+mod finite;
 mod model;
 mod overrides;
 mod parallel;
@@ -121,6 +122,16 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        // A key's own check names its NaN or infinity where it has one; any other non-finite
+        // float is refused by name, also when it trips another key's check first.
+        let nonfinite = finite::check(self);
+        match self.validate_keys() {
+            Err(e) if nonfinite.as_ref().is_err_and(|n| n.key != e.key) => nonfinite,
+            checked => checked.and(nonfinite),
+        }
+    }
+
+    fn validate_keys(&self) -> Result<(), ConfigError> {
         self.model.validate()?;
         self.train.validate()?;
         self.data.validate()?;
