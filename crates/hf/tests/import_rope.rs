@@ -111,6 +111,17 @@ fn a_full_rank_export_writes_the_scaling_back() {
     let (again, loss_again, _) = import_loss(&out, &root.path().join("run_again"));
     assert_eq!(again.model.rope_scaling, cfg.model.rope_scaling);
     assert_eq!(loss_again, loss);
+    // A low-rank export carries it under its own key, which its shipped boost_ref.py reads
+    // (transformers 5 would standardise `rope_scaling` in BoostConfig and fail there).
+    let opts = ImportOptions { rank: Some(8), ..ImportOptions::new(hf, root.path().join("svd"), Arch::Svd) };
+    let (dir, _) = import(&opts, &|_| {}).unwrap();
+    let out = root.path().join("export_svd");
+    export(&Checkpoint::open(&dir).unwrap(), &out, false).unwrap();
+    let written: Value = serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    assert_eq!(written["boost_rope_scaling"], *s, "{written}");
+    assert!(written.get("rope_scaling").is_none(), "{written}");
+    let reference = std::fs::read_to_string(out.join("boost_ref.py")).unwrap();
+    assert!(reference.contains("boost_rope_scaling") && reference.contains("def llama3_inv_freq"));
 }
 
 /// The error of importing a folder with the fixture's weights and `config`.

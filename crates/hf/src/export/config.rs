@@ -37,15 +37,19 @@ pub fn hf_config(cfg: &Config, eos: Option<u32>) -> Value {
         "torch_dtype": "float32",
     });
     if m.rope_scaling.kind == RopeScalingType::Llama3 {
-        // transformers 4's layout, which 5 reads too (it moves both keys into rope_parameters).
         let r = &m.rope_scaling;
-        c["rope_scaling"] = json!({
+        let scaling = json!({
             "rope_type": "llama3",
             "factor": r.factor,
             "low_freq_factor": r.low_freq_factor,
             "high_freq_factor": r.high_freq_factor,
             "original_max_position_embeddings": r.original_max_position_embeddings,
         });
+        // A Llama carries transformers 4's key, which 5 reads too (moving it into
+        // rope_parameters). The low-rank models' own key keeps transformers 5 from
+        // standardising it in BoostConfig, which fails there; boost_ref.py reads it.
+        let key = if m.arch == Arch::Full { "rope_scaling" } else { "boost_rope_scaling" };
+        c[key] = scaling;
     }
     if let Some(id) = eos {
         c["bos_token_id"] = json!(id);

@@ -9,7 +9,7 @@ mod out;
 pub use config::hf_config;
 pub use out::MARKER;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use boost_checkpoint::Checkpoint;
 use boost_checkpoint::paths;
 use boost_checkpoint::staging::{self, Staged};
@@ -24,15 +24,6 @@ use std::path::Path;
 /// marker and `SHA256SUMS`, and renamed into place, so `out` is never half-written.
 pub fn export(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
     let cfg = Config::from_toml_str(&ckpt.meta.config).context("the checkpoint's config")?;
-    if cfg.model.arch != Arch::Full && cfg.model.rope_scaling.kind != boost_config::RopeScalingType::None {
-        // The shipped reference model (boost_ref.py) computes unscaled RoPE only.
-        bail!(
-            "{}: model.rope_scaling.type = llama3 is exported for full-rank models only; the custom code of a \
-             {} export computes unscaled RoPE, so transformers would not reproduce the model",
-            ckpt.dir.display(),
-            cfg.model.arch.name()
-        );
-    }
     let real = paths::resolved(out).with_context(|| format!("cannot resolve --out {}", out.display()))?;
     staging::recover(&real, "export")?;
     let real = out::check(&ckpt.dir, out, force)?;
