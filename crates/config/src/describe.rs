@@ -18,6 +18,17 @@ pub const KEYS: &[(&str, &str)] = &[
     ("model.only_lr_act", "CoLA: no SiLU outside the bottleneck"),
     ("model.tie_embeddings", "share the embedding table and the LM head"),
     ("model.rope_theta", "RoPE base"),
+    ("model.rope_scaling.type", "RoPE frequency scaling: none, or llama3 (Llama 3.1's, with the keys below)"),
+    ("model.rope_scaling.factor", "llama3: low frequencies are divided by this"),
+    (
+        "model.rope_scaling.low_freq_factor",
+        "llama3: wavelengths above original_max_position_embeddings / this are scaled",
+    ),
+    (
+        "model.rope_scaling.high_freq_factor",
+        "llama3: wavelengths below original_max_position_embeddings / this are kept",
+    ),
+    ("model.rope_scaling.original_max_position_embeddings", "llama3: the context length before scaling"),
     ("model.norm_eps", "RMSNorm epsilon"),
     ("model.init_std", "standard deviation of the embedding and dense initialisation"),
     ("model.lax.flavour", "LaX: the bottleneck's activation, as in cola or svd"),
@@ -53,6 +64,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("train.check_memory", "refuse a run whose predicted memory exceeds the machine's available memory, or the GPU's"),
     ("train.sample_every", "print a 64-token sample of the model's text every N steps; 0 = never (needs tp = pp = 1)"),
     ("train.log_every", "a timestamped log line every N steps when there is no progress bar; 0 = none"),
+    (
+        "train.tensorboard",
+        "TensorBoard event files of the metrics: true = into run.dir/tensorboard, or a directory; false = none",
+    ),
     ("data.dir", "dataset directory (token shards)"),
     (
         "data.corpus",

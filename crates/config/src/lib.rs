@@ -10,9 +10,11 @@ mod bucket;
 mod data;
 mod describe;
 mod error;
+mod finite;
 mod model;
 mod overrides;
 mod parallel;
+mod rope;
 mod train;
 
 pub use bucket::BucketSize;
@@ -24,7 +26,8 @@ pub use overrides::apply_set;
 pub use parallel::{
     GpuCollectives, GroupLinks, LinkSpec, NormMode, ParallelConfig, PipeSchedule, Scheme, SchemeChoice, parse_link,
 };
-pub use train::{Device, MAX_THREADS, Recompute, Schedule, TrainConfig, parse_device, threads_message};
+pub use rope::{RopeScaling, RopeScalingType};
+pub use train::{Device, MAX_THREADS, Recompute, Schedule, TensorBoard, TrainConfig, parse_device, threads_message};
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -119,6 +122,16 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        // A key's own check names its NaN or infinity where it has one; any other non-finite
+        // float is refused by name, also when it trips another key's check first.
+        let nonfinite = finite::check(self);
+        match self.validate_keys() {
+            Err(e) if nonfinite.as_ref().is_err_and(|n| n.key != e.key) => nonfinite,
+            checked => checked.and(nonfinite),
+        }
+    }
+
+    fn validate_keys(&self) -> Result<(), ConfigError> {
         self.model.validate()?;
         self.train.validate()?;
         self.data.validate()?;

@@ -83,6 +83,9 @@ pub struct TrainConfig {
     /// Every N steps, print a sample of the model's text (64 tokens from the end-of-text
     /// token, temperature 0.8, seeded by the step); 0 = never. Needs tp = pp = 1.
     pub sample_every: usize,
+    /// TensorBoard event files of the metrics: `true` into `<run.dir>/tensorboard`, or a
+    /// directory; `false` = none.
+    pub tensorboard: TensorBoard,
 }
 
 impl Default for TrainConfig {
@@ -114,6 +117,7 @@ impl Default for TrainConfig {
             check_memory: true,
             log_every: 10,
             sample_every: 0,
+            tensorboard: TensorBoard::Off,
             recompute: Recompute::None,
             recompute_layers: 0,
             device: "cpu".into(),
@@ -175,6 +179,62 @@ impl TrainConfig {
         }
         parse_device(&self.device)?;
         Ok(())
+    }
+}
+
+/// The `train.tensorboard` key: where TensorBoard event files go, if anywhere.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TensorBoard {
+    #[default]
+    Off,
+    /// Into `<run.dir>/tensorboard`.
+    RunDir,
+    /// Into this directory (relative to the working directory, as `run.dir` is).
+    Dir(String),
+}
+
+impl TensorBoard {
+    /// The directory the event files of a run in `run_dir` go to, or `None` when off.
+    pub fn dir(&self, run_dir: &std::path::Path) -> Option<std::path::PathBuf> {
+        match self {
+            TensorBoard::Off => None,
+            TensorBoard::RunDir => Some(run_dir.join("tensorboard")),
+            TensorBoard::Dir(d) => Some(d.into()),
+        }
+    }
+}
+
+impl Serialize for TensorBoard {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            TensorBoard::Off => s.serialize_bool(false),
+            TensorBoard::RunDir => s.serialize_bool(true),
+            TensorBoard::Dir(d) => s.serialize_str(d),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TensorBoard {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = TensorBoard;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false or a directory path")
+            }
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<TensorBoard, E> {
+                Ok(if b { TensorBoard::RunDir } else { TensorBoard::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<TensorBoard, E> {
+                if s.trim().is_empty() {
+                    return Err(E::custom(
+                        "is an empty path; use true (into <run.dir>/tensorboard), false, or a directory",
+                    ));
+                }
+                Ok(TensorBoard::Dir(s.to_string()))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 

@@ -66,7 +66,8 @@ pub fn check_resume(ck: &Checkpoint, cfg: &Config, data: &Dataset) -> Result<Vec
 /// choice), but the losses then no longer continue the saved run's, so the run says so.
 fn resume_notes(ck: &Checkpoint, saved: &Config, cfg: &Config) -> Vec<String> {
     let batch = |c: &Config| c.train.micro_batch * c.train.accumulation * c.parallel.dp;
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> =
+        crate::schedule::resume_note(&saved.train, &cfg.train, ck.meta.step).into_iter().collect();
     if batch(saved) != batch(cfg) {
         notes.push(format!(
             "note: the global batch changes from {} sequences in the checkpoint {} to {} (train.micro_batch × train.accumulation × parallel.dp: {} × {} × {} → {} × {} × {}); set them back to continue the saved run exactly",

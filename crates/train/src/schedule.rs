@@ -31,6 +31,34 @@ pub fn lr_at(cfg: &TrainConfig, step: usize) -> f64 {
     }
 }
 
+/// What a resume at `step` (optimizer steps done) does to the learning rate when it changes
+/// a schedule key (`train.steps` most often): the schedule is recomputed over the new keys
+/// from step 1, so the rate may jump. `None` when no schedule key changes.
+pub fn resume_note(saved: &TrainConfig, now: &TrainConfig, step: u64) -> Option<String> {
+    let mut changed = Vec::new();
+    let mut key = |name: &str, was: String, is: String| {
+        if was != is {
+            changed.push(format!("train.{name} {was} → {is}"));
+        }
+    };
+    key("steps", saved.steps.to_string(), now.steps.to_string());
+    key("warmup_steps", saved.warmup_steps.to_string(), now.warmup_steps.to_string());
+    key("lr", saved.lr.to_string(), now.lr.to_string());
+    key("min_lr_ratio", saved.min_lr_ratio.to_string(), now.min_lr_ratio.to_string());
+    key("schedule", format!("{:?}", saved.schedule).to_lowercase(), format!("{:?}", now.schedule).to_lowercase());
+    key("decay_fraction", saved.decay_fraction.to_string(), now.decay_fraction.to_string());
+    if changed.is_empty() || step == 0 {
+        return None;
+    }
+    let s = step as usize;
+    let (last, kept, next) = (lr_at(saved, s - 1), lr_at(saved, s), lr_at(now, s));
+    Some(format!(
+        "note: the learning-rate schedule changes on resume ({}): it is recomputed from step 1 over the new keys, so the learning rate goes from {last:.3e} at step {step} to {next:.3e} at step {} (the checkpoint's schedule would give {kept:.3e})",
+        changed.join(", "),
+        step + 1
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,5 +98,19 @@ mod tests {
         assert!((lr_at(&c, 99) - 0.1).abs() < 1e-12);
         assert!(lr_at(&c, 90) < 1.0 && lr_at(&c, 90) > 0.1);
         assert_eq!(lr_at(&cfg(Schedule::Constant), 99), 1.0);
+    }
+
+    #[test]
+    fn a_resume_that_changes_the_schedule_says_what_the_rate_does() {
+        let saved = TrainConfig { steps: 600, warmup_steps: 60, lr: 1e-3, min_lr_ratio: 0.1, ..Default::default() };
+        assert_eq!(resume_note(&saved, &saved, 600), None);
+        let now = TrainConfig { steps: 1200, ..saved.clone() };
+        let note = resume_note(&saved, &now, 600).unwrap();
+        let (last, next) = (lr_at(&saved, 599), lr_at(&now, 600));
+        assert!((last - 1e-4).abs() < 1e-12 && next > 5e-4, "the rate jumps: {last} -> {next}");
+        let want = format!(
+            "train.steps 600 → 1200): it is recomputed from step 1 over the new keys, so the learning rate goes from {last:.3e} at step 600 to {next:.3e} at step 601"
+        );
+        assert!(note.contains(&want), "{note}");
     }
 }
