@@ -262,11 +262,6 @@ impl Checkpoint {
     }
 }
 
-pub(crate) fn is_whole(s: &SliceRef, shape: &[usize]) -> bool {
-    let (r, c) = matrix(shape);
-    s.rows == [0, r] && s.cols == [0, c]
-}
-
 /// A canonical shape as a matrix (a vector is 1×n); other ranks are not canonical tensors.
 pub(crate) fn matrix(shape: &[usize]) -> (usize, usize) {
     match shape {
