@@ -212,6 +212,24 @@ fn warnings_for_settings_that_waste_work() {
     assert!(err.contains("train.eval_batches") && err.contains("train.threads"), "{err}");
 }
 
+/// Fewer steps than the warm-up, and a vocabulary far above the tokenizer's (cola-60m's 32000
+/// on a 4,096-token dataset), passed without a word.
+#[test]
+fn a_warm_up_longer_than_the_run_and_an_oversized_vocabulary_are_warned_about() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    let sets = ["train.warmup_steps=10", "model.vocab=1000"];
+    let out = boost().arg("train").args(tiny(&data, &run_dir, &sets)).output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("train.steps = 4 is below train.warmup_steps = 10"), "{err}");
+    assert!(err.contains("model.vocab = 1000 but the tokenizer") && err.contains("has 300 tokens"), "{err}");
+    let quiet = boost().arg("train").args(tiny(&data, &root.path().join("r2"), &[])).output().unwrap();
+    let err = String::from_utf8_lossy(&quiet.stderr);
+    assert!(!err.contains("warmup_steps") && !err.contains("model.vocab"), "no warning otherwise: {err}");
+}
+
 #[test]
 fn a_full_disk_during_a_checkpoint_names_the_path_and_frees_the_space() {
     let root = tempfile::tempdir().unwrap();
