@@ -119,6 +119,29 @@ fn non_finite_values_are_refused_by_key() {
     }
 }
 
+/// A FIFO or a device given as a file is refused at once, naming it (`--config /dev/zero` and
+/// `eval --text /dev/zero` read forever; `data --input DIR` blocked on a FIFO named *.txt).
+#[test]
+fn only_regular_files_are_read_as_inputs() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    run(&mut train(&data, &run_dir, &["train.steps=2"]));
+    let e = fails(&boost().args(["train", "--config", "/dev/zero"]).output().unwrap());
+    assert!(e.contains("/dev/zero") && e.contains("not a regular file"), "{e}");
+    let e =
+        fails(&boost().args(["eval", "--checkpoint"]).arg(&run_dir).args(["--text", "/dev/zero"]).output().unwrap());
+    assert!(e.contains("/dev/zero is not a regular file"), "{e}");
+    let texts = root.path().join("texts");
+    fs::create_dir(&texts).unwrap();
+    fs::write(texts.join("a.txt"), "the king speaks ".repeat(50)).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(texts.join("pipe.txt")).status().unwrap().success());
+    let out = root.path().join("built");
+    let e = fails(&boost().args(["data", "--input"]).arg(&texts).arg("--out").arg(&out).output().unwrap());
+    assert!(e.contains("pipe.txt is not a regular file"), "{e}");
+    assert!(!out.exists(), "nothing was built");
+}
+
 #[test]
 fn a_refused_run_leaves_no_lock_file_behind() {
     let root = tempfile::tempdir().unwrap();

@@ -44,6 +44,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("train.schedule", "learning-rate schedule: cosine, wsd, constant"),
     ("train.min_lr_ratio", "final learning rate as a fraction of the peak"),
     ("train.decay_fraction", "wsd: the fraction of steps spent decaying"),
+    (
+        "train.schedule_steps",
+        "steps the schedule spans; 0 = train.steps. Past them the rate stays at its floor: on a resume with more train.steps, the old total continues the decayed schedule instead of re-stretching it",
+    ),
     ("train.weight_decay", "AdamW weight decay (matrices only)"),
     ("train.beta1", "AdamW β1"),
     ("train.beta2", "AdamW β2"),

@@ -42,6 +42,9 @@ pub struct TrainConfig {
     pub min_lr_ratio: f64,
     /// WSD: fraction of the steps spent in the final decay.
     pub decay_fraction: f64,
+    /// Steps the schedule spans (0: `steps`). Past them the rate stays at its floor: a resume
+    /// with more `steps` and this at the old total continues the decayed schedule.
+    pub schedule_steps: usize,
     pub weight_decay: f64,
     pub beta1: f64,
     pub beta2: f64,
@@ -100,6 +103,7 @@ impl Default for TrainConfig {
             schedule: Schedule::Cosine,
             min_lr_ratio: 0.1,
             decay_fraction: 0.2,
+            schedule_steps: 0,
             weight_decay: 0.01,
             beta1: 0.9,
             beta2: 0.999,

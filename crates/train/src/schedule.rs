@@ -9,7 +9,8 @@ pub fn lr_at(cfg: &TrainConfig, step: usize) -> f64 {
     if step < cfg.warmup_steps {
         return peak * (step + 1) as f64 / cfg.warmup_steps as f64;
     }
-    let last = cfg.steps.saturating_sub(1).max(1);
+    let total = if cfg.schedule_steps > 0 { cfg.schedule_steps } else { cfg.steps };
+    let last = total.saturating_sub(1).max(1);
     match cfg.schedule {
         Schedule::Constant => peak,
         Schedule::Cosine => {
@@ -18,8 +19,8 @@ pub fn lr_at(cfg: &TrainConfig, step: usize) -> f64 {
             min + (peak - min) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
         }
         Schedule::Wsd => {
-            let decay_steps = ((cfg.steps as f64) * cfg.decay_fraction).round() as usize;
-            let start = cfg.steps.saturating_sub(decay_steps).max(cfg.warmup_steps);
+            let decay_steps = ((total as f64) * cfg.decay_fraction).round() as usize;
+            let start = total.saturating_sub(decay_steps).max(cfg.warmup_steps);
             if step < start || decay_steps == 0 {
                 peak
             } else {
@@ -47,13 +48,20 @@ pub fn resume_note(saved: &TrainConfig, now: &TrainConfig, step: u64) -> Option<
     key("min_lr_ratio", saved.min_lr_ratio.to_string(), now.min_lr_ratio.to_string());
     key("schedule", format!("{:?}", saved.schedule).to_lowercase(), format!("{:?}", now.schedule).to_lowercase());
     key("decay_fraction", saved.decay_fraction.to_string(), now.decay_fraction.to_string());
+    key("schedule_steps", saved.schedule_steps.to_string(), now.schedule_steps.to_string());
     if changed.is_empty() || step == 0 {
         return None;
     }
     let s = step as usize;
     let (last, kept, next) = (lr_at(saved, s - 1), lr_at(saved, s), lr_at(now, s));
+    let spans = |c: &TrainConfig| if c.schedule_steps > 0 { c.schedule_steps } else { c.steps };
+    let continue_it = if spans(saved) != spans(now) && now.schedule_steps == 0 {
+        format!("; to continue the checkpoint's schedule instead, add --set train.schedule_steps={}", spans(saved))
+    } else {
+        String::new()
+    };
     Some(format!(
-        "note: the learning-rate schedule changes on resume ({}): it is recomputed from step 1 over the new keys, so the learning rate goes from {last:.3e} at step {step} to {next:.3e} at step {} (the checkpoint's schedule would give {kept:.3e})",
+        "note: the learning-rate schedule changes on resume ({}): it is recomputed from step 1 over the new keys, so the learning rate goes from {last:.3e} at step {step} to {next:.3e} at step {} (the checkpoint's schedule would give {kept:.3e}){continue_it}",
         changed.join(", "),
         step + 1
     ))
@@ -112,5 +120,21 @@ mod tests {
             "train.steps 600 → 1200): it is recomputed from step 1 over the new keys, so the learning rate goes from {last:.3e} at step 600 to {next:.3e} at step 601"
         );
         assert!(note.contains(&want), "{note}");
+        assert!(note.contains("add --set train.schedule_steps=600"), "{note}");
+        // Spanning the old total continues the decayed schedule: the floor, no jump.
+        let kept = TrainConfig { schedule_steps: 600, ..now.clone() };
+        assert_eq!(lr_at(&kept, 600), lr_at(&saved, 600));
+        assert!((lr_at(&kept, 1199) - 1e-4).abs() < 1e-12);
+        let note = resume_note(&saved, &kept, 600).unwrap();
+        assert!(note.contains("train.schedule_steps 0 → 600") && !note.contains("add --set"), "{note}");
+    }
+
+    #[test]
+    fn schedule_steps_sets_the_span_of_the_decay() {
+        let c = TrainConfig { schedule_steps: 50, ..cfg(Schedule::Cosine) };
+        assert!((lr_at(&c, 49) - 0.1).abs() < 1e-12 && (lr_at(&c, 99) - 0.1).abs() < 1e-12);
+        let w = TrainConfig { schedule_steps: 50, ..cfg(Schedule::Wsd) };
+        assert_eq!(lr_at(&w, 39), 1.0);
+        assert!((lr_at(&w, 49) - 0.1).abs() < 1e-12 && (lr_at(&w, 80) - 0.1).abs() < 1e-12);
     }
 }

@@ -40,6 +40,7 @@ fn a_resume_that_changes_the_schedule_says_so() {
     c.arg("train").args(tiny(&data, &r, &["train.steps=8"])).arg("--resume");
     let e = String::from_utf8_lossy(&run(&mut c).stderr).into_owned();
     assert!(e.contains("train.steps 4 → 8") && e.contains("at step 4 to") && e.contains("at step 5"), "{e}");
+    assert!(e.contains("to continue the checkpoint's schedule instead, add --set train.schedule_steps=4"), "{e}");
 }
 
 /// An edited run-directory `config.toml` is refused on resume, naming the key (it used to be
