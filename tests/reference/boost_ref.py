@@ -5,8 +5,9 @@ shapes listed there. Every function is dtype-parametric: it computes in the dtyp
 parameters it is given (the fixtures use float64).
 
 Config dict keys (the `[model]` section): arch, d, d_ff, layers, heads, kv_heads, rank, vocab,
-only_lr_act, tie_embeddings, rope_theta, norm_eps, and a nested `lax` dict with flavour, gate,
-kron_a, ln_eps. Missing optional keys take the defaults of crates/config/src/model.rs.
+only_lr_act, tie_embeddings, rope_theta, rope_scaling (None, or a dict with type "llama3",
+factor, low_freq_factor, high_freq_factor, original_max_position_embeddings), norm_eps, and a
+nested `lax` dict with flavour, gate, kron_a, ln_eps. Missing optional keys take the defaults of crates/config/src/model.rs.
 """
 
 import copy
@@ -34,6 +35,8 @@ def normalize_config(cfg):
     c.setdefault("only_lr_act", False)
     c.setdefault("tie_embeddings", False)
     c.setdefault("rope_theta", 10000.0)
+    if (c.get("rope_scaling") or {}).get("type", "none") == "none":
+        c["rope_scaling"] = None
     c.setdefault("norm_eps", 1e-6)
     c.setdefault("rank", 0)
     lax = dict(LAX_DEFAULTS)
@@ -220,20 +223,33 @@ def layer_norm(x, weight, bias, eps):
     return (x - mean) / torch.sqrt(var + eps) * weight + bias
 
 
-def rope_cos_sin(seq, dh, theta, dtype):
-    """cos and sin tables [S, d_h/2] for positions 0..S-1 and inv_freq_i = θ^(-2i/d_h)."""
+def llama3_inv_freq(inv_freq, s):
+    """Llama 3.1's scaling: wavelengths under L/high_freq_factor kept, over L/low_freq_factor
+    divided by factor, interpolated between (L = original_max_position_embeddings)."""
+    ctx, lo, hi = float(s["original_max_position_embeddings"]), s["low_freq_factor"], s["high_freq_factor"]
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (ctx / wavelen - lo) / (hi - lo)
+    mid = (1 - smooth) * inv_freq / s["factor"] + smooth * inv_freq
+    return torch.where(wavelen < ctx / hi, inv_freq, torch.where(wavelen > ctx / lo, inv_freq / s["factor"], mid))
+
+
+def rope_cos_sin(seq, dh, theta, dtype, scaling=None):
+    """cos and sin tables [S, d_h/2] for positions 0..S-1 and inv_freq_i = θ^(-2i/d_h), scaled
+    by `scaling` (a llama3 rope_scaling dict) when given."""
     i = torch.arange(dh // 2, dtype=dtype)
     inv_freq = torch.tensor(theta, dtype=dtype) ** (-2.0 * i / dh)
+    if scaling is not None:
+        inv_freq = llama3_inv_freq(inv_freq, scaling)
     pos = torch.arange(seq, dtype=dtype)
     ang = pos[:, None] * inv_freq[None, :]
     return torch.cos(ang), torch.sin(ang)
 
 
-def rope(x, theta):
+def rope(x, theta, scaling=None):
     """Hugging Face rotate_half RoPE on x [B, H, S, d_h], positions 0..S-1 along dim 2."""
     seq, dh = x.shape[-2], x.shape[-1]
     half = dh // 2
-    c, s = rope_cos_sin(seq, dh, theta, x.dtype)
+    c, s = rope_cos_sin(seq, dh, theta, x.dtype, scaling)
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
 
@@ -316,7 +332,7 @@ def forward(params, cfg, ids, return_x0=False):
         q = q.view(B, S, H, dh).transpose(1, 2)
         k = k.view(B, S, Hkv, dh).transpose(1, 2)
         v = v.view(B, S, Hkv, dh).transpose(1, 2)
-        q, k = rope(q, theta), rope(k, theta)
+        q, k = rope(q, theta, cfg["rope_scaling"]), rope(k, theta, cfg["rope_scaling"])
         a = causal_attention(q, k, v).transpose(1, 2).reshape(B, S, H * dh)
         x = x + project(params, cfg, l, "o", a, latents)
 
@@ -352,6 +368,28 @@ class ExportError(Exception):
     pass
 
 
+def _rope_dict(hf):
+    # boost writes `boost_rope_scaling` for a low-rank model (`rope_scaling` for a Llama, which
+    # transformers 5 moves into `rope_parameters` on loading).
+    return hf.get("boost_rope_scaling") or hf.get("rope_scaling") or hf.get("rope_parameters") or {}
+
+
+def rope_theta_of(hf):
+    return float(hf.get("rope_theta") or _rope_dict(hf).get("rope_theta") or 10000.0)
+
+
+def rope_scaling_of(hf):
+    """The reference's rope_scaling of an export's config: None, or the llama3 parameters."""
+    r = _rope_dict(hf)
+    kind = r.get("rope_type", r.get("type", "default"))
+    if kind == "default":
+        return None
+    if kind != "llama3":
+        raise ExportError(f"rope_type {kind!r} is not computed (default or llama3)")
+    keys = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    return {"type": "llama3", **{k: float(r[k]) for k in keys}}
+
+
 def config_from_export(hf):
     """The model config dict (the `[model]` keys) of an export's config.json."""
 
@@ -375,7 +413,8 @@ def config_from_export(hf):
         "vocab": int(need("vocab_size")),
         "only_lr_act": bool(hf.get("only_lr_act", False)),
         "tie_embeddings": bool(hf.get("tie_word_embeddings", False)),
-        "rope_theta": float(hf.get("rope_theta", 10000.0)),
+        "rope_theta": rope_theta_of(hf),
+        "rope_scaling": rope_scaling_of(hf),
         "norm_eps": float(hf.get("rms_norm_eps", 1e-6)),
         "lax": dict(LAX_DEFAULTS),
     }

@@ -155,6 +155,20 @@ def test_rope_matches_complex_rotation():
     assert abs(rq[0] @ rk[0] - q[0, 0, 0] @ k[0, 0, 0]) < 1e-12
 
 
+def test_llama3_scaling_keeps_smooths_and_stretches():
+    # head_dim 16, theta 5e5: wavelengths 6.3, 32.4, 167, ...; with L = 64 and factors 1 and 4
+    # the cut-offs are 16 and 64. The values are crates/tensor/src/rope.rs's test's.
+    s = {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+         "original_max_position_embeddings": 64}
+    plain = torch.tensor(500000.0, dtype=DT) ** (-2.0 * torch.arange(8, dtype=DT) / 16)
+    got = ref.llama3_inv_freq(plain, s)
+    assert got[0] == plain[0]
+    assert abs(got[1] / 0.0794030091792082 - 1) < 1e-14 and abs(got[2] / 0.004700753866357992 - 1) < 1e-14
+    assert torch.equal(got[2:], plain[2:] / 8)
+    c, _ = ref.rope_cos_sin(5, 16, 500000.0, DT, s)
+    assert abs(c[4, 1] - math.cos(4 * 0.0794030091792082)) < 1e-14
+
+
 def test_attention_matches_sdpa():
     g = torch.Generator().manual_seed(2)
     q = torch.randn(2, 4, 6, 8, generator=g, dtype=DT)

@@ -1,30 +1,17 @@
-//! A whole `model.safetensors` from a sharded checkpoint (for `boost export`): streamed one
-//! canonical tensor at a time, in blocks of rows, from the mapped rectangles, so memory
-//! holds one block; or the single file copied when it already holds every weight whole.
+//! A whole `model.safetensors` for `boost export`: streamed one canonical tensor at a time,
+//! in blocks of rows, from the mapped rectangles (of any layout), so memory holds one block.
 
 use super::Checkpoint;
 use super::part::{Slice, write_file};
-use super::read::{is_whole, matrix};
-use anyhow::{Context, Result};
+use super::read::matrix;
+use anyhow::Result;
 use std::path::Path;
 
 impl Checkpoint {
-    /// The whole `model.safetensors` as an export ships it: the file itself when it holds
-    /// every weight whole (a single-file checkpoint, or a sharded one of one rank), else
-    /// assembled tensor by tensor from the rectangles.
+    /// The whole `model.safetensors` as an export ships it: every weight whole, with the
+    /// header metadata `format = "pt"` that transformers 4 requires of a PyTorch file (a copy of
+    /// the checkpoint's own file carried its `format = "1"`, which transformers 4 refuses).
     pub fn write_model_file(&self, dest: &Path) -> Result<()> {
-        let whole = "model.safetensors";
-        let one_file = self
-            .tensors
-            .iter()
-            .filter(|(n, _)| !n.starts_with("m.") && !n.starts_with("v."))
-            .all(|(_, e)| e.slices.len() == 1 && e.slices[0].file == whole && is_whole(&e.slices[0], &e.shape));
-        if !self.sharded || one_file {
-            let from = self.dir.join(whole);
-            std::fs::copy(&from, dest)
-                .with_context(|| format!("cannot write {} (from {})", dest.display(), from.display()))?;
-            return Ok(());
-        }
         write_whole(self, dest)
     }
 }
@@ -40,7 +27,7 @@ fn write_whole(ck: &Checkpoint, dest: &Path) -> Result<()> {
         })
         .collect();
     let keys: Vec<String> = slices.iter().map(|s| s.name.clone()).collect();
-    let meta = [("format", "1".to_string()), ("step", ck.meta.step.to_string())];
+    let meta = [("format", "pt".to_string()), ("step", ck.meta.step.to_string())];
     let mut failed = None;
     let mut fetch = |i: usize, rows: std::ops::Range<usize>| {
         let s: &Slice = &slices[i];

@@ -69,6 +69,27 @@ pub fn verify(dir: &Path) -> Result<Verified> {
 /// is unverified.
 pub fn verify_listed(dir: &Path) -> Result<Option<BTreeSet<String>>> {
     let path = dir.join(FILE);
+    let Some(lines) = entries(dir)? else {
+        return Ok(None);
+    };
+    let mut listed = BTreeSet::new();
+    for (sum, name) in lines {
+        let file = dir.join(&name);
+        if !file.is_file() {
+            bail!("{} is missing (listed in {})", file.display(), path.display());
+        }
+        if sha256_file(&file)? != sum.to_ascii_lowercase() {
+            bail!("{} is corrupt or truncated: it does not match its checksum in {}", file.display(), path.display());
+        }
+        listed.insert(name);
+    }
+    Ok(Some(listed))
+}
+
+/// The (sum, file) lines of `dir/SHA256SUMS`, nothing hashed; `None` when there is none. A
+/// garbled line is an error naming it.
+pub fn entries(dir: &Path) -> Result<Option<Vec<(String, String)>>> {
+    let path = dir.join(FILE);
     if !path.exists() {
         return Ok(None);
     }
@@ -76,7 +97,7 @@ pub fn verify_listed(dir: &Path) -> Result<Option<BTreeSet<String>>> {
     if text.trim().is_empty() {
         bail!("{} is empty", path.display());
     }
-    let mut listed = BTreeSet::new();
+    let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let Some((sum, name)) = line.split_once("  ") else {
             bail!("{}:{}: not a `<sha256>  <file>` line", path.display(), i + 1);
@@ -84,14 +105,7 @@ pub fn verify_listed(dir: &Path) -> Result<Option<BTreeSet<String>>> {
         if sum.len() != 64 || !sum.bytes().all(|b| b.is_ascii_hexdigit()) || name.contains('/') || name.is_empty() {
             bail!("{}:{}: not a `<sha256>  <file>` line", path.display(), i + 1);
         }
-        let file = dir.join(name);
-        if !file.is_file() {
-            bail!("{} is missing (listed in {})", file.display(), path.display());
-        }
-        if sha256_file(&file)? != sum.to_ascii_lowercase() {
-            bail!("{} is corrupt or truncated: it does not match its checksum in {}", file.display(), path.display());
-        }
-        listed.insert(name.to_string());
+        out.push((sum.to_string(), name.to_string()));
     }
-    Ok(Some(listed))
+    Ok(Some(out))
 }

@@ -67,6 +67,16 @@ pub enum Holds {
 /// What kind of folder `dir` is, and that in words for an error ("a run directory
 /// (checkpoints, metrics.jsonl)"); `None` for a missing or empty folder.
 pub fn holds(dir: &Path) -> Option<(Holds, String)> {
+    holds_in(dir, true)
+}
+
+/// [`holds`] judged from `dir`'s own names alone, never looking into its subfolders (for
+/// every ancestor of a path, up to `/`).
+pub fn holds_here(dir: &Path) -> Option<(Holds, String)> {
+    holds_in(dir, false)
+}
+
+fn holds_in(dir: &Path, look_down: bool) -> Option<(Holds, String)> {
     let mut names: Vec<String> =
         fs::read_dir(dir).ok()?.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
     if names.is_empty() {
@@ -108,7 +118,7 @@ pub fn holds(dir: &Path) -> Option<(Holds, String)> {
     // A folder of yours may hold a run, a checkpoint or a dataset one level down.
     let nested: Vec<String> = names
         .iter()
-        .filter(|n| dir.join(n).is_dir())
+        .filter(|n| look_down && dir.join(n).is_dir())
         .filter_map(|n| match holds(&dir.join(n))? {
             (Holds::Other, _) => None,
             (_, what) => Some(format!("{n}/: {what}")),

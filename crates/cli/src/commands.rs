@@ -30,7 +30,9 @@ pub struct TrainArgs {
     #[command(flatten)]
     pub cfg: ConfigArgs,
     /// Continue a run from a checkpoint directory, or (without a value) from the latest
-    /// checkpoint in run.dir. The run's saved config.toml is used, then --set overrides.
+    /// checkpoint in run.dir, in the run directory the checkpoint is in. The checkpoint's
+    /// config is used, then --config FILE, then --set; an edited run.dir/config.toml is
+    /// refused naming the keys (pass it with --config to apply it).
     #[arg(long, value_name = "CHECKPOINT", num_args = 0..=1, default_missing_value = "")]
     pub resume: Option<String>,
     /// No progress bar or log lines.
@@ -86,8 +88,9 @@ fn resolve_config(a: &TrainArgs) -> Result<(Config, Option<PathBuf>)> {
             for s in &a.cfg.sets {
                 boost_config::apply_set(&mut table, s)?;
             }
-            let cfg = Config::from_table(table)?;
+            let mut cfg = Config::from_table(table)?;
             refuse_ignored_data_dir(&ck, &cfg)?;
+            continue_where_it_is(&mut cfg, &dir, &a.cfg)?;
             (cfg, Some(dir))
         }
     };
@@ -95,6 +98,38 @@ fn resolve_config(a: &TrainArgs) -> Result<(Config, Option<PathBuf>)> {
         cfg.train.threads = n;
     }
     Ok((cfg, resume))
+}
+
+/// A resumed run continues the run directory its checkpoint is in, not the `run.dir` its
+/// config recorded (a run moved or copied elsewhere would otherwise write into its old place),
+/// unless `--config` or `--set` choose `run.dir`.
+fn continue_where_it_is(cfg: &mut Config, ck_dir: &std::path::Path, args: &ConfigArgs) -> Result<()> {
+    let mut chosen = toml_table::Table::new();
+    if let Some(file) = &args.config {
+        Config::overlay_file(&mut chosen, file)?;
+    }
+    for s in &args.sets {
+        boost_config::apply_set(&mut chosen, s)?;
+    }
+    if chosen.get("run").and_then(|r| r.get("dir")).is_some() {
+        return Ok(());
+    }
+    let Some(run) =
+        ck_dir.parent().filter(|p| p.file_name().is_some_and(|n| n == "checkpoints")).and_then(|p| p.parent())
+    else {
+        return Ok(());
+    };
+    let recorded = std::path::Path::new(&cfg.run.dir);
+    let real = |p: &std::path::Path| checkpoint::paths::resolved(p);
+    if real(run).is_some() && real(run) != real(recorded) {
+        eprintln!(
+            "note: continuing the run in {} (where the checkpoint is), not in {} (the run.dir its config records: the run was moved or copied); set run.dir to write elsewhere",
+            run.display(),
+            recorded.display()
+        );
+        cfg.run.dir = run.display().to_string();
+    }
+    Ok(())
 }
 
 /// A resumed run that trains on `data.mix` reads no `data.dir`: a new `data.dir` given on

@@ -113,3 +113,18 @@ fn import_round_trips_factors_and_refuses_bad_folders() {
         .collect();
     assert!(hidden.is_empty(), "{hidden:?}");
 }
+
+#[test]
+fn lax_options_are_taken_and_refused_where_the_architecture_has_none() {
+    let root = tempfile::tempdir().unwrap();
+    let (hf, out) = (root.path().join("hf"), root.path().join("out"));
+    // Checked before the folder is read (it does not exist here).
+    let e = err(&import(&hf, &out, &["--arch", "cola", "--lax-gate", "kron"]));
+    assert!(e.contains("--lax-gate and --lax-flavour") && e.contains("need --arch lax, not cola"), "{e}");
+    let e = err(&import(&hf, &out, &["--arch", "lax", "--lax-flavour", "svd", "--only-lr-act"]));
+    assert!(e.contains("--only-lr-act") && e.contains("no SiLU bottleneck"), "{e}");
+    // Accepted options get as far as reading the folder.
+    let e = err(&import(&hf, &out, &["--arch", "lax", "--lax-gate", "kron", "--lax-flavour", "cola", "--only-lr-act"]));
+    assert!(e.contains("config.json"), "{e}");
+    assert!(!out.exists());
+}

@@ -64,6 +64,84 @@ fn a_run_directory_is_never_a_dataset_an_export_or_a_model() {
     }
 }
 
+/// Nor at any depth inside one, or inside another run's checkpoints/, judged by the real path
+/// (each of these used to be accepted, with checkpoints/, metrics.jsonl and config.toml
+/// written inside).
+#[test]
+fn a_run_directory_is_never_inside_a_dataset_an_export_a_model_or_checkpoints() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    run(&mut train(&data, &run_dir, &[]));
+    let export = root.path().join("export");
+    run(boost().args(["export", "--checkpoint"]).arg(&run_dir).arg("--out").arg(&export));
+    let hf = root.path().join("hf");
+    fs::create_dir_all(hf.join("deep")).unwrap();
+    for f in ["config.json", "model-00001-of-00002.safetensors"] {
+        fs::write(hf.join(f), "x").unwrap();
+    }
+    let link = root.path().join("link");
+    std::os::unix::fs::symlink(&data, &link).unwrap();
+    let cks = run_dir.join("checkpoints");
+    let ck = cks.join("step-00000004");
+    let cases = [
+        (data.join("sub"), &data, "a dataset"),
+        (export.join("sub/deeper"), &export, "a boost export"),
+        (hf.join("deep/er"), &hf, "a Hugging Face model"),
+        (link.join("sub"), &data, "a dataset"),
+        (ck.join("r"), &ck, "a checkpoint"),
+        (cks.join("mine"), &cks, "a run's checkpoints"),
+    ];
+    let before: Vec<_> = [&data, &export, &hf, &run_dir].iter().map(|d| snapshot(d)).collect();
+    for (dir, outer, what) in &cases {
+        let e = fails(&train(&data, dir, &[]).output().unwrap());
+        let inside = format!("is inside {}, which is {what}", outer.canonicalize().unwrap().display());
+        assert!(e.contains(&format!("run.dir = {}", dir.display())) && e.contains(&inside), "{e}");
+        assert!(!dir.exists(), "{} was not created", dir.display());
+    }
+    let after: Vec<_> = [&data, &export, &hf, &run_dir].iter().map(|d| snapshot(d)).collect();
+    assert_eq!(after, before, "nothing changed in any of them");
+    // A folder of yours that holds a run is no obstacle.
+    run(&mut train(&data, &root.path().join("mine/run2"), &["train.steps=2"]));
+}
+
+/// A NaN or an infinity is refused by its key before anything is written (`grad_clip = nan`
+/// used to turn clipping off; `weight_decay = inf` passed and the run blamed `train.lr`).
+#[test]
+fn non_finite_values_are_refused_by_key() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    for (key, v) in [("train.grad_clip", "nan"), ("train.weight_decay", "inf"), ("train.weight_decay", "nan")] {
+        let e = fails(&train(&data, &run_dir, &[&format!("{key}={v}")]).output().unwrap());
+        assert!(e.contains(&format!("config key `{key}`: is {}", if v == "nan" { "NaN" } else { "inf" })), "{e}");
+        assert!(!run_dir.exists(), "nothing was written");
+    }
+}
+
+/// A FIFO or a device given as a file is refused at once, naming it (`--config /dev/zero` and
+/// `eval --text /dev/zero` read forever; `data --input DIR` blocked on a FIFO named *.txt).
+#[test]
+fn only_regular_files_are_read_as_inputs() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    run(&mut train(&data, &run_dir, &["train.steps=2"]));
+    let e = fails(&boost().args(["train", "--config", "/dev/zero"]).output().unwrap());
+    assert!(e.contains("/dev/zero") && e.contains("not a regular file"), "{e}");
+    let e =
+        fails(&boost().args(["eval", "--checkpoint"]).arg(&run_dir).args(["--text", "/dev/zero"]).output().unwrap());
+    assert!(e.contains("/dev/zero is not a regular file"), "{e}");
+    let texts = root.path().join("texts");
+    fs::create_dir(&texts).unwrap();
+    fs::write(texts.join("a.txt"), "the king speaks ".repeat(50)).unwrap();
+    assert!(std::process::Command::new("mkfifo").arg(texts.join("pipe.txt")).status().unwrap().success());
+    let out = root.path().join("built");
+    let e = fails(&boost().args(["data", "--input"]).arg(&texts).arg("--out").arg(&out).output().unwrap());
+    assert!(e.contains("pipe.txt is not a regular file"), "{e}");
+    assert!(!out.exists(), "nothing was built");
+}
+
 #[test]
 fn a_refused_run_leaves_no_lock_file_behind() {
     let root = tempfile::tempdir().unwrap();

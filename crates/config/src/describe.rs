@@ -18,6 +18,17 @@ pub const KEYS: &[(&str, &str)] = &[
     ("model.only_lr_act", "CoLA: no SiLU outside the bottleneck"),
     ("model.tie_embeddings", "share the embedding table and the LM head"),
     ("model.rope_theta", "RoPE base"),
+    ("model.rope_scaling.type", "RoPE frequency scaling: none, or llama3 (Llama 3.1's, with the keys below)"),
+    ("model.rope_scaling.factor", "llama3: low frequencies are divided by this"),
+    (
+        "model.rope_scaling.low_freq_factor",
+        "llama3: wavelengths above original_max_position_embeddings / this are scaled",
+    ),
+    (
+        "model.rope_scaling.high_freq_factor",
+        "llama3: wavelengths below original_max_position_embeddings / this are kept",
+    ),
+    ("model.rope_scaling.original_max_position_embeddings", "llama3: the context length before scaling"),
     ("model.norm_eps", "RMSNorm epsilon"),
     ("model.init_std", "standard deviation of the embedding and dense initialisation"),
     ("model.lax.flavour", "LaX: the bottleneck's activation, as in cola or svd"),
@@ -33,6 +44,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("train.schedule", "learning-rate schedule: cosine, wsd, constant"),
     ("train.min_lr_ratio", "final learning rate as a fraction of the peak"),
     ("train.decay_fraction", "wsd: the fraction of steps spent decaying"),
+    (
+        "train.schedule_steps",
+        "steps the schedule spans; 0 = train.steps. Past them the rate stays at its floor: on a resume with more train.steps, the old total continues the decayed schedule instead of re-stretching it",
+    ),
     ("train.weight_decay", "AdamW weight decay (matrices only)"),
     ("train.beta1", "AdamW β1"),
     ("train.beta2", "AdamW β2"),
@@ -53,6 +68,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("train.check_memory", "refuse a run whose predicted memory exceeds the machine's available memory, or the GPU's"),
     ("train.sample_every", "print a 64-token sample of the model's text every N steps; 0 = never (needs tp = pp = 1)"),
     ("train.log_every", "a timestamped log line every N steps when there is no progress bar; 0 = none"),
+    (
+        "train.tensorboard",
+        "TensorBoard event files of the metrics: true = into run.dir/tensorboard, or a directory; false = none",
+    ),
     ("data.dir", "dataset directory (token shards)"),
     (
         "data.corpus",

@@ -10,9 +10,11 @@ mod bucket;
 mod data;
 mod describe;
 mod error;
+mod finite;
 mod model;
 mod overrides;
 mod parallel;
+mod rope;
 mod train;
 
 pub use bucket::BucketSize;
@@ -24,7 +26,8 @@ pub use overrides::apply_set;
 pub use parallel::{
     GpuCollectives, GroupLinks, LinkSpec, NormMode, ParallelConfig, PipeSchedule, Scheme, SchemeChoice, parse_link,
 };
-pub use train::{Device, MAX_THREADS, Recompute, Schedule, TrainConfig, parse_device, threads_message};
+pub use rope::{RopeScaling, RopeScalingType};
+pub use train::{Device, MAX_THREADS, Recompute, Schedule, TensorBoard, TrainConfig, parse_device, threads_message};
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -64,6 +67,21 @@ fn default_accumulation(table: &mut Table) {
     }
 }
 
+/// A config file's text: a regular file of at most 16 MiB (a FIFO or `/dev/zero` would block or
+/// never end).
+fn read_config_file(path: &Path) -> Result<String, ConfigError> {
+    const MAX: u64 = 16 << 20;
+    let err = |why: String| ConfigError::new("", format!("cannot read config file {}: {why}", path.display()));
+    let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(err("not a regular file (a folder, a FIFO or a device); give a TOML file".into()));
+    }
+    if meta.len() > MAX {
+        return Err(err(format!("{} bytes, more than a config's limit of {MAX}", meta.len())));
+    }
+    std::fs::read_to_string(path).map_err(|e| err(e.to_string()))
+}
+
 impl Config {
     /// Read an optional TOML file, apply `--set` overrides in order, resolve the model preset,
     /// type-check and validate.
@@ -71,8 +89,7 @@ impl Config {
         let mut table = match path {
             None => Table::new(),
             Some(p) => {
-                let text = std::fs::read_to_string(p)
-                    .map_err(|e| ConfigError::new("", format!("cannot read config file {}: {e}", p.display())))?;
+                let text = read_config_file(p)?;
                 parse_toml(&text, &p.display().to_string())?
             }
         };
@@ -85,8 +102,7 @@ impl Config {
     /// Lay the keys of the TOML file `path` over `table` (tables merged key by key): a
     /// resumed run's saved config, then the user's file, then `--set`.
     pub fn overlay_file(table: &mut Table, path: &Path) -> Result<(), ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::new("", format!("cannot read config file {}: {e}", path.display())))?;
+        let text = read_config_file(path)?;
         fn merge(into: &mut Table, from: Table) {
             for (k, v) in from {
                 match (into.get_mut(&k), v) {
@@ -119,6 +135,16 @@ impl Config {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
+        // A key's own check names its NaN or infinity where it has one; any other non-finite
+        // float is refused by name, also when it trips another key's check first.
+        let nonfinite = finite::check(self);
+        match self.validate_keys() {
+            Err(e) if nonfinite.as_ref().is_err_and(|n| n.key != e.key) => nonfinite,
+            checked => checked.and(nonfinite),
+        }
+    }
+
+    fn validate_keys(&self) -> Result<(), ConfigError> {
         self.model.validate()?;
         self.train.validate()?;
         self.data.validate()?;

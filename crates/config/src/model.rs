@@ -88,6 +88,9 @@ pub struct ModelConfig {
     pub tie_embeddings: bool,
     #[serde(default = "ModelConfig::default_rope_theta")]
     pub rope_theta: f64,
+    /// RoPE's frequency scaling (Llama 3.1's `llama3`), none by default.
+    #[serde(default)]
+    pub rope_scaling: crate::RopeScaling,
     #[serde(default = "ModelConfig::default_norm_eps")]
     pub norm_eps: f64,
     /// Standard deviation of N(0, σ) for embeddings, LM head and full-rank linears.
@@ -351,6 +354,7 @@ impl ModelConfig {
         };
         positive("model.norm_eps", self.norm_eps, "1e-6")?;
         positive("model.rope_theta", self.rope_theta, "10000")?;
+        self.rope_scaling.validate()?;
         // A standard deviation: 0 makes every weight 0 (no gradient ever flows: the run trains
         // nothing), a negative one is the positive one's model with flipped signs.
         positive("model.init_std", self.init_std, "0.02")?;

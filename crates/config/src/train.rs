@@ -42,6 +42,9 @@ pub struct TrainConfig {
     pub min_lr_ratio: f64,
     /// WSD: fraction of the steps spent in the final decay.
     pub decay_fraction: f64,
+    /// Steps the schedule spans (0: `steps`). Past them the rate stays at its floor: a resume
+    /// with more `steps` and this at the old total continues the decayed schedule.
+    pub schedule_steps: usize,
     pub weight_decay: f64,
     pub beta1: f64,
     pub beta2: f64,
@@ -83,6 +86,9 @@ pub struct TrainConfig {
     /// Every N steps, print a sample of the model's text (64 tokens from the end-of-text
     /// token, temperature 0.8, seeded by the step); 0 = never. Needs tp = pp = 1.
     pub sample_every: usize,
+    /// TensorBoard event files of the metrics: `true` into `<run.dir>/tensorboard`, or a
+    /// directory; `false` = none.
+    pub tensorboard: TensorBoard,
 }
 
 impl Default for TrainConfig {
@@ -97,6 +103,7 @@ impl Default for TrainConfig {
             schedule: Schedule::Cosine,
             min_lr_ratio: 0.1,
             decay_fraction: 0.2,
+            schedule_steps: 0,
             weight_decay: 0.01,
             beta1: 0.9,
             beta2: 0.999,
@@ -114,6 +121,7 @@ impl Default for TrainConfig {
             check_memory: true,
             log_every: 10,
             sample_every: 0,
+            tensorboard: TensorBoard::Off,
             recompute: Recompute::None,
             recompute_layers: 0,
             device: "cpu".into(),
@@ -175,6 +183,62 @@ impl TrainConfig {
         }
         parse_device(&self.device)?;
         Ok(())
+    }
+}
+
+/// The `train.tensorboard` key: where TensorBoard event files go, if anywhere.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TensorBoard {
+    #[default]
+    Off,
+    /// Into `<run.dir>/tensorboard`.
+    RunDir,
+    /// Into this directory (relative to the working directory, as `run.dir` is).
+    Dir(String),
+}
+
+impl TensorBoard {
+    /// The directory the event files of a run in `run_dir` go to, or `None` when off.
+    pub fn dir(&self, run_dir: &std::path::Path) -> Option<std::path::PathBuf> {
+        match self {
+            TensorBoard::Off => None,
+            TensorBoard::RunDir => Some(run_dir.join("tensorboard")),
+            TensorBoard::Dir(d) => Some(d.into()),
+        }
+    }
+}
+
+impl Serialize for TensorBoard {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            TensorBoard::Off => s.serialize_bool(false),
+            TensorBoard::RunDir => s.serialize_bool(true),
+            TensorBoard::Dir(d) => s.serialize_str(d),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TensorBoard {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = TensorBoard;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false or a directory path")
+            }
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<TensorBoard, E> {
+                Ok(if b { TensorBoard::RunDir } else { TensorBoard::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<TensorBoard, E> {
+                if s.trim().is_empty() {
+                    return Err(E::custom(
+                        "is an empty path; use true (into <run.dir>/tensorboard), false, or a directory",
+                    ));
+                }
+                Ok(TensorBoard::Dir(s.to_string()))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 

@@ -38,6 +38,7 @@ const KEYS: &[&str] = &[
     "train.grad_clip",
     "train.recompute",
     "train.recompute_layers",
+    "train.tensorboard",
     "train.threads",
     "train.device",
     "train.eval_every",

@@ -8,7 +8,7 @@
 
 mod common;
 
-use boost_config::{Arch, LaxGate, ModelConfig, TrainConfig};
+use boost_config::{Arch, LaxGate, ModelConfig, RopeScaling, TrainConfig};
 use boost_cuda::Precision;
 use boost_exec::optim::{AdamW, clip_coef, grad_norm};
 use boost_model::{Batch, Layout, Model};
@@ -81,6 +81,15 @@ fn archs() -> Vec<(&'static str, ModelConfig)> {
         ("cola", config(Arch::Cola, LaxGate::Dense)),
         ("lax-dense", config(Arch::Lax, LaxGate::Dense)),
         ("lax-kron", config(Arch::Lax, LaxGate::Kron)),
+        // Llama 3.1's RoPE scaling, its original context short enough to scale most pairs
+        // over 16 positions: the device's forward and backward take the scaled table.
+        (
+            "cola-llama3",
+            ModelConfig {
+                rope_scaling: RopeScaling { original_max_position_embeddings: 8, ..RopeScaling::llama3() },
+                ..config(Arch::Cola, LaxGate::Dense)
+            },
+        ),
     ]
 }
 

@@ -91,30 +91,77 @@ fn split_names(dir: &Path, files: Vec<PathBuf>, fmt: Format) -> Result<(Vec<Path
     Ok((train, val))
 }
 
-/// Counts each id of `shard` and fails on the first one at or above `vocab`, naming the file,
-/// the byte offset and the key that sets the vocabulary.
-fn histogram(shard: &Shard, vocab: u32, key: &str) -> Result<Vec<u64>> {
+/// Where an id at or above the vocabulary is: its shard, byte offset and value.
+#[derive(Clone)]
+struct Outside {
+    id: u32,
+    path: PathBuf,
+    offset: usize,
+}
+
+/// Counts of each id below `vocab` over some shards, and the first id at or above it (in shard
+/// order) and the largest (its first place): naming only the first made a user raise
+/// `model.vocab` once per bad id.
+type Histogram = (Vec<u64>, Option<(Outside, Outside)>);
+
+/// The [`Histogram`] of one shard.
+fn histogram(shard: &Shard, vocab: u32) -> Histogram {
     let mut counts = vec![0u64; vocab as usize];
+    let mut bad: Option<(Outside, Outside)> = None;
     let mut buf = vec![0u32; 1 << 16];
     let mut start = 0;
     while start < shard.len() {
         let n = buf.len().min(shard.len() - start);
         shard.read(start, &mut buf[..n]);
         for (k, &t) in buf[..n].iter().enumerate() {
-            let Some(c) = counts.get_mut(t as usize) else {
-                bail!(
-                    "{} holds token id {t} at byte offset {}, not below the vocabulary size {vocab} of {key}; \
-                     set model.vocab to at least {}",
-                    shard.path().display(),
-                    shard.body_offset() + (start + k) * shard.width() as usize,
-                    t as u64 + 1
-                );
-            };
-            *c += 1;
+            match counts.get_mut(t as usize) {
+                Some(c) => *c += 1,
+                None => {
+                    let at = || Outside {
+                        id: t,
+                        path: shard.path().to_path_buf(),
+                        offset: shard.body_offset() + (start + k) * shard.width() as usize,
+                    };
+                    match &mut bad {
+                        None => bad = Some((at(), at())),
+                        Some((_, top)) if t > top.id => *top = at(),
+                        Some(_) => {}
+                    }
+                }
+            }
         }
         start += n;
     }
-    Ok(counts)
+    (counts, bad)
+}
+
+/// Two histograms of consecutive shards as one (the earlier's first, the larger's largest).
+fn merge(mut a: Histogram, b: Histogram) -> Histogram {
+    a.0.iter_mut().zip(&b.0).for_each(|(x, y)| *x += y);
+    a.1 = match (a.1, b.1) {
+        (Some((first, top)), Some((_, other))) => Some((first, if other.id > top.id { other } else { top })),
+        (x, y) => x.or(y),
+    };
+    a
+}
+
+/// Fails naming the first id at or above `vocab`, and the largest, with the `model.vocab` that
+/// holds them all.
+fn check_ids(bad: Option<(Outside, Outside)>, vocab: u32, key: &str) -> Result<()> {
+    let Some((first, top)) = bad else { return Ok(()) };
+    let largest = if top.id == first.id {
+        String::new()
+    } else {
+        format!("; the largest id is {} ({} at byte offset {})", top.id, top.path.display(), top.offset)
+    };
+    bail!(
+        "{} holds token id {} at byte offset {}, not below the vocabulary size {vocab} of {key}{largest}; \
+         set model.vocab to at least {}",
+        first.path.display(),
+        first.id,
+        first.offset,
+        top.id as u64 + 1
+    )
 }
 
 fn entropy(counts: &[u64]) -> f64 {
@@ -161,17 +208,11 @@ pub fn open(dir: &Path, fmt: Format, model_vocab: usize) -> Result<Dataset> {
     let with_vocab = |v: Vec<Shard>| v.into_iter().map(|s| s.with_vocab(vocab)).collect::<Vec<_>>();
     let (train_files, val_files) = (with_vocab(train_files), with_vocab(val_files));
     // Every id is checked (in parallel over files); the training counts give the entropy.
-    let hist = |fs: &[Shard]| -> Result<Vec<u64>> {
-        fs.par_iter().map(|s| histogram(s, vocab, &key)).try_reduce(
-            || vec![0u64; vocab as usize],
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
-                Ok(a)
-            },
-        )
+    let hist = |fs: &[Shard]| -> Histogram {
+        fs.par_iter().map(|s| histogram(s, vocab)).reduce(|| (vec![0u64; vocab as usize], None), merge)
     };
-    let (train_counts, val_counts) = rayon::join(|| hist(&train_files), || hist(&val_files));
-    let (train_counts, val_counts) = (train_counts?, val_counts?);
+    let ((train_counts, train_bad), (val_counts, val_bad)) = rayon::join(|| hist(&train_files), || hist(&val_files));
+    check_ids(merge((Vec::new(), train_bad), (Vec::new(), val_bad)).1, vocab, &key)?;
     let eos_id = match (&tokenizer, fmt) {
         (Some(t), _) => t.eos_id(),
         (None, Format::Llmc) if llmc::GPT2_EOT < vocab => llmc::GPT2_EOT,

@@ -179,7 +179,7 @@ fn summary_json(b: &Built, out: &std::path::Path, secs: f64) -> serde_json::Valu
 }
 
 /// The process's peak resident set in MiB (`VmHWM` of /proc/self/status), if the OS says.
-fn peak_rss_mib() -> Option<f64> {
+pub fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;

@@ -94,6 +94,28 @@ fn no_vocabulary_or_too_small_a_one_is_refused_by_key() {
     assert!(e.contains("data.format") && e.contains("megatron"), "{e}");
 }
 
+/// Every out-of-range id is scanned: the first and the largest are named, and the fix holds the
+/// largest (only the first was named, so a user raised model.vocab once per bad id).
+#[test]
+fn the_largest_id_out_of_range_sets_the_vocabulary_to_ask_for() {
+    let d = tempfile::tempdir().unwrap();
+    let shard = |name: &str, ids: &[u16]| {
+        let mut bytes = vec![0u8; 1024];
+        for (w, v) in [20240520i32, 1, ids.len() as i32].iter().enumerate() {
+            bytes[4 * w..4 * w + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        bytes.extend(ids.iter().flat_map(|t| t.to_le_bytes()));
+        std::fs::write(d.path().join(name), bytes).unwrap();
+    };
+    shard("x_train_000001.bin", &[5, 700, 9, 650]);
+    shard("x_val_000000.bin", &[3, 900, 800]);
+    let e = format!("{:#}", prepare_for_model(&cfg(d.path(), "llmc"), 500).unwrap_err());
+    assert!(e.contains("x_train_000001.bin holds token id 700 at byte offset 1026"), "{e}");
+    assert!(e.contains("the largest id is 900 (") && e.contains("x_val_000000.bin at byte offset 1026"), "{e}");
+    assert!(e.contains("set model.vocab to at least 901"), "{e}");
+    prepare_for_model(&cfg(d.path(), "llmc"), 901).unwrap();
+}
+
 /// Copies fixture directory `name` to a temporary directory.
 fn copy(name: &str) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();

@@ -1,5 +1,6 @@
-//! An import allocates nothing its files do not back: every tensor's shape is checked from the
-//! weight files' headers before the model is allocated (a `vocab_size` of 10^9 beside a tiny
+//! An import allocates nothing its files do not back: a `num_hidden_layers` past the files' last
+//! layer is refused naming the field before any layer is listed, and every tensor's shape is
+//! checked from the weight files' headers before the model is allocated (a `vocab_size` of 10^9 beside a tiny
 //! file used to abort allocating 64 GB). A tokenizer larger than the vocabulary, a tensor in
 //! two shards and a tensor the index does not list are refused naming the files.
 
@@ -28,6 +29,39 @@ fn config_sizes_the_weights_do_not_back_are_refused_before_allocating() {
     w.remove("model.layers.1.mlp.down_proj.weight");
     let e = refused(&folder(r, "missing", &config_json(), &w));
     assert!(e.contains("no tensor model.layers.1.mlp.down_proj.weight") && e.contains("[32, 48]"), "{e}");
+}
+
+#[test]
+fn layer_counts_the_files_do_not_hold_are_refused_before_listing_them() {
+    let root = tempfile::tempdir().unwrap();
+    let r = root.path();
+    // 10^8 layers once took gigabytes (the names of 9·10^8 tensors) before any check. Each is
+    // refused at once, naming the field, config.json and the file.
+    for (name, layers) in [("three", 3u64), ("e8", 100_000_000), ("huge", 1 << 62)] {
+        let t = std::time::Instant::now();
+        let hf = with_field(r, name, "num_hidden_layers", layers.into());
+        let e = refused(&hf);
+        assert!(e.contains(&format!("config field `num_hidden_layers` = {layers}, but the weight files")), "{e}");
+        assert!(e.contains(&hf.join("config.json").display().to_string()), "{e}");
+        assert!(
+            e.contains(&hf.join("model.safetensors").display().to_string()) && e.contains("layers 0..=1 only"),
+            "{e}"
+        );
+        assert!(t.elapsed().as_secs_f64() < 5.0, "{name}: {:?}", t.elapsed());
+    }
+    // A file naming a layer 10^8 (one tensor) does not make the import list 10^8 layers: the
+    // tensor is refused as one the config does not account for.
+    let mut w = weights(LAYERS, false);
+    w.insert("model.layers.99999999.input_layernorm.weight".into(), (vec![D], vec![1.0; D]));
+    let mut cfg = config_json();
+    cfg["num_hidden_layers"] = 100_000_000.into();
+    let t = std::time::Instant::now();
+    let e = refused(&folder(r, "far_layer", &cfg, &w));
+    assert!(e.contains("no tensor model.layers.2.input_layernorm.weight"), "{e}");
+    assert!(t.elapsed().as_secs_f64() < 5.0, "{:?}", t.elapsed());
+    // num_key_value_heads so large that the k projection's rows overflow: a shape mismatch.
+    let e = refused(&with_field(r, "kv", "num_key_value_heads", (1u64 << 62).into()));
+    assert!(e.contains("k_proj") && e.contains("config.json implies"), "{e}");
 }
 
 #[test]

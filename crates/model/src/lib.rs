@@ -13,6 +13,7 @@ pub mod layout;
 pub mod params;
 pub mod pass;
 pub mod projection;
+pub mod rope;
 
 pub use boost_plan as plan;
 pub use boost_plan::{NormPlacement, Plan};

@@ -63,6 +63,15 @@ fn read_samples(run_dir: &Path) -> Result<Vec<Sample>> {
                 None => (tp, dp),
             };
         }
+        // A damaged line would otherwise print as a step of -1e308 s.
+        let times = [s.step_s, s.compute_s, s.tp_s, s.tp_in_flight_s, s.pp_s, s.dp_s, s.dp_in_flight_s];
+        if let Some(bad) = times.into_iter().find(|t| !(t.is_finite() && *t >= 0.0)) {
+            bail!(
+                "{}: step {} logs a time of {bad} s, which no step takes (negative or not finite): the line was changed or damaged; fix or remove it",
+                run_dir.join("metrics.jsonl").display(),
+                p.step
+            );
+        }
         out.push(s);
     }
     Ok(out)
@@ -148,4 +157,23 @@ pub fn table(v: &Validation) -> String {
         let _ = writeln!(o, "{:<30} {:>12.4} {:>12} {:>8}", p.name, p.predicted_s, measured, error);
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_negative_or_infinite_step_time_is_refused_naming_the_step() {
+        let d = tempfile::tempdir().unwrap();
+        let line = |step: u64, t: &str| format!("{{\"step\":{step},\"tokens\":64,\"loss\":5.0,\"step_time_s\":{t}}}\n");
+        let metrics = d.path().join("metrics.jsonl");
+        std::fs::write(&metrics, [line(1, "0.5"), line(2, "0.25")].concat()).unwrap();
+        assert_eq!(read_samples(d.path()).unwrap().len(), 2);
+        for bad in ["-1e308", "-0.5"] {
+            std::fs::write(&metrics, [line(1, "0.5"), line(2, bad), line(3, "0.25")].concat()).unwrap();
+            let e = format!("{:#}", read_samples(d.path()).unwrap_err());
+            assert!(e.contains("metrics.jsonl: step 2 logs a time of") && e.contains("fix or remove it"), "{bad}: {e}");
+        }
+    }
 }

@@ -107,8 +107,9 @@ macro_rules! kernel_table {
             [Other] fn bias_grad(db: MatMut<Self::Buf>, dy: Mat<Self::Buf>);
 
             // ---- rotary embedding and attention ----
-            /// cos/sin table for positions 0..seq (seq × head_dim/2 each, cos first).
-            [Untimed] fn rope_table(seq: usize, head_dim: usize, theta: f64) -> Self::Buf;
+            /// cos/sin table for positions 0..seq (seq × head_dim/2 each, cos first), one column per
+            /// pair's inverse frequency ([`crate::rope::rope_inv_freq`]).
+            [Untimed] fn rope_table(seq: usize, inv_freq: &[f64]) -> Self::Buf;
             /// Rotate every head of every row in place (position = row mod seq); `inverse` undoes it
             /// (the backward of a rotation is its inverse).
             [Other] fn rope(x: MatMut<Self::Buf>, table: &Self::Buf, seq: usize, head_dim: usize, inverse: bool);

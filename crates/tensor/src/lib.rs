@@ -12,6 +12,7 @@ pub mod cpu;
 mod kernels;
 pub mod pending;
 pub mod profile;
+pub mod rope;
 pub mod scalar;
 pub mod view;
 
@@ -20,5 +21,6 @@ pub use args::{
 };
 pub use backend::{AdamStep, AttnShape, Backend, Collective, Label, ReduceOp, Solo};
 pub use pending::{Handle, Pending, Ready};
+pub use rope::{Llama3Scaling, rope_inv_freq};
 pub use scalar::Scalar;
 pub use view::{DeviceBuf, Mat, MatMut};

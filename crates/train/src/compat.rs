@@ -66,7 +66,8 @@ pub fn check_resume(ck: &Checkpoint, cfg: &Config, data: &Dataset) -> Result<Vec
 /// choice), but the losses then no longer continue the saved run's, so the run says so.
 fn resume_notes(ck: &Checkpoint, saved: &Config, cfg: &Config) -> Vec<String> {
     let batch = |c: &Config| c.train.micro_batch * c.train.accumulation * c.parallel.dp;
-    let mut notes = Vec::new();
+    let mut notes: Vec<String> =
+        crate::schedule::resume_note(&saved.train, &cfg.train, ck.meta.step).into_iter().collect();
     if batch(saved) != batch(cfg) {
         notes.push(format!(
             "note: the global batch changes from {} sequences in the checkpoint {} to {} (train.micro_batch × train.accumulation × parallel.dp: {} × {} × {} → {} × {} × {}); set them back to continue the saved run exactly",
@@ -146,7 +147,8 @@ fn first_difference(path: &str, a: &Value, b: &Value) -> Option<(String, String,
 }
 
 /// The training split must fill one global batch; evaluation asking for more validation
-/// windows than there are, or more threads than cores, is warned about.
+/// windows than there are, more threads than cores, fewer steps than the warm-up and a model
+/// vocabulary far above the tokenizer's are warned about.
 pub fn check_data(cfg: &Config, data: &Dataset, warn: bool) -> Result<()> {
     let t = &cfg.train;
     let global = (t.accumulation * cfg.parallel.dp * t.micro_batch) as u64;
@@ -176,6 +178,25 @@ pub fn check_data(cfg: &Config, data: &Dataset, warn: bool) -> Result<()> {
                 (val / t.micro_batch.max(1) as u64).max(1)
             );
         }
+    }
+    if t.steps < t.warmup_steps {
+        eprintln!(
+            "warning: train.steps = {} is below train.warmup_steps = {}: the learning rate never reaches train.lr = {} (it ends at {:.3e}); lower train.warmup_steps",
+            t.steps,
+            t.warmup_steps,
+            t.lr,
+            crate::schedule::lr_at(t, t.steps.saturating_sub(1))
+        );
+    }
+    // Padding to a round size is common; more than an eighth more is rows that never train.
+    let tokens = data.meta.vocab_size as usize;
+    if cfg.model.vocab > tokens + tokens / 8 {
+        eprintln!(
+            "warning: model.vocab = {} but the tokenizer of {} has {tokens} tokens: {} rows of the embedding and the output layer are never trained (model.vocab = 0 takes it from the data)",
+            cfg.model.vocab,
+            data.dir.display(),
+            cfg.model.vocab - tokens
+        );
     }
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     if t.threads > cores {

@@ -109,6 +109,19 @@ pub fn eval_text(ckpt: &Checkpoint, text: &Path) -> Result<EvalReport> {
         .tokenizer_path()
         .with_context(|| format!("{} has no tokenizer.json to tokenize the text with", ckpt.dir.display()))?;
     let tok = Tokenizer::from_file(&tok_path)?;
+    // A FIFO or a device (/dev/zero) would block or never end; the text is tokenized whole.
+    const MAX: u64 = 1 << 30;
+    let meta = std::fs::metadata(text).with_context(|| format!("cannot read {}", text.display()))?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file (a folder, a FIFO or a device); --text takes a text file", text.display());
+    }
+    if meta.len() > MAX {
+        bail!(
+            "{} is {} bytes; --text scores at most {MAX} bytes (1 GiB): score a part of it",
+            text.display(),
+            meta.len()
+        );
+    }
     let body = std::fs::read_to_string(text).with_context(|| format!("cannot read {}", text.display()))?;
     let ids = tok.try_encode(&body)?;
     if ids.len() < 2 {

@@ -14,3 +14,4 @@ pub mod generate;
 pub mod guard;
 pub mod run_dir;
 pub mod signals;
+pub mod tensorboard;

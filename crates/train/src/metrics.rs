@@ -1,6 +1,7 @@
 //! `metrics.jsonl`: one JSON object per optimizer step (and the validation results on the
-//! steps that evaluate).
+//! steps that evaluate), and the same records as TensorBoard events when asked.
 
+use crate::tensorboard::EventWriter;
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::fs::{File, OpenOptions};
@@ -24,6 +25,13 @@ pub struct StepMetrics {
     /// the allocator's high-water mark). Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_peak_mib: Option<f64>,
+    /// Model FLOP utilisation (a fraction) against this machine's GEMM peak, measured at the
+    /// start of a CPU run that shows log lines or writes TensorBoard events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mfu: Option<f64>,
+    /// The process's peak resident memory so far, MiB (host memory; Linux).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_rss_mib: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub val_loss: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,6 +113,8 @@ impl TimeSplit {
 
 pub struct MetricsWriter {
     out: BufWriter<File>,
+    /// The same records as TensorBoard events (`train.tensorboard`).
+    events: Option<EventWriter>,
 }
 
 impl MetricsWriter {
@@ -117,13 +127,21 @@ impl MetricsWriter {
             .truncate(!append)
             .open(path)
             .with_context(|| format!("cannot open {}", path.display()))?;
-        Ok(Self { out: BufWriter::new(f) })
+        Ok(Self { out: BufWriter::new(f), events: None })
+    }
+
+    /// Write each record to `events` too.
+    pub fn with_events(self, events: Option<EventWriter>) -> Self {
+        Self { events, ..self }
     }
 
     pub fn write(&mut self, m: &StepMetrics) -> Result<()> {
         serde_json::to_writer(&mut self.out, m)?;
         self.out.write_all(b"\n")?;
         self.out.flush()?;
+        if let Some(e) = self.events.as_mut() {
+            e.write(m.step, &serde_json::to_value(m)?)?;
+        }
         Ok(())
     }
 }

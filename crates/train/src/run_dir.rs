@@ -9,6 +9,8 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
+pub mod config_edits;
+
 /// The lock file inside a run directory; it holds the PID of the run that owns it.
 pub const LOCK: &str = ".lock";
 
@@ -68,17 +70,47 @@ impl RunLock {
 
 /// A run directory is a run's own folder, or a new or empty one, or one of the user's: never
 /// a dataset, a checkpoint, an export, a Hugging Face model or a folder of token files, which
-/// `checkpoints/`, `metrics.jsonl` and `config.toml` would be mixed into.
+/// `checkpoints/`, `metrics.jsonl` and `config.toml` would be mixed into; nor inside one of
+/// those (but token files) or another run's `checkpoints/`, at any depth, judged by the real
+/// path (links resolved, a missing path by its nearest existing ancestor).
 pub fn check_not_foreign(run_dir: &Path) -> Result<()> {
-    use boost_checkpoint::paths::Holds;
-    match boost_checkpoint::paths::holds(run_dir) {
-        Some((Holds::Run | Holds::Other, _)) | None => Ok(()),
+    use boost_checkpoint::paths::{self, Holds};
+    match paths::holds(run_dir) {
+        Some((Holds::Run | Holds::Other, _)) | None => {}
         Some((_, what)) => bail!(
             "run.dir = {} is {what}; a run writes checkpoints/, metrics.jsonl and config.toml into its run directory, \
              which would be mixed into it: choose a new directory with `--set run.dir=<dir>`",
             run_dir.display()
         ),
     }
+    let Some(real) = paths::resolved(run_dir) else { return Ok(()) };
+    for outer in real.ancestors().skip(1) {
+        let what = match paths::holds_here(outer) {
+            Some((Holds::Checkpoint | Holds::Dataset | Holds::Export | Holds::HfModel, what)) => what,
+            Some((Holds::Checkpoints, what)) if holds_steps(outer) => format!("a run's {what}"),
+            _ => continue,
+        };
+        let really = if std::path::absolute(run_dir).is_ok_and(|a| a == real) {
+            String::new()
+        } else {
+            format!(" (really {})", real.display())
+        };
+        bail!(
+            "run.dir = {}{really} is inside {}, which is {what}; a run writes checkpoints/, metrics.jsonl and \
+             config.toml into its run directory, which would be mixed into it: choose a directory outside it with \
+             `--set run.dir=<dir>`",
+            run_dir.display(),
+            outer.display()
+        );
+    }
+    Ok(())
+}
+
+/// Whether `dir` is a run's `checkpoints/`: it names `latest` or a `step-NNNNNNNN`.
+fn holds_steps(dir: &Path) -> bool {
+    dir.join("latest").exists()
+        || checkpoint::list(dir)
+            .is_ok_and(|l| l.iter().any(|(_, p)| p.file_name().is_some_and(|n| n.len() == "step-00000000".len())))
 }
 
 /// Whether checkpoint `ck_dir` is one of `run_dir`'s own (in its `checkpoints/`).
@@ -106,14 +138,15 @@ fn no_follow(options: &mut OpenOptions) -> &mut OpenOptions {
 /// run's checkpoint into it; a run resumed in its own directory replaces its own.
 pub fn write_config(run_dir: &Path, toml: &str, own_run: bool) -> Result<()> {
     let path = run_dir.join("config.toml");
-    if !own_run && fs::symlink_metadata(&path).is_ok() && fs::read(&path).ok().as_deref() != Some(toml.as_bytes()) {
+    let text = config_edits::stamped(toml);
+    if !own_run && fs::symlink_metadata(&path).is_ok() && fs::read(&path).ok().as_deref() != Some(text.as_bytes()) {
         bail!(
             "{} exists with other contents than this run's config (a file of yours, or an earlier run's that left no checkpoint or metrics); a new run never replaces it: move it away, or start elsewhere with `--set run.dir=<new dir>` (a config file can be given with --config FILE from any other path)",
             path.display()
         );
     }
     let tmp = run_dir.join(".config.toml.tmp");
-    fs::write(&tmp, toml).with_context(|| format!("cannot write {}", tmp.display()))?;
+    fs::write(&tmp, text).with_context(|| format!("cannot write {}", tmp.display()))?;
     fs::rename(&tmp, &path).with_context(|| format!("cannot replace {}", path.display()))
 }
 

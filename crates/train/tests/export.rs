@@ -194,6 +194,9 @@ fn case(root: &Path, sets: &[&str], peers: Peers, tokenizer: Option<&Path>) {
         assert_eq!(st.tensor(&p.name).unwrap().shape(), p.shape.as_slice(), "{}", p.name);
     }
     assert_eq!(st.len(), m.store.pieces.len());
+    // transformers 4 loads a PyTorch safetensors file only with this header metadata.
+    let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
+    assert_eq!(header.metadata().as_ref().and_then(|m| m.get("format")).map(String::as_str), Some("pt"), "{name}");
 
     let (b, s) = (2, 7);
     let ids: Vec<u32> = (0..b * s).map(|i| (i * 13 % 61) as u32).collect();

@@ -36,6 +36,24 @@ pub(super) fn unverifiable(dir: &Path, meta: &CheckpointMeta) -> Result<()> {
     Ok(())
 }
 
+/// Name every entry of `dir` its `SHA256SUMS` does not list: it was never verified, so it is not
+/// used (a listed file is the only kind the reader opens).
+pub(super) fn unlisted_unused(dir: &Path, listed: &std::collections::BTreeSet<String>) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    let mut extra: Vec<String> = rd
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != crate::manifest::FILE && !listed.contains(n))
+        .collect();
+    extra.sort();
+    for name in extra {
+        crate::prune::warn_once(
+            &dir.join(&name),
+            &format!("is not listed in {}, so it cannot be verified and is not used", crate::manifest::FILE),
+        );
+    }
+}
+
 /// The step of `meta.json` must be the one the tensor files record and the one the directory
 /// is named for: a resume continues from it.
 pub(super) fn check_step(dir: &Path, meta: &CheckpointMeta, files: &HashMap<String, Mapped>) -> Result<()> {

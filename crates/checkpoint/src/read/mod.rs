@@ -5,7 +5,7 @@
 mod checks;
 mod mapped;
 
-use self::checks::{check_shapes, check_step, unverifiable};
+use self::checks::{check_shapes, check_step, unlisted_unused, unverifiable};
 use self::mapped::{Mapped, Sums, corrupt, earlier_hint, map_file, plain_name};
 use super::shard::{MANIFEST, Manifest, Rect, SliceRef, TensorEntry, overlap, row_blocks};
 use super::{CheckpointMeta, FORMAT, SHARDED_FORMAT};
@@ -43,6 +43,9 @@ impl Checkpoint {
             Ok(l) => l,
             Err(e) => bail!("{e}; {}", earlier_hint(dir)),
         };
+        if let Some(listed) = &listed {
+            unlisted_unused(dir, listed);
+        }
         let sums = Sums { dir, listed };
         sums.need("meta.json")?;
         let meta_path = dir.join("meta.json");
@@ -257,11 +260,6 @@ impl Checkpoint {
         }
         Ok(())
     }
-}
-
-pub(crate) fn is_whole(s: &SliceRef, shape: &[usize]) -> bool {
-    let (r, c) = matrix(shape);
-    s.rows == [0, r] && s.cols == [0, c]
 }
 
 /// A canonical shape as a matrix (a vector is 1×n); other ranks are not canonical tensors.

@@ -5,4 +5,5 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod resume;
+mod resume_changes;
 mod stops;

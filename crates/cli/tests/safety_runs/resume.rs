@@ -237,3 +237,52 @@ fn a_resume_that_changes_the_model_or_tokenizer_is_refused() {
     // Unchanged, it resumes.
     run(train(&data, &run_dir, &["train.steps=6"]).arg("--resume"));
 }
+
+/// Pruning (`train.keep_checkpoints`) removes only checkpoints boost wrote, exactly as their
+/// manifest lists them: a run of yours inside an old checkpoint's folder survives, named in a
+/// warning (the whole folder used to be deleted by its name, silently).
+#[test]
+fn pruning_removes_only_checkpoints_boost_wrote() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let r = root.path().join("R");
+    run(&mut train(&data, &r, &["train.steps=6", "train.keep_checkpoints=0"]));
+    // A run of yours moved inside one of R's checkpoints (a run started there is refused).
+    let elsewhere = root.path().join("elsewhere");
+    run(&mut train(&data, &elsewhere, &[]));
+    let nested = r.join("checkpoints/step-00000004/r");
+    fs::rename(&elsewhere, &nested).unwrap();
+    let before = snapshot(&nested);
+    assert!(before.len() > 5, "{before:?}");
+    let sets = ["train.steps=10", "train.checkpoint_every=2", "train.keep_checkpoints=2"];
+    let out = run(train(&data, &r, &sets).arg("--resume"));
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(snapshot(&nested), before, "the nested run is whole");
+    assert!(e.contains("step-00000004 holds r,") && e.contains("it is kept"), "{e}");
+    let mut left: Vec<String> =
+        fs::read_dir(r.join("checkpoints")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    left.sort();
+    assert_eq!(left, ["latest", "step-00000004", "step-00000008", "step-00000010"], "boost's own beyond two went");
+}
+
+/// A file its manifest does not list is not used and is named (it used to pass silently): the
+/// checkpoint evaluates as before, from its listed files.
+#[test]
+fn a_file_the_manifest_does_not_list_is_named_and_not_used() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let r = root.path().join("run");
+    run(&mut train(&data, &r, &[]));
+    let ck = r.join("checkpoints/step-00000004");
+    let eval = || run(boost().args(["eval", "--checkpoint"]).arg(&ck));
+    let clean = eval();
+    assert!(!String::from_utf8_lossy(&clean.stderr).contains("not listed"));
+    fs::write(ck.join("optim.extra.safetensors"), "not a checkpoint file").unwrap();
+    let before = snapshot(&r);
+    let out = eval();
+    let e = String::from_utf8_lossy(&out.stderr);
+    let named = format!("warning: {} is not listed in SHA256SUMS", ck.join("optim.extra.safetensors").display());
+    assert!(e.contains(&named) && e.contains("cannot be verified and is not used"), "{e}");
+    assert_eq!(out.stdout, clean.stdout, "the same result from the listed files");
+    assert_eq!(snapshot(&r), before);
+}

@@ -45,6 +45,49 @@ fn sigterm_stops_every_rank_of_a_grid_at_the_same_step() {
     sigterm_case(&["parallel.tp=2", "parallel.pp=2"]);
 }
 
+/// A second signal exits at once and says the checkpoint being written was abandoned (it used
+/// to exit 130 silently); that checkpoint never takes a step's name.
+#[test]
+fn a_second_signal_says_the_checkpoint_was_abandoned() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    let sets = ["train.steps=100000", "train.checkpoint_every=0", "train.eval_every=0"];
+    let child = train(&data, &run_dir, &sets)
+        .env("BOOST_CHECKPOINT_WRITE_DELAY_MS", "600000")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = std::time::Instant::now();
+    while fs::read_to_string(run_dir.join("metrics.jsonl")).map(|t| t.lines().count()).unwrap_or(0) < 2 {
+        assert!(t0.elapsed().as_secs() < 60, "the run started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let writing = || {
+        fs::read_dir(run_dir.join("checkpoints"))
+            .map(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with(".tmp-step-")))
+            .unwrap_or(false)
+    };
+    while !writing() {
+        assert!(t0.elapsed().as_secs() < 60, "the final checkpoint's write started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("second signal") && err.contains("abandoned") && err.contains("--resume"), "{err}");
+    let steps: Vec<_> = fs::read_dir(run_dir.join("checkpoints"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("step-"))
+        .collect();
+    assert!(steps.is_empty(), "the abandoned checkpoint took no step's name: {steps:?}");
+}
+
 fn sigterm_case(layout: &[&str]) {
     let root = tempfile::tempdir().unwrap();
     let data = dataset(root.path());
@@ -167,6 +210,24 @@ fn warnings_for_settings_that_waste_work() {
     assert!(out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("train.eval_batches") && err.contains("train.threads"), "{err}");
+}
+
+/// Fewer steps than the warm-up, and a vocabulary far above the tokenizer's (cola-60m's 32000
+/// on a 4,096-token dataset), passed without a word.
+#[test]
+fn a_warm_up_longer_than_the_run_and_an_oversized_vocabulary_are_warned_about() {
+    let root = tempfile::tempdir().unwrap();
+    let data = dataset(root.path());
+    let run_dir = root.path().join("run");
+    let sets = ["train.warmup_steps=10", "model.vocab=1000"];
+    let out = boost().arg("train").args(tiny(&data, &run_dir, &sets)).output().unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("train.steps = 4 is below train.warmup_steps = 10"), "{err}");
+    assert!(err.contains("model.vocab = 1000 but the tokenizer") && err.contains("has 300 tokens"), "{err}");
+    let quiet = boost().arg("train").args(tiny(&data, &root.path().join("r2"), &[])).output().unwrap();
+    let err = String::from_utf8_lossy(&quiet.stderr);
+    assert!(!err.contains("warmup_steps") && !err.contains("model.vocab"), "no warning otherwise: {err}");
 }
 
 #[test]

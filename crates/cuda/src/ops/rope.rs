@@ -7,8 +7,8 @@ use crate::device::P;
 use crate::launch::{tv_of, tvm};
 use boost_tensor::{Backend, MatMut};
 
-pub(crate) fn rope_table(be: &Cuda, seq: usize, head_dim: usize, theta: f64) -> CudaBuf {
-    let table: Vec<f64> = boost_tensor::cpu::Cpu::<f64>::new().rope_table(seq, head_dim, theta);
+pub(crate) fn rope_table(be: &Cuda, seq: usize, inv_freq: &[f64]) -> CudaBuf {
+    let table: Vec<f64> = boost_tensor::cpu::Cpu::<f64>::new().rope_table(seq, inv_freq);
     let mut buf = be.alloc(table.len());
     let n = table.len();
     be.write_mat(MatMut::new(&mut buf, 1, n), &table);

@@ -4,17 +4,24 @@
 use crate::{Outs, buf, f32buf, read, rnd};
 use boost_tensor::cpu::IGNORE;
 use boost_tensor::{AttentionBwd, XentFinish};
-use boost_tensor::{AttnShape, Backend, Mat, MatMut};
+use boost_tensor::{AttnShape, Backend, Llama3Scaling, Mat, MatMut, rope_inv_freq};
 
 fn rope_case<B: Backend>(be: &B, act: bool) -> Outs {
     let (seq, hd, heads, batch) = (6, 8, 3, 2);
     let t = seq * batch;
-    let table = be.rope_table(seq, hd, 10000.0);
+    let table = be.rope_table(seq, &rope_inv_freq(hd, 10000.0, None));
     let mut x = buf(be, act, &rnd(t * heads * hd, 60));
     be.rope(MatMut::new(&mut x, t, heads * hd), &table, seq, hd, false);
     let fwd = read(be, Mat::new(&x, t, heads * hd));
     be.rope(MatMut::new(&mut x, t, heads * hd), &table, seq, hd, true);
-    vec![("rope", fwd), ("inverse", read(be, Mat::new(&x, t, heads * hd)))]
+    let mut outs = vec![("rope", fwd), ("inverse", read(be, Mat::new(&x, t, heads * hd)))];
+    // Llama 3.1's scaling, with a short original context so that each of the 4 pairs falls in a
+    // different band (kept, smoothed, stretched): the device applies the scaled table.
+    let s = Llama3Scaling { factor: 8.0, low_freq_factor: 1.0, high_freq_factor: 4.0, original_context: 64.0 };
+    let table = be.rope_table(seq, &rope_inv_freq(hd, 10000.0, Some(&s)));
+    be.rope(MatMut::new(&mut x, t, heads * hd), &table, seq, hd, false);
+    outs.push(("rope_llama3", read(be, Mat::new(&x, t, heads * hd))));
+    outs
 }
 case!(rope_forward_and_inverse, rope_case);
 

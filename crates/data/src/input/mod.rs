@@ -115,8 +115,15 @@ impl Inputs {
                 bail!("{} holds no files", p.display());
             }
             for f in found {
-                let len =
-                    std::fs::metadata(&f).with_context(|| format!("cannot read the input {}", f.display()))?.len();
+                let meta = std::fs::metadata(&f).with_context(|| format!("cannot read the input {}", f.display()))?;
+                // A FIFO, a device (/dev/zero) or a socket would block or never end.
+                if !meta.is_file() {
+                    bail!(
+                        "the input {} is not a regular file (a FIFO, a device or a socket, which could block or never end); boost data reads only regular files",
+                        f.display()
+                    );
+                }
+                let len = meta.len();
                 let canon =
                     std::fs::canonicalize(&f).with_context(|| format!("cannot read the input {}", f.display()))?;
                 if let Some((first, first_file)) = seen.get(&canon) {

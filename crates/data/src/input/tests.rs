@@ -140,3 +140,19 @@ fn text_must_be_utf8() {
     let e = format!("{:#}", read_text(&p).unwrap_err());
     assert!(e.contains("x.txt is not valid UTF-8") && e.contains("offset 1"), "{e}");
 }
+
+/// A FIFO named like a text file, or a device named as an input, is refused at once naming it
+/// (`data --input DIR` blocked forever on a FIFO; /dev/zero never ended).
+#[test]
+fn only_regular_files_are_read() {
+    let d = tempfile::tempdir().unwrap();
+    write(d.path(), "a.txt", "some text");
+    let fifo = d.path().join("pipe.txt");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let e = format!("{:#}", Inputs::open(&[d.path().to_path_buf()], "text").err().unwrap());
+    assert!(e.contains(&format!("the input {} is not a regular file", fifo.display())), "{e}");
+    let e = format!("{:#}", Inputs::open(&[PathBuf::from("/dev/zero")], "text").err().unwrap());
+    assert!(e.contains("the input /dev/zero is not a regular file"), "{e}");
+    std::fs::remove_file(&fifo).unwrap();
+    assert_eq!(Inputs::open(&[d.path().to_path_buf()], "text").unwrap().files().count(), 1);
+}

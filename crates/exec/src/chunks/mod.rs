@@ -13,7 +13,7 @@
 //! chunk writes only its own work and gradients, so the baton decides speed, never results.
 //! Each part's gradients (the head's, each layer's, the embedding's) are handed to the rank's
 //! own thread as every chunk's backward finishes that part, and added there in chunk order
-//! ([`sum::ChunkSum`]), so data-parallel buckets can start during the backward: every run
+//! (`ChunkSum`), so data-parallel buckets can start during the backward: every run
 //! gives the same bits, within f32 rounding of the unchunked micro-batch (whose weight
 //! gradients sum all tokens in one product).
 

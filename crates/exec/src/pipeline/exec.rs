@@ -32,7 +32,7 @@ pub struct Links<'l, B: Backend> {
 }
 
 /// A stage's executor: its op table and the scratch it reuses every step. One loop runs
-/// every table; how the boundary moves ([`Io`]) and how a micro-batch computes ([`Passes`])
+/// every table; how the boundary moves (`Io`) and how a micro-batch computes (`Passes`)
 /// are its strategies.
 pub struct StageRunner<B: Backend> {
     pub ops: Vec<Op>,

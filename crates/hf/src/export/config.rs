@@ -3,7 +3,7 @@
 //! and SwiGLU are Llama's); a low-rank one is `model_type: "boost"`, loaded through `auto_map`
 //! by the shipped custom code. Both also carry the `boost_*` keys the reference reads.
 
-use boost_config::{Arch, Config, LaxFlavour, LaxGate, Phi};
+use boost_config::{Arch, Config, LaxFlavour, LaxGate, Phi, RopeScalingType};
 use serde_json::{Value, json};
 
 /// The `config.json` of an export; `eos` is the end-of-text token id, when there is a tokenizer.
@@ -36,6 +36,21 @@ pub fn hf_config(cfg: &Config, eos: Option<u32>) -> Value {
         "initializer_range": m.init_std,
         "torch_dtype": "float32",
     });
+    if m.rope_scaling.kind == RopeScalingType::Llama3 {
+        let r = &m.rope_scaling;
+        let scaling = json!({
+            "rope_type": "llama3",
+            "factor": r.factor,
+            "low_freq_factor": r.low_freq_factor,
+            "high_freq_factor": r.high_freq_factor,
+            "original_max_position_embeddings": r.original_max_position_embeddings,
+        });
+        // A Llama carries transformers 4's key, which 5 reads too (moving it into
+        // rope_parameters). The low-rank models' own key keeps transformers 5 from
+        // standardising it in BoostConfig, which fails there; boost_ref.py reads it.
+        let key = if m.arch == Arch::Full { "rope_scaling" } else { "boost_rope_scaling" };
+        c[key] = scaling;
+    }
     if let Some(id) = eos {
         c["bos_token_id"] = json!(id);
         c["eos_token_id"] = json!(id);

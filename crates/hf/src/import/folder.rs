@@ -5,7 +5,7 @@
 //! A config field of the wrong type, a weight file whose header does not add up, and a tensor
 //! the config does not account for are errors naming the file and the field or tensor.
 
-use super::llama::{LlamaShape, expected_names, llama_shape};
+use super::llama::{LlamaShape, expected_names, is_expected, llama_shape};
 use anyhow::{Context, Result, bail};
 use safetensors::tensor::TensorInfo;
 use safetensors::{Dtype, SafeTensors};
@@ -142,6 +142,7 @@ impl Folder {
         let indexed = index.is_file().then_some(index);
         let mut folder = Self { dir: dir.to_path_buf(), shape, files, loaded: HashMap::new() };
         folder.load_all(weight_files, indexed.as_deref())?;
+        folder.bound_layers(&cfg_file)?;
         folder.refuse_unaccounted()?;
         folder.check_shapes()?;
         Ok(folder)
@@ -190,6 +191,29 @@ impl Folder {
         Ok(())
     }
 
+    /// `num_hidden_layers` must not run past the last layer the weight files hold: named here,
+    /// before any layer's tensors are looked for.
+    fn bound_layers(&self, cfg_file: &Path) -> Result<()> {
+        let top = self
+            .files
+            .keys()
+            .filter_map(|n| n.strip_prefix("model.layers.")?.split('.').next()?.parse::<usize>().ok())
+            .max();
+        if top.is_some_and(|t| self.shape.layers <= t.saturating_add(1)) {
+            return Ok(());
+        }
+        let mut files: Vec<String> = self.loaded.keys().map(|f| f.display().to_string()).collect();
+        files.sort();
+        bail!(
+            "{}: config field `num_hidden_layers` = {}, but the weight files ({}) hold {}; fix num_hidden_layers or \
+             the weights",
+            cfg_file.display(),
+            self.shape.layers,
+            files.join(", "),
+            top.map_or("no layer".to_string(), |t| format!("layers 0..={t} only"))
+        );
+    }
+
     /// Every tensor the config implies is in the weights with the shape it implies, checked
     /// from the files' headers before the model they would fill is allocated (a `vocab_size`
     /// of 10^9 beside a tiny file is refused here, not by an allocation of 64 GB).
@@ -217,11 +241,10 @@ impl Folder {
     /// embedding, anything else a Llama does not hold. RoPE's `inv_freq` buffers are derived
     /// from `rope_theta` and ignored.
     fn refuse_unaccounted(&mut self) -> Result<()> {
-        let expected: std::collections::BTreeSet<String> = expected_names(&self.shape).into_iter().collect();
         let mut extra: Vec<&String> = self
             .files
             .keys()
-            .filter(|n| !expected.contains(*n) && !n.ends_with(".rotary_emb.inv_freq"))
+            .filter(|n| !is_expected(&self.shape, n) && !n.ends_with(".rotary_emb.inv_freq"))
             .filter(|n| !(self.shape.tied && *n == "lm_head.weight"))
             .collect();
         extra.sort();

@@ -16,6 +16,8 @@ pub struct LlamaShape {
     pub vocab: usize,
     pub norm_eps: f64,
     pub rope_theta: f64,
+    /// RoPE's frequency scaling (`rope_scaling` or `rope_parameters`).
+    pub rope_scaling: boost_config::RopeScaling,
     pub tied: bool,
     /// `max_position_embeddings`, if given.
     pub context: Option<usize>,
@@ -87,7 +89,6 @@ pub fn llama_shape(cfg: &Value, file: &Path) -> Result<LlamaShape> {
     refuse("hidden_act", &|v| v == "silu", "the MLP is SwiGLU with SiLU")?;
     refuse("attention_bias", &|v| v == false, "projections have no bias")?;
     refuse("mlp_bias", &|v| v == false, "projections have no bias")?;
-    refuse("rope_scaling", &|v| v.is_null(), "RoPE is unscaled")?;
     let (d, heads) = (count(cfg, "hidden_size", file)?, count(cfg, "num_attention_heads", file)?);
     if !d.is_multiple_of(heads) {
         bail!("{}: config field `num_attention_heads` = {heads} does not divide hidden_size = {d}", file.display());
@@ -103,6 +104,7 @@ pub fn llama_shape(cfg: &Value, file: &Path) -> Result<LlamaShape> {
         );
     }
     let kv_heads = opt_count(cfg, "num_key_value_heads", true, file)?.unwrap_or(heads);
+    let (rope_theta, rope_scaling) = super::rope::rope_of(cfg, file)?;
     Ok(LlamaShape {
         d,
         d_ff: count(cfg, "intermediate_size", file)?,
@@ -111,7 +113,8 @@ pub fn llama_shape(cfg: &Value, file: &Path) -> Result<LlamaShape> {
         kv_heads,
         vocab: count(cfg, "vocab_size", file)?,
         norm_eps: opt_positive(cfg, "rms_norm_eps", 1e-6, "1e-6", file)?,
-        rope_theta: opt_positive(cfg, "rope_theta", 10000.0, "10000.0", file)?,
+        rope_theta,
+        rope_scaling,
         tied: opt_bool(cfg, "tie_word_embeddings", false, file)?,
         context: opt_count(cfg, "max_position_embeddings", false, file)?,
     })
@@ -121,7 +124,8 @@ impl LlamaShape {
     /// The shape of tensor `name` (a Llama name: `model.layers.3.self_attn.k_proj.weight`),
     /// `[d_out, d_in]` for projections.
     pub fn shape_of(&self, name: &str) -> Result<Vec<usize>> {
-        let kv = self.kv_heads * (self.d / self.heads);
+        // Saturating: a huge num_key_value_heads is then refused as a shape mismatch, not wrapped.
+        let kv = self.kv_heads.saturating_mul(self.d / self.heads);
         let part = name.strip_suffix(".weight").unwrap_or(name);
         Ok(match part.rsplit('.').next().unwrap_or_default() {
             "embed_tokens" | "lm_head" => vec![self.vocab, self.d],
@@ -135,28 +139,36 @@ impl LlamaShape {
     }
 }
 
+/// What a layer holds, in the model's order.
+const LAYER_TENSORS: [&str; 9] = [
+    "input_layernorm",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "post_attention_layernorm",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+];
+
 /// The names of the tensors a Llama of shape `s` holds, in the model's order (`lm_head.weight`
-/// only when untied).
-pub(super) fn expected_names(s: &LlamaShape) -> Vec<String> {
-    let mut names = vec!["model.embed_tokens.weight".to_string()];
-    for l in 0..s.layers {
-        for t in [
-            "input_layernorm",
-            "self_attn.q_proj",
-            "self_attn.k_proj",
-            "self_attn.v_proj",
-            "self_attn.o_proj",
-            "post_attention_layernorm",
-            "mlp.gate_proj",
-            "mlp.up_proj",
-            "mlp.down_proj",
-        ] {
-            names.push(format!("model.layers.{l}.{t}.weight"));
-        }
+/// only when untied), one at a time: a `num_hidden_layers` the files do not back is never listed.
+pub(super) fn expected_names(s: &LlamaShape) -> impl Iterator<Item = String> + '_ {
+    let layers = (0..s.layers).flat_map(|l| LAYER_TENSORS.iter().map(move |t| format!("model.layers.{l}.{t}.weight")));
+    std::iter::once("model.embed_tokens.weight".to_string())
+        .chain(layers)
+        .chain(std::iter::once("model.norm.weight".to_string()))
+        .chain((!s.tied).then(|| "lm_head.weight".to_string()))
+}
+
+/// Whether a Llama of shape `s` holds tensor `name` (the membership of [`expected_names`]).
+pub(super) fn is_expected(s: &LlamaShape, name: &str) -> bool {
+    if let Some(rest) = name.strip_prefix("model.layers.") {
+        let Some((l, t)) = rest.split_once('.') else { return false };
+        let layer_ok =
+            l.parse::<usize>().is_ok_and(|l| l < s.layers && l.to_string() == rest[..rest.len() - t.len() - 1]);
+        return layer_ok && t.strip_suffix(".weight").is_some_and(|t| LAYER_TENSORS.contains(&t));
     }
-    names.push("model.norm.weight".into());
-    if !s.tied {
-        names.push("lm_head.weight".into());
-    }
-    names
+    name == "model.embed_tokens.weight" || name == "model.norm.weight" || (!s.tied && name == "lm_head.weight")
 }

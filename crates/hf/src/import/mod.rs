@@ -5,6 +5,7 @@
 
 mod folder;
 mod llama;
+mod rope;
 mod svd;
 
 pub use folder::Folder;
@@ -13,7 +14,7 @@ pub use llama::{LlamaShape, llama_shape};
 use anyhow::{Context, Result, bail};
 use boost_checkpoint::staging::{self, Staged};
 use boost_checkpoint::{self as checkpoint, CheckpointMeta};
-use boost_config::{Arch, Config};
+use boost_config::{Arch, Config, LaxFlavour, LaxGate};
 use boost_exec::optim::AdamW;
 use boost_model::{Layout, Model};
 use boost_tensor::cpu::Cpu;
@@ -33,6 +34,46 @@ pub struct ImportOptions {
     pub arch: Arch,
     /// The bottleneck rank of a low-rank import (default: hidden_size / 4).
     pub rank: Option<usize>,
+    /// LaX's crossing gate (`model.lax.gate`; LaX only).
+    pub lax_gate: Option<LaxGate>,
+    /// LaX's bottleneck activation (`model.lax.flavour`; LaX only).
+    pub lax_flavour: Option<LaxFlavour>,
+    /// No SiLU outside a SiLU bottleneck (`model.only_lr_act`; CoLA, or LaX of the cola flavour).
+    pub only_lr_act: bool,
+}
+
+impl ImportOptions {
+    /// `hf` into `out` as `arch`, every other choice at its default.
+    pub fn new(hf: PathBuf, out: PathBuf, arch: Arch) -> Self {
+        Self { hf, out, arch, rank: None, lax_gate: None, lax_flavour: None, only_lr_act: false }
+    }
+
+    /// The config keys of the architecture's choices, refusing a choice the architecture has not.
+    fn arch_sets(&self) -> Result<Vec<String>> {
+        let mut sets = Vec::new();
+        if let Some(gate) = self.lax_gate {
+            sets.push(format!("model.lax.gate={}", if gate == LaxGate::Kron { "kron" } else { "dense" }));
+        }
+        if let Some(flavour) = self.lax_flavour {
+            sets.push(format!("model.lax.flavour={}", if flavour == LaxFlavour::Svd { "svd" } else { "cola" }));
+        }
+        if !sets.is_empty() && self.arch != Arch::Lax {
+            bail!("--lax-gate and --lax-flavour choose LaX's crossing; they need --arch lax, not {}", self.arch.name());
+        }
+        if self.only_lr_act {
+            let silu = self.arch == Arch::Cola || (self.arch == Arch::Lax && self.lax_flavour != Some(LaxFlavour::Svd));
+            if !silu {
+                bail!(
+                    "--only-lr-act drops the MLP's SiLU where the bottleneck already is one: it needs --arch cola, or \
+                     --arch lax with the cola flavour; --arch {}{} has no SiLU bottleneck",
+                    self.arch.name(),
+                    if self.arch == Arch::Lax { " --lax-flavour svd" } else { "" }
+                );
+            }
+            sets.push("model.only_lr_act=true".into());
+        }
+        Ok(sets)
+    }
 }
 
 /// One projection's retained spectral energy.
@@ -47,6 +88,7 @@ pub struct Energy {
 pub fn import(opts: &ImportOptions, log: &dyn Fn(String)) -> Result<(PathBuf, Vec<Energy>)> {
     staging::recover(&opts.out, "import")?;
     check_out(opts)?;
+    opts.arch_sets()?;
     let mut folder = Folder::open(&opts.hf)?;
     let tokenizer = opts.hf.join("tokenizer.json");
     let tokenizer = check_tokenizer(&tokenizer, folder.shape.vocab)?.then_some(tokenizer);
@@ -150,7 +192,8 @@ fn check_tokenizer(path: &Path, vocab: usize) -> Result<bool> {
 /// The run config of the imported model: the folder's shape, `opts.arch` and rank.
 fn config_of(s: &LlamaShape, opts: &ImportOptions) -> Result<Config> {
     let rank = opts.rank.unwrap_or((s.d / 4).max(1));
-    let mut sets = vec![
+    let mut sets = opts.arch_sets()?;
+    sets.extend([
         format!("model.arch={}", opts.arch.name()),
         format!("model.d={}", s.d),
         format!("model.d_ff={}", s.d_ff),
@@ -163,7 +206,17 @@ fn config_of(s: &LlamaShape, opts: &ImportOptions) -> Result<Config> {
         format!("model.tie_embeddings={}", s.tied),
         "data.corpus=none".to_string(),
         format!("run.dir={}", opts.out.display()),
-    ];
+    ]);
+    let r = &s.rope_scaling;
+    if r.kind == boost_config::RopeScalingType::Llama3 {
+        sets.extend([
+            "model.rope_scaling.type=llama3".to_string(),
+            format!("model.rope_scaling.factor={:?}", r.factor),
+            format!("model.rope_scaling.low_freq_factor={:?}", r.low_freq_factor),
+            format!("model.rope_scaling.high_freq_factor={:?}", r.high_freq_factor),
+            format!("model.rope_scaling.original_max_position_embeddings={}", r.original_max_position_embeddings),
+        ]);
+    }
     if let Some(context) = s.context {
         // The training sequence length (and generation context); a long pre-training context
         // is capped, and train.seq_len can be changed when the run is resumed.

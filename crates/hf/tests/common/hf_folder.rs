@@ -122,7 +122,7 @@ pub fn with_field(root: &Path, name: &str, key: &str, value: Value) -> PathBuf {
 }
 
 pub fn opts(hf: &Path, out: &Path, arch: Arch) -> ImportOptions {
-    ImportOptions { hf: hf.to_path_buf(), out: out.to_path_buf(), arch, rank: (arch != Arch::Full).then_some(4) }
+    ImportOptions { rank: (arch != Arch::Full).then_some(4), ..ImportOptions::new(hf.into(), out.into(), arch) }
 }
 
 /// Every file of `dir` (recursively) with its contents.

@@ -34,7 +34,7 @@ impl<T: Scalar> KvCache<T> {
     pub fn new(model: &Model<Cpu<T>>, capacity: usize) -> Self {
         let d = model.dims;
         let (layers, kw) = (model.blocks.len(), d.kv_w_loc());
-        let rope = model.be.rope_table(capacity, d.head_dim, model.cfg.rope_theta);
+        let rope = model.be.rope_table(capacity, &crate::rope::inv_freq(&model.cfg));
         let state = State {
             k: vec![vec![T::zero(); capacity * kw]; layers],
             v: vec![vec![T::zero(); capacity * kw]; layers],

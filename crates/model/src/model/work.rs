@@ -132,7 +132,7 @@ impl<B: Backend> Model<B> {
             seq,
             ids: be.alloc_ids(t),
             targets: be.alloc_ids(t),
-            rope: be.rope_table(seq, dims.head_dim, self.cfg.rope_theta),
+            rope: be.rope_table(seq, &crate::rope::inv_freq(&self.cfg)),
             resid: (0..=self.blocks.len()).map(|_| be.alloc(t * dims.d_res)).collect(),
             blocks: {
                 // Recomputed layers: two sets used in turn by even and odd layers, each sized by

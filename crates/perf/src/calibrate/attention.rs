@@ -12,7 +12,7 @@ const TOKENS: usize = 2048;
 pub struct AttentionSample {
     pub head_dim: usize,
     pub seq: usize,
-    /// FLOPs per second on executed FLOPs (see [`executed_flops`]).
+    /// FLOPs per second on executed FLOPs (see `executed_flops`).
     pub flops_per_s: f64,
 }
 
@@ -26,7 +26,7 @@ pub fn executed_flops(head_dim: usize, seq: usize) -> f64 {
 
 /// Time one forward and backward of the engine's attention at `head_dim` × `seq`, in its pool
 /// with the workers held awake as a training step runs them; the median of a few timed runs
-/// ([`super::typical_seconds`]), in executed FLOPs per second.
+/// (`typical_seconds`), in executed FLOPs per second.
 pub fn measure_attention(head_dim: usize, seq: usize) -> f64 {
     use boost_tensor::{AttentionBwd, AttnShape, Backend, Mat, MatMut, cpu::Cpu};
     let sh = AttnShape { batch: (TOKENS / seq).max(1), seq, heads: HEADS, kv_heads: HEADS, head_dim };

@@ -87,7 +87,7 @@ impl Product {
 
 /// Measure one f32 GEMM `(m×k)·(k×n)` with the CPU engine's own kernels, in its pool with the
 /// workers held awake as a training step runs them; the median of a few timed runs
-/// ([`super::typical_seconds`]).
+/// (`typical_seconds`).
 pub fn measure_gemm(m: usize, n: usize, k: usize) -> f64 {
     let mut product = Product::new(m, n, k);
     let secs = super::typical_seconds(|| product.call());

@@ -19,9 +19,9 @@ pub const CALLERS: usize = 2;
 /// Seconds each caller keeps issuing its GEMM while the others issue theirs.
 const WINDOW_S: f64 = 0.25;
 
-/// The aggregate GEMM rate of [`CALLERS`] threads outside the pool, each issuing the shape back
+/// The aggregate GEMM rate of `CALLERS` threads outside the pool, each issuing the shape back
 /// to back at the same time, over one caller's rate in the held pool; the median over
-/// [`SHAPES`]. Run in the process's global pool (the one in-process ranks share).
+/// `SHAPES`. Run in the process's global pool (the one in-process ranks share).
 pub fn measure_shared_efficiency() -> f64 {
     let ratios: Vec<f64> = SHAPES
         .iter()

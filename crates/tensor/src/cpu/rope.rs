@@ -5,13 +5,12 @@ use crate::scalar::Scalar;
 use crate::view::MatMut;
 use rayon::prelude::*;
 
-/// `[cos | sin]`, each `seq × head_dim/2`, computed in f64.
-pub fn rope_table<T: Scalar>(seq: usize, head_dim: usize, theta: f64) -> Vec<T> {
-    let half = head_dim / 2;
+/// `[cos | sin]`, each `seq × head_dim/2` (one column per entry of `inv_freq`), computed in f64.
+pub fn rope_table<T: Scalar>(seq: usize, inv_freq: &[f64]) -> Vec<T> {
+    let half = inv_freq.len();
     let mut t = vec![T::zero(); 2 * seq * half];
     for p in 0..seq {
-        for i in 0..half {
-            let inv = theta.powf(-2.0 * i as f64 / head_dim as f64);
+        for (i, &inv) in inv_freq.iter().enumerate() {
             let a = p as f64 * inv;
             t[p * half + i] = T::of(a.cos());
             t[seq * half + p * half + i] = T::of(a.sin());

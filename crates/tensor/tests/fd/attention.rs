@@ -1,7 +1,7 @@
 //! Rotary embedding and causal attention (against a naive implementation too).
 
 use crate::{CPU, check, dot, mat, mat_mut, rnd};
-use boost_tensor::{AttentionBwd, AttnShape, Backend};
+use boost_tensor::{AttentionBwd, AttnShape, Backend, rope_inv_freq};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -12,7 +12,7 @@ fn rope_backward_is_the_inverse_rotation() {
     let mut rng = ChaCha8Rng::seed_from_u64(6);
     let x = rnd(&mut rng, t * heads * dh, 1.0);
     let w = rnd(&mut rng, t * heads * dh, 1.0);
-    let table = CPU.rope_table(seq, dh, 10000.0);
+    let table = CPU.rope_table(seq, &rope_inv_freq(dh, 10000.0, None));
     let f = |p: &[f64]| {
         let mut y = p.to_vec();
         CPU.rope(mat_mut(&mut y, t, heads * dh), &table, seq, dh, false);

@@ -11,38 +11,21 @@ use std::time::Instant;
 pub(super) struct BatchLog {
     every: u64,
     steps: u64,
-    /// Model FLOPs per token (6·N_matmul + causal attention, docs/COST_MODEL.md §6).
-    flops_per_token: f64,
-    /// The GEMM peak MFU is measured against (FLOP/s), when one is known for the device.
-    pub(super) peak: Option<f64>,
     first_step: u64,
     start: Instant,
 }
 
 impl BatchLog {
     /// The log of a lead rank, or `None` when a progress bar shows instead, the run is quiet,
-    /// or `train.log_every = 0`; `processes`: the run's operating-system processes.
-    pub(super) fn new(cfg: &Config, quiet: bool, first_step: u64, processes: usize) -> Option<Self> {
+    /// or `train.log_every = 0`.
+    pub(super) fn new(cfg: &Config, quiet: bool, first_step: u64) -> Option<Self> {
         let bar = cfg.run.progress && std::io::stderr().is_terminal();
         if quiet || bar || cfg.train.log_every == 0 {
             return None;
         }
-        let mut model = cfg.model.clone();
-        if model.vocab == 0 {
-            model.vocab = cfg.data.vocab_size;
-        }
-        let attention = 6.0 * (cfg.train.seq_len * model.d * model.layers) as f64;
-        let flops_per_token = 6.0 * boost_perf::matmul_params(&model) as f64 + attention;
-        // This machine's GEMM peak, measured now (a fraction of a second), times the processes
-        // of the run (each of an mpirun launch has its own compute pool; in-process ranks
-        // share one). The `cpu` preset's, measured on another machine, gave MFU above 100 % on
-        // a faster CPU. No GPU peak is assumed for a device this process has not measured.
-        let peak = (cfg.train.device == "cpu").then(|| boost_tensor::cpu::peak::gemm_peak() * 1e9 * processes as f64);
         Some(Self {
             every: cfg.train.log_every as u64,
             steps: cfg.train.steps as u64,
-            flops_per_token,
-            peak,
             first_step,
             start: Instant::now(),
         })
@@ -56,8 +39,8 @@ impl BatchLog {
         let done = m.step.saturating_sub(self.first_step).max(1) as f64;
         let left = self.steps.saturating_sub(m.step) as f64;
         let eta = self.start.elapsed().as_secs_f64() / done * left;
-        let mfu = match self.peak {
-            Some(p) => format!("{:.1}%", 100.0 * self.flops_per_token * m.tokens_per_sec / p),
+        let mfu = match m.mfu {
+            Some(f) => format!("{:.1}%", 100.0 * f),
             None => "n/a".into(),
         };
         Some(format!(

@@ -85,6 +85,8 @@ pub(super) struct Job<'a, B: Backend> {
     pub(super) bar: ProgressBar,
     /// Log lines instead of the bar (batch jobs).
     pub(super) batch_log: Option<super::batch_log::BatchLog>,
+    /// MFU's measure, when a record shows it.
+    pub(super) mfu: Option<super::mfu::Mfu>,
     pub(super) guard: Guard,
     pub(super) log: Log,
     pub(super) at: Stream,
@@ -131,16 +133,22 @@ impl<'a, B: Backend> Job<'a, B> {
             "unigram entropy of the training tokens: {entropy:.3} nats (the loss of a model that ignores context)"
         ));
         let metrics = if lead {
-            Some(MetricsWriter::open(&ctx.run_dir.join("metrics.jsonl"), ctx.resume.is_some())?)
+            let events = crate::tensorboard::open(&t.tensorboard, ctx.run_dir, at.step, ctx.resume.is_some())?;
+            if let Some(e) = &events {
+                log.line(format!("TensorBoard events in {}", e.path().display()));
+            }
+            Some(MetricsWriter::open(&ctx.run_dir.join("metrics.jsonl"), ctx.resume.is_some())?.with_events(events))
         } else {
             None
         };
         let show_bar = lead && cfg.run.progress;
         let bar = if show_bar { progress(ctx.opts, t.steps as u64, at.step) } else { ProgressBar::hidden() };
         let processes = if boost_comm::mpi::launched() { world } else { 1 };
-        let batch_log =
-            if lead { super::batch_log::BatchLog::new(cfg, ctx.opts.quiet, at.step, processes) } else { None };
-        if let Some(peak) = batch_log.as_ref().and_then(|b| b.peak) {
+        let batch_log = if lead { super::batch_log::BatchLog::new(cfg, ctx.opts.quiet, at.step) } else { None };
+        // MFU where a record shows it: a log line or a TensorBoard event.
+        let wants_mfu = batch_log.is_some() || (lead && t.tensorboard != boost_config::TensorBoard::Off);
+        let mfu = if wants_mfu { super::mfu::Mfu::measure(cfg, processes) } else { None };
+        if let Some(peak) = mfu.as_ref().map(|m| m.peak) {
             let each = match processes {
                 1 => String::new(),
                 n => format!(": this process's {:.1}, × {n} processes", peak / 1e9 / n as f64),
@@ -182,6 +190,7 @@ impl<'a, B: Backend> Job<'a, B> {
             metrics,
             bar,
             batch_log,
+            mfu,
             guard: Guard::new(t.skip_nonfinite),
             log,
             at,

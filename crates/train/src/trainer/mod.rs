@@ -3,6 +3,7 @@
 
 mod batch_log;
 mod job;
+mod mfu;
 mod opening;
 mod phase;
 mod preflight;

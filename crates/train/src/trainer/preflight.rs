@@ -78,6 +78,12 @@ fn settle_run_dir(cfg: &Config, run_dir: &std::path::Path, resume: Option<&Check
         Some(ck) => run_dir::check_resume(run_dir, &ck.dir, ck.meta.step)?,
         None => run_dir::check_fresh(run_dir)?,
     }
+    crate::tensorboard::check(&cfg.train.tensorboard, run_dir, resume.is_some())?;
+    // Before anything in the directory changes: a refusal leaves it as it was.
+    let own_run = resume.is_some_and(|ck| run_dir::holds(run_dir, &ck.dir));
+    if let Some(ck) = resume.filter(|_| own_run) {
+        run_dir::config_edits::check_edits(run_dir, &ck.dir, &ck.meta.config, &cfg.to_toml())?;
+    }
     if let Some(line) = run_dir::clean_stale(run_dir) {
         log.line(line);
     }
@@ -90,6 +96,5 @@ fn settle_run_dir(cfg: &Config, run_dir: &std::path::Path, resume: Option<&Check
             side.display()
         ));
     }
-    let own_run = resume.is_some_and(|ck| run_dir::holds(run_dir, &ck.dir));
     run_dir::write_config(run_dir, &cfg.to_toml(), own_run)
 }
