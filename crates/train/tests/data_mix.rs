@@ -5,25 +5,13 @@
 mod common;
 
 use boost_checkpoint::Checkpoint;
-use boost_data::{BuildOptions, Document, TokenizerChoice};
 use boost_train::{TrainOptions, train};
 use std::path::Path;
 
 /// The common dataset at `root/data` and a second one at `root/code`, tokenized alike.
 fn build_two(root: &Path) {
     common::build_dataset(&root.join("data"));
-    let docs: Vec<Document> = (0..5)
-        .map(|d| Document { name: format!("code{d}"), text: format!("fn f{d}(x) {{ return x + {d}; }}\n").repeat(40) })
-        .collect();
-    let opts = BuildOptions {
-        tokenizer: TokenizerChoice::File(root.join("data/tokenizer.json")),
-        vocab_size: 300,
-        val_fraction: 0.2,
-        seed: 7,
-        sources: vec!["generated code".into()],
-        corpus: None,
-    };
-    boost_data::build(&docs, &opts, &root.join("code")).unwrap();
+    common::build_code_dataset(root);
 }
 
 fn mix(root: &Path, weights: (f64, f64)) -> String {

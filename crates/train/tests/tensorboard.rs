@@ -6,7 +6,6 @@
 mod common;
 
 use boost_config::TensorBoard;
-use boost_data::{BuildOptions, Document, TokenizerChoice};
 use boost_train::{TrainOptions, train};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -165,22 +164,6 @@ fn same(a: &BTreeMap<u64, BTreeMap<String, f32>>, b: &BTreeMap<u64, BTreeMap<Str
     }
 }
 
-/// A second dataset beside the common one, for a mix.
-fn build_code(root: &Path) {
-    let docs: Vec<Document> = (0..5)
-        .map(|d| Document { name: format!("code{d}"), text: format!("fn f{d}(x) {{ return x + {d}; }}\n").repeat(40) })
-        .collect();
-    let opts = BuildOptions {
-        tokenizer: TokenizerChoice::File(root.join("data/tokenizer.json")),
-        vocab_size: 300,
-        val_fraction: 0.2,
-        seed: 7,
-        sources: vec!["generated code".into()],
-        corpus: None,
-    };
-    boost_data::build(&docs, &opts, &root.join("code")).unwrap();
-}
-
 fn quiet() -> TrainOptions {
     TrainOptions { resume: None, quiet: true, ..Default::default() }
 }
@@ -189,7 +172,7 @@ fn quiet() -> TrainOptions {
 fn the_events_hold_every_number_of_metrics_jsonl_at_its_step() {
     let root = tempfile::tempdir().unwrap();
     common::build_dataset(&root.path().join("data"));
-    build_code(root.path());
+    common::build_code_dataset(root.path());
     let mix = format!(
         "data.mix=[{{ dir = \"{}\", weight = 0.7 }}, {{ dir = \"{}\", weight = 0.3, name = \"code\" }}]",
         root.path().join("data").display(),

@@ -40,6 +40,23 @@ pub fn build_dataset(dir: &Path) {
 }
 
 /// A tiny CoLA model on the tiny dataset.
+/// A second dataset at `root/code` (generated code), tokenized with `root/data`'s tokenizer,
+/// for a `data.mix` beside [`build_dataset`]'s.
+pub fn build_code_dataset(root: &Path) {
+    let docs: Vec<Document> = (0..5)
+        .map(|d| Document { name: format!("code{d}"), text: format!("fn f{d}(x) {{ return x + {d}; }}\n").repeat(40) })
+        .collect();
+    let opts = BuildOptions {
+        tokenizer: TokenizerChoice::File(root.join("data/tokenizer.json")),
+        vocab_size: 300,
+        val_fraction: 0.2,
+        seed: 7,
+        sources: vec!["generated code".into()],
+        corpus: None,
+    };
+    boost_data::build(&docs, &opts, &root.join("code")).unwrap();
+}
+
 pub fn config(root: &Path, extra: &[&str]) -> Config {
     let mut sets: Vec<String> = [
         "model.d=32",
