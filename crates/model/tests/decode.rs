@@ -5,9 +5,9 @@
 
 use boost_config::{Arch, LaxGate};
 use boost_model::{KvCache, Layout, Model};
-use boost_tensor::Solo;
 use boost_tensor::cpu::Cpu;
-use boost_testkit::{assert_close, small_model};
+use boost_testkit::decode::cached_decoding_matches_the_forward;
+use boost_testkit::small_model;
 
 #[test]
 fn cached_decoding_matches_the_full_forward() {
@@ -24,20 +24,7 @@ fn cached_decoding_matches_the_full_forward() {
         cfg.tie_embeddings = tied;
         cfg.only_lr_act = only_lr_act;
         let what = format!("{arch:?} {gate:?} tied={tied} only_lr_act={only_lr_act}");
-        let (n, prompt, v) = (12, 5, cfg.vocab);
-        let ids: Vec<u32> = (0..n).map(|i| ((i * 13 + 7) % v) as u32).collect();
-        let mut m = Model::new(Cpu::<f64>::new(), &cfg, Layout::single(&cfg), 3).unwrap();
-        let full = m.logits(&Solo, &ids, 1, n);
-        let vl = m.dims.vocab_loc;
-        let row = |i: usize| full[i * vl..i * vl + v].to_vec();
-        let cache = KvCache::new(&m, 16);
-        let last = m.decode(&cache, &ids[..prompt]).unwrap();
-        assert_close(&format!("{what} prompt"), &last, &row(prompt - 1), 1e-10);
-        for i in prompt..n {
-            let next = m.decode(&cache, &ids[i..i + 1]).unwrap();
-            assert_close(&format!("{what} token {i}"), &next, &row(i), 1e-10);
-        }
-        assert_eq!(cache.len(), n);
+        cached_decoding_matches_the_forward(&cfg, &what);
         checked += 1;
     }
     assert_eq!(checked, 6);

@@ -5,10 +5,11 @@
 //! scaling changes the logits (so it is applied, not ignored).
 
 use boost_config::{Arch, LaxGate, ModelConfig, RopeScaling};
-use boost_model::{Batch, KvCache, Layout, Model};
+use boost_model::{Batch, Layout, Model};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Solo};
-use boost_testkit::{assert_close, small_model};
+use boost_testkit::decode::cached_decoding_matches_the_forward;
+use boost_testkit::small_model;
 
 /// Head dimension 8 (four pairs); an original context of 8 with factors 1 and 4 puts the
 /// cut-off wavelengths at 2 and 8: pair 0 (wavelength 2π) is smoothed, pairs 1.. are stretched.
@@ -27,19 +28,9 @@ fn ids(n: usize, v: usize) -> Vec<u32> {
 fn cached_decoding_with_llama3_scaling_matches_the_full_forward() {
     for arch in [Arch::Full, Arch::Cola] {
         let cfg = scaled(arch);
-        let (n, prompt, v) = (12, 5, cfg.vocab);
-        let ids = ids(n, v);
-        let mut m = Model::new(Cpu::<f64>::new(), &cfg, Layout::single(&cfg), 3).unwrap();
-        let full = m.logits(&Solo, &ids, 1, n);
-        let vl = m.dims.vocab_loc;
-        let row = |i: usize| full[i * vl..i * vl + v].to_vec();
-        let cache = KvCache::new(&m, 16);
-        let last = m.decode(&cache, &ids[..prompt]).unwrap();
-        assert_close(&format!("{arch:?} prompt"), &last, &row(prompt - 1), 1e-10);
-        for i in prompt..n {
-            let next = m.decode(&cache, &ids[i..i + 1]).unwrap();
-            assert_close(&format!("{arch:?} token {i}"), &next, &row(i), 1e-10);
-        }
+        let full = cached_decoding_matches_the_forward(&cfg, &format!("{arch:?}"));
+        let ids = ids(12, cfg.vocab);
+        let n = ids.len();
         // The same weights without the scaling: the logits past position 0 move.
         let plain = ModelConfig { rope_scaling: RopeScaling::default(), ..cfg.clone() };
         let mut p = Model::new(Cpu::<f64>::new(), &plain, Layout::single(&plain), 3).unwrap();

@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod compare;
+pub mod decode;
 pub mod engine;
 pub mod fixtures;
 pub mod pp;
