@@ -294,8 +294,11 @@ def main():
     ap.add_argument("--emulate", action="store_true", help="the CUDA emulator at a tiny shape, the peer on the CPU")
     ap.add_argument("--no-peer", action="store_true", help="leave PyTorch out even where it is installed")
     args = ap.parse_args()
-    if os.path.exists(args.out) and os.listdir(args.out):
-        sys.exit(f"gpu_paper: {args.out} is not empty; name a new or empty folder for the results")
+    # OUT_DIR is new, or an empty folder: nothing already there is ever replaced.
+    if os.path.lexists(args.out) and not (os.path.isdir(args.out) and not os.listdir(args.out)):
+        what = "a link to no folder" if os.path.islink(args.out) and not os.path.isdir(args.out) else (
+            "not empty" if os.path.isdir(args.out) else "not a folder")
+        sys.exit(f"gpu_paper: {args.out} is {what}; it is kept: name a new or empty folder for the results")
     os.makedirs(args.out, exist_ok=True)
     run = Run(args)
     run.torch = not args.no_peer and has_torch()

@@ -3,20 +3,25 @@
 # examples/cuda_bench with the `cuda` feature, the kernels compiled ahead by nvcc 13.0 from
 # PyPI (crates/cuda/compile-kernels.sh), stripped, in DIR (default .gpu-paper, ignored by git)
 # and DIR.tar.xz, which must stay under the 64 MiB a device call carries. The machine it runs
-# on needs no network: the record's commit is written beside the binaries.
+# on needs no network: the record's commit is written beside the binaries (COMMIT).
 #
 #   bench/gpu_paper_build.sh [DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-$root/.gpu-paper}
 cd "$root"
-# Replace only what an earlier run of this script made (it leaves COMMIT in DIR).
-for p in "$dir" "$dir.tar.xz"; do
-    if [ -e "$p" ] && [ ! -f "$dir/COMMIT" ]; then
-        echo "gpu_paper_build.sh: $p exists and was not made by this script; choose another DIR" >&2
-        exit 1
-    fi
-done
+# Replace only what an earlier run of this script made: DIR a real folder holding the marker
+# it leaves (MARK, with its exact first line), and DIR.tar.xz a regular file or absent. Any
+# other file, folder or link at either path is kept, and the build stops before compiling.
+mark="$dir/.gpu_paper_build"
+ours() { [ -d "$dir" ] && [ ! -L "$dir" ] && [ -f "$mark" ] && [ "$(head -n1 "$mark")" = "made by bench/gpu_paper_build.sh" ]; }
+if [ -e "$dir" ] || [ -L "$dir" ]; then
+    ours || { echo "gpu_paper_build.sh: $dir exists and was not made by this script; it is kept: choose another DIR" >&2; exit 1; }
+fi
+if [ -e "$dir.tar.xz" ] || [ -L "$dir.tar.xz" ]; then
+    { ours && [ -f "$dir.tar.xz" ] && [ ! -L "$dir.tar.xz" ]; } ||
+        { echo "gpu_paper_build.sh: $dir.tar.xz exists and was not made by this script; it is kept: choose another DIR" >&2; exit 1; }
+fi
 eval "$(bash crates/cuda/compile-kernels.sh)"
 cargo build --release -p boost-cli --features cuda
 cargo build --release -p boost-cuda --features cuda --example cuda_bench
@@ -26,6 +31,7 @@ strip -s "$dir/boost" "$dir/cuda_bench"
 commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD || commit="$commit+changes"
 echo "$commit" >"$dir/COMMIT"
+echo "made by bench/gpu_paper_build.sh" >"$mark"
 tar -C "$(dirname "$dir")" -cJf "$dir.tar.xz" "$(basename "$dir")"
 size=$(stat -c %s "$dir.tar.xz")
 du -sh "$dir" "$dir.tar.xz"

@@ -116,8 +116,22 @@ def write(preset, name, arch, lr, steps, warmup):
     train = [(k, c[f]) for s, k, f in LAYOUT if s == "train"]
     out += "".join(f"{k} = {toml_value(v)}\n" for k, v in train)
     out += "\n[parallel]\n" + "".join(f"{k} = {toml_value(c[f])}\n" for s, k, f in LAYOUT if s == "parallel")
-    (HERE / f"{arch}-{name}.toml").write_text(out, encoding="utf-8")
+    write_generated(HERE / f"{arch}-{name}.toml", MARK + "\n" + out)
     print(f"configs/{arch}-{name}.toml: {main['setup']}")
+
+
+# The first line of every file this script writes: only such a file is ever replaced.
+MARK = "# Written by configs/generate.py from boost plan; rerun it rather than editing the figures."
+
+
+def write_generated(path, text):
+    """Write `path` through a temporary beside it and a rename; an existing file without the
+    mark (a user's, or one edited by hand past its first line) is kept and named."""
+    if path.is_symlink() or (path.exists() and not path.read_text(encoding="utf-8").startswith(MARK + "\n")):
+        sys.exit(f"{path}: not written by configs/generate.py (or a link); it is kept. Move it away to regenerate")
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
 def main():
