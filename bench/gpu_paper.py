@@ -103,6 +103,11 @@ class Run:
         return [sys.executable, PEER, "--device", "cpu" if self.emulate else "cuda"] + list(a)
 
 
+def set_flags(sets):
+    """`--set KEY=VALUE` for each assignment: how cuda_bench and `boost plan` take a shape."""
+    return [f for s in sets for f in ("--set", s)]
+
+
 def last_json(text):
     """The whole text as one JSON object (`boost plan --json`), or its last line that is one."""
     for chunk in [text] + [l for l in reversed(text.splitlines()) if l.startswith("{")]:
@@ -179,8 +184,8 @@ def gemm_peak(run):
 def plan(run, tag, sets, cluster):
     """`boost plan` for the shape: step time, memory, model FLOPs; the f32 plan's memory too
     (the engine's activations are fp32, which the GPU memory check assumes)."""
-    bf16 = run.call(f"plan-{tag}", run.boost("plan", "--cluster", cluster, "--json", *sum((["--set", s] for s in sets), [])), 30)
-    f32 = run.call(f"plan-f32-{tag}", run.boost("plan", "--cluster", cluster, "--dtype", "f32", "--json", *sum((["--set", s] for s in sets), [])), 30)
+    bf16 = run.call(f"plan-{tag}", run.boost("plan", "--cluster", cluster, "--json", *set_flags(sets)), 30)
+    f32 = run.call(f"plan-f32-{tag}", run.boost("plan", "--cluster", cluster, "--dtype", "f32", "--json", *set_flags(sets)), 30)
     if not bf16:
         return None
     return {
@@ -219,7 +224,7 @@ def measure(run, model, arch, seq, mb, recompute, cluster, peer, tiny=None, env=
     for rep in range(reps):
         if rep > 0 and run.left() < 60:
             break
-        r = run.call(f"boost-{tag}-{rep}", run.bench(*sum((["--set", s] for s in sets), []), *steps, *(prof if rep == 0 else [])), 120, env)
+        r = run.call(f"boost-{tag}-{rep}", run.bench(*set_flags(sets), *steps, *(prof if rep == 0 else [])), 120, env)
         if r and r.get("fits") is False:
             entry.update(fits=False, error=r["error"])
             run.save()

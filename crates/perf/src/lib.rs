@@ -118,8 +118,8 @@ pub fn collective_totals<'a>(
 }
 
 /// The median of a non-empty list (the mean of the middle two for an even length): what the
-/// calibration keeps of its timed runs and `--validate` of a run's steps.
-pub(crate) fn median(mut v: Vec<f64>) -> f64 {
+/// calibration keeps of its timed runs, `--validate` of a run's steps, and the GPU benchmark.
+pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 { v[n / 2] } else { 0.5 * (v[n / 2 - 1] + v[n / 2]) }

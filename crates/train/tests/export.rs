@@ -153,9 +153,7 @@ fn weights_sha256(path: &Path) -> String {
 
 /// ‖a − b‖ / ‖b‖.
 fn rel(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let diff = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum::<f64>().sqrt();
-    diff / b.iter().map(|y| y * y).sum::<f64>().sqrt()
+    boost_testkit::errors(a, b).0
 }
 
 fn case(root: &Path, sets: &[&str], peers: Peers, tokenizer: Option<&Path>) {

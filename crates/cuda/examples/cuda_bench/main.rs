@@ -51,6 +51,7 @@ mod bench {
     use boost_cuda::{Cuda, DType, Precision};
     use boost_exec::optim::{AdamW, clip_coef, grad_norm};
     use boost_model::{Batch, Layout, Model};
+    use boost_perf::median;
     use boost_tensor::profile::{KernelTimes, Profiled};
     use boost_tensor::{Backend, Mat, MatMut, Solo};
     use serde_json::json;
@@ -133,7 +134,7 @@ mod bench {
         }
         let params = run.model.store.global_len();
         drop(run);
-        let median = median(&times);
+        let median = median(times.clone());
         let split = match a.profile {
             0 => serde_json::Value::Null,
             steps => {
@@ -167,13 +168,6 @@ mod bench {
         Ok(0)
     }
 
-    fn median(x: &[f64]) -> f64 {
-        let mut s = x.to_vec();
-        s.sort_by(f64::total_cmp);
-        let m = s.len() / 2;
-        if s.len() % 2 == 1 { s[m] } else { (s[m - 1] + s[m]) / 2.0 }
-    }
-
     /// The engine's bf16 GEMM (cuBLAS, fp32 accumulation) of n × n by n × n, as the model's
     /// GEMMs call it: the median of five timed runs of back-to-back calls lasting at least
     /// ~50 ms each after a warm-up (seconds a call, and each run's).
@@ -197,7 +191,7 @@ mod bench {
                 t.elapsed().as_secs_f64() / reps as f64
             })
             .collect();
-        (median(&runs), runs)
+        (median(runs.clone()), runs)
     }
 
     /// A model and its AdamW state.
