@@ -248,7 +248,7 @@ impl ModeRun {
             layer_fwd_elems_per_token: fe as f64 / t as f64,
             layer_bwd_elems_per_token: be as f64 / t as f64,
             activation_bytes: mem.layers_bytes(),
-            recompute_scratch_bytes: mem.recompute_scratch * mem.elem_bytes,
+            recompute_scratch_bytes: mem.recompute_scratch_bytes,
             peak_rss_mib: peak,
             start_rss_mib: start,
         }

@@ -74,13 +74,17 @@ fn run_gpu(job: &RankCtx, rank: usize, grid: Grid, n: usize) -> Result<Option<Su
         Cuda::emulated(Precision::Bf16)
     };
     if job.shows(rank) {
-        // The model stores activations in what `Backend::alloc` gives (GEMM operands are
-        // rounded to bf16 as they are read).
-        let act = match boost_tensor::Backend::alloc(&be, 0).dtype() {
+        // The model stores activations in what `Backend::alloc_act` gives; the residual
+        // stream, statistics, gradients of weights and the optimizer stay fp32.
+        let act = match boost_tensor::Backend::alloc_act(&be, 0).dtype() {
             boost_cuda::DType::F32 => "fp32",
             boost_cuda::DType::Bf16 => "bf16",
         };
-        eprintln!("device: {} ({}); activations {act}, GEMMs in bf16", be.info(), be.kernel_source());
+        eprintln!(
+            "device: {} ({}); activations {act} (residual stream fp32), GEMMs in bf16",
+            be.info(),
+            be.kernel_source()
+        );
     }
     let world = grid.dims.world();
     if world == 1 {

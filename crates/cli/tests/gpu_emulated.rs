@@ -158,10 +158,10 @@ fn a_gpu_run_larger_than_the_device_is_refused_before_it_starts() {
     assert!(root.path().join("fits/metrics.jsonl").is_file());
 }
 
-/// A GPU run says what it holds: its log names the activations' dtype (fp32 today) and the
+/// A GPU run says what it holds: its log names the activations' dtype (bf16) and the
 /// device's peak memory, and every metrics.jsonl record has `device_peak_mib`, the
-/// allocator's high-water mark, which can only grow and holds at least the fp32 weights,
-/// their gradients and AdamW's two moments. A CPU run has no such key.
+/// allocator's high-water mark, which can only grow and holds at least the fp32 master weights
+/// with their bf16 copies, their gradients and AdamW's two moments. A CPU run has no such key.
 #[test]
 fn a_gpu_run_reports_its_activation_dtype_and_peak_memory() {
     let root = tempfile::tempdir().unwrap();
@@ -169,7 +169,7 @@ fn a_gpu_run_reports_its_activation_dtype_and_peak_memory() {
     let out = boost_train(root.path(), "gpu").output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("activations fp32"), "{err}");
+    assert!(err.contains("activations bf16 (residual stream fp32)"), "{err}");
     let done = err.lines().find(|l| l.starts_with("done:")).unwrap_or_else(|| panic!("{err}"));
     assert!(done.contains("device peak memory") && done.contains("MiB"), "{done}");
     let peaks: Vec<f64> = std::fs::read_to_string(root.path().join("gpu/metrics.jsonl"))
@@ -180,10 +180,11 @@ fn a_gpu_run_reports_its_activation_dtype_and_peak_memory() {
         .collect();
     assert_eq!(peaks.len(), 2, "{peaks:?}");
     assert!(peaks[1] >= peaks[0], "a high-water mark never falls: {peaks:?}");
-    // The model state as the plan counts it: fp32 weights, their gradients, AdamW's moments
+    // The model state as the bf16 plan counts it: bf16 weight copies beside fp32 master weights,
+    // their gradients and AdamW's moments
     // (of the run's resolved configuration: the vocabulary is the corpus's).
     let cfg = Config::load(Some(&root.path().join("gpu/config.toml")), &[]).unwrap();
-    let plan = boost_perf::step::memory(&boost_perf::Setup::from_config(&cfg, None, boost_perf::Dtype::F32).unwrap());
+    let plan = boost_perf::step::memory(&boost_perf::Setup::from_config(&cfg, None, boost_perf::Dtype::Bf16).unwrap());
     let state_mib = (plan.weights + plan.gradients + plan.optimizer) / (1024.0 * 1024.0);
     assert!(peaks[0] >= state_mib, "peak {} MiB below the model state's {state_mib} MiB", peaks[0]);
     losses(root.path(), "cpu", &["train.steps=1", "train.eval_every=0"]);

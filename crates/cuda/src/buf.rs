@@ -35,6 +35,13 @@ impl DeviceBuf for CudaBuf {
     fn len(&self) -> usize {
         self.len
     }
+    fn elem_bytes(&self) -> usize {
+        self.dtype.size()
+    }
+    /// The elements and, for a parameter, its bf16 copy.
+    fn bytes(&self) -> usize {
+        self.len * self.dtype.size() + self.shadow.as_ref().map_or(0, |_| 2 * self.len)
+    }
 }
 
 impl std::fmt::Debug for CudaBuf {

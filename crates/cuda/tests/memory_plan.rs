@@ -1,13 +1,13 @@
 //! The GPU memory `boost plan` predicts against what the allocator holds in a real training
 //! step: for each recompute policy (none, full, lowrank) and architecture (full rank, CoLA),
 //! one step (forward/backward, gradient norm, AdamW) at d 256, 4 layers, seq 256 × 4, where
-//! fixed workspaces are small beside the activations. The engine stores activations in fp32
-//! today, so the plan's fp32 figure (`Dtype::F32`, what `check_gpu_memory` refuses runs by)
-//! is the one held to the allocator's high-water mark: the total within 10 %, and the
-//! activations and logits within 10 % of what the step adds on top of the model and its
-//! optimizer state. 10 %: the plan counts what every layer keeps, not each scratch buffer or
-//! workspace, and is used to refuse runs that cannot fit; a wrong term (a missing buffer per
-//! layer, a dtype's bytes) moves it by far more.
+//! fixed workspaces are small beside the activations. The engine is the bf16 plan's (bf16
+//! activations and weight copies, fp32 master weights, gradients, moments, statistics and
+//! residual stream; what `check_gpu_memory` refuses runs by): the total, the model state and
+//! what the step adds on top of it each within 10 % of the allocator's high-water mark.
+//! 10 %: the plan counts each layer's buffers and the working buffers of a backward, not each
+//! workspace of a kernel, and is used to refuse runs that cannot fit; a wrong term (a missing
+//! buffer per layer, a dtype's bytes) moves it by far more.
 #![cfg(any(feature = "cuda", feature = "emulate"))]
 
 mod common;
@@ -57,20 +57,11 @@ fn measure(cfg: &Config) -> Option<(f64, f64)> {
     Some((before, be.peak_memory_bytes().unwrap() as f64))
 }
 
-/// Measured on the emulator (MiB, predicted → measured): the model state 52.29 → 58.82 (full)
-/// and 23.10 → 25.98 (CoLA), 12.5 % over, exactly the bf16 weight copy `alloc_param` keeps
-/// beside the fp32 master (18 bytes a parameter, the fp32 plan counts 16); the step without
-/// recompute 70.34 → 69.19 (full) and 84.34 → 88.38 (CoLA), within 5 %, though partly by
-/// cancellation (the plan counts the SwiGLU product the engine rebuilds, ~11 MiB here, and no
-/// scratch: the layer-gradient buffers, the norm outputs' gradients, the residual gradient);
-/// with recompute the step is 22–31 MiB over the plan (full/full 26.09 → 48.38, CoLA/full
-/// 29.59 → 60.57, CoLA/lowrank 40.62 → 71.60): the plan counts one recomputed layer's working
-/// set and the engine allocates two (`Work::blocks`, even and odd layers in turn), one layer's
-/// activations being ~17 (full) and ~20 (CoLA) MiB; the remaining 6–11 MiB is not yet
-/// attributed (logging the emulator's allocation sizes would show it). Ignored until the plan
-/// counts what the engine allocates (#68, item 4); run with `--ignored`.
+/// Measured on the emulator (MiB, predicted → measured): the model state 58.82 → 58.82 (full)
+/// and 25.98 → 25.98 (CoLA); the step 40.58 → 41.72 (full, none), 31.16 → 30.28 (full,
+/// full), 48.33 → 51.92 (CoLA, none), 35.41 → 36.98 (CoLA, full), 42.94 → 44.51 (CoLA,
+/// lowrank): the rest is kernels' workspaces (GEMM operand conversions, the attention's).
 #[test]
-#[ignore = "the plan misses the bf16 weight copy and the second recompute set (#68, item 4)"]
 fn plan_memory_matches_the_allocator() {
     let mut failures = Vec::new();
     for arch in ["full", "cola"] {
@@ -79,7 +70,7 @@ fn plan_memory_matches_the_allocator() {
                 continue; // low-rank recompute needs latents
             }
             let cfg = config(arch, policy);
-            let plan = boost_perf::step::memory(&Setup::from_config(&cfg, None, Dtype::F32).unwrap());
+            let plan = boost_perf::step::memory(&Setup::from_config(&cfg, None, Dtype::Bf16).unwrap());
             let Some((before, peak)) = measure(&cfg) else { return };
             let (state, step) = (plan.weights + plan.gradients + plan.optimizer, plan.activations + plan.logits);
             println!(

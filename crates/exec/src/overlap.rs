@@ -125,11 +125,13 @@ pub struct SyncPlan<B: Backend> {
 impl<B: Backend> SyncPlan<B> {
     /// Buckets of `bucket` over `store`'s buffers (`auto`: sized from their total); `hold` as
     /// in `plan`.
-    pub fn new(be: &B, store: &ParamStore<B>, bucket: BucketSize, hold: Option<usize>) -> Self {
+    pub fn new(store: &ParamStore<B>, bucket: BucketSize, hold: Option<usize>) -> Self {
         let lens: Vec<usize> = store.bufs.iter().map(|b| b.len).collect();
-        let total = lens.iter().sum::<usize>() * be.elem_bytes();
+        // Buckets hold gradients, which a mixed-precision backend keeps in fp32.
+        let elem_bytes = store.grads.first().map_or(4, |g| g.elem_bytes());
+        let total = lens.iter().sum::<usize>() * elem_bytes;
         let bytes = (bucket.mb_for(total as f64) * 1e6).max(1.0) as usize;
-        let buckets = plan(&lens, be.elem_bytes(), bytes, hold);
+        let buckets = plan(&lens, elem_bytes, bytes, hold);
         let packs = buckets.iter().map(|_| None).collect();
         Self { buckets, lens, packs, hold, bytes }
     }

@@ -73,7 +73,7 @@ impl<'g, B: Backend> StepRunner<'g, B> {
                 // The tied table of a pipeline's end stages is final only once they have
                 // summed it (after the schedule): its bucket waits for that.
                 let tied = model.tied_table().filter(|_| l.stages > 1).map(|s| s.buf);
-                SyncPlan::new(&model.be, &model.store, cfg.parallel.bucket_mb, tied)
+                SyncPlan::new(&model.store, cfg.parallel.bucket_mb, tied)
             }),
             scalar: model.be.alloc(1),
             report: model.be.alloc(3),

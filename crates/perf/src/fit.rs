@@ -13,7 +13,7 @@ const GIB: f64 = (1u64 << 30) as f64;
 /// Skipped with `train.check_memory = false`, or where the available memory cannot be read.
 pub fn check_memory(cfg: &Config, ranks_here: usize) -> Result<()> {
     let ranks = if ranks_here > 1 { format!(" × {ranks_here} ranks in this process") } else { String::new() };
-    refuse_over(cfg, ranks_here, available_bytes, |need, available, breakdown| {
+    refuse_over(cfg, ranks_here, crate::Dtype::F32, available_bytes, |need, available, breakdown| {
         format!(
             "this run needs about {need:.1} GiB of memory and the machine has {available:.1} GiB available: per rank, {breakdown}{ranks} \
              (`boost plan --cluster cpu` with the same keys shows the breakdown). Lower train.micro_batch or \
@@ -24,9 +24,9 @@ pub fn check_memory(cfg: &Config, ranks_here: usize) -> Result<()> {
 }
 
 /// Refuse a GPU run of `cfg` whose `ranks_here` ranks on GPU `device` would need more than
-/// its `device_bytes` of memory, before anything is allocated on it. The GPU engine keeps
-/// fp32 master weights, gradients, moments and activations (its bf16 copies are GEMM
-/// operands), so the figure is the fp32 plan's. `BOOST_GPU_MEMORY` (bytes) replaces the
+/// its `device_bytes` of memory, before anything is allocated on it. The GPU engine is the
+/// bf16 plan's: bf16 activations and weight copies beside fp32 master weights, gradients,
+/// moments, statistics and residual stream. `BOOST_GPU_MEMORY` (bytes) replaces the
 /// device's figure, for a device shared with other work and for tests of the refusal; with
 /// neither (the emulator has no device memory) the check is skipped.
 pub fn check_gpu_memory(cfg: &Config, ranks_here: usize, device: usize, device_bytes: Option<u64>) -> Result<()> {
@@ -35,29 +35,30 @@ pub fn check_gpu_memory(cfg: &Config, ranks_here: usize, device: usize, device_b
         env.or(device_bytes)
     };
     let ranks = if ranks_here > 1 { format!(" × {ranks_here} ranks sharing the GPU") } else { String::new() };
-    refuse_over(cfg, ranks_here, available, |need, available, breakdown| {
+    refuse_over(cfg, ranks_here, crate::Dtype::Bf16, available, |need, available, breakdown| {
         format!(
             "this run needs about {need:.1} GiB of GPU memory and cuda:{device} has {available:.1} GiB: per rank, {breakdown}{ranks} \
-             (`boost plan --dtype f32` with the same keys shows the breakdown). Lower train.micro_batch or \
+             (`boost plan --dtype bf16` with the same keys shows the breakdown). Lower train.micro_batch or \
              train.seq_len, set train.recompute = \"lowrank\" or \"full\", choose a smaller model.preset, or spread the \
              ranks over GPUs with mpirun; if the estimate is wrong for this device, set train.check_memory = false"
         )
     })
 }
 
-/// The check both share: the fp32 plan's memory of `ranks_here` ranks of `cfg` against the
+/// The check both share: the `dtype` plan's memory of `ranks_here` ranks of `cfg` against the
 /// bytes `available` reads (skipped when unknown or with `train.check_memory = false`),
 /// refused with `message(need GiB, available GiB, the per-rank breakdown)`.
 fn refuse_over(
     cfg: &Config,
     ranks_here: usize,
+    dtype: crate::Dtype,
     available: impl FnOnce() -> Option<u64>,
     message: impl FnOnce(f64, f64, &str) -> String,
 ) -> Result<()> {
     if !cfg.train.check_memory {
         return Ok(());
     }
-    let (Some(available), Ok(setup)) = (available(), crate::Setup::from_config(cfg, None, crate::Dtype::F32)) else {
+    let (Some(available), Ok(setup)) = (available(), crate::Setup::from_config(cfg, None, dtype)) else {
         return Ok(());
     };
     let m = crate::memory(&setup);

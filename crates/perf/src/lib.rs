@@ -37,7 +37,7 @@ pub use hardware::{Hardware, Timer};
 pub use layer::{LayerOps, Saved, layer_ops, layer_saved};
 pub use ops::{Attention, CollKind, Collective, Elementwise, Gemm, GemmRole, Group, Op, Phase};
 pub use predict::{Breakdown, LayerComm, Prediction, bubble_fraction, layer_comm, predict};
-pub use setup::{AttnConvention, Dtype, NormMode, Setup};
+pub use setup::{AttnConvention, Dtype, Keeps, NormMode, Setup};
 pub use step::{
     Memory, StageOps, layer_params, matmul_params, memory, model_flops_per_token, stage_ops, step_ops, total_params,
 };

@@ -77,6 +77,8 @@ pub fn paper_setup(c: &PaperCase, v: Variant) -> Setup {
     s.seq = 4096;
     s.accumulation = c.accumulation;
     s.dtype = Dtype::Bf16;
+    // The paper's numbers are of its PyTorch implementation.
+    s.keeps = crate::setup::Keeps::Autograd;
     s.scheme = match v {
         Variant::FullRank => Scheme::Megatron,
         Variant::Vanilla => Scheme::Vanilla,

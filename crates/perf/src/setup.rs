@@ -85,6 +85,19 @@ pub struct Setup {
     pub bucket_mb: boost_config::BucketSize,
     /// Chunks of a micro-batch that overlap each other's tp collectives (`parallel.tp_chunks`).
     pub tp_chunks: usize,
+    /// Whose activations the memory model counts.
+    pub keeps: Keeps,
+}
+
+/// Whose activation buffers the memory model counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Keeps {
+    /// This engine's: each norm's output and the SwiGLU product are rebuilt in the backward,
+    /// the fp32 logits are overwritten by their gradient.
+    Engine,
+    /// An autograd implementation's (the paper's, in PyTorch): every norm output and the
+    /// SwiGLU product kept, logits in the activation dtype beside their fp32 softmax.
+    Autograd,
 }
 
 impl Setup {
@@ -115,6 +128,7 @@ impl Setup {
             overlap: cfg.parallel.overlap,
             bucket_mb: cfg.parallel.bucket_mb,
             tp_chunks: cfg.parallel.tp_chunks,
+            keeps: Keeps::Engine,
         };
         s.validate()?;
         Ok(s)
@@ -146,6 +160,7 @@ impl Setup {
             overlap: true,
             bucket_mb: boost_config::BucketSize::Auto,
             tp_chunks: 1,
+            keeps: Keeps::Engine,
         })
     }
 

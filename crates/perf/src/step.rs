@@ -1,7 +1,7 @@
 //! A whole training step: parameter counts, stack entry and exit, pipeline transfers,
 //! data-parallel gradient traffic, the optimizer, and memory per rank.
 
-use crate::layer::{LayerOps, layer_ops, layer_saved, layer_transient};
+use crate::layer::{LayerOps, RESIDUAL_BYTES, layer_ops, layer_saved, layer_transient, layer_working};
 use crate::ops::{CollKind, Collective, Elementwise, Gemm, GemmRole, Group, Op, Phase};
 use crate::setup::{Dtype, Setup};
 use boost_config::{Arch, LaxGate, ModelConfig, PipeSchedule};
@@ -347,18 +347,28 @@ pub fn stage_memory(s: &Setup, stage: usize) -> Memory {
     let layers = stage * lps..(stage + 1) * lps;
     let per_mb: f64 =
         layers.clone().map(|l| layer_saved(s, l).iter().map(|x| x.bytes_per_token()).sum::<f64>()).sum::<f64>() * t;
-    let transient = layers.map(|l| layer_transient(s, l)).fold(0.0, f64::max) * t;
+    // Recomputed layers rebuild their activations in two sets of buffers used in turn (a
+    // layer's backward reads the one below's while that is rebuilt): the two largest count.
+    let mut rebuilt: Vec<f64> = layers.clone().map(|l| layer_transient(s, l)).collect();
+    rebuilt.sort_by(|x, y| y.total_cmp(x));
+    let transient = rebuilt.iter().take(2).sum::<f64>() * t;
     let last = stage + 1 == s.pp;
     let d = s.model.d as f64;
     let (logits, head_act) = if last {
         let vl = (s.padded_vocab() / s.tp as u64) as f64;
-        // Logits in the activation dtype, softmax/gradient in fp32; the head's input and
-        // the final norm's input kept for backward.
-        (t * vl * (a + 4.0), in_flight as f64 * t * 2.0 * d * a)
+        // Logits in fp32, overwritten by their gradient (autograd: in the activation dtype
+        // beside an fp32 softmax); the head's input (activation dtype) and the final norm's
+        // input (the fp32 residual) kept for backward.
+        let per_logit = if s.keeps == crate::setup::Keeps::Autograd { a + 4.0 } else { 4.0 };
+        (t * vl * per_logit, in_flight as f64 * t * d * (a + RESIDUAL_BYTES as f64))
     } else {
         (0.0, 0.0)
     };
-    let activations = in_flight as f64 * per_mb + transient + head_act;
+    // Each micro-batch in flight has its own backward working buffers (and, on the last
+    // stage, the head input's gradient).
+    let head_grad = if last && s.keeps == crate::setup::Keeps::Engine { t * d * a } else { 0.0 };
+    let working = in_flight as f64 * (layers.map(|l| layer_working(s, l)).fold(0.0, f64::max) * t + head_grad);
+    let activations = in_flight as f64 * per_mb + transient + head_act + working;
     Memory {
         stage,
         weights,

@@ -80,7 +80,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     type Ids: Send + Sync;
 
     fn name(&self) -> String;
-    /// Bytes per stored element of an activation or parameter buffer.
+    /// Bytes per stored element of an activation buffer ([`Backend::alloc_act`]); every
+    /// buffer says its own with [`DeviceBuf::elem_bytes`].
     fn elem_bytes(&self) -> usize;
 
     // ---- memory ----

@@ -8,6 +8,13 @@ pub trait DeviceBuf: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Bytes of one stored element (a mixed-precision backend stores buffers in several
+    /// dtypes, so sizes follow the buffer, not the backend).
+    fn elem_bytes(&self) -> usize;
+    /// Device bytes the buffer holds: its elements and any copy kept beside them.
+    fn bytes(&self) -> usize {
+        self.len() * self.elem_bytes()
+    }
 }
 
 /// A read-only view: `rows × cols`, element (i, j) at `off + i·ld + j`.

@@ -1,7 +1,7 @@
 //! The PyTorch reference (tests/reference, committed under tests/fixtures): logits, loss, the
 //! gradient of the embedding output and every parameter gradient, for all four architectures.
 
-use crate::compare::{Tol, assert_close};
+use crate::compare::Tol;
 use boost_config::{Arch, LaxFlavour, LaxGate, ModelConfig, NormMode, Scheme};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::{Backend, Solo};
@@ -143,9 +143,9 @@ fn run<B: Backend>(be: B, fx: &Fixture, layout: Layout) -> (Model<B>, Vec<f64>, 
 fn check<B: Backend>(be: B, fx: &Fixture, layout: Layout, tol: &Tol) {
     let what = format!("{} [{}, {layout:?}]", fx.name, be.name());
     let (m, logits, loss) = run(be, fx, layout);
-    assert_close(&format!("{what} logits"), &logits, fx.get("logits"), tol.out);
-    assert_close(&format!("{what} loss"), &[loss], fx.get("loss"), tol.out);
-    assert_close(&format!("{what} grad.embed_out"), &m.embed_out_grad(), fx.get("grad.embed_out"), tol.tensor);
+    tol.check_out(&format!("{what} logits"), &logits, fx.get("logits"));
+    tol.check_out(&format!("{what} loss"), &[loss], fx.get("loss"));
+    tol.check_tensor(&format!("{what} grad.embed_out"), &m.embed_out_grad(), fx.get("grad.embed_out"));
     let (mut all_g, mut all_r) = (Vec::new(), Vec::new());
     for p in &m.store.pieces {
         let g: Vec<f64> = m.be.read_mat(p.slot.of(&m.store.grads));
@@ -154,7 +154,7 @@ fn check<B: Backend>(be: B, fx: &Fixture, layout: Layout, tol: &Tol) {
         all_g.extend(g);
         all_r.extend(r.iter().copied());
     }
-    assert_close(&format!("{what} all gradients"), &all_g, &all_r, tol.all);
+    tol.check_all(&format!("{what} all gradients"), &all_g, &all_r);
     let expected = fx.tensors.keys().filter(|k| k.starts_with("param.")).count();
     assert_eq!(m.store.pieces.len(), expected, "{what}: every fixture parameter is a model parameter");
 }

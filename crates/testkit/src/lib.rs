@@ -13,5 +13,5 @@ pub mod fixtures;
 pub mod pp;
 pub mod tp;
 
-pub use compare::{Tol, assert_close, errors};
+pub use compare::{BF16_UNIT_ROUNDOFF, Bound, Tol, assert_close, assert_within, bf16_forward_roundings, errors};
 pub use engine::{Engine, small_model};

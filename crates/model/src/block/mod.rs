@@ -77,13 +77,13 @@ impl Block {
         let sh = self.attn_shape(dims, batch, seq);
         BlockActs {
             qkv: self.qkv.alloc_acts(be, t, phi),
-            qkv_out: be.alloc(self.qkv.out_len(t)),
+            qkv_out: be.alloc_act(self.qkv.out_len(t)),
             attn_saved: be.alloc(be.attention_saved_len(&sh)),
-            attn: be.alloc(t * dims.q_loc()),
+            attn: be.alloc_act(t * dims.q_loc()),
             o: self.o.alloc_acts(be, t, phi),
             mid: be.alloc(t * dims.d_res),
             gu: self.gu.alloc_acts(be, t, phi),
-            gu_out: be.alloc(self.gu.out_len(t)),
+            gu_out: be.alloc_act(self.gu.out_len(t)),
             down: self.down.alloc_acts(be, t, phi),
         }
     }
@@ -91,12 +91,13 @@ impl Block {
     pub fn alloc_grads<B: Backend>(&self, be: &B, dims: &Dims, batch: usize, seq: usize) -> BlockGrads<B> {
         let t = batch * seq;
         let sh = self.attn_shape(dims, batch, seq);
-        let carries = self.groups().iter().map(|g| [be.alloc(g.geom(t).len()), be.alloc(g.geom(t).len())]).collect();
+        let carries =
+            self.groups().iter().map(|g| [be.alloc_act(g.geom(t).len()), be.alloc_act(g.geom(t).len())]).collect();
         BlockGrads {
-            dqkv: be.alloc(self.qkv.out_len(t)),
-            dattn: be.alloc(t * dims.q_loc()),
-            dgu: be.alloc(self.gu.out_len(t)),
-            dm: be.alloc(t * dims.d_ff_loc),
+            dqkv: be.alloc_act(self.qkv.out_len(t)),
+            dattn: be.alloc_act(t * dims.q_loc()),
+            dgu: be.alloc_act(self.gu.out_len(t)),
+            dm: be.alloc_act(t * dims.d_ff_loc),
             attn_scratch: be.alloc(be.attention_scratch_len(&sh)),
             carries,
         }
@@ -104,18 +105,18 @@ impl Block {
 }
 
 impl<B: Backend> BlockActs<B> {
+    /// Every buffer held.
+    pub fn bufs(&self) -> impl Iterator<Item = &B::Buf> {
+        let own = [&self.qkv_out, &self.attn_saved, &self.attn, &self.mid, &self.gu_out];
+        [&self.qkv, &self.o, &self.gu, &self.down].into_iter().flat_map(|g| g.bufs()).chain(own)
+    }
     /// Elements held.
     pub fn len(&self) -> usize {
-        use boost_tensor::DeviceBuf;
-        self.qkv.len()
-            + self.o.len()
-            + self.gu.len()
-            + self.down.len()
-            + self.qkv_out.len()
-            + self.attn_saved.len()
-            + self.attn.len()
-            + self.mid.len()
-            + self.gu_out.len()
+        self.bufs().map(|b| b.len()).sum()
+    }
+    /// Device bytes held (each buffer in its own dtype).
+    pub fn bytes(&self) -> usize {
+        self.bufs().map(|b| b.bytes()).sum()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -17,10 +17,18 @@ pub struct Kept<B: Backend> {
 }
 
 impl<B: Backend> Kept<B> {
+    /// Every buffer held.
+    pub fn bufs(&self) -> impl Iterator<Item = &B::Buf> {
+        self.lats.iter().chain(&self.stats).chain(&self.mid)
+    }
     pub fn len(&self) -> usize {
         use boost_tensor::DeviceBuf;
-        let sum = |v: &[B::Buf]| v.iter().map(|b| b.len()).sum::<usize>();
-        sum(&self.lats) + sum(&self.stats) + self.mid.as_ref().map_or(0, |m| m.len())
+        self.bufs().map(|b| b.len()).sum()
+    }
+    /// Device bytes held (each buffer in its own dtype).
+    pub fn bytes(&self) -> usize {
+        use boost_tensor::DeviceBuf;
+        self.bufs().map(|b| b.bytes()).sum()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -34,7 +42,7 @@ impl Block {
         let z = |g: &ProjGroup| ProjActs {
             stat: be.alloc(0),
             lat: be.alloc(0),
-            z: Some(be.alloc(g.geom(t).len())),
+            z: Some(be.alloc_act(g.geom(t).len())),
             lax: None,
         };
         BlockActs {
@@ -56,7 +64,7 @@ impl Block {
             Recompute::None => None,
             Recompute::Full => Some(Kept {
                 lats: if self.crosses_next() {
-                    self.groups().iter().map(|g| be.alloc(g.geom(t).len())).collect()
+                    self.groups().iter().map(|g| be.alloc_act(g.geom(t).len())).collect()
                 } else {
                     vec![]
                 },
@@ -64,7 +72,7 @@ impl Block {
                 mid: None,
             }),
             Recompute::Lowrank => Some(Kept {
-                lats: self.groups().iter().map(|g| be.alloc(g.geom(t).len())).collect(),
+                lats: self.groups().iter().map(|g| be.alloc_act(g.geom(t).len())).collect(),
                 stats: self.groups().iter().map(|g| be.alloc(if g.norm.is_some() { t } else { 0 })).collect(),
                 mid: Some(be.alloc(t * dims.d_res)),
             }),

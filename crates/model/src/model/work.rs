@@ -10,20 +10,26 @@ use boost_config::LaxGate;
 pub struct ActivationMemory {
     pub policy: Recompute,
     pub tokens: usize,
+    /// Bytes of an activation element ([`Backend::elem_bytes`]); the byte counts below follow
+    /// each buffer's own dtype (the residual stream and the statistics stay fp32).
     pub elem_bytes: usize,
     /// Elements each layer keeps from its forward until its backward (its input residual
     /// included).
     pub per_layer: Vec<usize>,
+    /// The same in device bytes.
+    pub per_layer_bytes: Vec<usize>,
     /// Elements of the buffers a recompute runs in (two layers' worth, reused by every layer).
     pub recompute_scratch: usize,
+    /// The same in device bytes.
+    pub recompute_scratch_bytes: usize,
 }
 
 impl ActivationMemory {
     pub fn layers_bytes(&self) -> usize {
-        self.per_layer.iter().sum::<usize>() * self.elem_bytes
+        self.per_layer_bytes.iter().sum()
     }
     pub fn total_bytes(&self) -> usize {
-        self.layers_bytes() + self.recompute_scratch * self.elem_bytes
+        self.layers_bytes() + self.recompute_scratch_bytes
     }
 }
 
@@ -78,22 +84,25 @@ impl<B: Backend> Model<B> {
         };
         use boost_tensor::DeviceBuf;
         let n = self.blocks.len();
-        let per_layer = (0..n)
-            .map(|l| {
-                w.resid[l].len()
-                    + match self.policy_of(l) {
-                        Recompute::None => w.blocks[self.act_set(l)].len(),
-                        _ => w.kept[l].len(),
-                    }
-            })
-            .collect();
-        let recompute_scratch = w.blocks[..self.recomputed().min(2)].iter().map(|b| b.len()).sum();
+        // What layer l keeps: its input residual and its activations (or what recompute keeps).
+        let layer = |l: usize, size: fn(&B::Buf) -> usize| {
+            size(&w.resid[l])
+                + match self.policy_of(l) {
+                    Recompute::None => w.blocks[self.act_set(l)].bufs().map(size).sum(),
+                    _ => w.kept[l].bufs().map(size).sum::<usize>(),
+                }
+        };
+        let scratch = |size: fn(&B::Buf) -> usize| -> usize {
+            w.blocks[..self.recomputed().min(2)].iter().flat_map(|b| b.bufs()).map(size).sum()
+        };
         let m = ActivationMemory {
             policy: self.recompute,
             tokens: batch * seq,
             elem_bytes: self.be.elem_bytes(),
-            per_layer,
-            recompute_scratch,
+            per_layer: (0..n).map(|l| layer(l, B::Buf::len)).collect(),
+            per_layer_bytes: (0..n).map(|l| layer(l, B::Buf::bytes)).collect(),
+            recompute_scratch: scratch(B::Buf::len),
+            recompute_scratch_bytes: scratch(B::Buf::bytes),
         };
         self.put_work(0, w);
         m
@@ -149,24 +158,24 @@ impl<B: Backend> Model<B> {
             xf: head(if dims.d_res < dims.d { t * dims.d } else { 0 }),
             rm: be.alloc(if sharded { t * dims.d } else { 0 }),
             frstd: head(t),
-            hf: be.alloc(if last || self.plan.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
+            hf: be.alloc_act(if last || self.plan.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
             logits: head(t * dims.vocab_loc),
             losses: head(t),
             lmax: head(t),
             lstats: head(2 * t),
             sc: Scratch {
-                h: be.alloc(t * max_in),
+                h: be.alloc_act(t * max_in),
                 wa: be.alloc(max_wa),
-                dh: be.alloc(t * max_in),
-                dlat: be.alloc(max_lat),
-                dlat2: be.alloc(max_lat),
+                dh: be.alloc_act(t * max_in),
+                dlat: be.alloc_act(max_lat),
+                dlat2: be.alloc_act(max_lat),
                 sum: be.alloc(max_sum),
                 row: be.alloc(t),
                 kron: be.alloc(kron),
             },
             bg: self.blocks[0].alloc_grads(be, dims, batch, seq),
             dx: be.alloc(t * dims.d_res),
-            dhf: be.alloc(if last || self.plan.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
+            dhf: be.alloc_act(if last || self.plan.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
             dot: head(t),
         }
     }

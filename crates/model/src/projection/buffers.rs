@@ -112,13 +112,13 @@ impl ProjGroup {
         let silu = self.is_low_rank() && phi == Phi::Silu;
         ProjActs {
             stat: be.alloc(t),
-            lat: be.alloc(g.len()),
-            z: silu.then(|| be.alloc(g.len())),
+            lat: be.alloc_act(g.len()),
+            z: silu.then(|| be.alloc_act(g.len())),
             lax: self.has_lax().then(|| LaxActs {
-                a: be.alloc(g.len()),
+                a: be.alloc_act(g.len()),
                 mean: be.alloc(t * self.c),
                 rstd: be.alloc(t * self.c),
-                u: be.alloc(g.len()),
+                u: be.alloc_act(g.len()),
             }),
         }
     }
@@ -161,13 +161,20 @@ impl ProjGroup {
 }
 
 impl<B: Backend> ProjActs<B> {
+    /// Every buffer held.
+    pub fn bufs(&self) -> impl Iterator<Item = &B::Buf> {
+        let lax = self.lax.iter().flat_map(|l| [&l.a, &l.mean, &l.rstd, &l.u]);
+        [&self.stat, &self.lat].into_iter().chain(&self.z).chain(lax)
+    }
     /// Elements held.
     pub fn len(&self) -> usize {
         use boost_tensor::DeviceBuf;
-        self.stat.len()
-            + self.lat.len()
-            + self.z.as_ref().map_or(0, |z| z.len())
-            + self.lax.as_ref().map_or(0, |l| l.a.len() + l.mean.len() + l.rstd.len() + l.u.len())
+        self.bufs().map(|b| b.len()).sum()
+    }
+    /// Device bytes held (each buffer in its own dtype).
+    pub fn bytes(&self) -> usize {
+        use boost_tensor::DeviceBuf;
+        self.bufs().map(|b| b.bytes()).sum()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0

@@ -27,7 +27,7 @@ mod low_rank;
 mod passes;
 mod saved;
 
-pub use saved::{Saved, layer_saved, layer_transient};
+pub use saved::{RESIDUAL_BYTES, Saved, layer_saved, layer_transient, layer_working};
 
 use crate::ops::{Collective, Op, Phase};
 use crate::setup::Setup;

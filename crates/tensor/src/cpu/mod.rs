@@ -37,6 +37,9 @@ impl<T: Scalar> DeviceBuf for Vec<T> {
     fn len(&self) -> usize {
         Vec::len(self)
     }
+    fn elem_bytes(&self) -> usize {
+        std::mem::size_of::<T>()
+    }
 }
 
 /// The host backend, computing in `T` (f32 for training, f64 for gradient checks).

@@ -9,6 +9,7 @@ mod grid;
 
 pub use cases::{Sweep, sweep};
 
+use crate::compare::Bound;
 use crate::engine::Engine;
 use boost_config::{Config, PipeSchedule, Recompute};
 use boost_model::params::Piece;
@@ -51,11 +52,12 @@ pub struct Case {
 /// Run `sweep` on `engine`, each case against the single-rank model within `tol` (relative,
 /// on the loss and on each gradient's ‖a − b‖ / ‖b‖); copies of one element held by several
 /// ranks must agree bit-for-bit.
-pub fn parity<E: Backend>(engine: &Engine<E>, which: Sweep, tol: f64) {
+pub fn parity<E: Backend>(engine: &Engine<E>, which: Sweep, bound: impl Into<Bound>) {
+    let bound = bound.into();
     let cases = sweep(which);
     assert_eq!(cases.len(), which.runs(), "{which:?}: cases");
     for case in &cases {
-        check(engine, case, tol);
+        check(engine, case, bound);
     }
 }
 
@@ -110,25 +112,28 @@ fn case_config(case: &Case) -> Config {
     Config::load(None, &sets).unwrap()
 }
 
-fn check<E: Backend>(engine: &Engine<E>, case: &Case, tol: f64) {
+fn check<E: Backend>(engine: &Engine<E>, case: &Case, bound: Bound) {
     let cfg = case_config(case);
+    let tokens = cfg.train.micro_batch * cfg.train.seq_len * case.micro_batches;
+    let tol = bound.tol(&cfg.model, tokens);
     let what = format!("{:?} {:?} {:?} {} micro-batches", case.sets, case.kind, case.policy, case.micro_batches);
     let (rloss, rpieces) = reference(engine, &cfg, case.micro_batches);
     let outs = grid::run(engine, &cfg, case, false);
     let loss: f64 = outs.iter().map(|o| o.0).sum();
-    assert!((loss - rloss).abs() <= tol * rloss.abs(), "{what}: loss {loss} vs {rloss}");
+    assert!((loss - rloss).abs() <= tol.out * rloss.abs(), "{what}: loss {loss} vs {rloss}");
     for (rp, rg) in &rpieces {
+        let tol = bound.tensor_tol(&cfg.model, tokens, &rp.name);
         let full = assemble(&what, rp, &outs);
         let diff = full.iter().zip(rg).map(|(a, b)| (a - b) * (a - b)).sum::<f64>().sqrt();
         let norm = rg.iter().map(|b| b * b).sum::<f64>().sqrt().max(1e-300);
-        assert!(diff / norm <= tol, "{what}: grad {} differs by {:.2e}", rp.name, diff / norm);
+        assert!(diff / norm <= tol.tensor, "{what}: grad {} differs by {:.2e}", rp.name, diff / norm);
         // Element by element too: a rounding error grows with the element and with the sums of
         // typical-size products that make it, so each may be off by tol · (|b| + rms(b)); a
         // few wrong elements of a large tensor can hide inside the norm-wise bound.
         let rms = norm / (rg.len() as f64).sqrt();
         for (i, (a, b)) in full.iter().zip(rg).enumerate() {
             assert!(
-                (a - b).abs() <= tol * (b.abs() + rms),
+                (a - b).abs() <= tol.tensor * tol.elem_scale * (b.abs() + rms),
                 "{what}: grad {} element {i}: {a} vs {b} (rms {rms:.3e})",
                 rp.name
             );
