@@ -182,15 +182,15 @@ def gemm_peak(run):
 
 
 def plan(run, tag, sets, cluster):
-    """`boost plan` for the shape: step time, memory, model FLOPs; the f32 plan's memory too
-    (the engine's activations are fp32, which the GPU memory check assumes)."""
+    """`boost plan` for the shape: step time, memory (the bf16 plan's, the engine's: bf16
+    activations, fp32 residual stream and optimizer state, what the GPU memory check uses),
+    model FLOPs."""
     bf16 = run.call(f"plan-{tag}", run.boost("plan", "--cluster", cluster, "--json", *set_flags(sets)), 30)
-    f32 = run.call(f"plan-f32-{tag}", run.boost("plan", "--cluster", cluster, "--dtype", "f32", "--json", *set_flags(sets)), 30)
     if not bf16:
         return None
     return {
         "cluster": cluster, "step_time_s": bf16["iteration_time_s"], "memory_bytes": bf16["memory"]["total"],
-        "memory_f32_bytes": f32 and f32["memory"]["total"], "fits": bf16["fits"], "model_flops": bf16["flops"]["model_flops"],
+        "fits": bf16["fits"], "model_flops": bf16["flops"]["model_flops"],
         "mfu": bf16["flops"]["mfu"], "model": bf16["config"]["model"],
     }
 
@@ -247,7 +247,7 @@ def refusal(run, cluster):
     never allocated. A dry-run failure if it is not."""
     gib80 = str(80 << 30)
     p = plan(run, "7b-refusal", ["model.preset=7b", "model.arch=cola", "train.seq_len=4096", "train.micro_batch=4"], cluster)
-    if not p or p["memory_f32_bytes"] <= int(gib80):
+    if not p or p["memory_bytes"] <= int(gib80):
         run.failures.append("refusal: the plan says 7b at 4096 × 4 fits 80 GiB; nothing to refuse")
         return
     measure(run, "7b", "cola", 4096, 4, "none", cluster, None, tiny=False, env={"BOOST_GPU_MEMORY": gib80})
@@ -287,7 +287,7 @@ def summarize(run, entry, ours, theirs):
         entry["plan"]["step_error"] = entry["plan"]["step_time_s"] / entry["boost"]["step_time_s"] - 1
         mem = entry["boost"]["peak_memory_bytes"]
         if mem:
-            entry["plan"]["memory_f32_error"] = (entry["plan"]["memory_f32_bytes"] or 0) / mem - 1
+            entry["plan"]["memory_error"] = entry["plan"]["memory_bytes"] / mem - 1
     run.save()
 
 

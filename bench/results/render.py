@@ -165,7 +165,7 @@ def gpu_paper_rows(r):
             size(ours and ours.get("peak_memory_bytes")), who, step_ms(peer), "–" if vs is None else f"{vs:.2f}×",
             size(peer and peer.get("peak_memory_bytes")),
             "–" if not plan else f"{1e3 * plan['step_time_s']:.1f} ({pct(plan.get('step_error'))})",
-            "–" if not plan else f"{size(plan.get('memory_f32_bytes'))} ({pct(plan.get('memory_f32_error'))})",
+            "–" if not plan else f"{size(plan.get('memory_bytes'))} ({pct(plan.get('memory_error'))})",
         ]))
     return lines
 
@@ -173,7 +173,7 @@ def gpu_paper_rows(r):
 def gpu_paper_table(records, link_prefix):
     head = [
         "| model | arch | seq × mb | recompute | fits | boost step (ms) | tokens/s | MFU | GEMM / attention / other / idle (%) "
-        "| peak memory | PyTorch | PyTorch step (ms) | PyTorch / boost | PyTorch peak memory | plan step (ms, error) | plan memory, f32 (error) |",
+        "| peak memory | PyTorch | PyTorch step (ms) | PyTorch / boost | PyTorch peak memory | plan step (ms, error) | plan memory (error) |",
         "|" + "---|" * 16,
     ]
     chosen = [r for r in records if r.get("schema") == GPU_PAPER]

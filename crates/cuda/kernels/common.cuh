@@ -73,6 +73,37 @@ __device__ __forceinline__ void st(const Tv& v, long long i, long long j, float 
         ((float*)v.p)[k] = x;
 }
 
+// Two adjacent elements of a row.
+struct alignas(8) F2 {
+    float x, y;
+};
+
+// Elements (i, j) and, when `two`, (i, j + 1): one 32-bit load for a bf16 pair or one 64-bit
+// load for an fp32 pair where the address is aligned to it, else element by element.
+__device__ __forceinline__ F2 ld2(const Tv& v, long long i, long long j, bool two) {
+    unsigned long long a = v.p + (v.bf ? 2ull : 4ull) * (unsigned long long)(i * v.ld + j);
+    if (two && (a & (v.bf ? 3ull : 7ull)) == 0) {
+        if (!v.bf) return *(const F2*)a;
+        unsigned w = *(const unsigned*)a;
+        return F2{bf2f((bf16_t)(w & 0xffffu)), bf2f((bf16_t)(w >> 16))};
+    }
+    return F2{ld(v, i, j), two ? ld(v, i, j + 1) : 0.0f};
+}
+
+// Store what `ld2` loads.
+__device__ __forceinline__ void st2(const Tv& v, long long i, long long j, bool two, F2 x) {
+    unsigned long long a = v.p + (v.bf ? 2ull : 4ull) * (unsigned long long)(i * v.ld + j);
+    if (two && (a & (v.bf ? 3ull : 7ull)) == 0) {
+        if (v.bf)
+            *(unsigned*)a = (unsigned)f2bf(x.x) | ((unsigned)f2bf(x.y) << 16);
+        else
+            *(F2*)a = x;
+        return;
+    }
+    st(v, i, j, x.x);
+    if (two) st(v, i, j + 1, x.y);
+}
+
 // Token ids live in a u32 array passed as a view's pointer.
 __device__ __forceinline__ unsigned id_at(const Tv& v, long long i) { return ((const unsigned*)v.p)[i]; }
 
@@ -136,6 +167,13 @@ __device__ __forceinline__ void col_reduce(const Tv& out, long long rows, long l
 #define FOR_EACH(rows, cols)                                                  \
     for (long long e = gtid(), n_ = (rows) * (cols); e < n_; e += gthreads()) \
         for (long long i = e / (cols), j = e % (cols), once_ = 1; once_; once_ = 0)
+
+// Grid-stride loop over the column pairs (i, j), (i, j + 1) of a rows × cols view, j even;
+// `two` is false for the lone last column of an odd width. For `ld2` and `st2`.
+#define FOR_EACH_PAIR(rows, cols)                                                                   \
+    for (long long e = gtid(), h_ = ((cols) + 1) / 2, n_ = (rows) * h_; e < n_; e += gthreads()) \
+        for (long long i = e / h_, j = 2 * (e % h_), once_ = 1; once_; once_ = 0)                  \
+            for (bool two = j + 1 < (cols), o2_ = true; o2_; o2_ = false)
 
 // Attention's operands (attention.cu, attention_tc.cu): q, k and v one after the other in a qkv
 // buffer (q: T × qw, k and v: T × kw each).

@@ -10,19 +10,25 @@ KERNEL(k_fill) {
 
 // v0 = dst, v1 = src (dtypes may differ: this is also the fp32 ↔ bf16 cast).
 KERNEL(k_copy) {
-    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, ld(p.v[1], i, j));
+    FOR_EACH_PAIR(p.n[0], p.n[1]) st2(p.v[0], i, j, two, ld2(p.v[1], i, j, two));
 }
 
 // v0 = dst, v1 = src; dst += f0 · src.
 KERNEL(k_axpy) {
     float a = (float)p.f[0];
-    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, ld(p.v[0], i, j) + a * ld(p.v[1], i, j));
+    FOR_EACH_PAIR(p.n[0], p.n[1]) {
+        F2 d = ld2(p.v[0], i, j, two), s = ld2(p.v[1], i, j, two);
+        st2(p.v[0], i, j, two, F2{d.x + a * s.x, d.y + a * s.y});
+    }
 }
 
 // v0 = x; x *= f0.
 KERNEL(k_scale) {
     float s = (float)p.f[0];
-    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, ld(p.v[0], i, j) * s);
+    FOR_EACH_PAIR(p.n[0], p.n[1]) {
+        F2 x = ld2(p.v[0], i, j, two);
+        st2(p.v[0], i, j, two, F2{x.x * s, x.y * s});
+    }
 }
 
 // v0 = x, v1 = row (rows × 1); x[i, j] *= row[i].

@@ -10,7 +10,11 @@ KERNEL(k_rstd_from_sumsq) {
 
 // v0 = y, v1 = x, v2 = gamma (1 × cols), v3 = rstd (rows × 1); y = x · rstd[i] · gamma[j].
 KERNEL(k_rmsnorm_apply) {
-    FOR_EACH(p.n[0], p.n[1]) st(p.v[0], i, j, ld(p.v[1], i, j) * ld(p.v[3], i, 0) * ld(p.v[2], 0, j));
+    FOR_EACH_PAIR(p.n[0], p.n[1]) {
+        F2 x = ld2(p.v[1], i, j, two), g = ld2(p.v[2], 0, j, two);
+        float r = ld(p.v[3], i, 0);
+        st2(p.v[0], i, j, two, F2{x.x * r * g.x, x.y * r * g.y});
+    }
 }
 
 // v0 = dot (rows × 1), v1 = dy, v2 = x, v3 = gamma; dot[i] = Σ_j dy·x·gamma. One block per row.
@@ -28,11 +32,16 @@ KERNEL(k_rmsnorm_bwd_dot) {
 // dx (+)= rstd·gamma·dy − x·rstd³·dot/n.
 KERNEL(k_rmsnorm_bwd_dx) {
     float inv_n = (float)(1.0 / (double)p.n[2]);
-    FOR_EACH(p.n[0], p.n[1]) {
+    FOR_EACH_PAIR(p.n[0], p.n[1]) {
         float r = ld(p.v[4], i, 0);
         float c = ld(p.v[5], i, 0) * r * r * r * inv_n;
-        float v = r * ld(p.v[3], 0, j) * ld(p.v[1], i, j) - ld(p.v[2], i, j) * c;
-        st(p.v[0], i, j, p.n[3] ? ld(p.v[0], i, j) + v : v);
+        F2 g = ld2(p.v[3], 0, j, two), dy = ld2(p.v[1], i, j, two), x = ld2(p.v[2], i, j, two);
+        F2 v = F2{r * g.x * dy.x - x.x * c, r * g.y * dy.y - x.y * c};
+        if (p.n[3]) {
+            F2 o = ld2(p.v[0], i, j, two);
+            v = F2{o.x + v.x, o.y + v.y};
+        }
+        st2(p.v[0], i, j, two, v);
     }
 }
 
@@ -45,9 +54,15 @@ KERNEL(k_rmsnorm_dgamma) {
 // v0 = dx, v1 = g, v2 = x, v3 = gamma, v4 = ds (rows × 1); n[3] = accumulate.
 // dx (+)= gamma·g + 2·ds[i]·x.
 KERNEL(k_online_norm_bwd_dx) {
-    FOR_EACH(p.n[0], p.n[1]) {
-        float v = ld(p.v[3], 0, j) * ld(p.v[1], i, j) + 2.0f * ld(p.v[4], i, 0) * ld(p.v[2], i, j);
-        st(p.v[0], i, j, p.n[3] ? ld(p.v[0], i, j) + v : v);
+    FOR_EACH_PAIR(p.n[0], p.n[1]) {
+        float ds2 = 2.0f * ld(p.v[4], i, 0);
+        F2 gm = ld2(p.v[3], 0, j, two), g = ld2(p.v[1], i, j, two), x = ld2(p.v[2], i, j, two);
+        F2 v = F2{gm.x * g.x + ds2 * x.x, gm.y * g.y + ds2 * x.y};
+        if (p.n[3]) {
+            F2 o = ld2(p.v[0], i, j, two);
+            v = F2{o.x + v.x, o.y + v.y};
+        }
+        st2(p.v[0], i, j, two, v);
     }
 }
 

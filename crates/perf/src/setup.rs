@@ -93,7 +93,7 @@ pub struct Setup {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Keeps {
     /// This engine's: each norm's output and the SwiGLU product are rebuilt in the backward,
-    /// the fp32 logits are overwritten by their gradient.
+    /// the logits are overwritten by their gradient.
     Engine,
     /// An autograd implementation's (the paper's, in PyTorch): every norm output and the
     /// SwiGLU product kept, logits in the activation dtype beside their fp32 softmax.

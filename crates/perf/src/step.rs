@@ -356,10 +356,10 @@ pub fn stage_memory(s: &Setup, stage: usize) -> Memory {
     let d = s.model.d as f64;
     let (logits, head_act) = if last {
         let vl = (s.padded_vocab() / s.tp as u64) as f64;
-        // Logits in fp32, overwritten by their gradient (autograd: in the activation dtype
-        // beside an fp32 softmax); the head's input (activation dtype) and the final norm's
-        // input (the fp32 residual) kept for backward.
-        let per_logit = if s.keeps == crate::setup::Keeps::Autograd { a + 4.0 } else { 4.0 };
+        // Logits in the activation dtype, overwritten by their gradient (autograd: beside an
+        // fp32 softmax); the head's input (activation dtype) and the final norm's input (the
+        // fp32 residual) kept for backward.
+        let per_logit = if s.keeps == crate::setup::Keeps::Autograd { a + 4.0 } else { a };
         (t * vl * per_logit, in_flight as f64 * t * d * (a + RESIDUAL_BYTES as f64))
     } else {
         (0.0, 0.0)

@@ -157,7 +157,10 @@ mod bench {
             "backend": be.name(),
             "kernels": be.kernel_source(),
             "precision": a.dtype,
-            "activations": "fp32",
+            "activations": match boost_tensor::Backend::alloc_act(&be, 0).dtype() {
+                boost_cuda::DType::F32 => "fp32",
+                boost_cuda::DType::Bf16 => "bf16",
+            },
             "recompute": format!("{:?}", cfg.train.recompute).to_lowercase(),
             "params": params,
             "last_loss": loss,

@@ -134,6 +134,9 @@ impl<B: Backend> Model<B> {
         let sharded = self.layout.tp > 1;
         let last = self.layout.last_stage();
         let head = |n: usize| be.alloc(if last { n } else { 0 });
+        // Logits are a GEMM's output and, overwritten by their gradient, two GEMMs' operand:
+        // activation dtype, the cross-entropy reading them in fp32.
+        let head_act = |n: usize| be.alloc_act(if last { n } else { 0 });
         let z_in =
             (!self.layout.first_stage() && self.cfg.arch == Arch::Lax).then(|| self.blocks[0].alloc_boundary(be, t));
         Work {
@@ -159,13 +162,14 @@ impl<B: Backend> Model<B> {
             rm: be.alloc(if sharded { t * dims.d } else { 0 }),
             frstd: head(t),
             hf: be.alloc_act(if last || self.plan.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
-            logits: head(t * dims.vocab_loc),
+            logits: head_act(t * dims.vocab_loc),
             losses: head(t),
             lmax: head(t),
             lstats: head(2 * t),
             sc: Scratch {
                 h: be.alloc_act(t * max_in),
-                wa: be.alloc(max_wa),
+                wa: be.alloc_act(max_wa),
+                dwa: be.alloc(max_wa),
                 dh: be.alloc_act(t * max_in),
                 dlat: be.alloc_act(max_lat),
                 dlat2: be.alloc_act(max_lat),

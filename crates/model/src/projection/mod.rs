@@ -104,9 +104,11 @@ pub struct LaxActs<B: Backend> {
 pub struct Scratch<B: Backend> {
     /// The GEMM input when a norm feeds a group (RMSNorm's output, or x ⊙ γ for a dense group).
     pub h: B::Buf,
-    /// diag(γ)·A in the forward, xᵀ·dP in the backward: the online norm's γ folded into A
-    /// (`d_in × c·r`).
+    /// diag(γ)·A, the online norm's γ folded into A (`d_in × c·r`): a GEMM operand, in the
+    /// activation dtype.
     pub wa: B::Buf,
+    /// xᵀ·dP of such a group in the backward (`d_in × c·r`): a weight gradient, in fp32.
+    pub dwa: B::Buf,
     pub dh: B::Buf,
     pub dlat: B::Buf,
     pub dlat2: B::Buf,

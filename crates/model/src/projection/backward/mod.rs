@@ -42,7 +42,7 @@ impl ProjGroup {
         sc: &mut Scratch<B>,
     ) {
         let GradFlow { dout, dx, carry_in, carry_out } = flow;
-        let Scratch { h, wa, dh, dlat, dlat2, row, kron, .. } = sc;
+        let Scratch { h, dwa, dh, dlat, dlat2, row, kron, .. } = sc;
         let (s, acts) = (self.call(cx), saved.acts);
         assert!(saved.x.is_some() || !s.has_norm, "a group after a norm keeps its input");
         let input = self.recompute_gemm_input(&s, &saved, h);
@@ -65,7 +65,7 @@ impl ProjGroup {
                     self.online_stat_backward(&s, acts, dp, row, fused);
                 }
                 self.down_input_grad(&s, a, dp, gin);
-                self.down_weight_grads(&s, grads, a, input, dp, wa);
+                self.down_weight_grads(&s, grads, a, input, dp, dwa);
             }
         }
         self.input_grad_sum(&s, gin);
