@@ -80,7 +80,10 @@ pub fn write(collector: &Collector, path: &Path, log: bool) -> Result<()> {
         bail!("--trace: no span was recorded; {} was not written", path.display());
     }
     if log {
-        eprintln!("trace of {n} spans in {} (open it in https://ui.perfetto.dev, or `boost plot --trace`)", path.display());
+        eprintln!(
+            "trace of {n} spans in {} (open it in https://ui.perfetto.dev, or `boost plot --trace`)",
+            path.display()
+        );
     }
     Ok(())
 }

@@ -9,7 +9,8 @@ use boost_train::trainer::{TrainOptions, train};
 use serde_json::Value;
 use std::collections::HashMap;
 
-const GRID: [&str; 5] = ["model.arch=cola", "parallel.tp=2", "parallel.pp=2", "train.accumulation=2", "parallel.overlap=true"];
+const GRID: [&str; 5] =
+    ["model.arch=cola", "parallel.tp=2", "parallel.pp=2", "train.accumulation=2", "parallel.overlap=true"];
 
 fn run(root: &std::path::Path, name: &str, trace: Option<TraceSteps>) -> boost_train::Summary {
     let mut sets: Vec<String> = GRID.iter().map(|s| s.to_string()).collect();
@@ -37,10 +38,12 @@ fn a_tp2_pp2_trace_holds_every_rank_and_collective_and_changes_no_number() {
     let json: Value = serde_json::from_str(&text).unwrap();
     let events = json["traceEvents"].as_array().unwrap();
     let meta = |name: &'static str| events.iter().filter(move |e| e["ph"] == "M" && e["name"] == name);
-    let mut ranks: Vec<(u64, String)> =
-        meta("process_name").map(|e| (e["pid"].as_u64().unwrap(), e["args"]["name"].as_str().unwrap().into())).collect();
+    let mut ranks: Vec<(u64, String)> = meta("process_name")
+        .map(|e| (e["pid"].as_u64().unwrap(), e["args"]["name"].as_str().unwrap().into()))
+        .collect();
     ranks.sort();
-    let want: Vec<(u64, String)> = (0..4).map(|r| (r, format!("rank {r} (dp 0, pp {}, tp {})", r / 2, r % 2))).collect();
+    let want: Vec<(u64, String)> =
+        (0..4).map(|r| (r, format!("rank {r} (dp 0, pp {}, tp {})", r / 2, r % 2))).collect();
     assert_eq!(ranks, want, "one process per rank, named by its grid coordinates");
     let spans: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
     for s in &spans {
@@ -57,7 +60,10 @@ fn a_tp2_pp2_trace_holds_every_rank_and_collective_and_changes_no_number() {
         let steps: Vec<(f64, f64)> =
             mine.iter().filter(|s| s["cat"] == "step").map(|s| (f(s, "ts"), f(s, "ts") + f(s, "dur"))).collect();
         assert_eq!(steps.len(), 2, "rank {r}: steps 2 and 3 traced, not step 1");
-        let layers: Vec<&&&Value> = mine.iter().filter(|s| s["cat"] == "forward" && s["name"].as_str().unwrap().starts_with("forward L")).collect();
+        let layers: Vec<&&&Value> = mine
+            .iter()
+            .filter(|s| s["cat"] == "forward" && s["name"].as_str().unwrap().starts_with("forward L"))
+            .collect();
         // Two micro-batches through this rank's one layer in each of two steps.
         assert_eq!(layers.len(), 4, "rank {r}: {layers:?}");
         for l in &layers {
@@ -70,7 +76,10 @@ fn a_tp2_pp2_trace_holds_every_rank_and_collective_and_changes_no_number() {
         // Stage 0 sends activations and receives gradients; stage 1 the other way round.
         for kind in ["send", "recv"] {
             let pp = mine.iter().filter(|s| s["args"]["group"] == "pp" && s["args"]["kind"] == kind);
-            assert!(pp.clone().count() > 0 && pp.clone().all(|s| track(s).starts_with("pp send/recv")), "rank {r}: pp {kind}");
+            assert!(
+                pp.clone().count() > 0 && pp.clone().all(|s| track(s).starts_with("pp send/recv")),
+                "rank {r}: pp {kind}"
+            );
         }
     }
     // Rank 0's collectives against its metrics: the recorder's calls, bytes and waited time

@@ -16,6 +16,9 @@ use std::sync::Arc;
 /// The first line of every trace boost writes.
 pub const MARK: &str = r#"{"otherData":{"writer":"boost trace"},"#;
 
+/// What the file's times mean, after [`MARK`].
+const CLOCK: &str = r#""clock":"microseconds since the run started tracing, one clock for every rank of the process","#;
+
 /// Whether `path` is a regular file that begins with [`MARK`].
 pub fn is_ours(path: &Path) -> bool {
     let Ok(m) = path.symlink_metadata() else { return false };
@@ -64,7 +67,8 @@ pub fn write(path: &Path, sinks: &[Arc<Sink>]) -> Result<usize, String> {
     let (json, n) = to_json(sinks);
     let dir = parent(path);
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let tmp = dir.join(format!(".{name}.{}-{nanos:x}.tmp", std::process::id()));
     let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -142,8 +146,14 @@ fn arg(out: &mut String, a: &Arg) {
     }
 }
 
+/// Start the next event of the array.
+fn next(out: &mut String) {
+    out.push_str(if out.ends_with('[') { "\n" } else { ",\n" });
+}
+
 fn meta(out: &mut String, name: &str, pid: usize, tid: Option<usize>, key: &str, value: &Arg) {
-    let _ = write!(out, ",\n{{\"name\":\"{name}\",\"ph\":\"M\",\"pid\":{pid},");
+    next(out);
+    let _ = write!(out, "{{\"name\":\"{name}\",\"ph\":\"M\",\"pid\":{pid},");
     if let Some(t) = tid {
         let _ = write!(out, "\"tid\":{t},");
     }
@@ -155,8 +165,9 @@ fn meta(out: &mut String, name: &str, pid: usize, tid: Option<usize>, key: &str,
 /// The trace as JSON text, and its number of spans.
 pub fn to_json(sinks: &[Arc<Sink>]) -> (String, usize) {
     let mut out = String::from(MARK);
-    out.push_str("\n\"displayTimeUnit\":\"ms\",\n\"traceEvents\":[\n");
-    out.push_str(r#"{"name":"trace","ph":"M","pid":0,"args":{"clock":"one clock for every rank of this process"}}"#);
+    out.push('\n');
+    out.push_str(CLOCK);
+    out.push_str("\n\"displayTimeUnit\":\"ms\",\n\"traceEvents\":[");
     let mut n = 0;
     for sink in sinks {
         let pid = sink.rank;
@@ -178,9 +189,11 @@ pub fn to_json(sinks: &[Arc<Sink>]) -> (String, usize) {
                 meta(&mut out, "thread_sort_index", pid, Some(tid), "sort_index", &Arg::U64(tid as u64));
             }
             for (s, k) in spans.iter().zip(lane) {
-                out.push_str(",\n{\"name\":");
+                next(&mut out);
+                out.push_str("{\"name\":");
                 esc(&mut out, &s.name);
-                let _ = write!(out, ",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{pid},\"tid\":{},\"ts\":", s.cat, base + k + 1);
+                let _ =
+                    write!(out, ",\"cat\":\"{}\",\"ph\":\"X\",\"pid\":{pid},\"tid\":{},\"ts\":", s.cat, base + k + 1);
                 us(&mut out, s.start_ns);
                 out.push_str(",\"dur\":");
                 us(&mut out, s.dur_ns);
