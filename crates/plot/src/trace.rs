@@ -40,6 +40,9 @@ pub struct Trace {
     pub end_ms: f64,
 }
 
+/// A span as read: start and end (µs) and its event.
+type Raw<'a> = (f64, f64, &'a Value);
+
 fn num(v: &Value, key: &str, what: &str) -> Result<f64> {
     v[key].as_f64().filter(|x| x.is_finite()).with_context(|| format!("{what}: \"{key}\" is not a number"))
 }
@@ -87,7 +90,7 @@ impl Trace {
     pub fn parse(json: &Value) -> Result<Trace> {
         let events = json["traceEvents"].as_array().or(json.as_array()).context("no \"traceEvents\" array")?;
         let (mut procs, mut threads) = (BTreeMap::new(), BTreeMap::new());
-        let mut lanes: BTreeMap<(u64, u64), Vec<(f64, f64, &Value)>> = BTreeMap::new();
+        let mut lanes: BTreeMap<(u64, u64), Vec<Raw>> = BTreeMap::new();
         for (i, e) in events.iter().enumerate() {
             let what = format!("traceEvents[{i}]");
             let (pid, tid) = (e["pid"].as_u64().unwrap_or(0), e["tid"].as_u64().unwrap_or(0));

@@ -114,3 +114,50 @@ fn a_tp2_pp2_trace_holds_every_rank_and_collective_and_changes_no_number() {
         }
     }
 }
+
+/// With tp chunks, each chunk's passes get a track of their own, and the spans where every
+/// chunk sat in a tp call add up to the tp time the step reports exposed (the same intervals,
+/// written to the nanosecond: the tolerance is that rounding, once per interval).
+#[test]
+fn tp_chunks_trace_their_own_tracks_and_the_exposed_tp_time() {
+    let root = tempfile::tempdir().unwrap();
+    common::build_dataset(&root.path().join("data"));
+    let sets = [
+        "model.arch=cola".to_string(),
+        "parallel.tp=2".into(),
+        "parallel.tp_chunks=2".into(),
+        "train.steps=2".into(),
+        "train.checkpoint_every=0".into(),
+        "train.eval_every=0".into(),
+        format!("run.dir={}", root.path().join("chunks").display()),
+    ];
+    let refs: Vec<&str> = sets.iter().map(|s| s.as_str()).collect();
+    let trace = Some("2".parse().unwrap());
+    train(common::config(root.path(), &refs), TrainOptions { quiet: true, trace, ..Default::default() }).unwrap();
+    let text = std::fs::read_to_string(root.path().join("chunks/trace.json")).unwrap();
+    let json: Value = serde_json::from_str(&text).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let tracks: Vec<(u64, u64, &str)> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "thread_name")
+        .map(|e| (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap(), e["args"]["name"].as_str().unwrap()))
+        .collect();
+    let spans_on = |pid: u64, track: &str| -> Vec<&Value> {
+        let tids: Vec<u64> = tracks.iter().filter(|t| t.0 == pid && t.2.starts_with(track)).map(|t| t.1).collect();
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["pid"] == pid && tids.contains(&e["tid"].as_u64().unwrap()))
+            .collect()
+    };
+    for c in 0..2 {
+        let forwards = spans_on(0, &format!("tp chunk {c}"));
+        assert!(forwards.iter().any(|e| e["name"] == "forward L0"), "chunk {c} runs its own layers");
+    }
+    let metrics = std::fs::read_to_string(root.path().join("chunks/metrics.jsonl")).unwrap();
+    let m: Value = serde_json::from_str(metrics.lines().nth(1).unwrap()).unwrap();
+    let idle = spans_on(0, "tp chunks exposed");
+    let traced: f64 = idle.iter().map(|e| f(e, "dur") * 1e-6).sum();
+    let want = f(&m["time_split"], "tp_s");
+    assert!(want > 0.0, "the chunks waited at some point: {m}");
+    assert!((traced - want).abs() <= 1e-9 * (idle.len() as f64 + 1.0), "trace {traced} s, metrics {want} s");
+}
