@@ -135,6 +135,20 @@ impl Ctx {
     pub fn track(&self, track: impl Into<Cow<'static, str>>) -> Ctx {
         Ctx { sink: self.sink.clone(), track: track.into() }
     }
+    /// A span from `start` to `end` on this context's track (recorded later than it
+    /// happened, as device timers are read).
+    pub fn record(&self, cat: &'static str, name: Cow<'static, str>, start: Instant, end: Instant) {
+        let (start_ns, end_ns) = (self.sink.ns(start), self.sink.ns(end));
+        let span = Span {
+            track: self.track.clone(),
+            name,
+            cat,
+            start_ns,
+            dur_ns: end_ns.saturating_sub(start_ns),
+            args: Vec::new(),
+        };
+        self.sink.push(span);
+    }
 }
 
 thread_local! {
@@ -161,8 +175,8 @@ impl Drop for Attached {
     }
 }
 
-/// The sink this thread records into now, if any.
-fn recording() -> Option<Ctx> {
+/// The context this thread records into now, if any.
+pub fn recording() -> Option<Ctx> {
     if !on() {
         return None;
     }
@@ -209,6 +223,21 @@ pub fn span<N: Into<Cow<'static, str>>>(cat: &'static str, name: impl FnOnce() -
         return None;
     }
     let ctx = recording()?;
+    Some(Open { ctx, name: name().into(), cat, start: Instant::now(), args: Vec::new() })
+}
+
+/// [`span`] on another track of this thread's sink: work this thread runs on another
+/// resource (an emulated device's stream).
+#[inline]
+pub fn span_on<N: Into<Cow<'static, str>>>(
+    track: &'static str,
+    cat: &'static str,
+    name: impl FnOnce() -> N,
+) -> Option<Open> {
+    if !on() {
+        return None;
+    }
+    let ctx = recording()?.track(track);
     Some(Open { ctx, name: name().into(), cat, start: Instant::now(), args: Vec::new() })
 }
 
