@@ -20,6 +20,7 @@ fn micros(d: Duration) -> f64 {
 
 /// Record `e` (its start measured from `epoch`) on this thread's trace, if it records.
 pub fn collective(epoch: Instant, e: &Event) {
+    let Some(ctx) = trace::recording() else { return };
     let start = epoch + e.start;
     let track: Cow<'static, str> = match e.key.group {
         "pp" => "pp send/recv".into(),
@@ -39,5 +40,5 @@ pub fn collective(epoch: Instant, e: &Event) {
     ];
     let cat = if exposed { "comm.exposed" } else { "comm.hidden" };
     let name = format!("{} {}", e.key.kind, e.key.label);
-    trace::record(Some(track), cat, name.into(), start, start + e.in_flight, args);
+    ctx.track(track).record(cat, name.into(), start, start + e.in_flight, args);
 }

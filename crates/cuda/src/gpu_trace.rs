@@ -69,7 +69,7 @@ impl GpuTimes {
             |ev: &CudaEvent| a.elapsed_ms(ev).ok().map(|ms| *at + Duration::from_secs_f64(ms.max(0.0) as f64 / 1e3));
         for q in queued {
             if let (Some(s), Some(e)) = (host(&q.start), host(&q.end)) {
-                q.ctx.record(q.cat, q.name, s, e);
+                q.ctx.record(q.cat, q.name, s, e, Vec::new());
             }
         }
     }

@@ -7,7 +7,7 @@
 //! spans to `trace.rank<R>.json`, timed from that process's own start: the files are not
 //! merged, and their clocks are not aligned with each other.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use boost_comm::Coord;
 use boost_tensor::trace::{Attached, Collector, Ctx, Sink, attach, chrome};
 use std::path::{Path, PathBuf};
@@ -73,12 +73,15 @@ pub fn check(path: &Path) -> Result<()> {
     chrome::check_destination(path).map_err(anyhow::Error::msg).context("--trace")
 }
 
-/// Write what `collector` holds to `path` and say where.
+/// Write what `collector` holds to `path` and say where; nothing when no traced step ran
+/// (a run stopped before them), which is said rather than failed: the run itself went well.
 pub fn write(collector: &Collector, path: &Path, log: bool) -> Result<()> {
-    let n = chrome::write(path, &collector.sinks()).map_err(anyhow::Error::msg)?;
-    if n == 0 {
-        bail!("--trace: no span was recorded; {} was not written", path.display());
+    let sinks = collector.sinks();
+    if sinks.iter().all(|s| s.spans().is_empty()) {
+        eprintln!("--trace: no traced step ran; {} was not written", path.display());
+        return Ok(());
     }
+    let n = chrome::write(path, &sinks).map_err(anyhow::Error::msg)?;
     if log {
         eprintln!(
             "trace of {n} spans in {} (open it in https://ui.perfetto.dev, or `boost plot --trace`)",

@@ -137,17 +137,17 @@ impl Ctx {
     }
     /// A span from `start` to `end` on this context's track (recorded later than it
     /// happened, as device timers are read).
-    pub fn record(&self, cat: &'static str, name: Cow<'static, str>, start: Instant, end: Instant) {
+    pub fn record(
+        &self,
+        cat: &'static str,
+        name: Cow<'static, str>,
+        start: Instant,
+        end: Instant,
+        args: Vec<(&'static str, Arg)>,
+    ) {
         let (start_ns, end_ns) = (self.sink.ns(start), self.sink.ns(end));
-        let span = Span {
-            track: self.track.clone(),
-            name,
-            cat,
-            start_ns,
-            dur_ns: end_ns.saturating_sub(start_ns),
-            args: Vec::new(),
-        };
-        self.sink.push(span);
+        let track = self.track.clone();
+        self.sink.push(Span { track, name, cat, start_ns, dur_ns: end_ns.saturating_sub(start_ns), args });
     }
 }
 
