@@ -12,8 +12,10 @@ use boost_exec::pipeline::schedule::simulate;
 use boost_exec::{Learner, StepRunner};
 use boost_model::{Layout, Model};
 use boost_tensor::cpu::Cpu;
+use boost_tensor::trace::{self, Collector};
 use boost_train::metrics::TimeSplit;
 use serde::Serialize;
+use std::path::Path;
 use std::time::Instant;
 
 #[derive(Debug, Clone, Serialize)]
@@ -36,8 +38,22 @@ pub struct GridReport {
 }
 
 /// `cfg` describes the model, layout and step (its `data` keys are ignored: the tokens are a
-/// generated stream).
-pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(String)) -> Result<GridReport> {
+/// generated stream). With `trace`, the timed steps' timeline is written there
+/// ([`boost_train::trace`]; a file boost did not write is refused before any step).
+pub fn run(
+    opts: &BenchOptions,
+    cfg: &Config,
+    link: Option<Link>,
+    trace: Option<&Path>,
+    log: &dyn Fn(String),
+) -> Result<GridReport> {
+    let collector = match trace {
+        Some(path) => {
+            boost_train::trace::check(path)?;
+            Some(Collector::default())
+        }
+        None => None,
+    };
     let (p, t) = (&cfg.parallel, &cfg.train);
     let steps = opts.warmup + opts.rounds;
     let per_step = t.accumulation * p.dp * t.micro_batch;
@@ -74,11 +90,17 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
         let mut runner = StepRunner::new(cfg, &learner.model, c.dp);
         let rec = grid.recorder().context("recording")?;
         let (mut times, mut split) = (Vec::new(), TimeSplit::default());
+        let traced = collector.as_ref().map(|col| boost_train::trace::RankTrace::new(col, rank, c));
         for s in 0..steps {
             rec.take();
+            if let Some(t) = &traced {
+                t.sink.set_active(s >= opts.warmup);
+            }
+            let span = trace::span("step", || format!("step {}", s + 1));
             let t0 = Instant::now();
             runner.step(&mut learner, &g, &loader, boost_train::schedule::lr_at(&cfg.train, s), (s * per_step) as u64);
             let dt = t0.elapsed().as_secs_f64();
+            drop(span);
             let exposed_tp = runner.take_chunk_exposed();
             if s >= opts.warmup {
                 let sp = TimeSplit::of(dt, &rec.take(), exposed_tp);
@@ -86,10 +108,16 @@ pub fn run(opts: &BenchOptions, cfg: &Config, link: Option<Link>, log: &dyn Fn(S
                 split.add_scaled(&sp, 1.0 / opts.rounds as f64);
             }
         }
+        if let Some(t) = &traced {
+            t.sink.set_active(false);
+        }
         runner.settle(&mut learner);
         times.sort_by(|a, b| a.partial_cmp(b).unwrap());
         Ok(GridRow { rank, dp: c.dp, pp: c.pp, tp: c.tp, step_time_s: times[times.len() / 2], split })
     })?;
+    if let (Some(c), Some(path)) = (&collector, trace) {
+        boost_train::trace::write(c, path, true)?;
+    }
     let bubble = simulate(p.schedule, p.pp, t.accumulation, 1.0, 2.0).bubble_fraction();
     for r in &rows {
         log(format!(

@@ -94,6 +94,11 @@ pub struct BenchArgs {
     /// `parallel.link`, a bandwidth of 0 is none); default none.
     #[arg(long, value_name = "LINK", requires = "tp")]
     pub link: Option<String>,
+    /// With --grid: write the timed steps' timeline to FILE as Chrome trace-event JSON (one
+    /// process per rank; open it in Perfetto or draw it with `boost plot --trace`). A file
+    /// boost did not write is kept.
+    #[arg(long, value_name = "FILE", requires = "grid")]
+    pub trace: Option<std::path::PathBuf>,
 }
 
 pub fn run(a: &BenchArgs) -> Result<()> {
@@ -213,7 +218,7 @@ fn bench_grid(a: &BenchArgs, opts: &boost_bench::BenchOptions, grid: &str) -> Re
     ];
     sets.extend(a.sets.iter().cloned());
     let cfg = Config::load(None, &sets)?;
-    let report = boost_bench::grid::run(opts, &cfg, link_of(a)?, &|s| eprintln!("{s}"))?;
+    let report = boost_bench::grid::run(opts, &cfg, link_of(a)?, a.trace.as_deref(), &|s| eprintln!("{s}"))?;
     print_report(a.json, &report, || boost_bench::grid::table(&report))
 }
 

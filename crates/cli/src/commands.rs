@@ -53,6 +53,13 @@ pub struct TrainArgs {
     /// compare layouts or backends.
     #[arg(long, value_name = "STEP", value_parser = clap::value_parser!(u64).range(1..))]
     pub dump_grads: Option<u64>,
+    /// Record optimizer steps STEPS (`N`, or `A..B` inclusive) as a timeline in
+    /// run.dir/trace.json: Chrome trace-event JSON, one process per rank, spans for each
+    /// layer's forward, backward and recompute, GEMMs, attention, the optimizer, and every
+    /// collective from start to completion marked exposed or hidden. Open it in Perfetto or
+    /// draw it with `boost plot --trace`. Under mpirun each rank writes trace.rankR.json.
+    #[arg(long, value_name = "STEPS")]
+    pub trace: Option<boost_train::trace::TraceSteps>,
 }
 
 /// Build the global compute pool with `train.threads` threads (0: one per core).
@@ -168,7 +175,7 @@ pub fn train(a: &TrainArgs) -> Result<()> {
     let devices = boost_cli::device::Gpus::default();
     #[cfg(not(any(feature = "cuda", feature = "emulate")))]
     let devices = boost_train::trainer::CpuOnly;
-    let opts = TrainOptions { resume, quiet: a.quiet, fault, dump_grads: a.dump_grads };
+    let opts = TrainOptions { resume, quiet: a.quiet, fault, dump_grads: a.dump_grads, trace: a.trace };
     let summary = boost_train::trainer::train_launched(cfg, opts, &devices)?;
     if let Some(sig) = boost_train::signals::received() {
         let name = boost_data::interrupt::signal_name(sig);

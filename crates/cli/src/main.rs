@@ -53,7 +53,8 @@ enum Command {
     Plan(Box<boost_cli::plan::PlanArgs>),
     /// Measure training-step throughput against a GEMM peak and the PyTorch peer.
     Bench(bench::BenchArgs),
-    /// Plot runs' loss, learning rate, throughput and time split, overlaid (PNG or SVG).
+    /// Plot runs' loss, learning rate, throughput and time split, overlaid, or a trace's timeline
+    /// (--trace) (PNG or SVG).
     Plot(plot::PlotArgs),
     /// Print docs/CONFIG.md or docs/CLI.md, generated from the code.
     Reference(reference::ReferenceArgs),

@@ -41,6 +41,7 @@ pub mod recorded;
 pub mod recorder;
 pub mod runner;
 pub mod started;
+pub mod traced;
 
 pub use communicator::{CommExt, Communicator};
 pub use error::{CommError, CommResult, Failure};

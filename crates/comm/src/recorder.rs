@@ -275,6 +275,9 @@ impl Recorder {
     }
 
     pub fn record(&self, e: Event) {
+        if boost_tensor::trace::on() {
+            crate::traced::collective(self.epoch, &e);
+        }
         let mut st = self.lock();
         let st = &mut *st;
         let i = match st.index.get(&e.key) {

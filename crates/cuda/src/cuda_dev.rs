@@ -24,6 +24,8 @@ pub(crate) struct CudaDev {
     funcs: HashMap<&'static str, CudaFunction>,
     info: DeviceInfo,
     source: String,
+    /// Kernel and GEMM times from the device's events under `--trace`.
+    times: crate::gpu_trace::GpuTimes,
 }
 
 fn err<E: std::fmt::Debug>(what: &str) -> impl FnOnce(E) -> String + '_ {
@@ -83,7 +85,7 @@ impl CudaDev {
         let stream = ctx.new_stream().map_err(err("creating a stream"))?;
         let blas = CudaBlas::new(stream.clone()).map_err(err("creating the cuBLAS handle"))?;
         let (funcs, source) = load_kernels(&ctx, &info)?;
-        Ok(Self { ctx, stream, blas, funcs, info, source })
+        Ok(Self { ctx, stream, blas, funcs, info, source, times: Default::default() })
     }
 
     fn check<T>(&self, what: &str, r: Result<T, result::DriverError>) -> T {
@@ -179,14 +181,51 @@ impl Device for CudaDev {
         self.bind();
         let f = self.funcs.get(kernel).unwrap_or_else(|| panic!("no kernel named {kernel}"));
         let cfg = LaunchConfig { grid_dim: at.grid, block_dim: at.block, shared_mem_bytes: 0 };
-        let mut b = self.stream.launch_builder(f);
-        b.arg(p);
-        // SAFETY: `p` matches the kernel's one parameter; its views address live buffers
-        // whose shapes the backend checked.
-        let r = unsafe { b.launch(cfg) };
-        self.check(kernel, r.map(|_| ()));
+        let cat = if kernel.contains("attn") || kernel.contains("flash") { "attention" } else { "kernel" };
+        self.times.around(
+            &self.stream,
+            cat,
+            || kernel.into(),
+            || {
+                let mut b = self.stream.launch_builder(f);
+                b.arg(p);
+                // SAFETY: `p` matches the kernel's one parameter; its views address live buffers
+                // whose shapes the backend checked.
+                let r = unsafe { b.launch(cfg) };
+                self.check(kernel, r.map(|_| ()));
+            },
+        );
     }
     fn gemm(&self, g: &Gemm) {
+        let name = || format!("gemm {}×{}×{}", g.m, g.n, g.k).into();
+        self.times.around(&self.stream, "gemm", name, || self.gemm_now(g));
+    }
+    fn sync(&self) {
+        self.bind();
+        self.check("synchronize", self.stream.synchronize());
+        self.times.resolve();
+    }
+    /// The high-water mark of the device's default memory pool, which every buffer comes
+    /// from (stream-ordered allocation): all backends of this process on the device, not
+    /// cuBLAS's or NCCL's own workspaces.
+    fn peak_bytes(&self) -> Option<u64> {
+        if !self.ctx.has_async_alloc() {
+            return None;
+        }
+        let mut v = 0u64;
+        let attr = cudarc::driver::sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH;
+        // SAFETY: the device is the context's own; the attribute is a u64 (cuuint64_t).
+        unsafe {
+            let pool = result::device::get_default_mem_pool(self.ctx.cu_device()).ok()?;
+            result::mem_pool::get_attribute(pool, attr, (&mut v as *mut u64).cast()).ok()?;
+        }
+        Some(v)
+    }
+}
+
+impl CudaDev {
+    /// One cuBLAS GEMM, queued.
+    fn gemm_now(&self, g: &Gemm) {
         self.bind();
         use cublas_sys::cublasComputeType_t as C;
         use cublas_sys::cudaDataType_t as T;
@@ -233,24 +272,13 @@ impl Device for CudaDev {
         };
         r.unwrap_or_else(|e| panic!("cuBLAS GEMM {g:?}: {e:?}"));
     }
-    fn sync(&self) {
-        self.bind();
-        self.check("synchronize", self.stream.synchronize());
-    }
-    /// The high-water mark of the device's default memory pool, which every buffer comes
-    /// from (stream-ordered allocation): all backends of this process on the device, not
-    /// cuBLAS's or NCCL's own workspaces.
-    fn peak_bytes(&self) -> Option<u64> {
-        if !self.ctx.has_async_alloc() {
-            return None;
+}
+
+impl Drop for CudaDev {
+    fn drop(&mut self) {
+        // Spans of the last traced work not yet read: the stream drains first.
+        if self.times.pending() && self.stream.synchronize().is_ok() {
+            self.times.resolve();
         }
-        let mut v = 0u64;
-        let attr = cudarc::driver::sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_USED_MEM_HIGH;
-        // SAFETY: the device is the context's own; the attribute is a u64 (cuuint64_t).
-        unsafe {
-            let pool = result::device::get_default_mem_pool(self.ctx.cu_device()).ok()?;
-            result::mem_pool::get_attribute(pool, attr, (&mut v as *mut u64).cast()).ok()?;
-        }
-        Some(v)
     }
 }

@@ -41,6 +41,8 @@ mod cuda_dev;
 mod device;
 #[cfg(feature = "emulate")]
 mod emu_dev;
+#[cfg(feature = "cuda")]
+mod gpu_trace;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod host_staged;
 #[cfg(any(feature = "cuda", feature = "emulate"))]

@@ -11,7 +11,7 @@ use crate::pipeline::{Hooks, Links, StageRunner};
 use boost_config::Config;
 use boost_data::{Loader, TrainStream};
 use boost_model::{Batch, LossSum, Model};
-use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
+use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp, trace};
 
 /// What one optimizer step did.
 #[derive(Debug, Clone, Copy)]
@@ -171,18 +171,23 @@ impl<'g, B: Backend> StepRunner<'g, B> {
                 let mut need = |be: &B, k: usize, values: &mut [B::Buf]| sync.borrow_mut().need(be, k, values);
                 let hooks = Hooks { ready: Some(&mut ready), need: Some(&mut need) };
                 let loss = run_stage(&mut self.stage, model, g, &batches, scale, hooks);
+                let _s = trace::span("dp", || "dp gradients (the rest)");
                 sync.into_inner().finish(&model.be, &mut model.store);
                 loss
             }
             None => {
                 l.complete(gathers);
                 let loss = run_stage(&mut self.stage, &mut l.model, g, &batches, scale, Hooks::default());
+                let _s = trace::span("dp", || "dp gradients");
                 l.sync_grads(g.dp, &mut self.bucket);
                 loss
             }
         };
         drop(batches);
-        let grad_norm = l.grad_norm(self.dp_rank, g.world, &mut self.scalar);
+        let grad_norm = {
+            let _s = trace::span("optimizer", || "gradient norm");
+            l.grad_norm(self.dp_rank, g.world, &mut self.scalar)
+        };
         Accumulated { loss, grad_norm }
     }
 
@@ -201,6 +206,7 @@ impl<'g, B: Backend> StepRunner<'g, B> {
     ) -> StepOut {
         let t = &self.cfg.train;
         if !skip {
+            let _s = trace::span("optimizer", || "AdamW");
             self.gathers = l.update(t, lr, clip_coef(acc.grad_norm, t.grad_clip), g.dp);
         }
         let sequences = (t.accumulation * self.cfg.parallel.dp * t.micro_batch) as u64;

@@ -132,6 +132,7 @@ impl<B: Backend> Model<B> {
         grad_scale: Option<f64>,
         targets: &[u32],
     ) -> crate::LossSum {
+        let _s = boost_tensor::trace::span("forward", || "loss");
         let (t, be) = (w.t(), &self.be);
         let (valid, vl) = (self.vocab_valid(), self.dims.vocab_loc);
         if tp.size() == 1 {

@@ -194,14 +194,17 @@ macro_rules! forward_kernels {
         [$cat:ident $(, flops = $flops:expr)?]
         fn $name:ident($($p:ident: $t:ty),* $(,)?) $(-> $ret:ty)?;
     )*) => {
-        $( $crate::forward_kernels! { @one $ops $with $name($($p: $t),*) $(-> $ret)? } )*
+        $( $crate::forward_kernels! { @one $ops $with $cat $name($($p: $t),*) $(-> $ret)? } )*
     };
-    (@one [$($ops:ident)::+] [] $name:ident($($p:ident: $t:ty),*) $(-> $ret:ty)?) => {
+    // A host backend's kernel has run when it returns: its GEMMs and attention are traced
+    // here (`crate::trace::kernel`, one relaxed load when tracing is off).
+    (@one [$($ops:ident)::+] [] $cat:ident $name:ident($($p:ident: $t:ty),*) $(-> $ret:ty)?) => {
         fn $name(&self, $($p: $t),*) $(-> $ret)? {
-            $($ops)::+::$name($($p),*)
+            $crate::trace::kernel(stringify!($cat), stringify!($name), || $($ops)::+::$name($($p),*))
         }
     };
-    (@one [$($ops:ident)::+] [self] $name:ident($($p:ident: $t:ty),*) $(-> $ret:ty)?) => {
+    // A device backend's kernel is only queued when it returns: not traced from the host.
+    (@one [$($ops:ident)::+] [self] $cat:ident $name:ident($($p:ident: $t:ty),*) $(-> $ret:ty)?) => {
         fn $name(&self, $($p: $t),*) $(-> $ret)? {
             $($ops)::+::$name(self, $($p),*)
         }

@@ -14,6 +14,7 @@ pub mod pending;
 pub mod profile;
 pub mod rope;
 pub mod scalar;
+pub mod trace;
 pub mod view;
 
 pub use args::{

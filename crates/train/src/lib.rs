@@ -5,6 +5,7 @@
 
 pub mod metrics;
 pub mod schedule;
+pub mod trace;
 pub mod trainer;
 
 pub use trainer::{Summary, TrainOptions, train, train_on};

@@ -95,6 +95,18 @@ fn store(p: u64, i: usize, dtype: DType, v: f32) {
     }
 }
 
+/// The trace's track of the emulated device's work (`boost train --trace`).
+const STREAM: &str = "gpu stream (emulated)";
+
+/// A kernel's category in the trace: attention, or other work.
+fn kernel_cat(kernel: &str) -> &'static str {
+    if kernel.contains("attn") || kernel.contains("attention") || kernel.contains("flash") {
+        "attention"
+    } else {
+        "kernel"
+    }
+}
+
 /// Runs `kernel` on the emulator, its blocks as fibers when `sync`; the launcher's code (0,
 /// or what went wrong).
 ///
@@ -138,6 +150,8 @@ impl Device for EmuDev {
         unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst.as_mut_ptr(), dst.len()) }
     }
     fn launch(&self, kernel: &'static str, at: Launch, p: &P) {
+        // The emulator runs a kernel when it is launched: its span is the emulated stream's.
+        let _s = boost_tensor::trace::span_on(STREAM, kernel_cat(kernel), || kernel);
         let sync = crate::kernels::WITH_BARRIERS.contains(&kernel);
         // SAFETY: the parameter block's pointers address live emulator memory.
         match unsafe { launch_raw(kernel, at, p, sync) } {
@@ -149,6 +163,7 @@ impl Device for EmuDev {
         }
     }
     fn gemm(&self, g: &Gemm) {
+        let _s = boost_tensor::trace::span_on(STREAM, "gemm", || format!("gemm {}×{}×{}", g.m, g.n, g.k));
         let ab = match g.compute {
             Compute::Bf16 => DType::Bf16,
             Compute::F32 | Compute::F32FastBf16 => DType::F32,

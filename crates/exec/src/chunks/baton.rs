@@ -36,7 +36,13 @@ impl Baton {
         }
         s.busy = true;
         if let Some(t) = s.idle_since.take() {
-            s.idle += t.elapsed();
+            let now = Instant::now();
+            s.idle += now - t;
+            // The exposed tp time of the step's time split, as it happens.
+            if boost_tensor::trace::on() {
+                let track = Some("tp chunks exposed".into());
+                boost_tensor::trace::record(track, "tp.exposed", "every chunk in a tp call".into(), t, now, Vec::new());
+            }
         }
     }
     /// Give the baton to a waiting chunk.

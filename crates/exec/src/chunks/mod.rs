@@ -84,12 +84,15 @@ impl<B: Backend> Chunks<B> {
         let mut sum = ChunkSum::new(&model.be, model.store.bufs.len(), chunks);
         let (handed, hands) = std::sync::mpsc::channel::<Handed<B>>();
         let this = &*model;
+        let traced = boost_tensor::trace::current();
         let losses: Vec<LossSum> = std::thread::scope(|s| {
             let threads: Vec<_> = (works.iter_mut().zip(grads.iter_mut()).enumerate())
                 .zip(tps.iter().zip(&batches))
                 .map(|((c, (w, g)), (&tp, cb))| {
                     let (baton, handed) = (&baton, handed.clone());
+                    let traced = traced.as_ref().map(|t| t.track(format!("tp chunk {c}")));
                     s.spawn(move || {
+                        let _traced = boost_tensor::trace::attach(traced);
                         let tp = BatonGroup { inner: tp, baton };
                         let _holding = baton.hold();
                         this.forward(Params::Ready(&this.store.values), &tp, w, None);

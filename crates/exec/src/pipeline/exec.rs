@@ -5,7 +5,7 @@ use super::schedule::{Op, max_in_flight};
 use super::stage_io;
 use crate::chunks::Chunks;
 use boost_model::{Batch, GradsReady, LossSum, Model, ParamsNeeded};
-use boost_tensor::{Backend, Collective, Label, Mat, MatMut};
+use boost_tensor::{Backend, Collective, Label, Mat, MatMut, trace};
 
 /// What a step's passes tell the data-parallel side as they go.
 pub struct Hooks<'h, B: Backend> {
@@ -81,6 +81,10 @@ impl<B: Backend> StageRunner<B> {
         for (i, &op) in self.ops.iter().enumerate() {
             let slot = op.micro_batch() % self.slots;
             io.receive(model, i, op, self.ops.get(i + 1).copied(), slot, batches);
+            let computing = trace::span("op", || match op {
+                Op::Forward(k) => format!("F{k} (micro-batch {k} forward)"),
+                Op::Backward(k) => format!("B{k} (micro-batch {k} backward)"),
+            });
             let l = match op {
                 Op::Forward(k) => passes.forward(model, slot, &batches[k], grad_scale, need.take()),
                 Op::Backward(k) => {
@@ -88,6 +92,7 @@ impl<B: Backend> StageRunner<B> {
                     passes.backward(model, slot, &batches[k], grad_scale, hook)
                 }
             };
+            drop(computing);
             if let Some(l) = l {
                 loss.sum += l.sum;
                 loss.tokens += l.tokens;

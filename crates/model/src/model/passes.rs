@@ -4,6 +4,7 @@
 use super::recompute::{act_set, act_slots};
 use super::*;
 use crate::pass::CachedAttention;
+use boost_tensor::trace;
 
 /// Where a forward reads the parameters.
 pub enum Params<'p, B: Backend> {
@@ -41,14 +42,17 @@ impl<B: Backend> Model<B> {
         let (be, all) = (&self.be, self.store.bufs.len());
         if let Some(first) = self.first {
             let p = params.upto(be, self.layer_bufs.first().map_or(all, |r| r.start));
+            let _s = trace::span("forward", || "embed forward");
             self.embed_forward(first, p, tp, w);
         }
         for l in 0..self.blocks.len() {
             let p = params.upto(be, self.layer_bufs[l].end);
+            let _s = trace::span("forward", || format!("forward L{}", self.blocks[l].layer));
             self.forward_layer(l, p, tp, w, attend);
         }
         let p = params.upto(be, all);
         if let Some(last) = self.last {
+            let _s = trace::span("forward", || "head forward");
             self.head_forward(last, p, tp, w);
         }
     }
@@ -173,6 +177,7 @@ impl<B: Backend> Model<B> {
         mut ready: Option<&mut GradsFinal<B>>,
     ) {
         if let Some(last) = self.last {
+            let _s = trace::span("backward", || "head backward");
             self.head_backward(grads, last, tp, w);
             // The final norm and an untied head follow the layers; a head tied to the table
             // (buffer 0 here) stays unfinished until the embedding's backward.
@@ -197,6 +202,9 @@ impl<B: Backend> Model<B> {
             // The first layer of a later stage crosses into the received latents.
             let boundary = if l == 0 { w.z_in.as_ref().map(|z| (&self.blocks[0], z)) } else { None };
             // Bring back what the forward dropped (docs/PARALLELISM.md §5).
+            let recomputing = (policy != Recompute::None)
+                .then(|| trace::span("recompute", || format!("recompute L{}", block.layer)))
+                .flatten();
             match policy {
                 Recompute::None => {}
                 Recompute::Lowrank => {
@@ -220,6 +228,8 @@ impl<B: Backend> Model<B> {
                     block.forward(&cx, &lo[l], &mut hi[0], cur, pv, &mut w.bg.dm, &mut w.sc);
                 }
             }
+            drop(recomputing);
+            let _s = trace::span("backward", || format!("backward L{}", block.layer));
             let prev = prev.map(|p| (&self.blocks[l - 1], &*p)).or(boundary);
             let above_lax = lax && block.layer + 1 < total_layers;
             let saved = BlockSaved { x_in: &w.resid[l], acts: cur, prev, above_lax };
@@ -230,6 +240,7 @@ impl<B: Backend> Model<B> {
             }
         }
         if let Some(first) = self.first {
+            let _s = trace::span("backward", || "embed backward");
             self.embed_backward(grads, first, tp, w);
         }
         if let Some(f) = ready {

@@ -31,6 +31,8 @@ pub struct RankCtx<'a> {
     pub(super) data: &'a Dataset,
     pub(super) resume: Option<&'a Checkpoint>,
     pub(super) run_dir: &'a Path,
+    /// Where the ranks' spans go under `--trace`.
+    pub(super) trace: Option<&'a boost_tensor::trace::Collector>,
 }
 
 impl RankCtx<'_> {
@@ -55,7 +57,10 @@ impl RankCtx<'_> {
         g: &Groups<B>,
         recorder: Option<&Recorder>,
     ) -> Result<Option<Summary>> {
-        Job::setup(self, rank, c, world, be, g, recorder)?.run()
+        let trace = self.trace.map(|t| crate::trace::RankTrace::new(t, rank, c));
+        let mut job = Job::setup(self, rank, c, world, be, g, recorder)?;
+        job.trace = trace;
+        job.run()
     }
 }
 
@@ -96,6 +101,8 @@ pub(super) struct Job<'a, B: Backend> {
     /// The background write of the last checkpoint (`train.async_checkpoint`): global rank
     /// 0's returns the checkpoint it completed.
     pub(super) pending: Option<Pending>,
+    /// This rank's trace, recording during the steps `--trace` names.
+    pub(super) trace: Option<crate::trace::RankTrace>,
 }
 
 impl<'a, B: Backend> Job<'a, B> {
@@ -198,6 +205,7 @@ impl<'a, B: Backend> Job<'a, B> {
             start: Instant::now(),
             tokens_at_start: at.tokens,
             pending: None,
+            trace: None,
         })
     }
 }

@@ -30,6 +30,8 @@ pub struct TrainOptions {
     /// Write the whole gradients of this optimizer step (1-based; summed over the global
     /// batch, before clipping) to [`grads_path`], to compare layouts.
     pub dump_grads: Option<u64>,
+    /// Record these optimizer steps as a timeline (`<run.dir>/trace.json`, [`crate::trace`]).
+    pub trace: Option<crate::trace::TraceSteps>,
 }
 
 /// Where `boost train --dump-grads STEP` writes: `<run>/grads/step-NNNNNNNN.safetensors`,

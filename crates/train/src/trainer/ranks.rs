@@ -10,6 +10,7 @@ use boost_config::Config;
 use boost_exec::dp::Groups;
 use boost_perf::fit::{check_gpu_memory, check_memory, local_ranks};
 use boost_tensor::cpu::Cpu;
+use boost_tensor::trace::Collector;
 
 /// The in-process grid of a run: its links (`parallel.link.*`), recording, and progress
 /// threads when `parallel.overlap` is on.
@@ -39,8 +40,24 @@ pub fn train_on(cfg: Config, opts: TrainOptions, devices: &dyn Devices) -> Resul
     let p = prepare(cfg, &opts, true)?;
     let par = &p.cfg.parallel;
     let dims = Dims::new(par.dp, par.pp, par.tp);
-    let ctx = RankCtx { cfg: &p.cfg, opts: &opts, data: &p.data, resume: p.resume.as_ref(), run_dir: &p.run_dir };
+    // Every rank's spans on one clock, written once the ranks are done.
+    let collector = opts.trace.map(|_| Collector::default());
+    let trace_path = crate::trace::trace_path(&p.run_dir, None);
+    if collector.is_some() {
+        crate::trace::check(&trace_path)?;
+    }
+    let ctx = RankCtx {
+        cfg: &p.cfg,
+        opts: &opts,
+        data: &p.data,
+        resume: p.resume.as_ref(),
+        run_dir: &p.run_dir,
+        trace: collector.as_ref(),
+    };
     let mut out = run_ranks_with(dims, &run_options(&p.cfg), |rank, grid| run_rank(&ctx, rank, grid, gpu, devices))?;
+    if let Some(c) = &collector {
+        crate::trace::write(c, &trace_path, !opts.quiet)?;
+    }
     Ok(out.swap_remove(0).expect("rank 0 reports the run"))
 }
 
@@ -51,6 +68,13 @@ fn check_options(cfg: &Config, opts: &TrainOptions) -> Result<()> {
     if let Some(step) = opts.dump_grads.filter(|&s| s == 0 || s > cfg.train.steps as u64) {
         bail!(
             "--dump-grads {step}: the run ends at step {} (train.steps); choose a step in 1..={}",
+            cfg.train.steps,
+            cfg.train.steps
+        );
+    }
+    if let Some(t) = opts.trace.filter(|t| t.last > cfg.train.steps as u64) {
+        bail!(
+            "--trace {t}: the run ends at step {} (train.steps); choose steps in 1..={}",
             cfg.train.steps,
             cfg.train.steps
         );
@@ -130,8 +154,25 @@ pub fn train_launched(cfg: Config, opts: TrainOptions, devices: &dyn Devices) ->
             Some(p) => p?,
             None => prepare(cfg.clone(), &opts, false)?,
         };
-        let ctx = RankCtx { cfg: &p.cfg, opts: &opts, data: &p.data, resume: p.resume.as_ref(), run_dir: &p.run_dir };
-        run_rank(&ctx, rank, grid, gpu, devices)
+        // Each process traces its own rank, on its own clock (crate::trace).
+        let collector = opts.trace.map(|_| Collector::default());
+        let trace_path = crate::trace::trace_path(&p.run_dir, Some(rank));
+        if collector.is_some() {
+            crate::trace::check(&trace_path)?;
+        }
+        let ctx = RankCtx {
+            cfg: &p.cfg,
+            opts: &opts,
+            data: &p.data,
+            resume: p.resume.as_ref(),
+            run_dir: &p.run_dir,
+            trace: collector.as_ref(),
+        };
+        let out = run_rank(&ctx, rank, grid, gpu, devices)?;
+        if let Some(c) = &collector {
+            crate::trace::write(c, &trace_path, rank == 0 && !opts.quiet)?;
+        }
+        Ok(out)
     })
 }
 

@@ -7,7 +7,7 @@ use crate::trainer::StepOut;
 use crate::trainer::job::Job;
 use anyhow::{Result, bail};
 use boost_comm::Snapshot;
-use boost_tensor::Backend;
+use boost_tensor::{Backend, trace};
 use std::time::{Duration, Instant};
 
 impl<B: Backend> Job<'_, B> {
@@ -17,19 +17,36 @@ impl<B: Backend> Job<'_, B> {
         if self.ctx.opts.fault == Some((self.rank, self.at.step)) {
             bail!("injected fault at step {}", self.at.step);
         }
+        let traced = self.ctx.opts.trace.is_some_and(|t| t.contains(self.at.step + 1));
+        if let Some(t) = &self.trace {
+            t.sink.set_active(traced);
+        }
+        let step_span = trace::span("step", || format!("step {}", self.at.step + 1));
         let t0 = Instant::now();
         // A single rank runs inside the compute pool: parallel kernels queue their jobs
         // locally, without the allocations of jobs pushed from outside it. (Ranks of a
         // parallel run stay on their own threads: a rank blocked in a collective must never
         // hold a pool worker.)
+        // The pool's thread records into this rank's trace too.
+        let here = trace::current();
         let out = match (self.world, self.ctx.cfg.train.device.as_str()) {
             // On the CPU with the other workers kept awake, so none is woken late at each
             // kernel.
-            (1, "cpu") => boost_tensor::cpu::pool::hold_pool(|| self.train_step())?,
+            (1, "cpu") => boost_tensor::cpu::pool::hold_pool(|| {
+                let _t = trace::attach(here);
+                self.train_step()
+            })?,
             // A GPU step mostly waits on the device: idle workers may sleep.
-            (1, _) => rayon::scope(|_| self.train_step())?,
+            (1, _) => rayon::scope(|_| {
+                let _t = trace::attach(here);
+                self.train_step()
+            })?,
             _ => self.train_step()?,
         };
+        drop(step_span);
+        if let Some(t) = &self.trace {
+            t.sink.set_active(false);
+        }
         let comm = self.recorder.map(|r| r.take());
         let exposed_tp = self.runner.take_chunk_exposed();
         self.at.position += out.sequences;

@@ -1,0 +1,43 @@
+//! On the kernel emulator, a traced step's kernels appear on a track of their own ("gpu
+//! stream (emulated)"): the emulator runs each kernel when it is launched, so its span is the
+//! kernel's time. (A real GPU only queues them then: no kernel span is recorded there.)
+#![cfg(feature = "emulate")]
+
+mod common;
+
+use boost_config::{Arch, LaxGate};
+use boost_cuda::Precision;
+use boost_model::{Batch, Layout, Model};
+use boost_tensor::Solo;
+use boost_tensor::trace::{Collector, Ctx, attach};
+
+#[test]
+fn the_emulated_stream_traces_gemms_and_attention_kernels() {
+    let Some(be) = common::backend(Precision::F32) else { return };
+    if common::on_gpu(&be) {
+        return;
+    }
+    let cfg = boost_testkit::small_model(Arch::Cola, LaxGate::Dense, 64, 16, 64);
+    let mut model = Model::new(be, &cfg, Layout::single(&cfg), 7).unwrap();
+    let ids: Vec<u32> = (0..32).map(|i| (i * 7 % 64) as u32).collect();
+    let b = Batch { ids: &ids, targets: &ids, batch: 2, seq: 16 };
+    let collector = Collector::default();
+    let sink = collector.sink(0, "rank 0".into());
+    let _t = attach(Some(Ctx { sink: sink.clone(), track: "compute".into() }));
+    model.forward_backward(&Solo, &b, 1.0 / 32.0);
+    assert!(sink.spans().is_empty(), "an inactive sink records nothing");
+    sink.set_active(true);
+    model.forward_backward(&Solo, &b, 1.0 / 32.0);
+    sink.set_active(false);
+    let spans = sink.spans();
+    let on = |track: &str, cat: &str| spans.iter().filter(|s| s.track == track && s.cat == cat).count();
+    assert!(on("gpu stream (emulated)", "gemm") > 0, "GEMMs on the stream");
+    assert!(on("gpu stream (emulated)", "attention") > 0, "attention kernels on the stream");
+    assert_eq!(on("compute", "forward"), cfg.layers + 3, "each layer, the embedding, head and loss");
+    // Every kernel span lies inside the layer pass that launched it, or outside every layer.
+    let layers: Vec<_> = spans.iter().filter(|s| s.track == "compute").collect();
+    for k in spans.iter().filter(|s| s.track != "compute") {
+        let inside = layers.iter().any(|l| l.start_ns <= k.start_ns && k.start_ns + k.dur_ns <= l.start_ns + l.dur_ns);
+        assert!(inside, "{} outside every pass", k.name);
+    }
+}
