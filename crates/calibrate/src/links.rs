@@ -1,7 +1,7 @@
 //! The all-reduce between two ranks, in process or between two MPI processes, timed and
 //! fitted to the ring model.
 
-use crate::hardware::LinkSpec;
+use boost_perf::hardware::LinkSpec;
 use anyhow::Result;
 use std::time::Instant;
 

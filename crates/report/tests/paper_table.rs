@@ -1,8 +1,9 @@
 //! The BOOST paper's set-up through the cost model, printed:
-//! `cargo test --release -p boost-perf --test paper_table -- --ignored --nocapture`.
+//! `cargo test --release -p boost-report --test paper_table -- --ignored --nocapture`.
 
 use boost_perf::Hardware;
-use boost_perf::paper::{Variant, paper_report, paper_rows};
+use boost_perf::paper::{Variant, paper_rows};
+use boost_report::paper::paper_report;
 
 #[test]
 #[ignore = "prints the table; run with --ignored --nocapture"]
@@ -61,13 +62,13 @@ fn print_the_7b_gemm_plans() {
 }
 
 #[test]
-#[ignore = "redraws crates/perf/paper-a100.png as `boost plan --paper --chart` draws it"]
+#[ignore = "redraws crates/report/paper-a100.png as `boost plan --paper --chart` draws it"]
 fn draw_the_paper_chart() {
     let hw = Hardware::preset("a100-80gb").unwrap();
     let bars = boost_perf::paper::chart_bars(&hw);
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("paper-a100.png");
     let title = format!("BOOST paper set-up on {}: iteration time relative to full-rank", hw.name);
-    boost_perf::chart::draw_breakdown(&path, true, &title, "time / full-rank time", &bars).unwrap();
+    boost_report::chart::draw_breakdown(&path, true, &title, "time / full-rank time", &bars).unwrap();
 }
 
 #[test]
@@ -91,4 +92,18 @@ fn the_report_sets_every_paper_row_beside_the_plan_with_its_error() {
             assert!((err - 100.0 * (plan - paper) / paper).abs() <= 0.5, "{}: {cell}", r.case.name);
         }
     }
+}
+
+#[test]
+fn chart_renders_a_png() {
+    let hw = Hardware::preset("a100-80gb").unwrap();
+    let s = boost_perf::Setup::preset("1b", boost_config::Arch::Cola).unwrap();
+    let p = boost_perf::predict(&s, &hw);
+    let dir = std::env::temp_dir().join(format!("boost-perf-chart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("c.png");
+    boost_report::chart::draw_breakdown(&path, false, "test", "s", &[("a".into(), p.breakdown.clone(), 1.0)]).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(&bytes[1..4], b"PNG");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -3,7 +3,7 @@
 //! model and thread count, so the next plan on the same machine reads it back at once.
 
 use super::calibrate_cpu;
-use crate::hardware::Hardware;
+use boost_perf::hardware::Hardware;
 use anyhow::{Context, Result};
 use std::path::{Path, PathBuf};
 

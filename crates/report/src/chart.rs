@@ -1,6 +1,6 @@
 //! Charts of predicted breakdowns: one stacked bar per run (drawn by boost-plot).
 
-use crate::predict::Breakdown;
+use boost_perf::predict::Breakdown;
 use anyhow::Result;
 use boost_plot::bars::{Bar, Segment, StackedBars};
 use boost_plot::{Output, RGBColor};
