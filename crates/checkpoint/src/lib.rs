@@ -28,7 +28,6 @@ pub mod grid;
 pub mod manifest;
 pub mod owned_part;
 pub mod paths;
-pub mod staging;
 
 mod assemble;
 mod finalize;

@@ -303,7 +303,7 @@ fn open_split(dir: &Path, meta: &Meta, split: Split, want: u64) -> Result<Tokens
         .map(|(file, entry)| {
             let path = dir.join(file);
             if let Some(e) = entry {
-                let got = crate::checksum::sha256_file(&path)?;
+                let got = boost_files::checksum::sha256_file(&path)?;
                 if got != e.sha256 {
                     bail!(
                         "{} has SHA-256 {got}, but {} records {} for it: the file changed after `boost data` \

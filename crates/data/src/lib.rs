@@ -62,14 +62,11 @@
 //!
 //! User guide: `docs/guide/data.md`.
 
-pub mod atomic;
 mod build;
-pub mod checksum;
 pub mod dataset;
 mod entropy;
 pub mod foreign;
 pub mod input;
-pub mod interrupt;
 pub mod job;
 pub mod llmc;
 pub mod loader;

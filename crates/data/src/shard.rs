@@ -102,9 +102,9 @@ pub fn write_shard(path: &Path, tokens: &[u32], vocab: u32) -> Result<()> {
     }
     let width = width_for_vocab(vocab);
     let header = Header { width, count: tokens.len() as u64, vocab };
-    let dir = crate::atomic::parent_dir(path);
+    let dir = boost_files::temp::parent_dir(path);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let (tmp, file) = crate::atomic::temp_file_in(&dir, ".shard-")?;
+    let (tmp, file) = boost_files::temp::temp_file_in(&dir, ".shard-")?;
     {
         let mut w = BufWriter::with_capacity(1 << 20, &file);
         w.write_all(&header.to_bytes())?;

@@ -142,7 +142,7 @@ impl ShardWriter {
                     split: self.split.name().to_string(),
                     file: path.file_name().expect("a shard file name").to_string_lossy().into_owned(),
                     tokens: *tokens,
-                    sha256: crate::checksum::sha256_file(path)?,
+                    sha256: boost_files::checksum::sha256_file(path)?,
                 })
             })
             .collect()

@@ -12,7 +12,7 @@ pub use out::MARKER;
 use anyhow::{Context, Result};
 use boost_checkpoint::Checkpoint;
 use boost_checkpoint::paths;
-use boost_checkpoint::staging::{self, Staged};
+use boost_files::staging::{self, Staged};
 use boost_config::{Arch, Config};
 use boost_data::Tokenizer;
 use std::fs;

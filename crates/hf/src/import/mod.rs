@@ -12,7 +12,7 @@ pub use folder::Folder;
 pub use llama::{LlamaShape, llama_shape};
 
 use anyhow::{Context, Result, bail};
-use boost_checkpoint::staging::{self, Staged};
+use boost_files::staging::{self, Staged};
 use boost_checkpoint::{self as checkpoint, CheckpointMeta};
 use boost_config::{Arch, Config, LaxFlavour, LaxGate};
 use boost_exec::optim::AdamW;
