@@ -2,7 +2,12 @@
 //! backward (docs/PARALLELISM.md §5), and the per-slot calls an executor makes of them.
 
 use super::recompute::{act_set, act_slots};
-use super::*;
+use boost_config::{Arch, Recompute};
+use boost_tensor::{Backend, Collective, Mat};
+use crate::block::BlockSaved;
+use crate::model::{Batch, GradsFinal, GradsReady, LossSum, Model, ParamsNeeded, PassInputs, ctx};
+use crate::model::work::Work;
+use crate::pass::Ctx;
 use crate::pass::CachedAttention;
 
 /// Where a forward reads the parameters.

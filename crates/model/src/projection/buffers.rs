@@ -1,7 +1,10 @@
 //! Where a group's values live: the latent's geometry, the component-major output and the
 //! saved activations.
 
-use super::*;
+use boost_config::Phi;
+use boost_tensor::{Backend, Mat, MatMut};
+use crate::plan::NormPlacement;
+use crate::projection::{LaxActs, ProjActs, ProjGroup, Weights};
 
 /// Where component j of a latent sits, relative to the latent's start.
 #[derive(Debug, Clone, Copy)]

@@ -1,7 +1,11 @@
 //! A low-rank group's backward between its output and its input: the up-projections, φ',
 //! the LaX crossing, the online norm's statistic and the down-projection.
 
-use super::*;
+use boost_tensor::{Backend, Mat, MatMut};
+use crate::labels;
+use crate::params::Slot;
+use crate::projection::{Call, Gate, LaxActs, LaxSlots, ProjActs, ProjGroup};
+use crate::projection::backward::ProjSaved;
 use crate::params::two_mut;
 use boost_tensor::{KronBwd, LayerNormBwd, SiluNormBwd};
 
