@@ -33,7 +33,7 @@ pub mod step;
 
 pub use hardware::{Hardware, Timer};
 pub use layer::{LayerOps, Saved, layer_ops, layer_saved};
-pub use ops::{Attention, CollKind, Collective, Elementwise, Gemm, GemmRole, Group, Op, Phase};
+pub use ops::{Attention, CollKind, Collective, Elementwise, Gemm, GemmRole, CollGroup, CostOp, Phase};
 pub use predict::{Breakdown, LayerComm, Prediction, bubble_fraction, layer_comm, predict};
 pub use setup::{AttnConvention, Dtype, NormMode, Setup};
 pub use step::{
@@ -61,7 +61,7 @@ pub fn step_collectives(s: &Setup, stage: usize) -> Vec<StepCollective> {
     let ops = stage_ops(s, stage);
     let mut out = Vec::new();
     for mb in 0..s.accumulation {
-        let mut push = |layer: Option<usize>, op: &Op, phases: &[Phase]| {
+        let mut push = |layer: Option<usize>, op: &CostOp, phases: &[Phase]| {
             if let Some(c) = op.as_collective()
                 && phases.contains(&c.phase)
             {

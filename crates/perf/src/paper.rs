@@ -41,7 +41,7 @@ pub const CASES: &[PaperCase] = &[
 /// The runs compared for each case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Variant {
+pub enum Method {
     /// Full-rank model, Megatron TP.
     FullRank,
     /// Low-rank model, vanilla TP.
@@ -52,21 +52,21 @@ pub enum Variant {
     BtpOnline,
 }
 
-impl Variant {
-    pub const ALL: [Variant; 4] = [Variant::FullRank, Variant::Vanilla, Variant::Btp, Variant::BtpOnline];
+impl Method {
+    pub const ALL: [Method; 4] = [Method::FullRank, Method::Vanilla, Method::Btp, Method::BtpOnline];
     pub fn name(self) -> &'static str {
         match self {
-            Variant::FullRank => "full-rank (megatron)",
-            Variant::Vanilla => "vanilla",
-            Variant::Btp => "btp (paper's norm)",
-            Variant::BtpOnline => "btp (online)",
+            Method::FullRank => "full-rank (megatron)",
+            Method::Vanilla => "vanilla",
+            Method::Btp => "btp (paper's norm)",
+            Method::BtpOnline => "btp (online)",
         }
     }
 }
 
 /// The set-up of one case and variant.
-pub fn paper_setup(c: &PaperCase, v: Variant) -> Setup {
-    let arch = if v == Variant::FullRank { Arch::Full } else { Arch::Cola };
+pub fn paper_setup(c: &PaperCase, v: Method) -> Setup {
+    let arch = if v == Method::FullRank { Arch::Full } else { Arch::Cola };
     let mut s = Setup::preset(c.preset, arch).expect("paper presets exist");
     s.model.vocab = 32000;
     s.tp = c.tp;
@@ -77,12 +77,12 @@ pub fn paper_setup(c: &PaperCase, v: Variant) -> Setup {
     s.accumulation = c.accumulation;
     s.dtype = Dtype::Bf16;
     s.scheme = match v {
-        Variant::FullRank => Scheme::Megatron,
-        Variant::Vanilla => Scheme::Vanilla,
+        Method::FullRank => Scheme::Megatron,
+        Method::Vanilla => Scheme::Vanilla,
         _ => Scheme::Btp,
     };
-    s.norm = if v == Variant::Btp && c.tp > 1 { NormMode::Local } else { NormMode::Online };
-    s.recompute = if c.preset == "30b" || (c.preset == "7b" && v == Variant::Vanilla) {
+    s.norm = if v == Method::Btp && c.tp > 1 { NormMode::Local } else { NormMode::Online };
+    s.recompute = if c.preset == "30b" || (c.preset == "7b" && v == Method::Vanilla) {
         Recompute::Full
     } else {
         Recompute::None
@@ -93,11 +93,11 @@ pub fn paper_setup(c: &PaperCase, v: Variant) -> Setup {
 #[derive(Debug, Clone, Serialize)]
 pub struct PaperRow {
     pub case: PaperCase,
-    pub variants: Vec<(Variant, Prediction)>,
+    pub variants: Vec<(Method, Prediction)>,
 }
 
 impl PaperRow {
-    pub fn get(&self, v: Variant) -> &Prediction {
+    pub fn get(&self, v: Method) -> &Prediction {
         &self.variants.iter().find(|(x, _)| *x == v).expect("all variants computed").1
     }
 }
@@ -107,13 +107,13 @@ impl PaperRow {
 pub fn chart_bars(hw: &Hardware) -> Vec<(String, crate::predict::Breakdown, f64)> {
     let mut bars = Vec::new();
     for row in paper_rows(hw) {
-        let t_full = row.get(Variant::FullRank).iteration_time_s;
+        let t_full = row.get(Method::FullRank).iteration_time_s;
         for (v, p) in &row.variants {
             let short = match v {
-                Variant::FullRank => "full",
-                Variant::Vanilla => "vanilla",
-                Variant::Btp => "btp",
-                Variant::BtpOnline => "btp-online",
+                Method::FullRank => "full",
+                Method::Vanilla => "vanilla",
+                Method::Btp => "btp",
+                Method::BtpOnline => "btp-online",
             };
             bars.push((format!("{} {short}", row.case.name), p.breakdown.clone(), 1.0 / t_full));
         }
@@ -126,7 +126,7 @@ pub fn paper_rows(hw: &Hardware) -> Vec<PaperRow> {
         .iter()
         .map(|c| PaperRow {
             case: c.clone(),
-            variants: Variant::ALL.iter().map(|&v| (v, predict(&paper_setup(c, v), hw))).collect(),
+            variants: Method::ALL.iter().map(|&v| (v, predict(&paper_setup(c, v), hw))).collect(),
         })
         .collect()
 }

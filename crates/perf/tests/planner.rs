@@ -28,15 +28,15 @@ fn search_ranks_feasible_layouts_first() {
 fn the_memory_model_agrees_with_the_papers_recompute_facts() {
     // Spec §7: at 7B TP4, micro-batch 4, the vanilla baseline needed full-layer recompute to fit.
     let hw = Hardware::preset("a100-80gb").unwrap();
-    use boost_perf::paper::{CASES, Variant, paper_setup};
+    use boost_perf::paper::{CASES, Method, paper_setup};
     let seven = CASES.iter().find(|c| c.preset == "7b").unwrap();
-    let mut v = paper_setup(seven, Variant::Vanilla);
+    let mut v = paper_setup(seven, Method::Vanilla);
     assert_eq!(v.recompute, Recompute::Full);
     assert!(predict(&v, &hw).fits);
     v.recompute = Recompute::None;
     assert!(!predict(&v, &hw).fits);
-    assert!(predict(&paper_setup(seven, Variant::FullRank), &hw).fits);
-    assert!(predict(&paper_setup(seven, Variant::Btp), &hw).fits);
+    assert!(predict(&paper_setup(seven, Method::FullRank), &hw).fits);
+    assert!(predict(&paper_setup(seven, Method::Btp), &hw).fits);
 }
 
 #[test]
@@ -63,7 +63,7 @@ fn collective_times_follow_the_alpha_beta_formulas() {
         label: "x".into(),
         phase: Phase::Forward,
         kind: CollKind::AllReduce,
-        group: Group::Tp,
+        group: CollGroup::Tp,
         elements: 1 << 20,
         elements_f32: 0,
         dtype_bytes: 2,

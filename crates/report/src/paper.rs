@@ -3,7 +3,7 @@
 
 use boost_perf::hardware::Hardware;
 use boost_config::Recompute;
-use boost_perf::paper::{MEASURED_SOURCE, Variant, paper_rows, paper_setup};
+use boost_perf::paper::{MEASURED_SOURCE, Method, paper_rows, paper_setup};
 use boost_perf::predict::predict;
 use boost_perf::setup::Setup;
 use std::fmt::Write;
@@ -41,18 +41,18 @@ pub fn paper_report(hw: &Hardware) -> String {
             "| {} | {} | {:.3}{} | {:.3}{} | {:.3}{} | {:.3}{} | {:.2}× | {:.2}× | {:.2}× | {:.2}× |",
             c.name,
             layout,
-            t(Variant::FullRank),
-            flag(Variant::FullRank),
-            t(Variant::Vanilla),
-            flag(Variant::Vanilla),
-            t(Variant::Btp),
-            flag(Variant::Btp),
-            t(Variant::BtpOnline),
-            flag(Variant::BtpOnline),
-            t(Variant::FullRank) / t(Variant::Btp),
-            t(Variant::Vanilla) / t(Variant::Btp),
-            t(Variant::FullRank) / t(Variant::BtpOnline),
-            t(Variant::Vanilla) / t(Variant::BtpOnline),
+            t(Method::FullRank),
+            flag(Method::FullRank),
+            t(Method::Vanilla),
+            flag(Method::Vanilla),
+            t(Method::Btp),
+            flag(Method::Btp),
+            t(Method::BtpOnline),
+            flag(Method::BtpOnline),
+            t(Method::FullRank) / t(Method::Btp),
+            t(Method::Vanilla) / t(Method::Btp),
+            t(Method::FullRank) / t(Method::BtpOnline),
+            t(Method::Vanilla) / t(Method::BtpOnline),
         );
     }
     let _ = writeln!(o);
@@ -66,7 +66,7 @@ pub fn paper_report(hw: &Hardware) -> String {
             let (paper, plan) = (r.case.measured_s[i], r.get(v).iteration_time_s);
             format!("{paper:.2} / {plan:.3} / {:+.0} %", 100.0 * (plan - paper) / paper)
         };
-        let (f, v, b) = (cell(0, Variant::FullRank), cell(1, Variant::Vanilla), cell(2, Variant::Btp));
+        let (f, v, b) = (cell(0, Method::FullRank), cell(1, Method::Vanilla), cell(2, Method::Btp));
         let _ = writeln!(o, "| {} | {f} | {v} | {b} |", r.case.name);
     }
     let _ = writeln!(o);
@@ -139,7 +139,7 @@ pub fn paper_report(hw: &Hardware) -> String {
     );
     let _ = writeln!(o, "|---|---|---|---|---|---|");
     for (v, want) in
-        [(Variant::FullRank, "0.25"), (Variant::Vanilla, "1.30"), (Variant::Btp, "0.22"), (Variant::BtpOnline, "0.22")]
+        [(Method::FullRank, "0.25"), (Method::Vanilla, "1.30"), (Method::Btp, "0.22"), (Method::BtpOnline, "0.22")]
     {
         let c = &seven.get(v).layer_comm;
         let _ = writeln!(

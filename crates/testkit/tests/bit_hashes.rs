@@ -8,7 +8,7 @@
 //! BOOST_BIT_HASHES=before.txt cargo test --release -p boost-testkit --test bit_hashes -- --ignored
 //! ```
 
-use boost_comm::{Dims, GridOptions, RunOptions, run_ranks_with};
+use boost_comm::{GridDims, GridOptions, RunOptions, run_ranks_with};
 use boost_config::{Config, PipeSchedule};
 use boost_exec::dp::Optimizer;
 use boost_exec::pipeline::schedule::table;
@@ -70,7 +70,7 @@ fn run<T: Scalar + boost_comm::CommElem>(sets: &[String]) -> Vec<String> {
     let (tp, pp) = (cfg.parallel.tp, cfg.parallel.pp);
     let data = batches(cfg.model.vocab);
     let opts = RunOptions::default().grid(GridOptions::default().record(true).log_capacity(1 << 16));
-    run_ranks_with(Dims::new(dp, pp, tp), &opts, |rank, grid| {
+    run_ranks_with(GridDims::new(dp, pp, tp), &opts, |rank, grid| {
         let c = grid.coord;
         let layout = Layout::staged(&cfg.model, &cfg.parallel, c.tp, c.pp, pp);
         let be = Cpu::<T>::new();

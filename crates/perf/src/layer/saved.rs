@@ -1,7 +1,7 @@
 //! What a layer's forward keeps for backward under each recompute policy, and the working set
 //! a recomputed layer rebuilds while its backward runs.
 
-use super::ctx::Ctx;
+use super::ctx::LayerEmitter;
 use crate::setup::Setup;
 use boost_config::Recompute;
 use serde::Serialize;
@@ -31,7 +31,7 @@ impl Saved {
 /// implementations, against which the model's recompute facts are checked; the engine keeps
 /// d_ff/p elements a token less, since its SwiGLU backward rebuilds the product.
 pub fn layer_saved(s: &Setup, layer: usize) -> Vec<Saved> {
-    Ctx::new(s, layer).saved(s.policy_of(layer))
+    LayerEmitter::new(s, layer).saved(s.policy_of(layer))
 }
 
 /// The extra activation bytes per token alive while one recomputed layer runs its backward:
@@ -40,11 +40,11 @@ pub fn layer_transient(s: &Setup, layer: usize) -> f64 {
     if s.policy_of(layer) == Recompute::None {
         return 0.0;
     }
-    let c = Ctx::new(s, layer);
+    let c = LayerEmitter::new(s, layer);
     c.saved(Recompute::None).iter().map(Saved::bytes_per_token).sum()
 }
 
-impl Ctx<'_> {
+impl LayerEmitter<'_> {
     /// What a forward keeps per token for backward, by policy.
     fn saved(&self, policy: Recompute) -> Vec<Saved> {
         let a = self.a;

@@ -3,7 +3,7 @@
 
 use crate::compare::assert_close;
 use crate::engine::{Engine, small_model};
-use boost_comm::{Dims, run_ranks};
+use boost_comm::{GridDims, run_ranks};
 use boost_config::{Arch, LaxGate, ModelConfig, NormMode, ParallelConfig, Scheme};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::{Backend, Collective};
@@ -24,7 +24,7 @@ pub fn ranks_match<R: Backend, E: Backend>(reference: &Engine<R>, engine: &Engin
         let cfg = small_model(arch, LaxGate::Kron, 32, 8, 50);
         let par = ParallelConfig { tp: 2, scheme: scheme.into(), norm, ..ParallelConfig::default() };
         let what = format!("{arch:?} {scheme:?} {norm:?}");
-        run_ranks(Dims::new(1, 1, 2), |rank, grid| {
+        run_ranks(GridDims::new(1, 1, 2), |rank, grid| {
             let layout = Layout::from_config(&cfg, &par, rank);
             let be = reference.backend();
             let tp = reference.collective(&be, &grid.tp);
