@@ -4,7 +4,7 @@
 
 use crate::step::BenchOptions;
 use anyhow::{Context, Result};
-use boost_comm::{GridDims, Link, GroupLinks, run_ranks_with};
+use boost_comm::{GridDims, GroupLinks, Link, run_ranks_with};
 use boost_config::Config;
 use boost_data::{Loader, TokenShard, TrainStream};
 use boost_exec::dp::Groups;

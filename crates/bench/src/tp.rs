@@ -8,7 +8,7 @@ use crate::memory::{peak_rss_mib, reset_peak_rss};
 use crate::stats::median;
 use crate::step::BenchOptions;
 use anyhow::Result;
-use boost_comm::{GridDims, GridOptions, Link, GroupLinks, RunOptions, run_ranks_with};
+use boost_comm::{GridDims, GridOptions, GroupLinks, Link, RunOptions, run_ranks_with};
 use boost_config::{ModelConfig, NormMode, ParallelConfig, Recompute, Scheme, TrainConfig};
 use boost_exec::optim::{AdamW, clip_coef, grad_norm};
 use boost_model::{Batch, Layout, Model};
@@ -102,7 +102,8 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
         par.validate(cfg)?;
         let mut ropts = RunOptions::default().record(true);
         if let Some(l) = tb.link {
-            ropts = ropts.grid(GridOptions::default().record(true).links(GroupLinks { tp: Some(l), ..Default::default() }));
+            ropts =
+                ropts.grid(GridOptions::default().record(true).links(GroupLinks { tp: Some(l), ..Default::default() }));
         }
         let ids: Vec<u32> = (0..t + 1).map(|i| ((i as u64 * 2654435761) % cfg.vocab as u64) as u32).collect();
         let start = reset_peak_rss();

@@ -3,8 +3,8 @@
 
 use super::attention::AttentionSample;
 use super::gemm::GemmSample;
-use boost_perf::hardware::{LinkSpec, shape_factor};
 use anyhow::{Context, Result};
+use boost_perf::hardware::{LinkSpec, shape_factor};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;

@@ -28,9 +28,9 @@ pub use links::{calibrate_collectives, calibrate_mpi_collectives};
 pub use machine::{cache_dir, this_machine};
 pub use shared::measure_shared_efficiency;
 
+use anyhow::Result;
 use boost_perf::hardware::LinkSpec;
 use boost_perf::median;
-use anyhow::Result;
 use file::{Measured, refuse_existing, write_checked};
 use links::mpi_links_via_mpirun;
 use std::path::Path;

@@ -1,8 +1,8 @@
 //! The all-reduce between two ranks, in process or between two MPI processes, timed and
 //! fitted to the ring model.
 
-use boost_perf::hardware::LinkSpec;
 use anyhow::Result;
+use boost_perf::hardware::LinkSpec;
 use std::time::Instant;
 
 /// Payloads timed by the collective calibration: one element (α) and 16 MiB (β).

@@ -11,7 +11,7 @@ use boost_comm::backend::lock;
 use boost_comm::backend::panic_message;
 use boost_comm::mpi::{Job, MpiOptions};
 use boost_comm::{CommError, CommResult, Failure};
-use boost_comm::{GridDims, Grid, GridOptions};
+use boost_comm::{Grid, GridDims, GridOptions};
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;

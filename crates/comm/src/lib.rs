@@ -44,7 +44,7 @@ pub mod started;
 
 pub use communicator::{CommExt, Communicator};
 pub use error::{CommError, CommResult, Failure};
-pub use grid::{Coord, GridDims, Grid, GridOptions, GroupLinks};
+pub use grid::{Coord, Grid, GridDims, GridOptions, GroupLinks};
 pub use group::Group;
 pub use inprocess::{InProcess, InProcessComm, InProcessOptions, RankGuard};
 pub use link::Link;

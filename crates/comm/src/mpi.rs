@@ -59,7 +59,7 @@
 
 use crate::communicator::Communicator;
 use crate::error::CommResult;
-use crate::grid::{GridDims, Grid, GridOptions};
+use crate::grid::{Grid, GridDims, GridOptions};
 use crate::runner::RunOptions;
 use std::io::Write;
 use std::sync::{Arc, OnceLock};

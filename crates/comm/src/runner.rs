@@ -1,7 +1,7 @@
 //! [`run_ranks`]: run one closure per rank of an in-process grid, each on its own OS thread,
 //! and turn any rank's error or panic into one error naming the rank that failed first.
 
-use crate::grid::{GridDims, Grid, GridOptions};
+use crate::grid::{Grid, GridDims, GridOptions};
 use crate::inprocess::{InProcess, InProcessOptions};
 use anyhow::{Context, anyhow};
 use std::any::Any;

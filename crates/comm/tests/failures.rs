@@ -3,7 +3,9 @@
 
 mod common;
 
-use boost_comm::{CommError, CommExt, GridDims, InProcess, InProcessOptions, RunOptions, panic_message, run_ranks_with};
+use boost_comm::{
+    CommError, CommExt, GridDims, InProcess, InProcessOptions, RunOptions, panic_message, run_ranks_with,
+};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Collective, Label, ReduceOp};
 use common::run;

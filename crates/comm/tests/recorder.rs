@@ -2,7 +2,7 @@
 
 mod common;
 
-use boost_comm::{DType, GridDims, GridOptions, Kind, Link, GroupLinks, RunOptions, run_ranks_with};
+use boost_comm::{DType, GridDims, GridOptions, GroupLinks, Kind, Link, RunOptions, run_ranks_with};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Collective, Label, ReduceOp};
 use std::time::{Duration, Instant};

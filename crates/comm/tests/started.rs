@@ -4,7 +4,7 @@
 
 mod common;
 
-use boost_comm::{GridDims, GridOptions, Kind, Link, GroupLinks, RunOptions, panic_message, run_ranks_with};
+use boost_comm::{GridDims, GridOptions, GroupLinks, Kind, Link, RunOptions, panic_message, run_ranks_with};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Collective, Label, ReduceOp};
 use common::values;
@@ -174,7 +174,8 @@ fn without_overlap_a_started_call_completes_at_once() {
 fn duplicates_share_the_emulated_wire() {
     // 10 MB over 0.1 GB/s between two ranks: 100 ms of transfer per all-reduce, no latency.
     let link = Link::new(0.0, 0.1);
-    let opts = RunOptions::default().grid(GridOptions::default().links(GroupLinks { tp: Some(link), ..GroupLinks::default() }));
+    let opts = RunOptions::default()
+        .grid(GridOptions::default().links(GroupLinks { tp: Some(link), ..GroupLinks::default() }));
     let slowest = run_ranks_with(GridDims::tp(2), &opts, |_, grid| {
         let twin = grid.tp.duplicate()?;
         // Ends are measured from one instant before both calls: with one wire the second

@@ -96,6 +96,6 @@ pub use mixture::{Mixture, TrainStream};
 pub use output::OutputGuard;
 pub use shard::{TokenShard, write_shard};
 pub use source::Source;
-pub use split::{Subset, Splitter};
+pub use split::{Splitter, Subset};
 pub use tokenizer::{EOS, Tokenizer};
 pub use tokens::Tokens;

@@ -7,9 +7,9 @@
 //! only when complete; `rename` replaces an empty directory but never a non-empty one, so an
 //! existing dataset (or any other file) is never replaced.
 
+use anyhow::{Context, Result, bail};
 use boost_files::Staged;
 use boost_files::interrupt::Pending;
-use anyhow::{Context, Result, bail};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};

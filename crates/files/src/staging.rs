@@ -7,9 +7,9 @@
 //! rename, the next run to the same output puts the old one back ([`recover`]). An output that
 //! must not be replaced goes only onto a missing or empty folder ([`Staged::finish_into_empty`]).
 
-use anyhow::{Context, Result};
 use crate::interrupt;
 use crate::temp::{self as atomic, TempPath};
+use anyhow::{Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
 

@@ -18,7 +18,7 @@
 
 use crate::attention_model;
 use crate::gemm_model::{self, TileModel};
-use crate::ops::{Attention, CollKind, Collective, Elementwise, Gemm, CollGroup, CostOp};
+use crate::ops::{Attention, CollGroup, CollKind, Collective, CostOp, Elementwise, Gemm};
 use crate::setup::{Dtype, Setup};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};

@@ -33,7 +33,7 @@ pub mod step;
 
 pub use hardware::{Hardware, Timer};
 pub use layer::{LayerOps, Saved, layer_ops, layer_saved};
-pub use ops::{Attention, CollKind, Collective, Elementwise, Gemm, GemmRole, CollGroup, CostOp, Phase};
+pub use ops::{Attention, CollGroup, CollKind, Collective, CostOp, Elementwise, Gemm, GemmRole, Phase};
 pub use predict::{Breakdown, LayerComm, Prediction, bubble_fraction, layer_comm, predict};
 pub use setup::{AttnConvention, Dtype, NormMode, Setup};
 pub use step::{

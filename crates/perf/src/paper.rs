@@ -82,11 +82,8 @@ pub fn paper_setup(c: &PaperCase, v: Method) -> Setup {
         _ => Scheme::Btp,
     };
     s.norm = if v == Method::Btp && c.tp > 1 { NormMode::Local } else { NormMode::Online };
-    s.recompute = if c.preset == "30b" || (c.preset == "7b" && v == Method::Vanilla) {
-        Recompute::Full
-    } else {
-        Recompute::None
-    };
+    s.recompute =
+        if c.preset == "30b" || (c.preset == "7b" && v == Method::Vanilla) { Recompute::Full } else { Recompute::None };
     s
 }
 

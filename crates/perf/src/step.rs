@@ -2,7 +2,7 @@
 //! data-parallel gradient traffic, the optimizer, and memory per rank.
 
 use crate::layer::{LayerOps, layer_ops, layer_saved, layer_transient};
-use crate::ops::{CollKind, Collective, Elementwise, Gemm, GemmRole, CollGroup, CostOp, Phase};
+use crate::ops::{CollGroup, CollKind, Collective, CostOp, Elementwise, Gemm, GemmRole, Phase};
 use crate::setup::{Dtype, Setup};
 use boost_config::{Arch, LaxGate, ModelConfig, PipeSchedule};
 use boost_plan::{Entry, Exit};
@@ -124,7 +124,15 @@ fn stack_ew(s: &Setup, label: &str, phase: Phase, bytes: u64) -> CostOp {
 }
 
 /// A collective of `per_token` elements per token of the micro-batch (all fp32 when `f32`).
-fn token_coll(s: &Setup, label: &str, phase: Phase, kind: CollKind, group: CollGroup, per_token: u64, f32: bool) -> CostOp {
+fn token_coll(
+    s: &Setup,
+    label: &str,
+    phase: Phase,
+    kind: CollKind,
+    group: CollGroup,
+    per_token: u64,
+    f32: bool,
+) -> CostOp {
     let elements = per_token * s.tokens();
     CostOp::Collective(Collective {
         label: label.into(),
@@ -142,7 +150,8 @@ fn entry_ops(s: &Setup) -> Vec<CostOp> {
     let (d, p, a) = (s.model.d as u64, s.tp as u64, s.dtype.bytes());
     let mut ops = Vec::new();
     let ew = |phase, bytes: u64| stack_ew(s, "embed", phase, bytes);
-    let coll = |label: &str, phase, kind, elements: u64| token_coll(s, label, phase, kind, CollGroup::Tp, elements, false);
+    let coll =
+        |label: &str, phase, kind, elements: u64| token_coll(s, label, phase, kind, CollGroup::Tp, elements, false);
     match s.checked_plan().entry {
         Entry::HiddenShard => {
             // Hidden-sharded table: each rank looks up its own d/p columns.

@@ -304,7 +304,9 @@ fn tp_chunks_hide_tp_collectives_behind_the_other_chunks_compute() {
     // flight ...
     let timer = Timer::new(&hw, &s);
     let latency = |o: &CostOp| match o {
-        CostOp::Collective(c) if c.group == CollGroup::Tp => timer.op(&CostOp::Collective(Collective { elements: 0, ..c.clone() })),
+        CostOp::Collective(c) if c.group == CollGroup::Tp => {
+            timer.op(&CostOp::Collective(Collective { elements: 0, ..c.clone() }))
+        }
         _ => 0.0,
     };
     let extra: f64 = stage_ops(&s, 0).all().map(latency).sum();

@@ -1,8 +1,8 @@
 //! The table `boost plan --paper` prints: the BOOST paper's set-up through the cost model
 //! ([`boost_perf::paper`]), each row beside the paper's measured times.
 
-use boost_perf::hardware::Hardware;
 use boost_config::Recompute;
+use boost_perf::hardware::Hardware;
 use boost_perf::paper::{MEASURED_SOURCE, Method, paper_rows, paper_setup};
 use boost_perf::predict::predict;
 use boost_perf::setup::Setup;

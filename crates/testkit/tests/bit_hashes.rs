@@ -105,7 +105,10 @@ fn run<T: Scalar + boost_comm::CommElem>(sets: &[String]) -> Vec<String> {
         let mut hc = Fnv::new();
         let snap = grid.recorder().unwrap().take();
         for e in &snap.events {
-            hc.text(&format!("{} {} {:?} {:?} {} {}", e.key.group, e.key.label, e.key.kind, e.key.dtype, e.elements, e.bytes));
+            hc.text(&format!(
+                "{} {} {:?} {:?} {} {}",
+                e.key.group, e.key.label, e.key.kind, e.key.dtype, e.elements, e.bytes
+            ));
         }
         assert_eq!(snap.dropped_events, 0, "the log holds every call");
         Ok(format!(
@@ -130,12 +133,8 @@ fn fingerprints() {
         ("cola", &[]),
         ("full", &[]),
     ];
-    let layouts: [&[&str]; 4] = [
-        &["parallel.tp=1"],
-        &["parallel.tp=2"],
-        &["parallel.tp=2", "parallel.pp=2"],
-        &["parallel.dp=2"],
-    ];
+    let layouts: [&[&str]; 4] =
+        [&["parallel.tp=1"], &["parallel.tp=2"], &["parallel.tp=2", "parallel.pp=2"], &["parallel.dp=2"]];
     let mut out = String::new();
     for (arch, schemes) in models {
         let schemes: Vec<Option<&str>> =

@@ -8,7 +8,7 @@
 use boost_checkpoint::grid::load_run;
 use boost_checkpoint::owned_part::OwnedPart;
 use boost_checkpoint::shard::BLOCK;
-use boost_checkpoint::{self as checkpoint, Checkpoint, CheckpointMeta, WriterGrid, Tensors, local_slice};
+use boost_checkpoint::{self as checkpoint, Checkpoint, CheckpointMeta, Tensors, WriterGrid, local_slice};
 use boost_config::Config;
 use boost_exec::dp::Optimizer;
 use boost_model::{Layout, Model};

@@ -4,7 +4,7 @@
 use anyhow::Result;
 use boost_perf::hardware::{Hardware, Timer};
 use boost_perf::layer::{LayerOps, layer_ops};
-use boost_perf::ops::{GemmRole, CostOp};
+use boost_perf::ops::{CostOp, GemmRole};
 use boost_perf::setup::Setup;
 use std::fmt::Write as _;
 

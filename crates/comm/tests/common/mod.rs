@@ -1,6 +1,6 @@
 #![allow(dead_code)]
 
-use boost_comm::{GridDims, Grid, RunOptions, run_ranks_with};
+use boost_comm::{Grid, GridDims, RunOptions, run_ranks_with};
 use std::time::Duration;
 
 /// A small deterministic generator (xorshift64*).

@@ -17,7 +17,7 @@ use crate::progress::{ByteProgress, Spinner};
 use crate::sample::Sampler;
 use crate::shard;
 use crate::source::Source;
-use crate::split::{Subset, Splitter};
+use crate::split::{Splitter, Subset};
 use crate::tokenizer::Tokenizer;
 use anyhow::{Context, Result, bail};
 use std::path::Path;

@@ -7,7 +7,7 @@ use crate::input::Document;
 use crate::progress::ByteProgress;
 use crate::shard_writer::ShardWriter;
 use crate::source::Source;
-use crate::split::{Subset, Splitter};
+use crate::split::{Splitter, Subset};
 use crate::tokenizer::Tokenizer;
 use anyhow::{Result, anyhow, bail};
 use rayon::prelude::*;

@@ -12,9 +12,9 @@ pub use out::MARKER;
 use anyhow::{Context, Result};
 use boost_checkpoint::Checkpoint;
 use boost_checkpoint::paths;
-use boost_files::staging::{self, Staged};
 use boost_config::{Arch, Config};
 use boost_data::Tokenizer;
+use boost_files::staging::{self, Staged};
 use std::fs;
 use std::path::Path;
 

@@ -1,12 +1,12 @@
 //! The buffers of one micro-batch shape: allocated on first use, kept per pipeline slot and
 //! reused every step; and the activation memory they amount to.
 
-use boost_config::{Arch, LaxGate, Recompute};
-use boost_tensor::Backend;
 use crate::block::{BlockActs, BlockGrads, Kept};
 use crate::model::{Batch, Model};
 use crate::plan::Entry;
 use crate::projection::Scratch;
+use boost_config::{Arch, LaxGate, Recompute};
+use boost_tensor::Backend;
 
 /// Activation memory of one micro-batch shape under the model's recompute policy.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,7 +2,7 @@
 //! pair), elementwise kernels by bytes moved, and tensor-parallel collectives.
 
 use super::ctx::LayerEmitter;
-use crate::ops::{CollKind, Collective, Elementwise, Gemm, GemmRole, CollGroup, CostOp, Phase};
+use crate::ops::{CollGroup, CollKind, Collective, CostOp, Elementwise, Gemm, GemmRole, Phase};
 
 impl LayerEmitter<'_> {
     /// A GEMM `(m×k)·(k×n)`, `batch` times; `shape` = (m, k, n, batch).

@@ -5,7 +5,7 @@ use super::job::RankCtx;
 use super::preflight::prepare;
 use super::{Summary, TrainOptions};
 use anyhow::{Result, bail};
-use boost_comm::{GridDims, Grid, GridOptions, Link, GroupLinks, RunOptions, run_ranks_with};
+use boost_comm::{Grid, GridDims, GridOptions, GroupLinks, Link, RunOptions, run_ranks_with};
 use boost_config::Config;
 use boost_exec::dp::Groups;
 use boost_perf::fit::{check_gpu_memory, check_memory, local_ranks};

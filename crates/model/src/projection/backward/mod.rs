@@ -7,11 +7,11 @@
 mod lowrank;
 mod norm;
 
-use boost_tensor::{Backend, Mat, MatMut};
 use crate::labels;
 use crate::params::Slot;
 use crate::pass::Ctx;
 use crate::projection::{Call, ProjActs, ProjGroup, Scratch, Weights};
+use boost_tensor::{Backend, Mat, MatMut};
 use lowrank::Crossing;
 
 /// What a group's backward reads of its forward.

@@ -7,7 +7,7 @@
 
 use super::buffers::{Rows, copies_rows, reserve_tiles, unit_cols_len, with_kv_copies, with_tiles, with_unit_cols};
 use super::tile::{Live, block_product};
-use super::{KEY_CHUNK, QkvLayout, MAX_BLOCK_ROWS, block_rows, check};
+use super::{KEY_CHUNK, MAX_BLOCK_ROWS, QkvLayout, block_rows, check};
 use crate::backend::AttnShape;
 use crate::cpu::gemm::Operand;
 use crate::cpu::par::SendPtr;
