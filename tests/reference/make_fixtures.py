@@ -19,7 +19,8 @@ import sys
 import torch
 from safetensors.torch import load_file, safe_open, save_file
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The reference model lives with the code an export ships (crates/hf/src/export/hf).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "crates", "hf", "src", "export", "hf"))
 import boost_ref  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))

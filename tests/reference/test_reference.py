@@ -29,6 +29,7 @@ from safetensors.torch import safe_open
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "crates", "hf", "src", "export", "hf"))
 sys.path.insert(0, os.path.join(ROOT, "crates", "bench", "peers"))
 
 import boost_ref as ref  # noqa: E402

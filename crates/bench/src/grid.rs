@@ -4,9 +4,9 @@
 
 use crate::step::BenchOptions;
 use anyhow::{Context, Result};
-use boost_comm::{Dims, Link, Links, run_ranks_with};
+use boost_comm::{GridDims, GroupLinks, Link, run_ranks_with};
 use boost_config::Config;
-use boost_data::{Loader, Shard, TrainStream};
+use boost_data::{Loader, TokenShard, TrainStream};
 use boost_exec::dp::Groups;
 use boost_exec::pipeline::schedule::simulate;
 use boost_exec::{Learner, StepRunner};
@@ -70,14 +70,14 @@ pub fn run(
         })
         .collect();
     boost_data::write_shard(&path, &tokens, cfg.model.vocab as u32)?;
-    let shard = Shard::open(&path)?;
+    let shard = TokenShard::open(&path)?;
     // The run's own links and overlap (`parallel.link.*`, `parallel.overlap`); `--link`
     // replaces every kind's link.
     let mut ropts = boost_train::trainer::run_options(cfg);
     if let Some(l) = link {
-        ropts.grid = ropts.grid.links(Links::all(l));
+        ropts.grid = ropts.grid.links(GroupLinks::all(l));
     }
-    let rows = run_ranks_with(Dims::new(p.dp, p.pp, p.tp), &ropts, |rank, grid| {
+    let rows = run_ranks_with(GridDims::new(p.dp, p.pp, p.tp), &ropts, |rank, grid| {
         let c = grid.coord;
         let chunks = boost_exec::dp::tp_chunk_groups(&grid, cfg.parallel.tp_chunks)?;
         let g = Groups::cpu(&grid, &chunks);

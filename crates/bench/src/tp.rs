@@ -8,7 +8,7 @@ use crate::memory::{peak_rss_mib, reset_peak_rss};
 use crate::stats::median;
 use crate::step::BenchOptions;
 use anyhow::Result;
-use boost_comm::{Dims, GridOptions, Link, Links, RunOptions, run_ranks_with};
+use boost_comm::{GridDims, GridOptions, GroupLinks, Link, RunOptions, run_ranks_with};
 use boost_config::{ModelConfig, NormMode, ParallelConfig, Recompute, Scheme, TrainConfig};
 use boost_exec::optim::{AdamW, clip_coef, grad_norm};
 use boost_model::{Batch, Layout, Model};
@@ -102,7 +102,8 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
         par.validate(cfg)?;
         let mut ropts = RunOptions::default().record(true);
         if let Some(l) = tb.link {
-            ropts = ropts.grid(GridOptions::default().record(true).links(Links { tp: Some(l), ..Default::default() }));
+            ropts =
+                ropts.grid(GridOptions::default().record(true).links(GroupLinks { tp: Some(l), ..Default::default() }));
         }
         let ids: Vec<u32> = (0..t + 1).map(|i| ((i as u64 * 2654435761) % cfg.vocab as u64) as u32).collect();
         let start = reset_peak_rss();
@@ -116,7 +117,7 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
         // ones (who goes first alternating), so that a host whose speed drifts moves both
         // sides of a pair alike.
         let modes: Vec<usize> = if chunks > 1 { vec![1, chunks] } else { vec![1] };
-        let res = run_ranks_with(Dims::tp(tb.tp), &ropts, |rank, grid| {
+        let res = run_ranks_with(GridDims::tp(tb.tp), &ropts, |rank, grid| {
             let layout = Layout::from_config(cfg, &par, rank);
             let mut model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, layout, 1)?;
             model.set_recompute(v.recompute);

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 /// The grid that writes a checkpoint: every rank (stage, tp, dp) writes a part.
 #[derive(Debug, Clone, Copy)]
-pub struct Grid {
+pub struct WriterGrid {
     pub dp: usize,
     pub pp: usize,
     pub tp: usize,
@@ -51,7 +51,7 @@ const PART_TIMEOUT: Duration = Duration::from_secs(3600);
 /// the temporary directory is removed and `latest` stays where it was.
 pub fn complete(
     root: &Path,
-    grid: Grid,
+    grid: WriterGrid,
     meta: &CheckpointMeta,
     tokenizer: Option<&Path>,
     keep: usize,
@@ -67,12 +67,12 @@ pub fn complete(
     }
 }
 
-fn ranks(grid: Grid) -> impl Iterator<Item = (usize, usize, usize)> {
+fn ranks(grid: WriterGrid) -> impl Iterator<Item = (usize, usize, usize)> {
     (0..grid.pp).flat_map(move |s| (0..grid.tp).flat_map(move |t| (0..grid.dp).map(move |d| (s, t, d))))
 }
 
 /// Every rank's sidecar, merged; each listed file must have the size its rank wrote.
-fn gather_parts(tmp: &Path, grid: Grid, meta: &CheckpointMeta) -> Result<Manifest> {
+fn gather_parts(tmp: &Path, grid: WriterGrid, meta: &CheckpointMeta) -> Result<Manifest> {
     let start = Instant::now();
     let mut m =
         Manifest { dp: grid.dp, pp: grid.pp, tp: grid.tp, zero: grid.zero, files: vec![], tensors: BTreeMap::new() };

@@ -28,7 +28,6 @@ pub mod grid;
 pub mod manifest;
 pub mod owned_part;
 pub mod paths;
-pub mod staging;
 
 mod assemble;
 mod finalize;
@@ -40,7 +39,7 @@ mod resolve;
 pub mod shard;
 mod write;
 
-pub use finalize::{Grid, begin, complete, tmp_dir};
+pub use finalize::{WriterGrid, begin, complete, tmp_dir};
 pub use gather::{gather, gather_sets, gather_with};
 pub use part::{PartFile, Slice, failed_name, sidecar_name, write_failed, write_part};
 pub use prune::remove_stale;

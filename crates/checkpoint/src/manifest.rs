@@ -13,7 +13,7 @@ use std::path::Path;
 pub const FILE: &str = "SHA256SUMS";
 
 /// The SHA-256 of a file, read in blocks (no second copy of a large file in memory).
-pub use boost_data::checksum::sha256_file;
+pub use boost_files::checksum::sha256_file;
 
 /// Write `dir/SHA256SUMS` over every regular file of `dir` (sorted by name), synced.
 pub fn write(dir: &Path) -> Result<()> {

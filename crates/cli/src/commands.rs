@@ -178,7 +178,7 @@ pub fn train(a: &TrainArgs) -> Result<()> {
     let opts = TrainOptions { resume, quiet: a.quiet, fault, dump_grads: a.dump_grads, trace: a.trace };
     let summary = boost_train::trainer::train_launched(cfg, opts, &devices)?;
     if let Some(sig) = boost_train::signals::received() {
-        let name = boost_data::interrupt::signal_name(sig);
+        let name = boost_files::interrupt::signal_name(sig);
         match summary.as_ref().and_then(|s| s.last_checkpoint.as_ref().map(|c| (s, c))) {
             Some((s, ck)) if s.interrupted.is_some() => eprintln!(
                 "stopped by {name} after step {}; checkpoint {}; continue with `boost train --resume {}`",

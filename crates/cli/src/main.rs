@@ -84,8 +84,8 @@ fn main() {
 }
 
 /// Runs a command that builds its output beside it: Ctrl-C or SIGTERM removes the unfinished
-/// build and exits (`boost_data::interrupt`). `train` stops at a step boundary instead.
+/// build and exits (`boost_files::interrupt`). `train` stops at a step boundary instead.
 fn interruptible(command: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
-    boost_data::interrupt::install()?;
+    boost_files::signals::install(boost_files::signals::FirstSignal::CleanUpAndExit)?;
     command()
 }

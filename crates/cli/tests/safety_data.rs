@@ -152,7 +152,7 @@ fn ctrl_c_while_train_prepares_its_data_ends_it_at_once() {
     if let Ok(dir) = std::env::var(CHILD) {
         boost_train::signals::install().unwrap();
         boost_train::signals::exit_during(|| {
-            let build = boost_data::atomic::temp_dir_in(Path::new(&dir), ".ds.build-").unwrap();
+            let build = boost_files::temp_dir_in(Path::new(&dir), ".ds.build-").unwrap();
             std::fs::write(build.path().join("shard-0.bin"), b"tokens").unwrap();
             std::thread::sleep(std::time::Duration::from_secs(120));
             drop(build);

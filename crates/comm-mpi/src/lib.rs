@@ -26,7 +26,7 @@ mod wait;
 mod wire;
 
 use boost_comm::mpi::{Job, MpiBackend, MpiOptions};
-use boost_comm::{CommResult, Communicator, Dims, GridOptions};
+use boost_comm::{CommResult, Communicator, GridDims, GridOptions};
 use std::sync::Arc;
 
 pub use comm::MpiComm;
@@ -39,7 +39,7 @@ impl MpiBackend for Mpi {
     fn world(&self, opts: MpiOptions) -> CommResult<Option<Arc<dyn Communicator>>> {
         lifecycle::mpi_world_with(opts)
     }
-    fn run(&self, dims: Dims, grid: &GridOptions, opts: MpiOptions, job: Job<'_>) -> anyhow::Result<()> {
+    fn run(&self, dims: GridDims, grid: &GridOptions, opts: MpiOptions, job: Job<'_>) -> anyhow::Result<()> {
         lifecycle::run(dims, grid, opts, job)
     }
     fn finalize(&self) -> CommResult<()> {

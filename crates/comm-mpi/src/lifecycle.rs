@@ -11,7 +11,7 @@ use boost_comm::backend::lock;
 use boost_comm::backend::panic_message;
 use boost_comm::mpi::{Job, MpiOptions};
 use boost_comm::{CommError, CommResult, Failure};
-use boost_comm::{Dims, Grid, GridOptions};
+use boost_comm::{Grid, GridDims, GridOptions};
 use std::io::Write;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
@@ -158,7 +158,7 @@ pub(crate) fn abort(code: i32) -> ! {
 /// `rank r failed (in|after <call>): <error>` to stderr and calls `MPI_Abort`, so `mpirun`
 /// stops every other process at once: it does not return. Fails (without touching MPI) when
 /// the process was not started by an MPI launcher.
-pub(crate) fn run(dims: Dims, grid: &GridOptions, opts: MpiOptions, job: Job<'_>) -> anyhow::Result<()> {
+pub(crate) fn run(dims: GridDims, grid: &GridOptions, opts: MpiOptions, job: Job<'_>) -> anyhow::Result<()> {
     anyhow::ensure!(boost_comm::mpi::launched(), "run_mpi: this process was not started by an MPI launcher (mpirun)");
     let proc = process().map_err(|e| anyhow::anyhow!("cannot start MPI: {e}"))?;
     let out = catch_unwind(AssertUnwindSafe(|| -> anyhow::Result<()> {

@@ -4,7 +4,7 @@
 #![cfg(feature = "mpi")]
 
 use boost_comm::mpi;
-use boost_comm::{Dims, RunOptions};
+use boost_comm::{GridDims, RunOptions};
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -278,6 +278,6 @@ fn outside_mpirun_there_is_no_mpi_world() {
     boost_comm_mpi::install();
     assert!(mpi::available());
     assert!(mpi::mpi_world().is_none());
-    let e = mpi::run_mpi(Dims::tp(2), &RunOptions::default(), |_, _| Ok(())).unwrap_err();
+    let e = mpi::run_mpi(GridDims::tp(2), &RunOptions::default(), |_, _| Ok(())).unwrap_err();
     assert!(e.to_string().contains("not started by an MPI launcher"), "{e:#}");
 }

@@ -34,7 +34,7 @@ use std::sync::Arc;
 
 /// Degrees of data, pipeline and tensor parallelism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Dims {
+pub struct GridDims {
     pub dp: usize,
     pub pp: usize,
     pub tp: usize,
@@ -48,7 +48,7 @@ pub struct Coord {
     pub tp: usize,
 }
 
-impl Dims {
+impl GridDims {
     pub const fn new(dp: usize, pp: usize, tp: usize) -> Self {
         Self { dp, pp, tp }
     }
@@ -84,14 +84,14 @@ impl Dims {
     }
 }
 
-impl From<usize> for Dims {
+impl From<usize> for GridDims {
     /// `p` ranks of tensor parallelism (dp = pp = 1).
     fn from(p: usize) -> Self {
-        Dims::tp(p)
+        GridDims::tp(p)
     }
 }
 
-impl std::fmt::Display for Dims {
+impl std::fmt::Display for GridDims {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "(dp, pp, tp) = ({}, {}, {})", self.dp, self.pp, self.tp)
     }
@@ -99,14 +99,14 @@ impl std::fmt::Display for Dims {
 
 /// Link emulation per group (all off by default).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Links {
+pub struct GroupLinks {
     pub world: Option<Link>,
     pub tp: Option<Link>,
     pub pp: Option<Link>,
     pub dp: Option<Link>,
 }
 
-impl Links {
+impl GroupLinks {
     /// The same link for every group.
     pub fn all(link: Link) -> Self {
         Self { world: Some(link), tp: Some(link), pp: Some(link), dp: Some(link) }
@@ -120,7 +120,7 @@ pub struct GridOptions {
     pub record: bool,
     /// Per-call log capacity of that recorder (0: aggregates only).
     pub log_capacity: usize,
-    pub links: Links,
+    pub links: GroupLinks,
     /// Give the tp, pp and dp groups a progress thread each, so started calls overlap the
     /// caller's work (`parallel.overlap`).
     pub overlap: bool,
@@ -135,7 +135,7 @@ impl GridOptions {
         self.log_capacity = n;
         self
     }
-    pub fn links(mut self, links: Links) -> Self {
+    pub fn links(mut self, links: GroupLinks) -> Self {
         self.links = links;
         self
     }
@@ -148,7 +148,7 @@ impl GridOptions {
 /// One rank's view of the grid: its coordinate and its four groups.
 #[derive(Debug, Clone)]
 pub struct Grid {
-    pub dims: Dims,
+    pub dims: GridDims,
     /// Global rank.
     pub rank: usize,
     pub coord: Coord,
@@ -166,7 +166,7 @@ pub struct Grid {
 impl Grid {
     /// Build the grid from a world communicator by three splits (tp, then pp, then dp). Every
     /// rank of `world` must call it with the same `dims` and options.
-    pub fn new(world: Arc<dyn Communicator>, dims: Dims, opts: &GridOptions) -> CommResult<Grid> {
+    pub fn new(world: Arc<dyn Communicator>, dims: GridDims, opts: &GridOptions) -> CommResult<Grid> {
         if dims.world() == 0 || world.size() != dims.world() {
             return Err(CommError::Invalid(format!(
                 "grid {dims} needs {} ranks but the world has {}",
@@ -241,7 +241,7 @@ mod tests {
 
     #[test]
     fn placement_roundtrip() {
-        let d = Dims::new(2, 3, 4);
+        let d = GridDims::new(2, 3, 4);
         for r in 0..d.world() {
             assert_eq!(d.rank(d.coord(r)), r);
         }

@@ -9,10 +9,10 @@
 //! A trainer runs its ranks with [`run_ranks`]:
 //!
 //! ```
-//! use boost_comm::{Dims, run_ranks};
+//! use boost_comm::{GridDims, run_ranks};
 //! use boost_tensor::{Collective, Label, ReduceOp, cpu::Cpu};
 //!
-//! let sums = run_ranks(Dims::new(1, 1, 2), |rank, grid| {
+//! let sums = run_ranks(GridDims::new(1, 1, 2), |rank, grid| {
 //!     let tp: &dyn Collective<Cpu<f32>> = &grid.tp;
 //!     let mut x = vec![rank as f32 + 1.0; 4];
 //!     tp.all_reduce(&mut x, 0, 4, ReduceOp::Sum, Label::layer("attn.o", 0));
@@ -45,7 +45,7 @@ pub mod traced;
 
 pub use communicator::{CommExt, Communicator};
 pub use error::{CommError, CommResult, Failure};
-pub use grid::{Coord, Dims, Grid, GridOptions, Links};
+pub use grid::{Coord, Grid, GridDims, GridOptions, GroupLinks};
 pub use group::Group;
 pub use inprocess::{InProcess, InProcessComm, InProcessOptions, RankGuard};
 pub use link::Link;

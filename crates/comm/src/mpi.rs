@@ -4,11 +4,11 @@
 //! picks the backend once, at the top:
 //!
 //! ```no_run
-//! use boost_comm::{Dims, RunOptions, mpi, run_ranks_with};
+//! use boost_comm::{GridDims, RunOptions, mpi, run_ranks_with};
 //!
 //! # fn train(rank: usize, grid: boost_comm::Grid) -> anyhow::Result<Option<f32>> { Ok(None) }
 //! # fn main() -> anyhow::Result<()> {
-//! let dims = Dims::new(1, 2, 2);
+//! let dims = GridDims::new(1, 2, 2);
 //! let opts = RunOptions::default();
 //! let lead: Option<f32> = if mpi::launched() {
 //!     // This process's rank only; an error or panic in any rank aborts the whole job.
@@ -59,7 +59,7 @@
 
 use crate::communicator::Communicator;
 use crate::error::CommResult;
-use crate::grid::{Dims, Grid, GridOptions};
+use crate::grid::{Grid, GridDims, GridOptions};
 use crate::runner::RunOptions;
 use std::io::Write;
 use std::sync::{Arc, OnceLock};
@@ -148,7 +148,7 @@ pub trait MpiBackend: Send + Sync {
     fn world(&self, opts: MpiOptions) -> CommResult<Option<Arc<dyn Communicator>>>;
     /// [`run_mpi_with`], the job's result kept by the job: run `job` for this process's
     /// rank of a `dims` grid over the world and finalise; on a failure, report it and abort.
-    fn run(&self, dims: Dims, grid: &GridOptions, opts: MpiOptions, job: Job<'_>) -> anyhow::Result<()>;
+    fn run(&self, dims: GridDims, grid: &GridOptions, opts: MpiOptions, job: Job<'_>) -> anyhow::Result<()>;
     /// [`finalize`].
     fn finalize(&self) -> CommResult<()>;
     /// [`abort`].
@@ -225,7 +225,7 @@ pub fn abort(code: i32) -> ! {
 /// [`run_mpi_with`] with the grid options of `opts`, its deadline and label checking, and
 /// the rest of [`MpiOptions`] from the environment (which also overrides the deadline).
 pub fn run_mpi<T>(
-    dims: impl Into<Dims>,
+    dims: impl Into<GridDims>,
     opts: &RunOptions,
     f: impl FnOnce(usize, Grid) -> anyhow::Result<T>,
 ) -> anyhow::Result<T> {
@@ -243,7 +243,7 @@ pub fn run_mpi<T>(
 /// the process was not started by an MPI launcher, and, saying how to rebuild, when it has
 /// no MPI backend.
 pub fn run_mpi_with<T>(
-    dims: impl Into<Dims>,
+    dims: impl Into<GridDims>,
     grid: &GridOptions,
     opts: MpiOptions,
     f: impl FnOnce(usize, Grid) -> anyhow::Result<T>,

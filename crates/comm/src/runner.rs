@@ -1,7 +1,7 @@
 //! [`run_ranks`]: run one closure per rank of an in-process grid, each on its own OS thread,
 //! and turn any rank's error or panic into one error naming the rank that failed first.
 
-use crate::grid::{Dims, Grid, GridOptions};
+use crate::grid::{Grid, GridDims, GridOptions};
 use crate::inprocess::{InProcess, InProcessOptions};
 use anyhow::{Context, anyhow};
 use std::any::Any;
@@ -49,7 +49,7 @@ pub fn panic_message(p: &(dyn Any + Send)) -> String {
 }
 
 /// [`run_ranks_with`] with default options (deadline 300 s, no recorder, no link emulation).
-pub fn run_ranks<T, F>(dims: impl Into<Dims>, f: F) -> anyhow::Result<Vec<T>>
+pub fn run_ranks<T, F>(dims: impl Into<GridDims>, f: F) -> anyhow::Result<Vec<T>>
 where
     T: Send,
     F: Fn(usize, Grid) -> anyhow::Result<T> + Sync,
@@ -63,7 +63,7 @@ where
 /// (its root cause; the other ranks' calls fail as a consequence and are not reported),
 /// with the context `rank r failed`. All threads are joined before returning; no rank is
 /// left waiting, since a failure poisons the universe and wakes every waiter.
-pub fn run_ranks_with<T, F>(dims: impl Into<Dims>, opts: &RunOptions, f: F) -> anyhow::Result<Vec<T>>
+pub fn run_ranks_with<T, F>(dims: impl Into<GridDims>, opts: &RunOptions, f: F) -> anyhow::Result<Vec<T>>
 where
     T: Send,
     F: Fn(usize, Grid) -> anyhow::Result<T> + Sync,

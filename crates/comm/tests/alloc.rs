@@ -1,6 +1,6 @@
 //! In the steady state, collectives, send/recv and recording allocate nothing.
 
-use boost_comm::{Dims, GridOptions, RunOptions, run_ranks_with};
+use boost_comm::{GridDims, GridOptions, RunOptions, run_ranks_with};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Collective, Label, ReduceOp};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -31,7 +31,7 @@ static GLOBAL: Counting = Counting;
 #[test]
 fn steady_state_allocates_nothing() {
     let opts = RunOptions::default().deadline(Duration::from_secs(60)).grid(GridOptions::default().record(true));
-    let counts = run_ranks_with(Dims::new(1, 2, 2), &opts, |_, grid| {
+    let counts = run_ranks_with(GridDims::new(1, 2, 2), &opts, |_, grid| {
         let tp: &dyn Collective<Cpu<f32>> = &grid.tp;
         let pp: &dyn Collective<Cpu<f32>> = &grid.pp;
         let world: &dyn Collective<Cpu<f32>> = &grid.world;

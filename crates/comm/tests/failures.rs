@@ -3,7 +3,9 @@
 
 mod common;
 
-use boost_comm::{CommError, CommExt, Dims, InProcess, InProcessOptions, RunOptions, panic_message, run_ranks_with};
+use boost_comm::{
+    CommError, CommExt, GridDims, InProcess, InProcessOptions, RunOptions, panic_message, run_ranks_with,
+};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Collective, Label, ReduceOp};
 use common::run;
@@ -48,7 +50,7 @@ fn an_error_in_one_rank_fails_the_others_naming_it() {
 fn a_panic_in_one_rank_fails_the_others_through_the_collective_trait() {
     let seen = Mutex::new(Vec::new());
     let t = Instant::now();
-    let err = run(Dims::new(1, 1, 3), |rank, grid| -> anyhow::Result<()> {
+    let err = run(GridDims::new(1, 1, 3), |rank, grid| -> anyhow::Result<()> {
         let tp: &dyn Collective<Cpu<f32>> = &grid.tp;
         let mut x = vec![1.0f32; 8];
         tp.all_reduce(&mut x, 0, 8, ReduceOp::Sum, Label::layer("attn.qkv.A", 1));
@@ -76,7 +78,7 @@ fn a_panic_in_one_rank_fails_the_others_through_the_collective_trait() {
 fn a_panic_inside_a_rank_that_others_wait_on_in_a_subgroup() {
     // Ranks wait in different groups (tp and dp); the failure reaches all of them.
     let t = Instant::now();
-    let err = run(Dims::new(2, 1, 2), |rank, grid| {
+    let err = run(GridDims::new(2, 1, 2), |rank, grid| {
         let mut x = vec![0.0f64; 4];
         if rank == 3 {
             std::thread::sleep(Duration::from_millis(50));
@@ -167,7 +169,7 @@ fn mismatched_calls_are_reported_with_both_calls() {
     );
 
     // Same size, different label, in a sub-group (ranks 2 and 3 of a (2, 1, 2) grid).
-    let err = run(Dims::new(2, 1, 2), |rank, grid| {
+    let err = run(GridDims::new(2, 1, 2), |rank, grid| {
         let mut x = vec![0.0f32; 6];
         let label = if rank == 3 { Label::layer("mlp.gu.A", 0) } else { Label::layer("attn.qkv.A", 0) };
         grid.tp.all_reduce_slice(&mut x, ReduceOp::Sum, label)?;

@@ -3,7 +3,7 @@
 
 mod common;
 
-use boost_comm::{CommExt, Dims, InProcess, run_ranks};
+use boost_comm::{CommExt, GridDims, InProcess, run_ranks};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Collective, Label, ReduceOp};
 use common::run;
@@ -47,7 +47,7 @@ fn send_recv_in_order_per_tag() {
 #[test]
 fn pipeline_ring_through_the_collective_trait() {
     // Stages pass a buffer forward and gradients backward, many times, through the pp group.
-    let dims = Dims::new(1, 4, 1);
+    let dims = GridDims::new(1, 4, 1);
     let out = run(dims, |_, grid| {
         let pp: &dyn Collective<Cpu<f64>> = &grid.pp;
         let s = grid.stage();
@@ -86,7 +86,7 @@ fn pipeline_ring_through_the_collective_trait() {
 
 #[test]
 fn grid_membership_222() {
-    let dims = Dims::new(2, 2, 2);
+    let dims = GridDims::new(2, 2, 2);
     let out = run(dims, |rank, grid| {
         // Each group gathers its members' global ranks.
         let mut m = Vec::new();
@@ -140,7 +140,7 @@ fn split_orders_by_key_then_rank() {
 #[test]
 fn eight_ranks_on_two_cores_finish_quickly() {
     let t = Instant::now();
-    let out = run(Dims::new(2, 2, 2), |rank, grid| {
+    let out = run(GridDims::new(2, 2, 2), |rank, grid| {
         let tp: &dyn Collective<Cpu<f32>> = &grid.tp;
         let dp: &dyn Collective<Cpu<f32>> = &grid.dp;
         let world: &dyn Collective<Cpu<f32>> = &grid.world;
@@ -194,7 +194,7 @@ fn raw_universe_with_guards() {
 
 #[test]
 fn run_ranks_returns_results_in_rank_order() {
-    let out = run_ranks(Dims::new(2, 1, 2), |rank, grid| Ok((rank, grid.coord.dp, grid.coord.tp))).unwrap();
+    let out = run_ranks(GridDims::new(2, 1, 2), |rank, grid| Ok((rank, grid.coord.dp, grid.coord.tp))).unwrap();
     assert_eq!(out, vec![(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]);
     let t = Instant::now();
     for _ in 0..20 {

@@ -2,7 +2,7 @@
 //! running the job alone.
 
 use boost_comm::mpi;
-use boost_comm::{Dims, RunOptions};
+use boost_comm::{GridDims, RunOptions};
 
 #[test]
 fn run_mpi_explains_how_to_get_mpi() {
@@ -11,6 +11,6 @@ fn run_mpi_explains_how_to_get_mpi() {
     unsafe { std::env::set_var("OMPI_COMM_WORLD_SIZE", "2") };
     assert!(mpi::launched());
     assert!(mpi::mpi_world().is_none());
-    let e = mpi::run_mpi(Dims::tp(2), &RunOptions::default(), |_, _| Ok(())).unwrap_err();
+    let e = mpi::run_mpi(GridDims::tp(2), &RunOptions::default(), |_, _| Ok(())).unwrap_err();
     assert!(e.to_string().contains("built without MPI support"), "{e:#}");
 }

@@ -2,7 +2,7 @@
 
 mod common;
 
-use boost_comm::{DType, Dims, GridOptions, Kind, Link, Links, RunOptions, run_ranks_with};
+use boost_comm::{DType, GridDims, GridOptions, GroupLinks, Kind, Link, RunOptions, run_ranks_with};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Collective, Label, ReduceOp};
 use std::time::{Duration, Instant};
@@ -15,7 +15,7 @@ fn btp_online_grouped_forward_counts() {
     let opts = RunOptions::default()
         .deadline(Duration::from_secs(60))
         .grid(GridOptions::default().record(true).log_capacity(64));
-    let out = run_ranks_with(Dims::new(1, 1, 2), &opts, |_, grid| {
+    let out = run_ranks_with(GridDims::new(1, 1, 2), &opts, |_, grid| {
         let tp: &dyn Collective<Cpu<f32>> = &grid.tp;
         let rec = grid.recorder().expect("recording").clone();
         let mut buf = vec![0.0f32; tokens * (3 * r + 1)];
@@ -86,7 +86,7 @@ fn btp_online_grouped_forward_counts() {
 #[test]
 fn records_every_kind_with_its_element_count() {
     let opts = RunOptions::default().deadline(Duration::from_secs(60)).record(true);
-    let out = run_ranks_with(Dims::new(1, 2, 2), &opts, |_, grid| {
+    let out = run_ranks_with(GridDims::new(1, 2, 2), &opts, |_, grid| {
         let tp: &dyn Collective<Cpu<f32>> = &grid.tp;
         let pp: &dyn Collective<Cpu<f32>> = &grid.pp;
         let mut b = vec![0.0f32; 64];
@@ -127,7 +127,7 @@ fn link_emulation_adds_the_modelled_time() {
     let calls = 6;
     let per_call = link.cost(Kind::AllReduce, 2, 4 * n);
     assert!((per_call.as_secs_f64() - 0.0104).abs() < 1e-9);
-    let go = |links: Links| {
+    let go = |links: GroupLinks| {
         let opts = RunOptions::default()
             .deadline(Duration::from_secs(60))
             .grid(GridOptions::default().record(true).links(links));
@@ -142,8 +142,8 @@ fn link_emulation_adds_the_modelled_time() {
         })
         .unwrap()
     };
-    let plain = go(Links::default());
-    let slow = go(Links { tp: Some(link), ..Links::default() });
+    let plain = go(GroupLinks::default());
+    let slow = go(GroupLinks { tp: Some(link), ..GroupLinks::default() });
     let modelled = per_call * calls as u32;
     for ((t_plain, s_plain), (t_slow, s_slow)) in plain.iter().zip(&slow) {
         assert_eq!(s_plain.totals.emulated, Duration::ZERO);
@@ -166,7 +166,7 @@ fn a_recorded_collective_counts_what_a_recording_group_counts() {
     use boost_comm::{Group, Recorded, Recorder};
     use std::sync::Arc;
     let opts = RunOptions::default().deadline(Duration::from_secs(60)).grid(GridOptions::default().record(true));
-    let out = run_ranks_with(Dims::new(1, 1, 2), &opts, |rank, grid| {
+    let out = run_ranks_with(GridDims::new(1, 1, 2), &opts, |rank, grid| {
         let mine = Arc::new(Recorder::new());
         let bare = Group::new("tp", grid.tp.comm().clone());
         let wrapped = Recorded::new(bare, "tp", DType::F32, mine.clone());
@@ -207,7 +207,7 @@ fn a_recorded_collective_records_started_calls_when_they_are_waited_for() {
     use std::sync::Arc;
     let pause = Duration::from_millis(100);
     let opts = RunOptions::default().deadline(Duration::from_secs(60));
-    let out = run_ranks_with(Dims::new(1, 1, 2), &opts, |rank, grid| {
+    let out = run_ranks_with(GridDims::new(1, 1, 2), &opts, |rank, grid| {
         let rec = Arc::new(Recorder::with_log(8));
         let mut overlapped = Group::new("dp", grid.tp.comm().clone());
         overlapped.enable_overlap()?;

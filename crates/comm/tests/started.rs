@@ -4,7 +4,7 @@
 
 mod common;
 
-use boost_comm::{Dims, GridOptions, Kind, Link, Links, RunOptions, panic_message, run_ranks_with};
+use boost_comm::{GridDims, GridOptions, GroupLinks, Kind, Link, RunOptions, panic_message, run_ranks_with};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Collective, Label, ReduceOp};
 use common::values;
@@ -25,7 +25,7 @@ fn f32s(seed: u64, rank: usize, n: usize) -> Vec<f32> {
 #[test]
 fn started_calls_give_the_blocking_calls_bits_with_several_in_flight() {
     let n = 1000;
-    let out = run_ranks_with(Dims::new(4, 1, 1), &overlapped(60.0), |rank, grid| {
+    let out = run_ranks_with(GridDims::new(4, 1, 1), &overlapped(60.0), |rank, grid| {
         assert!(grid.dp.overlaps());
         let dp: &dyn Collective<Cpu<f32>> = &grid.dp;
         // Blocking references.
@@ -65,8 +65,8 @@ fn the_recorder_logs_start_completion_and_time_waited() {
     // 1 MB over 1 GB/s between two ranks: 1 ms + α per all-reduce, slept on the lane.
     let link = Link::new(100.0, 1.0);
     let grid = GridOptions::default().record(true).log_capacity(16).overlap(true);
-    let opts = RunOptions::default().grid(grid.links(Links { dp: Some(link), ..Links::default() }));
-    let got = run_ranks_with(Dims::new(2, 1, 1), &opts, |rank, grid| {
+    let opts = RunOptions::default().grid(grid.links(GroupLinks { dp: Some(link), ..GroupLinks::default() }));
+    let got = run_ranks_with(GridDims::new(2, 1, 1), &opts, |rank, grid| {
         let dp: &dyn Collective<Cpu<f32>> = &grid.dp;
         let n = 250_000;
         let mut x = vec![rank as f32; n];
@@ -97,7 +97,7 @@ fn the_recorder_logs_start_completion_and_time_waited() {
 fn an_error_with_calls_in_flight_stops_every_rank_naming_it() {
     let seen = Mutex::new(Vec::new());
     let t = Instant::now();
-    let err = run_ranks_with(Dims::new(3, 1, 1), &overlapped(60.0), |rank, grid| -> anyhow::Result<()> {
+    let err = run_ranks_with(GridDims::new(3, 1, 1), &overlapped(60.0), |rank, grid| -> anyhow::Result<()> {
         let dp: &dyn Collective<Cpu<f32>> = &grid.dp;
         let a = dp.start_all_reduce(vec![1.0f32; 64], 0, 64, ReduceOp::Sum, Label::op("dp.grads"));
         if rank == 1 {
@@ -125,7 +125,7 @@ fn an_error_with_calls_in_flight_stops_every_rank_naming_it() {
 #[test]
 fn a_panic_with_calls_in_flight_is_named_and_a_mismatch_still_reported() {
     let t = Instant::now();
-    let err = run_ranks_with(Dims::new(1, 2, 1), &overlapped(60.0), |rank, grid| -> anyhow::Result<()> {
+    let err = run_ranks_with(GridDims::new(1, 2, 1), &overlapped(60.0), |rank, grid| -> anyhow::Result<()> {
         let pp: &dyn Collective<Cpu<f32>> = &grid.pp;
         let h = pp.start_recv(vec![0.0f32; 8], 0, 8, rank ^ 1, Label::op("act"));
         if rank == 0 {
@@ -139,7 +139,7 @@ fn a_panic_with_calls_in_flight_is_named_and_a_mismatch_still_reported() {
     let msg = format!("{err:#}");
     assert!(msg.starts_with("rank 0 failed: panicked: kernel exploded"), "{msg}");
 
-    let err = run_ranks_with(Dims::new(2, 1, 1), &overlapped(60.0), |rank, grid| -> anyhow::Result<()> {
+    let err = run_ranks_with(GridDims::new(2, 1, 1), &overlapped(60.0), |rank, grid| -> anyhow::Result<()> {
         let dp: &dyn Collective<Cpu<f32>> = &grid.dp;
         let n = 4 + rank;
         dp.start_all_reduce(vec![0.0f32; n], 0, n, ReduceOp::Sum, Label::op("dp.grads")).wait();
@@ -156,7 +156,7 @@ fn a_panic_with_calls_in_flight_is_named_and_a_mismatch_still_reported() {
 #[test]
 fn without_overlap_a_started_call_completes_at_once() {
     let opts = RunOptions::default().grid(GridOptions::default().record(true));
-    run_ranks_with(Dims::new(2, 1, 1), &opts, |rank, grid| {
+    run_ranks_with(GridDims::new(2, 1, 1), &opts, |rank, grid| {
         assert!(!grid.dp.overlaps());
         let dp: &dyn Collective<Cpu<f64>> = &grid.dp;
         let h = dp.start_all_reduce(vec![rank as f64 + 1.0; 4], 0, 4, ReduceOp::Sum, Label::op("x"));
@@ -174,8 +174,9 @@ fn without_overlap_a_started_call_completes_at_once() {
 fn duplicates_share_the_emulated_wire() {
     // 10 MB over 0.1 GB/s between two ranks: 100 ms of transfer per all-reduce, no latency.
     let link = Link::new(0.0, 0.1);
-    let opts = RunOptions::default().grid(GridOptions::default().links(Links { tp: Some(link), ..Links::default() }));
-    let slowest = run_ranks_with(Dims::tp(2), &opts, |_, grid| {
+    let opts = RunOptions::default()
+        .grid(GridOptions::default().links(GroupLinks { tp: Some(link), ..GroupLinks::default() }));
+    let slowest = run_ranks_with(GridDims::tp(2), &opts, |_, grid| {
         let twin = grid.tp.duplicate()?;
         // Ends are measured from one instant before both calls: with one wire the second
         // transfer cannot end before 200 ms after it, however the threads are scheduled.

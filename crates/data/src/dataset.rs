@@ -4,8 +4,8 @@
 use crate::loader::Loader;
 use crate::mixture::{Mixture, TrainStream};
 use crate::shakespeare::CorpusStats;
-use crate::shard::Shard;
-use crate::split::Split;
+use crate::shard::TokenShard;
+use crate::split::Subset;
 use crate::tokenizer::Tokenizer;
 use crate::tokens::Tokens;
 use anyhow::{Context, Result, bail};
@@ -117,9 +117,9 @@ pub struct ShardFile {
 impl Meta {
     /// The token files of `split` in stream order, each with the checksum to verify (none for
     /// datasets from before [`Meta::shards`]).
-    pub fn files_of(&self, split: Split) -> Vec<(String, Option<&ShardFile>)> {
+    pub fn files_of(&self, split: Subset) -> Vec<(String, Option<&ShardFile>)> {
         if self.shards.is_empty() {
-            let legacy = if split == Split::Train { TRAIN_BIN } else { VAL_BIN };
+            let legacy = if split == Subset::Train { TRAIN_BIN } else { VAL_BIN };
             return vec![(legacy.to_string(), None)];
         }
         self.shards.iter().filter(|s| s.split == split.name()).map(|s| (s.file.clone(), Some(s))).collect()
@@ -128,7 +128,7 @@ impl Meta {
     /// Every file the dataset needs: `meta.json`, `tokenizer.json` and the token files.
     pub fn required_files(&self) -> Vec<String> {
         let mut v = vec![META_JSON.to_string(), TOKENIZER_JSON.to_string()];
-        for split in [Split::Train, Split::Val] {
+        for split in [Subset::Train, Subset::Val] {
             v.extend(self.files_of(split).into_iter().map(|(f, _)| f));
         }
         v
@@ -223,8 +223,8 @@ impl Dataset {
                 meta.eos_id
             );
         }
-        let train = open_split(dir, &meta, Split::Train, meta.train_tokens)?;
-        let val = open_split(dir, &meta, Split::Val, meta.val_tokens)?;
+        let train = open_split(dir, &meta, Subset::Train, meta.train_tokens)?;
+        let val = open_split(dir, &meta, Subset::Val, meta.val_tokens)?;
         Ok(Dataset { dir: dir.to_path_buf(), train, val, tokenizer: Some(tokenizer), meta, mix: Vec::new() })
     }
 
@@ -294,16 +294,16 @@ fn read_meta(dir: &Path) -> Result<Meta> {
 
 /// Opens the token files of one split and checks each (in parallel): its checksum, its header
 /// against `meta.json`, and its ids against the vocabulary; their total must be `want` tokens.
-fn open_split(dir: &Path, meta: &Meta, split: Split, want: u64) -> Result<Tokens> {
+fn open_split(dir: &Path, meta: &Meta, split: Subset, want: u64) -> Result<Tokens> {
     use rayon::prelude::*;
     let meta_path = dir.join(META_JSON);
     let files = meta.files_of(split);
-    let shards: Vec<Shard> = files
+    let shards: Vec<TokenShard> = files
         .par_iter()
         .map(|(file, entry)| {
             let path = dir.join(file);
             if let Some(e) = entry {
-                let got = crate::checksum::sha256_file(&path)?;
+                let got = boost_files::checksum::sha256_file(&path)?;
                 if got != e.sha256 {
                     bail!(
                         "{} has SHA-256 {got}, but {} records {} for it: the file changed after `boost data` \
@@ -314,7 +314,7 @@ fn open_split(dir: &Path, meta: &Meta, split: Split, want: u64) -> Result<Tokens
                     );
                 }
             }
-            let sh = Shard::open(&path)?;
+            let sh = TokenShard::open(&path)?;
             let tokens_ok = entry.is_none_or(|e| e.tokens == sh.len() as u64);
             if sh.vocab() != meta.vocab_size || !tokens_ok {
                 bail!(

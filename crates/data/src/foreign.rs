@@ -8,7 +8,7 @@
 //! it; every id is checked against it when the dataset is opened.
 
 use crate::dataset::{Dataset, META_JSON, Meta, TOKENIZER_JSON};
-use crate::shard::Shard;
+use crate::shard::TokenShard;
 use crate::tokenizer::Tokenizer;
 use crate::tokens::Tokens;
 use crate::{llmc, megatron};
@@ -105,7 +105,7 @@ struct Outside {
 type Histogram = (Vec<u64>, Option<(Outside, Outside)>);
 
 /// The [`Histogram`] of one shard.
-fn histogram(shard: &Shard, vocab: u32) -> Histogram {
+fn histogram(shard: &TokenShard, vocab: u32) -> Histogram {
     let mut counts = vec![0u64; vocab as usize];
     let mut bad: Option<(Outside, Outside)> = None;
     let mut buf = vec![0u32; 1 << 16];
@@ -205,10 +205,10 @@ pub fn open(dir: &Path, fmt: Format, model_vocab: usize) -> Result<Dataset> {
             (t.into_iter().map(|i| i.tokens).collect(), v.into_iter().map(|i| i.tokens).collect(), Some(d))
         }
     };
-    let with_vocab = |v: Vec<Shard>| v.into_iter().map(|s| s.with_vocab(vocab)).collect::<Vec<_>>();
+    let with_vocab = |v: Vec<TokenShard>| v.into_iter().map(|s| s.with_vocab(vocab)).collect::<Vec<_>>();
     let (train_files, val_files) = (with_vocab(train_files), with_vocab(val_files));
     // Every id is checked (in parallel over files); the training counts give the entropy.
-    let hist = |fs: &[Shard]| -> Histogram {
+    let hist = |fs: &[TokenShard]| -> Histogram {
         fs.par_iter().map(|s| histogram(s, vocab)).reduce(|| (vec![0u64; vocab as usize], None), merge)
     };
     let ((train_counts, train_bad), (val_counts, val_bad)) = rayon::join(|| hist(&train_files), || hist(&val_files));
@@ -224,7 +224,7 @@ pub fn open(dir: &Path, fmt: Format, model_vocab: usize) -> Result<Dataset> {
         (at(&train_counts), at(&val_counts))
     });
     let h = entropy(&train_counts);
-    let names = |fs: &[Shard]| fs.iter().map(|s| s.path().display().to_string()).collect::<Vec<_>>();
+    let names = |fs: &[TokenShard]| fs.iter().map(|s| s.path().display().to_string()).collect::<Vec<_>>();
     let mut sources = names(&train_files);
     sources.extend(names(&val_files));
     let (train, val) = (Tokens::new(train_files), Tokens::new(val_files));

@@ -45,7 +45,7 @@
 //! The width is 2 whenever `V <= 65536`, else 4. The file length is exactly `32 + N·W`; a reader
 //! rejects anything else (a truncated or padded file), a wrong magic or version, and a width
 //! other than 2 or 4. Writers write a temporary file in the same directory and rename it into
-//! place, so a shard is never seen half written. [`Shard`] reads shards through a memory map.
+//! place, so a shard is never seen half written. [`TokenShard`] reads shards through a memory map.
 //!
 //! # Token files of other tools
 //!
@@ -62,14 +62,11 @@
 //!
 //! User guide: `docs/guide/data.md`.
 
-pub mod atomic;
 mod build;
-pub mod checksum;
 pub mod dataset;
 mod entropy;
 pub mod foreign;
 pub mod input;
-pub mod interrupt;
 pub mod job;
 pub mod llmc;
 pub mod loader;
@@ -97,8 +94,8 @@ pub use input::{Document, Inputs, read_inputs};
 pub use loader::{Loader, epoch_permutation};
 pub use mixture::{Mixture, TrainStream};
 pub use output::OutputGuard;
-pub use shard::{Shard, write_shard};
+pub use shard::{TokenShard, write_shard};
 pub use source::Source;
-pub use split::{Split, Splitter};
+pub use split::{Splitter, Subset};
 pub use tokenizer::{EOS, Tokenizer};
 pub use tokens::Tokens;

@@ -3,7 +3,7 @@
 //! 2: `u32` tokens, Llama 3), word 2 the token count; the other words are zero. Documents are
 //! joined by the end-of-text token (50256 for GPT-2), which llm.c puts before each document.
 
-use crate::shard::Shard;
+use crate::shard::TokenShard;
 use anyhow::{Context, Result, bail};
 use memmap2::Mmap;
 use std::fs::File;
@@ -25,7 +25,7 @@ pub fn looks_like(path: &Path) -> bool {
 
 /// Maps an llm.c shard, checking its magic, version and exact length; ids are checked
 /// against the vocabulary later, when it is known ([`crate::foreign`]).
-pub fn open(path: &Path) -> Result<Shard> {
+pub fn open(path: &Path) -> Result<TokenShard> {
     let p = path.display();
     let file = File::open(path).with_context(|| format!("cannot open the llm.c shard {p}"))?;
     let len = file.metadata().with_context(|| format!("cannot stat {p}"))?.len();
@@ -35,7 +35,7 @@ pub fn open(path: &Path) -> Result<Shard> {
              (the file ends at byte offset {len})"
         );
     }
-    // SAFETY: read-only mapping of a data file the run does not write; see `Shard::open`.
+    // SAFETY: read-only mapping of a data file the run does not write; see `TokenShard::open`.
     let map = unsafe { Mmap::map(&file) }.with_context(|| format!("cannot memory-map {p}"))?;
     let word = |k: usize| i32::from_le_bytes(map[4 * k..4 * k + 4].try_into().unwrap());
     if word(0) != MAGIC {
@@ -73,5 +73,5 @@ pub fn open(path: &Path) -> Result<Shard> {
         );
     }
     // The vocabulary is set once the dataset is resolved; until then no id is rejected.
-    Ok(Shard::from_map(map, path, HEADER_LEN, width, count as u64, u32::MAX))
+    Ok(TokenShard::from_map(map, path, HEADER_LEN, width, count as u64, u32::MAX))
 }

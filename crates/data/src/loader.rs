@@ -186,14 +186,14 @@ impl Loader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::{Shard, write_shard};
+    use crate::shard::{TokenShard, write_shard};
 
-    fn shard_of(len: u32, vocab: u32) -> (tempfile::TempDir, Shard) {
+    fn shard_of(len: u32, vocab: u32) -> (tempfile::TempDir, TokenShard) {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join("train.bin");
         let toks: Vec<u32> = (0..len).map(|i| i % vocab).collect();
         write_shard(&p, &toks, vocab).unwrap();
-        (d, Shard::open(&p).unwrap())
+        (d, TokenShard::open(&p).unwrap())
     }
 
     #[test]

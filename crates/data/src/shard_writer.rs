@@ -5,7 +5,7 @@
 
 use crate::dataset::ShardFile;
 use crate::shard::{HEADER_LEN, Header, width_for_vocab};
-use crate::split::Split;
+use crate::split::Subset;
 use anyhow::{Context, Result, bail};
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -25,7 +25,7 @@ const MANY_FILES: usize = 1000;
 /// The shards of one split, written in order into a (temporary) dataset directory.
 pub(crate) struct ShardWriter {
     dir: PathBuf,
-    split: Split,
+    split: Subset,
     vocab: u32,
     width: u32,
     max_tokens: u64,
@@ -37,7 +37,7 @@ pub(crate) struct ShardWriter {
 
 impl ShardWriter {
     /// Shards of at most `max_tokens` tokens (at least 1) of ids below `vocab`, in `dir`.
-    pub(crate) fn new(dir: &Path, split: Split, vocab: u32, max_tokens: u64) -> ShardWriter {
+    pub(crate) fn new(dir: &Path, split: Subset, vocab: u32, max_tokens: u64) -> ShardWriter {
         ShardWriter {
             dir: dir.to_path_buf(),
             split,
@@ -142,7 +142,7 @@ impl ShardWriter {
                     split: self.split.name().to_string(),
                     file: path.file_name().expect("a shard file name").to_string_lossy().into_owned(),
                     tokens: *tokens,
-                    sha256: crate::checksum::sha256_file(path)?,
+                    sha256: boost_files::checksum::sha256_file(path)?,
                 })
             })
             .collect()

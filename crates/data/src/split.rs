@@ -14,19 +14,19 @@ use rand_chacha::rand_core::Rng;
 
 /// Which split a document goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Split {
+pub enum Subset {
     /// The training split.
     Train,
     /// The validation split.
     Val,
 }
 
-impl Split {
+impl Subset {
     /// `"train"` or `"val"`, as in file names and `meta.json`.
     pub fn name(self) -> &'static str {
         match self {
-            Split::Train => "train",
-            Split::Val => "val",
+            Subset::Train => "train",
+            Subset::Val => "val",
         }
     }
 }
@@ -63,7 +63,7 @@ impl Splitter {
     }
 
     /// The split of the next document. Panics after `n` documents (the caller counted them).
-    pub fn next_split(&mut self) -> Split {
+    pub fn next_split(&mut self) -> Subset {
         assert!(self.seen < self.n, "more documents than the {} counted", self.n);
         let left = self.n - self.seen;
         let need = self.n_val - self.chosen;
@@ -72,9 +72,9 @@ impl Splitter {
         let u = (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
         if (left as f64) * u < need as f64 {
             self.chosen += 1;
-            Split::Val
+            Subset::Val
         } else {
-            Split::Train
+            Subset::Train
         }
     }
 }
@@ -86,8 +86,8 @@ pub fn split_documents(n_docs: usize, val_fraction: f64, seed: u64) -> Result<(V
     let (mut train, mut val) = (Vec::new(), Vec::new());
     for i in 0..n_docs {
         match s.next_split() {
-            Split::Train => train.push(i),
-            Split::Val => val.push(i),
+            Subset::Train => train.push(i),
+            Subset::Val => val.push(i),
         }
     }
     Ok((train, val))

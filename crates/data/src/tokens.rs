@@ -2,7 +2,7 @@
 //! and the loader still sees one sequence of tokens: its windows, and so the training order,
 //! depend only on the tokens and never on how they are split into files.
 
-use crate::shard::Shard;
+use crate::shard::TokenShard;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -10,20 +10,20 @@ use std::sync::Arc;
 /// Cloning is cheap.
 #[derive(Clone, Debug)]
 pub struct Tokens {
-    parts: Arc<[Shard]>,
+    parts: Arc<[TokenShard]>,
     /// `starts[k]` is the stream index of part `k`'s first token; one more entry holds the total.
     starts: Arc<[usize]>,
 }
 
-impl From<Shard> for Tokens {
-    fn from(shard: Shard) -> Tokens {
+impl From<TokenShard> for Tokens {
+    fn from(shard: TokenShard) -> Tokens {
         Tokens::new(vec![shard])
     }
 }
 
 impl Tokens {
     /// The shards in order. An empty list gives an empty stream.
-    pub fn new(parts: Vec<Shard>) -> Tokens {
+    pub fn new(parts: Vec<TokenShard>) -> Tokens {
         let mut starts = Vec::with_capacity(parts.len() + 1);
         let mut at = 0usize;
         for p in &parts {
@@ -55,7 +55,7 @@ impl Tokens {
     }
 
     /// The shards, in stream order.
-    pub fn parts(&self) -> &[Shard] {
+    pub fn parts(&self) -> &[TokenShard] {
         &self.parts
     }
 
@@ -122,13 +122,13 @@ mod tests {
         let all: Vec<u32> = (0..50).collect();
         // Parts of 7, 0, 20, 1 and 22 tokens.
         let cuts = [0usize, 7, 7, 27, 28, 50];
-        let parts: Vec<Shard> = cuts
+        let parts: Vec<TokenShard> = cuts
             .windows(2)
             .enumerate()
             .map(|(k, c)| {
                 let p = d.path().join(format!("p{k}.bin"));
                 write_shard(&p, &all[c[0]..c[1]], 100).unwrap();
-                Shard::open(&p).unwrap()
+                TokenShard::open(&p).unwrap()
             })
             .collect();
         let t = Tokens::new(parts);

@@ -4,7 +4,7 @@
 
 mod common;
 
-use boost_data::{Dataset, Loader, Shard, build};
+use boost_data::{Dataset, Loader, TokenShard, build};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -83,7 +83,7 @@ fn damaged_copy(file: &str, damage: &Damage) -> (tempfile::TempDir, PathBuf) {
 }
 
 /// Everything a trainer does with a shard, checked for panics.
-fn read_all(shard: &Shard) {
+fn read_all(shard: &TokenShard) {
     let _ = shard.to_vec();
     let _ = shard.check_ids();
     if let Ok(l) = Loader::new(shard.clone(), 4, 1) {
@@ -107,7 +107,7 @@ proptest! {
     ) {
         let (_keep, dir) = damaged_copy(file, &damage);
         let path = dir.join(file);
-        match Shard::open(&path) {
+        match TokenShard::open(&path) {
             Ok(shard) => read_all(&shard),
             Err(e) => {
                 let e = format!("{e:#}");

@@ -128,7 +128,7 @@ fn a_changed_shard_is_refused_naming_it_and_meta_json() {
     bytes[body..body + 2].copy_from_slice(&other);
     bytes[j..j + 2].copy_from_slice(&first);
     std::fs::write(&path, &bytes).unwrap();
-    boost_data::Shard::open(&path).unwrap().check_ids().unwrap();
+    boost_data::TokenShard::open(&path).unwrap().check_ids().unwrap();
     let e = format!("{:#}", Dataset::open(&out).unwrap_err());
     assert!(e.contains("train-000001.bin") && e.contains("meta.json") && e.contains("SHA-256"), "{e}");
     // A missing shard is named too.

@@ -209,7 +209,7 @@ fn loader_order_is_the_same_whatever_the_file_split() {
     let d = copy("llmc");
     let ds = prepare_for_model(&cfg(d.path(), "llmc"), 50257).unwrap();
     let whole = Tokens::from(
-        boost_data::Shard::open(&{
+        boost_data::TokenShard::open(&{
             let p = d.path().join("whole.tmp");
             boost_data::write_shard(&p, &ds.train.to_vec(), 50257).unwrap();
             p

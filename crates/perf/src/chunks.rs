@@ -7,13 +7,13 @@
 //! it (`cⱼ` each, up to their next collective), so `max(0, mⱼ − (C − 1)·cⱼ)` of it stays
 //! exposed. The chunks' computation is the unchunked one's ops on T / C tokens, C times.
 
-use crate::ops::{Group, Op, Phase};
+use crate::ops::{CollGroup, CostOp, Phase};
 use crate::step::StageOps;
 
 /// One micro-batch's ops on a single-stage model in the order the engine runs them: the
 /// embedding's forward, the layers' forward, the head's forward and backward, the layers'
 /// recompute and backward from the last down, the embedding's backward.
-pub fn in_order(ops: &StageOps) -> Vec<&Op> {
+pub fn in_order(ops: &StageOps) -> Vec<&CostOp> {
     let entry = |p: Phase| ops.entry.iter().filter(move |o| (o.phase() == Phase::Forward) == (p == Phase::Forward));
     entry(Phase::Forward)
         .chain(ops.layers.iter().flat_map(|l| &l.forward))
@@ -24,14 +24,14 @@ pub fn in_order(ops: &StageOps) -> Vec<&Op> {
 }
 
 /// Exposed tp time of `chunks` chunks, each running `ops` (in order) with op times from `time`.
-pub fn exposed_tp<'a>(ops: impl IntoIterator<Item = &'a Op>, time: impl Fn(&Op) -> f64, chunks: usize) -> f64 {
+pub fn exposed_tp<'a>(ops: impl IntoIterator<Item = &'a CostOp>, time: impl Fn(&CostOp) -> f64, chunks: usize) -> f64 {
     // (collective time, compute after it until the next collective)
     let mut stretches: Vec<(f64, f64)> = Vec::new();
     for op in ops {
         let t = time(op);
         match op {
-            Op::Collective(c) if c.group == Group::Tp => stretches.push((t, 0.0)),
-            Op::Collective(_) => {}
+            CostOp::Collective(c) if c.group == CollGroup::Tp => stretches.push((t, 0.0)),
+            CostOp::Collective(_) => {}
             _ => {
                 if let Some(s) = stretches.last_mut() {
                     s.1 += t;
@@ -48,28 +48,28 @@ mod tests {
     use super::*;
     use crate::ops::{CollKind, Collective, Elementwise};
 
-    fn coll(ms: u64) -> Op {
-        Op::Collective(Collective {
+    fn coll(ms: u64) -> CostOp {
+        CostOp::Collective(Collective {
             label: "x".into(),
             phase: Phase::Forward,
             kind: CollKind::AllReduce,
-            group: Group::Tp,
+            group: CollGroup::Tp,
             elements: ms,
             elements_f32: 0,
             dtype_bytes: 4,
         })
     }
-    fn work(ms: f64) -> Op {
-        Op::Elementwise(Elementwise { label: "w".into(), phase: Phase::Forward, bytes: ms })
+    fn work(ms: f64) -> CostOp {
+        CostOp::Elementwise(Elementwise { label: "w".into(), phase: Phase::Forward, bytes: ms })
     }
 
     #[test]
     fn a_collective_hides_behind_the_other_chunks_stretch_after_it() {
         // Op "times" in ms are their sizes. Compute 4, collective 6, compute 2, collective 1.
         let ops = [work(4.0), coll(6), work(2.0), coll(1)];
-        let time = |o: &Op| match o {
-            Op::Collective(c) => c.elements as f64,
-            Op::Elementwise(e) => e.bytes,
+        let time = |o: &CostOp| match o {
+            CostOp::Collective(c) => c.elements as f64,
+            CostOp::Elementwise(e) => e.bytes,
             _ => unreachable!(),
         };
         // One chunk: every collective exposed.

@@ -18,7 +18,7 @@
 
 use crate::attention_model;
 use crate::gemm_model::{self, TileModel};
-use crate::ops::{Attention, CollKind, Collective, Elementwise, Gemm, Group, Op};
+use crate::ops::{Attention, CollGroup, CollKind, Collective, CostOp, Elementwise, Gemm};
 use crate::setup::{Dtype, Setup};
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
@@ -259,16 +259,16 @@ impl<'a> Timer<'a> {
     }
 
     /// Size of a group and whether it stays inside one node.
-    pub fn group_span(&self, g: Group) -> (usize, bool) {
+    pub fn group_span(&self, g: CollGroup) -> (usize, bool) {
         let s = self.setup;
         let n = self.hw.devices_per_node;
         let (tp, dp, pp) = (s.tp, s.dp, s.pp);
         match g {
-            Group::Tp => (tp, tp <= n),
-            Group::Dp => (dp, tp * dp <= n),
-            Group::Pp => (if pp > 1 { 2 } else { 1 }, tp * dp * pp <= n),
-            Group::Model => (tp * pp, s.world() <= n),
-            Group::World => (s.world(), s.world() <= n),
+            CollGroup::Tp => (tp, tp <= n),
+            CollGroup::Dp => (dp, tp * dp <= n),
+            CollGroup::Pp => (if pp > 1 { 2 } else { 1 }, tp * dp * pp <= n),
+            CollGroup::Model => (tp * pp, s.world() <= n),
+            CollGroup::World => (s.world(), s.world() <= n),
         }
     }
 
@@ -288,12 +288,12 @@ impl<'a> Timer<'a> {
         }
     }
 
-    pub fn op(&self, op: &Op) -> f64 {
+    pub fn op(&self, op: &CostOp) -> f64 {
         match op {
-            Op::Gemm(g) => self.gemm(g),
-            Op::Attention(a) => self.attention(a),
-            Op::Elementwise(e) => self.elementwise(e),
-            Op::Collective(c) => self.collective(c),
+            CostOp::Gemm(g) => self.gemm(g),
+            CostOp::Attention(a) => self.attention(a),
+            CostOp::Elementwise(e) => self.elementwise(e),
+            CostOp::Collective(c) => self.collective(c),
         }
     }
 }

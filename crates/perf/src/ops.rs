@@ -51,7 +51,7 @@ impl CollKind {
 /// The process group a collective runs over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Group {
+pub enum CollGroup {
     /// The tensor-parallel group (size tp).
     Tp,
     /// Neighbouring pipeline stages (a pair).
@@ -174,7 +174,7 @@ pub struct Collective {
     pub label: String,
     pub phase: Phase,
     pub kind: CollKind,
-    pub group: Group,
+    pub group: CollGroup,
     pub elements: u64,
     pub elements_f32: u64,
     pub dtype_bytes: u64,
@@ -189,39 +189,39 @@ impl Collective {
 /// One modelled operation.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-pub enum Op {
+pub enum CostOp {
     Gemm(Gemm),
     Attention(Attention),
     Elementwise(Elementwise),
     Collective(Collective),
 }
 
-impl Op {
+impl CostOp {
     pub fn label(&self) -> &str {
         match self {
-            Op::Gemm(g) => &g.label,
-            Op::Attention(a) => &a.label,
-            Op::Elementwise(e) => &e.label,
-            Op::Collective(c) => &c.label,
+            CostOp::Gemm(g) => &g.label,
+            CostOp::Attention(a) => &a.label,
+            CostOp::Elementwise(e) => &e.label,
+            CostOp::Collective(c) => &c.label,
         }
     }
     pub fn phase(&self) -> Phase {
         match self {
-            Op::Gemm(g) => g.phase,
-            Op::Attention(a) => a.phase,
-            Op::Elementwise(e) => e.phase,
-            Op::Collective(c) => c.phase,
+            CostOp::Gemm(g) => g.phase,
+            CostOp::Attention(a) => a.phase,
+            CostOp::Elementwise(e) => e.phase,
+            CostOp::Collective(c) => c.phase,
         }
     }
     pub fn as_collective(&self) -> Option<&Collective> {
         match self {
-            Op::Collective(c) => Some(c),
+            CostOp::Collective(c) => Some(c),
             _ => None,
         }
     }
     pub fn as_gemm(&self) -> Option<&Gemm> {
         match self {
-            Op::Gemm(g) => Some(g),
+            CostOp::Gemm(g) => Some(g),
             _ => None,
         }
     }

@@ -9,7 +9,7 @@
 //! `pp − 1` extra slots are the bubble, a fraction `(pp − 1)/(m + pp − 1)`.
 
 use crate::hardware::{Hardware, Timer};
-use crate::ops::{Group, Op, Phase};
+use crate::ops::{CollGroup, CostOp, Phase};
 use crate::setup::Setup;
 use crate::step::{Memory, StageOps, memory, model_flops_per_token, stage_ops, step_ops, unhidden_dp_elements};
 use serde::Serialize;
@@ -42,21 +42,21 @@ pub struct Breakdown {
 }
 
 impl Breakdown {
-    fn add_op(&mut self, t: f64, op: &Op) {
+    fn add_op(&mut self, t: f64, op: &CostOp) {
         if op.phase() == Phase::Recompute {
             self.recompute_s += t;
         }
         match op {
-            Op::Gemm(_) => self.gemm_s += t,
-            Op::Attention(_) => self.attention_s += t,
-            Op::Elementwise(e) if e.label == "optimizer" => self.optimizer_s += t,
-            Op::Elementwise(_) => self.elementwise_s += t,
-            Op::Collective(c) => match c.group {
-                Group::Tp => {
+            CostOp::Gemm(_) => self.gemm_s += t,
+            CostOp::Attention(_) => self.attention_s += t,
+            CostOp::Elementwise(e) if e.label == "optimizer" => self.optimizer_s += t,
+            CostOp::Elementwise(_) => self.elementwise_s += t,
+            CostOp::Collective(c) => match c.group {
+                CollGroup::Tp => {
                     self.tp_comm_s += t;
                     self.tp_in_flight_s += t;
                 }
-                Group::Pp if c.label.starts_with("pp.") => self.pp_comm_s += t,
+                CollGroup::Pp if c.label.starts_with("pp.") => self.pp_comm_s += t,
                 _ => {
                     self.dp_comm_s += t;
                     self.dp_in_flight_s += t;
@@ -212,7 +212,7 @@ fn micro_batch_of(ops: &StageOps, timer: &Timer) -> StageMicroBatch {
     for op in ops.all() {
         let t = timer.op(op);
         out.time.add_op(t, op);
-        if !matches!(op, Op::Collective(c) if c.group == Group::Pp) {
+        if !matches!(op, CostOp::Collective(c) if c.group == CollGroup::Pp) {
             if op.phase() == Phase::Forward {
                 out.forward += t;
             } else {
@@ -220,11 +220,11 @@ fn micro_batch_of(ops: &StageOps, timer: &Timer) -> StageMicroBatch {
             }
         }
         match op {
-            Op::Gemm(g) => {
+            CostOp::Gemm(g) => {
                 out.gemm_flops += g.flops();
                 out.exec_flops += g.flops();
             }
-            Op::Attention(a) => out.exec_flops += a.executed_flops(),
+            CostOp::Attention(a) => out.exec_flops += a.executed_flops(),
             _ => {}
         }
     }
@@ -284,17 +284,17 @@ pub fn predict(s: &Setup, hw: &Hardware) -> Prediction {
     let mut step = Breakdown { bubble_s: bubble, ..Default::default() };
     let ops = step_ops(s, slowest_stage);
     let update: f64 =
-        ops.iter().filter(|o| matches!(o, Op::Elementwise(e) if e.label == "optimizer")).map(|o| timer.op(o)).sum();
+        ops.iter().filter(|o| matches!(o, CostOp::Elementwise(e) if e.label == "optimizer")).map(|o| timer.op(o)).sum();
     for op in &ops {
         let t = timer.op(op);
         // What a bucketed collective hides behind with overlap: the last micro-batch's backward
         // (gradients), or the update and the next step's first forward, which completes each
         // buffer's gather as it reaches it (ZeRO-1 parameters; the update alone with tp chunks).
         let hide = match op {
-            Op::Collective(c) if s.overlap && c.label == "dp.grads" => Some((c, backward, false)),
+            CostOp::Collective(c) if s.overlap && c.label == "dp.grads" => Some((c, backward, false)),
             // tp chunks share the parameters they read: the gathers complete before the first
             // chunk starts, so only the update hides them.
-            Op::Collective(c) if s.overlap && c.label == "dp.params" => {
+            CostOp::Collective(c) if s.overlap && c.label == "dp.params" => {
                 Some((c, if s.tp_chunks > 1 { update } else { update + forward }, true))
             }
             _ => None,

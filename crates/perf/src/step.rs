@@ -2,7 +2,7 @@
 //! data-parallel gradient traffic, the optimizer, and memory per rank.
 
 use crate::layer::{LayerOps, RESIDUAL_BYTES, layer_ops, layer_saved, layer_transient, layer_working};
-use crate::ops::{CollKind, Collective, Elementwise, Gemm, GemmRole, Group, Op, Phase};
+use crate::ops::{CollGroup, CollKind, Collective, CostOp, Elementwise, Gemm, GemmRole, Phase};
 use crate::setup::{Dtype, Setup};
 use boost_config::{Arch, LaxGate, ModelConfig, PipeSchedule};
 use boost_plan::{Entry, Exit};
@@ -119,14 +119,22 @@ pub fn unhidden_dp_elements(s: &Setup, stage: usize, gathers: bool) -> u64 {
 }
 
 /// An elementwise kernel of the stack's entry or exit moving `bytes` per token.
-fn stack_ew(s: &Setup, label: &str, phase: Phase, bytes: u64) -> Op {
-    Op::Elementwise(Elementwise { label: label.into(), phase, bytes: (bytes * s.tokens()) as f64 })
+fn stack_ew(s: &Setup, label: &str, phase: Phase, bytes: u64) -> CostOp {
+    CostOp::Elementwise(Elementwise { label: label.into(), phase, bytes: (bytes * s.tokens()) as f64 })
 }
 
 /// A collective of `per_token` elements per token of the micro-batch (all fp32 when `f32`).
-fn token_coll(s: &Setup, label: &str, phase: Phase, kind: CollKind, group: Group, per_token: u64, f32: bool) -> Op {
+fn token_coll(
+    s: &Setup,
+    label: &str,
+    phase: Phase,
+    kind: CollKind,
+    group: CollGroup,
+    per_token: u64,
+    f32: bool,
+) -> CostOp {
     let elements = per_token * s.tokens();
-    Op::Collective(Collective {
+    CostOp::Collective(Collective {
         label: label.into(),
         phase,
         kind,
@@ -138,11 +146,12 @@ fn token_coll(s: &Setup, label: &str, phase: Phase, kind: CollKind, group: Group
 }
 
 /// Stack entry (embedding) on the first stage: forward and backward ops per micro-batch.
-fn entry_ops(s: &Setup) -> Vec<Op> {
+fn entry_ops(s: &Setup) -> Vec<CostOp> {
     let (d, p, a) = (s.model.d as u64, s.tp as u64, s.dtype.bytes());
     let mut ops = Vec::new();
     let ew = |phase, bytes: u64| stack_ew(s, "embed", phase, bytes);
-    let coll = |label: &str, phase, kind, elements: u64| token_coll(s, label, phase, kind, Group::Tp, elements, false);
+    let coll =
+        |label: &str, phase, kind, elements: u64| token_coll(s, label, phase, kind, CollGroup::Tp, elements, false);
     match s.checked_plan().entry {
         Entry::HiddenShard => {
             // Hidden-sharded table: each rank looks up its own d/p columns.
@@ -172,16 +181,16 @@ fn entry_ops(s: &Setup) -> Vec<Op> {
 
 /// Stack exit on the last stage: gather (BTP), final norm, vocab-parallel LM head and
 /// cross-entropy, forward and backward, per micro-batch.
-fn exit_ops(s: &Setup) -> Vec<Op> {
+fn exit_ops(s: &Setup) -> Vec<CostOp> {
     let (t, d, p, a) = (s.tokens(), s.model.d as u64, s.tp as u64, s.dtype.bytes());
     let vl = s.padded_vocab() / p;
     let mut ops = Vec::new();
     let ew = |label: &str, phase, bytes: u64| stack_ew(s, label, phase, bytes);
     let coll = |label: &str, phase, kind, elements: u64, f32: bool| {
-        token_coll(s, label, phase, kind, Group::Tp, elements, f32)
+        token_coll(s, label, phase, kind, CollGroup::Tp, elements, f32)
     };
     let gemm = |phase, role, m: u64, k: u64, n: u64| {
-        Op::Gemm(Gemm { label: "head".into(), phase, role, m, n, k, batch: 1, dtype_bytes: a, redundant: false })
+        CostOp::Gemm(Gemm { label: "head".into(), phase, role, m, n, k, batch: 1, dtype_bytes: a, redundant: false })
     };
     let tp = p > 1;
     // Forward.
@@ -211,12 +220,12 @@ fn exit_ops(s: &Setup) -> Vec<Op> {
 
 /// Pipeline transfers of one micro-batch touching stage `stage`: the residual (T × d, or
 /// T × d/p per rank under BTP) forward and its gradient backward.
-fn p2p_ops(s: &Setup, stage: usize) -> Vec<Op> {
+fn p2p_ops(s: &Setup, stage: usize) -> Vec<CostOp> {
     if s.pp == 1 {
         return Vec::new();
     }
     let w = boost_plan::local(s.model.d, s.checked_plan().sharded_residual(), s.tp) as u64;
-    let mk = |label: &str, phase| token_coll(s, label, phase, CollKind::SendRecv, Group::Pp, w, false);
+    let mk = |label: &str, phase| token_coll(s, label, phase, CollKind::SendRecv, CollGroup::Pp, w, false);
     let mut ops = Vec::new();
     if stage > 0 {
         ops.push(mk("pp.recv_activation", Phase::Forward));
@@ -235,15 +244,15 @@ pub struct StageOps {
     pub stage: usize,
     pub layers: Vec<LayerOps>,
     /// Embedding (first stage), forward and backward.
-    pub entry: Vec<Op>,
+    pub entry: Vec<CostOp>,
     /// Final norm, LM head, cross-entropy (last stage), forward and backward.
-    pub exit: Vec<Op>,
+    pub exit: Vec<CostOp>,
     /// Pipeline transfers.
-    pub p2p: Vec<Op>,
+    pub p2p: Vec<CostOp>,
 }
 
 impl StageOps {
-    pub fn all(&self) -> impl Iterator<Item = &Op> {
+    pub fn all(&self) -> impl Iterator<Item = &CostOp> {
         self.entry.iter().chain(self.layers.iter().flat_map(|l| l.all())).chain(&self.exit).chain(&self.p2p)
     }
 }
@@ -267,11 +276,11 @@ const GRAD_BYTES: u64 = 4;
 /// ZeRO-1's reduce-scatter of gradients and all-gather of weights), the tied-embedding
 /// gradient all-reduce between first and last stage, the global gradient-norm scalar, and the
 /// AdamW update.
-pub fn step_ops(s: &Setup, stage: usize) -> Vec<Op> {
+pub fn step_ops(s: &Setup, stage: usize) -> Vec<CostOp> {
     let n = stage_params_rank(s, stage);
     let mut ops = Vec::new();
     let coll = |label: &str, kind, group, elements: u64, dtype_bytes: u64, f32: bool| {
-        Op::Collective(Collective {
+        CostOp::Collective(Collective {
             label: label.into(),
             phase: Phase::Backward,
             kind,
@@ -283,17 +292,17 @@ pub fn step_ops(s: &Setup, stage: usize) -> Vec<Op> {
     };
     if s.dp > 1 {
         if s.zero == 1 {
-            ops.push(coll("dp.grads", CollKind::ReduceScatter, Group::Dp, n, GRAD_BYTES, true));
-            ops.push(coll("dp.params", CollKind::AllGather, Group::Dp, n, s.dtype.bytes(), false));
+            ops.push(coll("dp.grads", CollKind::ReduceScatter, CollGroup::Dp, n, GRAD_BYTES, true));
+            ops.push(coll("dp.params", CollKind::AllGather, CollGroup::Dp, n, s.dtype.bytes(), false));
         } else {
-            ops.push(coll("dp.grads", CollKind::AllReduce, Group::Dp, n, GRAD_BYTES, true));
+            ops.push(coll("dp.grads", CollKind::AllReduce, CollGroup::Dp, n, GRAD_BYTES, true));
         }
     }
     if s.model.tie_embeddings && s.pp > 1 && (stage == 0 || stage + 1 == s.pp) {
         let e = table_params_rank(s);
-        ops.push(coll("embed.tied_grads", CollKind::AllReduce, Group::Pp, e, GRAD_BYTES, true));
+        ops.push(coll("embed.tied_grads", CollKind::AllReduce, CollGroup::Pp, e, GRAD_BYTES, true));
     }
-    let norm_group = if s.zero == 1 { Group::World } else { Group::Model };
+    let norm_group = if s.zero == 1 { CollGroup::World } else { CollGroup::Model };
     let group_size = if s.zero == 1 { s.world() } else { s.tp * s.pp };
     if group_size > 1 {
         ops.push(coll("grad_norm", CollKind::AllReduce, norm_group, 1, 4, true));
@@ -301,7 +310,7 @@ pub fn step_ops(s: &Setup, stage: usize) -> Vec<Op> {
     // AdamW: read master weight, grad, m, v; write master, m, v (fp32), plus the bf16 copy.
     let shard = if s.zero == 1 { n.div_ceil(s.dp as u64) } else { n };
     let copy = if s.dtype == Dtype::Bf16 { 2 } else { 0 };
-    ops.push(Op::Elementwise(Elementwise {
+    ops.push(CostOp::Elementwise(Elementwise {
         label: "optimizer".into(),
         phase: Phase::Backward,
         bytes: (shard * (7 * 4 + copy)) as f64,

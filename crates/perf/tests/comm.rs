@@ -108,9 +108,9 @@ fn low_rank_recompute_communicates_only_under_vanilla() {
     let ops = layer_ops(&s, 1);
     assert!(ops.recompute.iter().all(|o| o.as_collective().is_none()));
     // No A GEMM is re-run; B_o and B_down neither.
-    assert!(ops.recompute.iter().filter_map(Op::as_gemm).all(|g| g.label.ends_with(".B")));
+    assert!(ops.recompute.iter().filter_map(CostOp::as_gemm).all(|g| g.label.ends_with(".B")));
     assert!(
-        ops.recompute.iter().filter_map(Op::as_gemm).all(|g| !g.label.contains(".o.") && !g.label.contains("down"))
+        ops.recompute.iter().filter_map(CostOp::as_gemm).all(|g| !g.label.contains(".o.") && !g.label.contains("down"))
     );
     s.recompute = Recompute::Full;
     let full = layer_ops(&s, 1);

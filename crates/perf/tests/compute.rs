@@ -16,8 +16,8 @@ fn gemm_flops(s: &Setup, include_recompute: bool) -> (f64, f64) {
                 continue;
             }
             match op {
-                Op::Gemm(g) => sum += g.flops(),
-                Op::Attention(a) => attn_full += a.model_flops_full(),
+                CostOp::Gemm(g) => sum += g.flops(),
+                CostOp::Attention(a) => attn_full += a.model_flops_full(),
                 _ => {}
             }
         }
@@ -81,7 +81,7 @@ fn kronecker_gate_is_cheaper_than_dense() {
 fn gemm_shapes_per_rank_follow_the_spec() {
     // Vanilla A (T×d)(d×r/p), B (T×r/p)(r/p×d_out); BTP A (T×d/p)(d/p×r), B (T×r)(r×d_out/p).
     let find = |s: &Setup, label: &str| -> Gemm {
-        layer_ops(s, 0).forward.iter().filter_map(Op::as_gemm).find(|g| g.label == label).unwrap().clone()
+        layer_ops(s, 0).forward.iter().filter_map(CostOp::as_gemm).find(|g| g.label == label).unwrap().clone()
     };
     let mut v = setup("7b", Arch::Cola, Scheme::Vanilla, 4);
     v.grouping = false;
@@ -309,8 +309,10 @@ fn tp_chunks_hide_tp_collectives_behind_the_other_chunks_compute() {
     // Twice the calls on half the elements each: the latency terms twice over, so more in
     // flight ...
     let timer = Timer::new(&hw, &s);
-    let latency = |o: &Op| match o {
-        Op::Collective(c) if c.group == Group::Tp => timer.op(&Op::Collective(Collective { elements: 0, ..c.clone() })),
+    let latency = |o: &CostOp| match o {
+        CostOp::Collective(c) if c.group == CollGroup::Tp => {
+            timer.op(&CostOp::Collective(Collective { elements: 0, ..c.clone() }))
+        }
         _ => 0.0,
     };
     let extra: f64 = stage_ops(&s, 0).all().map(latency).sum();

@@ -4,7 +4,7 @@
 mod common;
 
 use boost_config::Arch;
-use boost_perf::paper::{CASES, Variant, paper_setup};
+use boost_perf::paper::{CASES, Method, paper_setup};
 use boost_perf::*;
 use common::gemm;
 
@@ -130,11 +130,11 @@ fn cluster_files_without_the_new_keys_keep_the_curve_and_their_times() {
     // Iteration times of the paper's set-up on this file, as the model gave them before.
     let row = |name: &str| CASES.iter().find(|c| c.name == name).unwrap();
     for (case, v, before) in [
-        ("3B", Variant::Vanilla, 7.808075932423767e-1),
-        ("7B", Variant::Vanilla, 1.631970287661257e0),
-        ("7B", Variant::Btp, 5.207179297555828e-1),
-        ("13B", Variant::Btp, 2.292366430544824e0),
-        ("30B", Variant::FullRank, 8.526029772793114e0),
+        ("3B", Method::Vanilla, 7.808075932423767e-1),
+        ("7B", Method::Vanilla, 1.631970287661257e0),
+        ("7B", Method::Btp, 5.207179297555828e-1),
+        ("13B", Method::Btp, 2.292366430544824e0),
+        ("30B", Method::FullRank, 8.526029772793114e0),
     ] {
         let t = predict(&paper_setup(row(case), v), &hw).iteration_time_s;
         assert!((t / before - 1.0).abs() < 1e-12, "{case} {v:?}: {t} vs {before}");

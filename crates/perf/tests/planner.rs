@@ -1,4 +1,4 @@
-//! The planner: search, hardware files, calibration fit, chart (the arguments of `boost plan`
+//! The planner: search and hardware files (the arguments of `boost plan`
 //! are tested in boost-cli).
 
 mod common;
@@ -28,15 +28,15 @@ fn search_ranks_feasible_layouts_first() {
 fn the_memory_model_agrees_with_the_papers_recompute_facts() {
     // Spec §7: at 7B TP4, micro-batch 4, the vanilla baseline needed full-layer recompute to fit.
     let hw = Hardware::preset("a100-80gb").unwrap();
-    use boost_perf::paper::{CASES, Variant, paper_setup};
+    use boost_perf::paper::{CASES, Method, paper_setup};
     let seven = CASES.iter().find(|c| c.preset == "7b").unwrap();
-    let mut v = paper_setup(seven, Variant::Vanilla);
+    let mut v = paper_setup(seven, Method::Vanilla);
     assert_eq!(v.recompute, Recompute::Full);
     assert!(predict(&v, &hw).fits);
     v.recompute = Recompute::None;
     assert!(!predict(&v, &hw).fits);
-    assert!(predict(&paper_setup(seven, Variant::FullRank), &hw).fits);
-    assert!(predict(&paper_setup(seven, Variant::Btp), &hw).fits);
+    assert!(predict(&paper_setup(seven, Method::FullRank), &hw).fits);
+    assert!(predict(&paper_setup(seven, Method::Btp), &hw).fits);
 }
 
 #[test]
@@ -63,7 +63,7 @@ fn collective_times_follow_the_alpha_beta_formulas() {
         label: "x".into(),
         phase: Phase::Forward,
         kind: CollKind::AllReduce,
-        group: Group::Tp,
+        group: CollGroup::Tp,
         elements: 1 << 20,
         elements_f32: 0,
         dtype_bytes: 2,
@@ -77,58 +77,6 @@ fn collective_times_follow_the_alpha_beta_formulas() {
     let timer = Timer::new(&hw, &s);
     let (a, b, p) = (hw.inter_node.alpha_s, hw.inter_node.bandwidth, 8.0);
     assert!((timer.collective(&c) - (2.0 * (p - 1.0) * a + 2.0 * (p - 1.0) / p * n / b)).abs() < 1e-15);
-}
-
-#[test]
-fn calibration_fit_recovers_a_known_curve() {
-    use boost_perf::calibrate::{GemmSample, SHAPES, fit_curve};
-    let (p, c) = (120e9, 24.0);
-    let f = |x: usize| x as f64 / (x as f64 + c);
-    let samples: Vec<GemmSample> =
-        SHAPES.iter().map(|&(m, n, k)| GemmSample { m, n, k, flops_per_s: p * f(m) * f(n) * f(k) }).collect();
-    let (fp, fc, rms) = fit_curve(&samples);
-    assert!((fp / p - 1.0).abs() < 1e-3, "{fp}");
-    assert!((fc - c).abs() < 0.5, "{fc}");
-    assert!(rms < 1e-3);
-}
-
-#[test]
-fn the_per_dimension_fit_recovers_a_curve_of_three_half_dimensions() {
-    use boost_perf::calibrate::{GemmSample, SHAPES, fit_curve, fit_curve_per_dim};
-    let (p, c) = (200e9, [48.0, 10.0, 6.0]);
-    let f = |x: usize, c: f64| x as f64 / (x as f64 + c);
-    let samples: Vec<GemmSample> = SHAPES
-        .iter()
-        .map(|&(m, n, k)| GemmSample { m, n, k, flops_per_s: p * f(m, c[0]) * f(n, c[1]) * f(k, c[2]) })
-        .collect();
-    let (fp, fc, rms) = fit_curve_per_dim(&samples);
-    assert!((fp / p - 1.0).abs() < 1e-3, "{fp}");
-    for (got, want) in fc.iter().zip(c) {
-        assert!((got - want).abs() < 0.5, "{fc:?} against {c:?}");
-    }
-    assert!(rms < 1e-3, "{rms}");
-    // One c for all three cannot: the per-dimension fit is the better one here.
-    assert!(fit_curve(&samples).2 > 10.0 * rms.max(1e-6));
-}
-
-#[test]
-fn calibration_measures_a_gemm() {
-    let r = boost_perf::calibrate::measure_gemm(64, 64, 64);
-    assert!(r > 1e8, "{r}");
-}
-
-#[test]
-fn chart_renders_a_png() {
-    let hw = Hardware::preset("a100-80gb").unwrap();
-    let s = Setup::preset("1b", Arch::Cola).unwrap();
-    let p = predict(&s, &hw);
-    let dir = std::env::temp_dir().join(format!("boost-perf-chart-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("c.png");
-    boost_perf::chart::draw_breakdown(&path, false, "test", "s", &[("a".into(), p.breakdown.clone(), 1.0)]).unwrap();
-    let bytes = std::fs::read(&path).unwrap();
-    assert_eq!(&bytes[1..4], b"PNG");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The cpu preset with `lines` added to its `[compute]` section.

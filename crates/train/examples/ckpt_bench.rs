@@ -9,7 +9,7 @@
 
 use boost_checkpoint::grid::load_run;
 use boost_checkpoint::owned_part::OwnedPart;
-use boost_checkpoint::{self as checkpoint, Checkpoint, CheckpointMeta, Grid};
+use boost_checkpoint::{self as checkpoint, Checkpoint, CheckpointMeta, WriterGrid};
 use boost_config::Config;
 use boost_exec::dp::Optimizer;
 use boost_model::{Layout, Model};
@@ -76,7 +76,7 @@ fn save(cfg: &Config, root: &Path, (stage, tp): (usize, usize), ready: &dyn Fn()
         checkpoint::write_part(&tmp, &part.files, &name, &kv, &mut |f, i, rows| part.read(&model, &opt, (f, i), rows))
             .unwrap();
         if (stage, tp) == (0, 0) {
-            let grid = Grid { dp: 1, pp: 2, tp: 2, zero: false };
+            let grid = WriterGrid { dp: 1, pp: 2, tp: 2, zero: false };
             checkpoint::complete(root, grid, &meta(cfg), None, 0).unwrap();
         }
         part.bytes()

@@ -8,7 +8,7 @@
 use boost_checkpoint::grid::load_run;
 use boost_checkpoint::owned_part::OwnedPart;
 use boost_checkpoint::shard::BLOCK;
-use boost_checkpoint::{self as checkpoint, Checkpoint, CheckpointMeta, Grid, Tensors, local_slice};
+use boost_checkpoint::{self as checkpoint, Checkpoint, CheckpointMeta, Tensors, WriterGrid, local_slice};
 use boost_config::Config;
 use boost_exec::dp::Optimizer;
 use boost_model::{Layout, Model};
@@ -64,7 +64,7 @@ fn whole(model: &Model<Be>, opt: &Optimizer<Be>) -> Tensors {
 
 /// Complete the checkpoint `grid` wrote under `root` with `cfg`, and load it into one rank
 /// of `single`: its whole tensors.
-fn complete_into_one(root: &Path, grid: Grid, cfg: &Config, single: &Config) -> Tensors {
+fn complete_into_one(root: &Path, grid: WriterGrid, cfg: &Config, single: &Config) -> Tensors {
     let back = Checkpoint::open(&checkpoint::complete(root, grid, &meta(cfg), None, 0).unwrap()).unwrap();
     let mut one = Model::declare(Be::new(), &single.model, Layout::single(&single.model)).unwrap();
     let mut o1 = Optimizer::new(&one.be, &one.store, false, 1, 0);
@@ -97,7 +97,7 @@ fn tensors_larger_than_a_block_reshard_exactly_through_blocked_saves_and_loads()
     assert!(embed.2.len() > 2 * BLOCK, "the table spans several blocks");
     let from_one = root.path().join("one");
     write_part(&from_one, &model, &opt, 0);
-    let grid = Grid { dp: 1, pp: 1, tp: 1, zero: false };
+    let grid = WriterGrid { dp: 1, pp: 1, tp: 1, zero: false };
     let ck = Checkpoint::open(&checkpoint::complete(&from_one, grid, &meta(&single), None, 0).unwrap()).unwrap();
 
     // Into tp2·pp2: every piece of weights and moments equals its slice of the original.
@@ -123,7 +123,7 @@ fn tensors_larger_than_a_block_reshard_exactly_through_blocked_saves_and_loads()
     for (m, o) in ranks.iter().rev() {
         write_part(&from_grid, m, o, 0);
     }
-    let grid = Grid { dp: 1, pp: 2, tp: 2, zero: false };
+    let grid = WriterGrid { dp: 1, pp: 2, tp: 2, zero: false };
     assert!(complete_into_one(&from_grid, grid, &tp2pp2, &single) == original, "tp2·pp2 → one rank");
 
     // Into dp2 ZeRO-1: each replica's moment chunks are its range of the original buffers.
@@ -148,6 +148,6 @@ fn tensors_larger_than_a_block_reshard_exactly_through_blocked_saves_and_loads()
     for (r, (m, o)) in replicas.iter().enumerate().rev() {
         write_part(&from_dp, m, o, r);
     }
-    let grid = Grid { dp: 2, pp: 1, tp: 1, zero: true };
+    let grid = WriterGrid { dp: 2, pp: 1, tp: 1, zero: true };
     assert!(complete_into_one(&from_dp, grid, &dp2, &single) == original, "dp2 ZeRO-1 → one rank");
 }

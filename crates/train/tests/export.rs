@@ -201,7 +201,7 @@ fn case(root: &Path, sets: &[&str], peers: Peers, tokenizer: Option<&Path>) {
     let ours = m.logits(&Solo, &ids, b, s);
     let (model_sha256, config_sha256) = (
         weights_sha256(&out.join("model.safetensors")),
-        boost_data::checksum::sha256_file(&out.join("config.json")).unwrap(),
+        boost_files::checksum::sha256_file(&out.join("config.json")).unwrap(),
     );
     let want = if cfg.model.arch == boost_config::Arch::Full { "LlamaForCausalLM" } else { "BoostForCausalLM" };
     // f32 engine against the f64 reference, and against f32 PyTorch in transformers, on the

@@ -5,7 +5,7 @@
 
 mod common;
 
-use boost_comm::{Dims, Group, RunOptions, Snapshot, run_ranks_with};
+use boost_comm::{GridDims, Group, RunOptions, Snapshot, run_ranks_with};
 use boost_config::{Config, Recompute};
 use boost_exec::chunks::Chunks;
 use boost_model::{Batch, Layout, LossSum, Model};
@@ -26,7 +26,7 @@ fn config(sets: &[&str]) -> Config {
 /// forward and backward, in `chunks` chunks (1: [`Model::forward_backward`]).
 fn run(cfg: &Config, chunks: usize, policy: Recompute) -> Vec<(LossSum, Vec<Vec<f32>>, Snapshot)> {
     let ids: Vec<u32> = (0..T + 1).map(|i| ((i * 7 + 3) % 61) as u32).collect();
-    run_ranks_with(Dims::tp(2), &RunOptions::default().record(true), |rank, grid| {
+    run_ranks_with(GridDims::tp(2), &RunOptions::default().record(true), |rank, grid| {
         let layout = Layout::from_config(&cfg.model, &cfg.parallel, rank);
         let mut m = Model::new(Cpu::<f32>::new(), &cfg.model, layout, 5)?;
         m.set_recompute(policy);
@@ -101,7 +101,7 @@ fn ready_hands_over_each_part_summed_as_the_chunks_finish_it() {
     let ids: Vec<u32> = (0..T + 1).map(|i| ((i * 5 + 1) % 61) as u32).collect();
     for tie in [false, true] {
         let cfg = if tie { config(&["model.arch=cola", "model.tie_embeddings=true"]) } else { cfg.clone() };
-        let ranks = run_ranks_with(Dims::tp(2), &RunOptions::default(), |rank, grid| {
+        let ranks = run_ranks_with(GridDims::tp(2), &RunOptions::default(), |rank, grid| {
             let layout = Layout::from_config(&cfg.model, &cfg.parallel, rank);
             let mut m = Model::new(Cpu::<f32>::new(), &cfg.model, layout, 5)?;
             let extra = grid.tp.duplicate()?;

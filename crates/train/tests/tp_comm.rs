@@ -5,7 +5,7 @@
 
 mod common;
 
-use boost_comm::{Dims, RunOptions, Snapshot, run_ranks_with};
+use boost_comm::{GridDims, RunOptions, Snapshot, run_ranks_with};
 use boost_config::{Config, Recompute};
 use boost_exec::optim::grad_norm;
 use boost_model::{Batch, Layout, Model};
@@ -36,7 +36,7 @@ fn record(cfg: &Config) -> Snapshot {
 fn record_with(cfg: &Config, policy: Recompute) -> Snapshot {
     let p = cfg.parallel.tp;
     let ids: Vec<u32> = (0..B * S + 1).map(|i| (i * 7 % 61) as u32).collect();
-    let out = run_ranks_with(Dims::tp(p), &RunOptions::default().record(true), |rank, grid| {
+    let out = run_ranks_with(GridDims::tp(p), &RunOptions::default().record(true), |rank, grid| {
         let layout = Layout::from_config(&cfg.model, &cfg.parallel, rank);
         let mut m = Model::new(Cpu::<f32>::new(), &cfg.model, layout, 1)?;
         m.set_recompute(policy);

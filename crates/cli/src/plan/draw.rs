@@ -16,7 +16,7 @@ pub(super) fn chart(
 ) -> Result<()> {
     if let Some(path) = &args.chart {
         let bars = bars();
-        boost_perf::chart::draw_breakdown(path, args.force, &title(), x_label, &bars)?;
+        boost_report::chart::draw_breakdown(path, args.force, &title(), x_label, &bars)?;
         if !args.json {
             println!("chart: {}", path.display());
         }

@@ -22,7 +22,7 @@ use search::run_search;
 /// (made on first use), a preset, or a TOML file.
 fn cluster(name: &str) -> Result<Hardware> {
     match name {
-        "cpu" | "cpu-mpi" if !std::path::Path::new(name).is_file() => boost_perf::calibrate::this_machine(name),
+        "cpu" | "cpu-mpi" if !std::path::Path::new(name).is_file() => boost_calibrate::this_machine(name),
         other => Hardware::load(other),
     }
 }
@@ -37,7 +37,7 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         return Ok(());
     }
     if args.measure_mpi_links {
-        if let Some(link) = boost_perf::calibrate::calibrate_mpi_collectives()? {
+        if let Some(link) = boost_calibrate::calibrate_mpi_collectives()? {
             println!("{}", serde_json::to_string(&link)?);
         }
         return Ok(());
@@ -46,21 +46,21 @@ pub fn run(args: &PlanArgs) -> Result<()> {
         if args.threads > boost_config::MAX_THREADS {
             anyhow::bail!("--threads {}", boost_config::threads_message(args.threads));
         }
-        boost_perf::calibrate::calibrate_cpu(out, args.threads, args.rounds, !args.json, args.force)?;
+        boost_calibrate::calibrate_cpu(out, args.threads, args.rounds, !args.json, args.force)?;
         println!("wrote {}", out.display());
         return Ok(());
     }
     if let Some(run) = &args.validate {
         let name = match args.cluster.as_deref() {
             Some(name) => name,
-            None => boost_perf::validate::default_cluster(run)?,
+            None => boost_report::validate::default_cluster(run)?,
         };
         let hw = cluster(name)?;
-        let v = boost_perf::validate::validate(run, &hw)?;
+        let v = boost_report::validate::validate(run, &hw)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&v)?);
         } else {
-            print!("{}", boost_perf::validate::table(&v));
+            print!("{}", boost_report::validate::table(&v));
         }
         return Ok(());
     }

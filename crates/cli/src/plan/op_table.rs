@@ -4,7 +4,7 @@
 use anyhow::Result;
 use boost_perf::hardware::{Hardware, Timer};
 use boost_perf::layer::{LayerOps, layer_ops};
-use boost_perf::ops::{GemmRole, Op};
+use boost_perf::ops::{CostOp, GemmRole};
 use boost_perf::setup::Setup;
 use std::fmt::Write as _;
 
@@ -22,10 +22,10 @@ pub fn ops_json(s: &Setup, hw: &Hardware) -> Result<serde_json::Value> {
     for op in ops.all() {
         let mut v = serde_json::to_value(op)?;
         let (flops, bytes) = match op {
-            Op::Gemm(g) => (g.flops(), g.bytes()),
-            Op::Attention(a) => (a.executed_flops(), a.bytes()),
-            Op::Elementwise(e) => (0.0, e.bytes),
-            Op::Collective(c) => (0.0, c.bytes() as f64),
+            CostOp::Gemm(g) => (g.flops(), g.bytes()),
+            CostOp::Attention(a) => (a.executed_flops(), a.bytes()),
+            CostOp::Elementwise(e) => (0.0, e.bytes),
+            CostOp::Collective(c) => (0.0, c.bytes() as f64),
         };
         v["flops"] = flops.into();
         v["bytes"] = bytes.into();
@@ -60,7 +60,7 @@ pub fn ops_table(s: &Setup, hw: &Hardware) -> String {
         let t = timer.op(op) * 1e6;
         let phase = op.phase().name();
         let line = match op {
-            Op::Gemm(g) => {
+            CostOp::Gemm(g) => {
                 let role = match g.role {
                     GemmRole::Forward => "fwd",
                     GemmRole::BackwardData => "dX",
@@ -76,7 +76,7 @@ pub fn ops_table(s: &Setup, hw: &Hardware) -> String {
                 ];
                 row(cells, g.bytes() / 1e6, t)
             }
-            Op::Attention(a) => {
+            CostOp::Attention(a) => {
                 let shape = format!("b{} s{} h{} kv{} d_h{}", a.batch, a.seq, a.heads, a.kv_heads, a.head_dim);
                 let flops = a.executed_flops();
                 let cells: [&str; 6] = [
@@ -89,8 +89,8 @@ pub fn ops_table(s: &Setup, hw: &Hardware) -> String {
                 ];
                 row(cells, a.bytes() / 1e6, t)
             }
-            Op::Elementwise(e) => row([phase, &e.label, "elementwise", "", "", ""], e.bytes / 1e6, t),
-            Op::Collective(c) => {
+            CostOp::Elementwise(e) => row([phase, &e.label, "elementwise", "", "", ""], e.bytes / 1e6, t),
+            CostOp::Collective(c) => {
                 let payload = format!("{:?} {} elements", c.group, c.elements);
                 row([phase, &c.label, c.kind.name(), &payload, "", ""], c.bytes() as f64 / 1e6, t)
             }

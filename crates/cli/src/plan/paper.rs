@@ -5,13 +5,14 @@ use super::draw;
 use anyhow::Result;
 use boost_perf::hardware::Hardware;
 use boost_perf::paper;
+use boost_report::paper::paper_report;
 
 /// `--paper`: the BOOST paper's set-up through the model.
 pub(super) fn run_paper(args: &PlanArgs, hw: &Hardware) -> Result<()> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&paper::paper_rows(hw))?);
     } else {
-        print!("{}", paper::paper_report(hw));
+        print!("{}", paper_report(hw));
     }
     draw::chart(
         args,

@@ -1,6 +1,6 @@
 #![allow(dead_code)]
 
-use boost_comm::{Dims, Grid, RunOptions, run_ranks_with};
+use boost_comm::{Grid, GridDims, RunOptions, run_ranks_with};
 use std::time::Duration;
 
 /// A small deterministic generator (xorshift64*).
@@ -36,7 +36,7 @@ pub fn values(seed: u64, rank: usize, n: usize) -> Vec<f64> {
 
 /// Run with a generous deadline, so a deadlock fails the test instead of hanging it.
 pub fn run<T: Send>(
-    dims: impl Into<Dims>,
+    dims: impl Into<GridDims>,
     f: impl Fn(usize, Grid) -> anyhow::Result<T> + Sync,
 ) -> anyhow::Result<Vec<T>> {
     run_ranks_with(dims, &RunOptions::default().deadline(Duration::from_secs(60)), f)

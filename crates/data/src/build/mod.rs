@@ -17,7 +17,7 @@ use crate::progress::{ByteProgress, Spinner};
 use crate::sample::Sampler;
 use crate::shard;
 use crate::source::Source;
-use crate::split::{Split, Splitter};
+use crate::split::{Splitter, Subset};
 use crate::tokenizer::Tokenizer;
 use anyhow::{Context, Result, bail};
 use std::path::Path;
@@ -173,7 +173,7 @@ fn train_bpe<S: Source + ?Sized>(src: &S, n_docs: u64, opts: &BuildOptions, limi
         if index == n_docs {
             bail!("the inputs changed while being read: counted {n_docs} documents, then found more");
         }
-        if splitter.next_split() == Split::Train {
+        if splitter.next_split() == Subset::Train {
             sampler.offer(index, &doc.text);
         }
         index += 1;

@@ -7,7 +7,7 @@ use crate::input::Document;
 use crate::progress::ByteProgress;
 use crate::shard_writer::ShardWriter;
 use crate::source::Source;
-use crate::split::{Split, Splitter};
+use crate::split::{Splitter, Subset};
 use crate::tokenizer::Tokenizer;
 use anyhow::{Result, anyhow, bail};
 use rayon::prelude::*;
@@ -46,14 +46,14 @@ pub(crate) fn tokenize<S: Source + ?Sized>(
     shard_tokens: u64,
 ) -> Result<Tokenized> {
     let vocab = u32::try_from(tok.vocab_size()).map_err(|_| anyhow!("vocabulary larger than u32"))?;
-    let mut train = ShardWriter::new(dir, Split::Train, vocab, shard_tokens);
-    let mut val = ShardWriter::new(dir, Split::Val, vocab, shard_tokens);
+    let mut train = ShardWriter::new(dir, Subset::Train, vocab, shard_tokens);
+    let mut val = ShardWriter::new(dir, Subset::Val, vocab, shard_tokens);
     let mut counts = vec![0u64; vocab as usize];
     let (mut docs, mut val_docs) = (0u64, 0u64);
     let mut val_names = Vec::new();
     let read = AtomicU64::new(0);
     let mut progress = ByteProgress::new("tokenizing", src.total_bytes());
-    let (tx, rx) = sync_channel::<Vec<(Split, Document)>>(2);
+    let (tx, rx) = sync_channel::<Vec<(Subset, Document)>>(2);
     std::thread::scope(|s| -> Result<()> {
         let reader = s.spawn(|| -> Result<u64> {
             let (mut batch, mut bytes, mut seen) = (Vec::new(), 0usize, 0u64);
@@ -89,7 +89,7 @@ pub(crate) fn tokenize<S: Source + ?Sized>(
                     .collect::<Result<_>>()?;
                 for ((split, d), ids) in batch.into_iter().zip(ids) {
                     docs += 1;
-                    if split == Split::Train {
+                    if split == Subset::Train {
                         count_tokens(&ids, &mut counts);
                         train.push(&ids)?;
                     } else {

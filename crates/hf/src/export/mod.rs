@@ -12,9 +12,9 @@ pub use out::MARKER;
 use anyhow::{Context, Result};
 use boost_checkpoint::Checkpoint;
 use boost_checkpoint::paths;
-use boost_checkpoint::staging::{self, Staged};
 use boost_config::{Arch, Config};
 use boost_data::Tokenizer;
+use boost_files::staging::{self, Staged};
 use std::fs;
 use std::path::Path;
 
@@ -37,7 +37,7 @@ pub fn export(ckpt: &Checkpoint, out: &Path, force: bool) -> Result<()> {
 const CUSTOM_CODE: [(&str, &str); 3] = [
     ("configuration_boost.py", include_str!("hf/configuration_boost.py")),
     ("modeling_boost.py", include_str!("hf/modeling_boost.py")),
-    ("boost_ref.py", include_str!("../../../../tests/reference/boost_ref.py")),
+    ("boost_ref.py", include_str!("hf/boost_ref.py")),
 ];
 
 fn write_into(ckpt: &Checkpoint, cfg: &Config, dir: &Path) -> Result<()> {

@@ -12,10 +12,10 @@ pub use folder::Folder;
 pub use llama::{LlamaShape, llama_shape};
 
 use anyhow::{Context, Result, bail};
-use boost_checkpoint::staging::{self, Staged};
 use boost_checkpoint::{self as checkpoint, CheckpointMeta};
 use boost_config::{Arch, Config, LaxFlavour, LaxGate};
 use boost_exec::optim::AdamW;
+use boost_files::staging::{self, Staged};
 use boost_model::{Layout, Model};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Solo};

@@ -2,10 +2,9 @@
 //! projection group feeding a local op (RoPE + attention; the SwiGLU product).
 
 use crate::layout::Dims;
-use crate::pass::Ctx;
-use crate::projection::{Declare, GradFlow, Latent, ProjActs, ProjGroup, ProjKind, ProjSaved, Scratch};
-use boost_config::{Arch, Phi, Recompute};
-use boost_tensor::{AttentionBwd, AttnShape, Backend, DeviceBuf, Mat, MatMut};
+use crate::projection::{Declare, ProjActs, ProjGroup, ProjKind};
+use boost_config::{Arch, Phi};
+use boost_tensor::{AttnShape, Backend, DeviceBuf};
 
 pub struct Block {
     pub layer: usize,

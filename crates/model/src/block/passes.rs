@@ -1,6 +1,9 @@
 //! A layer's forward and backward: the attention half and the MLP half around the residual.
 
-use super::*;
+use crate::block::{Block, BlockActs, BlockGrads};
+use crate::pass::Ctx;
+use crate::projection::{GradFlow, ProjActs, ProjGroup, ProjSaved, Scratch};
+use boost_tensor::{AttentionBwd, Backend, Mat, MatMut};
 
 /// What a layer's backward reads of its forward.
 pub struct BlockSaved<'a, B: Backend> {

@@ -2,7 +2,12 @@
 //! activations come back — from the layer input (`full`) or from the kept latents
 //! (`lowrank`, no A GEMM and no collective under BTP).
 
-use super::*;
+use crate::block::{Block, BlockActs};
+use crate::layout::Dims;
+use crate::pass::Ctx;
+use crate::projection::{Latent, ProjActs, ProjGroup, Scratch};
+use boost_config::Recompute;
+use boost_tensor::{Backend, DeviceBuf, Mat, MatMut};
 
 /// What a layer keeps between its forward and backward when activations are recomputed.
 pub struct Kept<B: Backend> {

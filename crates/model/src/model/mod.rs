@@ -1,17 +1,15 @@
 //! One rank's model: embedding, decoder layers, final norm, LM head and loss, with the
 //! buffers of one micro-batch shape allocated once and reused every step.
 
-use crate::block::{Block, BlockActs, BlockGrads, BlockSaved, Kept};
+use crate::block::Block;
 use crate::init;
 use crate::layout::{Dims, Layout};
-use crate::params::{BufBuilder, Held, Init, ParamStore, Slot, Split, bind};
+use crate::params::{ParamStore, Slot};
 use crate::pass::Ctx;
-use crate::plan::{Entry, Plan};
-use crate::projection::Declare;
-use crate::projection::Scratch;
-use anyhow::{Result, bail};
-use boost_config::{Arch, LaxGate, ModelConfig, Recompute};
-use boost_tensor::{Backend, Collective, DeviceBuf, Label, Mat};
+use crate::plan::Plan;
+use anyhow::Result;
+use boost_config::{ModelConfig, Recompute};
+use boost_tensor::{Backend, Collective};
 
 /// One micro-batch: `batch` sequences of `seq` tokens, row-major.
 #[derive(Debug, Clone, Copy)]

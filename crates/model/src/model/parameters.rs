@@ -1,7 +1,15 @@
 //! A stage's parameters: which slices of the canonical tensors this rank holds, as the plan
 //! splits them. Checkpoints read the same declaration for any rank without allocating.
 
-use super::*;
+use crate::block::Block;
+use crate::layout::{Dims, Layout};
+use crate::model::{FirstStage, LastStage};
+use crate::params::{BufBuilder, Held, Init, ParamStore, Slot, Split, bind};
+use crate::plan::{Entry, Plan};
+use crate::projection::Declare;
+use anyhow::{Result, bail};
+use boost_config::{Arch, LaxGate, ModelConfig};
+use boost_tensor::Backend;
 
 /// The parameters one rank of one pipeline stage holds, and where each tensor lives.
 pub struct StageParams<B: Backend> {

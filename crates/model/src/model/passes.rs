@@ -2,9 +2,13 @@
 //! backward (docs/PARALLELISM.md §5), and the per-slot calls an executor makes of them.
 
 use super::recompute::{act_set, act_slots};
-use super::*;
+use crate::block::BlockSaved;
+use crate::model::work::Work;
+use crate::model::{Batch, GradsFinal, GradsReady, LossSum, Model, ParamsNeeded, PassInputs, ctx};
 use crate::pass::CachedAttention;
-use boost_tensor::trace;
+use crate::pass::Ctx;
+use boost_config::{Arch, Recompute};
+use boost_tensor::{Backend, Collective, Mat, trace};
 
 /// Where a forward reads the parameters.
 pub enum Params<'p, B: Backend> {

@@ -1,7 +1,10 @@
 //! The recompute policy: which layers drop their activations, and which activation set
 //! each layer uses.
 
-use super::*;
+use crate::block::BlockActs;
+use crate::model::Model;
+use boost_config::Recompute;
+use boost_tensor::Backend;
 
 impl<B: Backend> Model<B> {
     /// Choose what the forward keeps (drops the buffers of the previous choice). `lowrank`

@@ -3,7 +3,9 @@
 //! model names the buffers; the pipeline (`boost-train`'s `pipeline::stage_io`) moves them.
 
 use super::work::slot_of;
-use super::*;
+use crate::model::{Batch, Model};
+use boost_config::Arch;
+use boost_tensor::{Backend, DeviceBuf, Label};
 
 /// One buffer range a stage sends or receives, and the label it travels under.
 pub struct Wire<T> {

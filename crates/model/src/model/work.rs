@@ -1,9 +1,12 @@
 //! The buffers of one micro-batch shape: allocated on first use, kept per pipeline slot and
 //! reused every step; and the activation memory they amount to.
 
-use super::*;
+use crate::block::{BlockActs, BlockGrads, Kept};
+use crate::model::{Batch, Model};
 use crate::plan::Entry;
-use boost_config::LaxGate;
+use crate::projection::Scratch;
+use boost_config::{Arch, LaxGate, Recompute};
+use boost_tensor::Backend;
 
 /// Activation memory of one micro-batch shape under the model's recompute policy.
 #[derive(Debug, Clone, PartialEq)]
@@ -229,6 +232,7 @@ pub(super) fn slot_of<B: Backend>(works: &mut [Option<Work<B>>], slot: usize) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::layout::Layout;
     use boost_config::Config;
     use boost_tensor::cpu::Cpu;
 

@@ -1,7 +1,10 @@
 //! Where a group's values live: the latent's geometry, the component-major output and the
 //! saved activations.
 
-use super::*;
+use crate::plan::NormPlacement;
+use crate::projection::{LaxActs, ProjActs, ProjGroup, Weights};
+use boost_config::Phi;
+use boost_tensor::{Backend, Mat, MatMut};
 
 /// Where component j of a latent sits, relative to the latent's start.
 #[derive(Debug, Clone, Copy)]

@@ -1,7 +1,12 @@
 //! Declaring a group's parameters: which slices of the canonical tensors this rank holds,
 //! as the plan splits them.
 
-use super::*;
+use crate::params::{BufBuilder, Held, Init, Slot, Split, bind, shard};
+use crate::plan::Shard;
+use crate::projection::kind::ProjKind;
+use crate::projection::{Declare, Gate, LaxSlots, ProjGroup, Weights};
+use boost_config::{Arch, LaxGate, ModelConfig};
+use boost_tensor::Backend;
 
 fn global_widths(kind: ProjKind, m: &ModelConfig) -> (usize, Vec<usize>) {
     let (d, dkv, dff) = (m.d, m.d_kv(), m.d_ff);

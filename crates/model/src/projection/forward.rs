@@ -2,8 +2,13 @@
 //! ones: down (norm → A or the dense weight → collective), latent (LaX crossing → LN → φ),
 //! up (B → vanilla's collective). Each scheme's collectives are the marked `all_reduce`s.
 
-use super::*;
+use crate::labels;
+use crate::params::Slot;
+use crate::pass::Ctx;
+use crate::plan::NormPlacement;
+use crate::projection::{Call, Gate, LaxSlots, ProjActs, ProjGroup, Scratch, Weights};
 use boost_tensor::LayerNormFwd;
+use boost_tensor::{Backend, Mat, MatMut};
 
 /// How [`ProjGroup::forward_latent`] starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,12 +10,11 @@
 //!   latent P (after the down-projection and its all-reduce, before φ): grouped, it is one
 //!   `t × c·r` matrix (one GEMM, one collective); ungrouped, c blocks of `t × r`.
 
-use crate::labels;
 use crate::layout::{Dims, Layout};
-use crate::params::{BufBuilder, Held, Init, ParamStore, Slot, Split, bind, shard};
-use crate::plan::{GroupPlan, NormPlacement, Plan, Shard};
-use boost_config::{Arch, LaxGate, ModelConfig, Phi};
-use boost_tensor::{Backend, Mat, MatMut};
+use crate::params::{ParamStore, Slot, bind};
+use crate::plan::{GroupPlan, NormPlacement, Plan};
+use boost_config::ModelConfig;
+use boost_tensor::Backend;
 
 /// What declaring a rank's parameters reads, and the store it fills.
 pub struct Declare<'a, B: Backend> {

@@ -1,11 +1,11 @@
 //! The pieces around the projections: RMSNorm (with the global statistic when the residual is
 //! sharded), the residual adds, RoPE, the attention core and the SwiGLU product.
 
-use super::ctx::Ctx;
-use crate::ops::{Attention, CollKind, Op, Phase};
+use super::ctx::LayerEmitter;
+use crate::ops::{Attention, CollKind, CostOp, Phase};
 use crate::setup::NormMode;
 
-impl Ctx<'_> {
+impl LayerEmitter<'_> {
     /// RMSNorm forward (`recompute` = norm output rebuilt from the saved residual and statistic).
     pub(super) fn norm_fwd(&mut self, block: &str, recompute: bool) {
         let label = format!("{block}.norm");
@@ -44,7 +44,7 @@ impl Ctx<'_> {
 
     pub(super) fn attention(&mut self) {
         let (hl, kvl) = self.heads_local();
-        self.ops.push(Op::Attention(Attention {
+        self.ops.push(CostOp::Attention(Attention {
             label: "attn.core".into(),
             phase: self.phase,
             batch: self.s.micro_batch as u64,

@@ -1,12 +1,12 @@
 //! The state of one layer's op list under construction: its dimensions, the pass being
 //! emitted, and the local widths the engine's sharding plan gives this rank.
 
-use crate::ops::{Op, Phase};
+use crate::ops::{CostOp, Phase};
 use crate::setup::Setup;
 use boost_config::{Arch, Phi};
 use boost_plan::{Plan, local};
 
-pub(super) struct Ctx<'a> {
+pub(super) struct LayerEmitter<'a> {
     pub(super) s: &'a Setup,
     /// The engine's sharding plan: widths and collectives come from it.
     pub(super) plan: Plan,
@@ -21,16 +21,16 @@ pub(super) struct Ctx<'a> {
     pub(super) h_kv: u64,
     pub(super) d_h: u64,
     pub(super) a: u64,
-    pub(super) ops: Vec<Op>,
+    pub(super) ops: Vec<CostOp>,
     pub(super) phase: Phase,
     /// Recompute from saved post-crossing LaX latents: no gate GEMM, no add.
     pub(super) from_saved_latents: bool,
 }
 
-impl<'a> Ctx<'a> {
+impl<'a> LayerEmitter<'a> {
     pub(super) fn new(s: &'a Setup, layer: usize) -> Self {
         let m = &s.model;
-        Ctx {
+        LayerEmitter {
             s,
             plan: s.checked_plan(),
             layer,

@@ -1,14 +1,14 @@
 //! The op constructors every piece of the layer goes through: GEMMs (with their backward
 //! pair), elementwise kernels by bytes moved, and tensor-parallel collectives.
 
-use super::ctx::Ctx;
-use crate::ops::{CollKind, Collective, Elementwise, Gemm, GemmRole, Group, Op, Phase};
+use super::ctx::LayerEmitter;
+use crate::ops::{CollGroup, CollKind, Collective, CostOp, Elementwise, Gemm, GemmRole, Phase};
 
-impl Ctx<'_> {
+impl LayerEmitter<'_> {
     /// A GEMM `(m×k)·(k×n)`, `batch` times; `shape` = (m, k, n, batch).
     fn gemm(&mut self, label: String, role: GemmRole, shape: (u64, u64, u64, u64), redundant: bool) {
         let (m, k, n, batch) = shape;
-        self.ops.push(Op::Gemm(Gemm {
+        self.ops.push(CostOp::Gemm(Gemm {
             label,
             phase: self.phase,
             role,
@@ -38,7 +38,7 @@ impl Ctx<'_> {
     pub(super) fn ew(&mut self, label: String, read: u64, write: u64, f32_elems: u64) {
         let bytes = ((read + write) * self.a + 4 * f32_elems) as f64 * self.t as f64;
         if bytes > 0.0 {
-            self.ops.push(Op::Elementwise(Elementwise { label, phase: self.phase, bytes }));
+            self.ops.push(CostOp::Elementwise(Elementwise { label, phase: self.phase, bytes }));
         }
     }
 
@@ -55,11 +55,11 @@ impl Ctx<'_> {
         }
         let t = self.t;
         let label = if self.phase == Phase::Backward { format!("{label}.bwd") } else { label };
-        self.ops.push(Op::Collective(Collective {
+        self.ops.push(CostOp::Collective(Collective {
             label,
             phase: self.phase,
             kind,
-            group: Group::Tp,
+            group: CollGroup::Tp,
             elements: (per_token + f32_per_token) * t,
             elements_f32: f32_per_token * t,
             dtype_bytes: self.a,

@@ -1,7 +1,7 @@
 //! The four projection groups of a layer (projections sharing one input) and the dense
 //! (full-rank) group; the plan decides whether a group is dense or low-rank.
 
-use super::ctx::Ctx;
+use super::ctx::LayerEmitter;
 use super::passes::Parts;
 use crate::ops::{CollKind, Phase};
 use boost_plan::{GroupPlan, Shard};
@@ -14,7 +14,7 @@ pub(super) struct Proj {
 }
 
 /// Projections sharing one input: `qkv`, `o`, `gate_up`, `down`.
-pub(super) struct ProjGroup {
+pub(super) struct GroupShape {
     pub(super) block: &'static str,
     pub(super) name: &'static str,
     pub(super) projs: Vec<Proj>,
@@ -22,7 +22,7 @@ pub(super) struct ProjGroup {
     pub(super) after_norm: bool,
 }
 
-impl ProjGroup {
+impl GroupShape {
     pub(super) fn n(&self) -> u64 {
         self.projs.len() as u64
     }
@@ -40,12 +40,12 @@ impl ProjGroup {
     }
 }
 
-impl Ctx<'_> {
+impl LayerEmitter<'_> {
     /// `[qkv, o, gate_up, down]`, whole (unsharded) widths.
-    pub(super) fn groups(&self) -> [ProjGroup; 4] {
+    pub(super) fn groups(&self) -> [GroupShape; 4] {
         let (d, d_ff, d_kv) = (self.d, self.d_ff, self.d_kv);
         [
-            ProjGroup {
+            GroupShape {
                 block: "attn",
                 name: "qkv",
                 projs: vec![
@@ -55,19 +55,19 @@ impl Ctx<'_> {
                 ],
                 after_norm: true,
             },
-            ProjGroup {
+            GroupShape {
                 block: "attn",
                 name: "o",
                 projs: vec![Proj { name: "o", d_in: d, d_out: d }],
                 after_norm: false,
             },
-            ProjGroup {
+            GroupShape {
                 block: "mlp",
                 name: "gate_up",
                 projs: vec![Proj { name: "gate", d_in: d, d_out: d_ff }, Proj { name: "up", d_in: d, d_out: d_ff }],
                 after_norm: true,
             },
-            ProjGroup {
+            GroupShape {
                 block: "mlp",
                 name: "down",
                 projs: vec![Proj { name: "down", d_in: d_ff, d_out: d }],
@@ -77,13 +77,13 @@ impl Ctx<'_> {
     }
 
     /// One group in the current pass, dense or low-rank as the plan says.
-    pub(super) fn group(&mut self, g: &ProjGroup, parts: Parts) {
+    pub(super) fn group(&mut self, g: &GroupShape, parts: Parts) {
         let gp = self.plan.group(g.after_norm);
         if gp.second.is_some() { self.low_rank_group(g, &gp, parts) } else { self.dense(g, &gp) }
     }
 
     /// A dense group (Megatron): column-parallel (f in front) or row-parallel (g behind).
-    fn dense(&mut self, g: &ProjGroup, gp: &GroupPlan) {
+    fn dense(&mut self, g: &GroupShape, gp: &GroupPlan) {
         let fwd = self.phase != Phase::Backward;
         let w = gp.first;
         let (in_split, out_split) = (w.shard == Shard::Input, w.shard == Shard::Output);

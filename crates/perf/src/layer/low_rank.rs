@@ -1,19 +1,19 @@
 //! A low-rank projection group: the A GEMMs, the latent's kernels (φ, the LaX crossing and its
 //! gate), the B GEMMs, and the collectives the plan puts between them.
 
-use super::ctx::Ctx;
-use super::groups::ProjGroup;
+use super::ctx::LayerEmitter;
+use super::groups::GroupShape;
 use super::passes::Parts;
 use crate::ops::{CollKind, Phase};
 use crate::setup::NormMode;
 use boost_config::LaxGate;
 use boost_plan::{GroupPlan, Placement, Shard};
 
-impl Ctx<'_> {
+impl LayerEmitter<'_> {
     /// A low-rank group: A, the latent's kernels, B, and the collectives the plan puts
     /// between them (BTP: g after a row-parallel A, f in front of a column-parallel B;
     /// vanilla: g after each row-parallel B, f in front of a column-parallel A).
-    pub(super) fn low_rank_group(&mut self, g: &ProjGroup, gp: &GroupPlan, parts: Parts) {
+    pub(super) fn low_rank_group(&mut self, g: &GroupShape, gp: &GroupPlan, parts: Parts) {
         let (a, b) = (gp.first, gp.second.expect("a low-rank group has B"));
         let n = g.n();
         let grouped = self.s.grouping && n > 1;

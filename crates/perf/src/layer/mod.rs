@@ -29,35 +29,35 @@ mod saved;
 
 pub use saved::{RESIDUAL_BYTES, Saved, layer_saved, layer_transient, layer_working};
 
-use crate::ops::{Collective, Op, Phase};
+use crate::ops::{Collective, CostOp, Phase};
 use crate::setup::Setup;
 use boost_config::Recompute;
-use ctx::Ctx;
+use ctx::LayerEmitter;
 use serde::Serialize;
 
 /// The ops of one layer, per micro-batch, on one TP rank.
 #[derive(Debug, Clone, Serialize)]
 pub struct LayerOps {
     pub layer: usize,
-    pub forward: Vec<Op>,
-    pub backward: Vec<Op>,
+    pub forward: Vec<CostOp>,
+    pub backward: Vec<CostOp>,
     /// Forward work redone in backward (empty without recompute).
-    pub recompute: Vec<Op>,
+    pub recompute: Vec<CostOp>,
 }
 
 impl LayerOps {
-    pub fn all(&self) -> impl Iterator<Item = &Op> {
+    pub fn all(&self) -> impl Iterator<Item = &CostOp> {
         self.forward.iter().chain(&self.recompute).chain(&self.backward)
     }
     pub fn collectives(&self) -> impl Iterator<Item = &Collective> {
-        self.all().filter_map(Op::as_collective)
+        self.all().filter_map(CostOp::as_collective)
     }
 }
 
 /// Every op of decoder layer `layer` (0-based; LaX layer 0 has no crossing) for one
 /// micro-batch on one TP rank.
 pub fn layer_ops(s: &Setup, layer: usize) -> LayerOps {
-    let mut c = Ctx::new(s, layer);
+    let mut c = LayerEmitter::new(s, layer);
     c.forward(Phase::Forward);
     let forward = std::mem::take(&mut c.ops);
     c.backward();

@@ -1,7 +1,7 @@
 //! The order of each pass over the layer: forward (or full recompute), backward, and the
 //! low-rank recompute from the saved latents.
 
-use super::ctx::Ctx;
+use super::ctx::LayerEmitter;
 use crate::ops::Phase;
 
 /// Which parts of a low-rank group a pass runs.
@@ -16,7 +16,7 @@ impl Parts {
     const ALL: Parts = Parts { a: true, latent: true, b: true };
 }
 
-impl Ctx<'_> {
+impl LayerEmitter<'_> {
     pub(super) fn forward(&mut self, phase: Phase) {
         self.phase = phase;
         let [qkv, o, gu, down] = self.groups();

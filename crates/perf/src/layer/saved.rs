@@ -1,7 +1,7 @@
 //! What a layer's forward keeps for backward under each recompute policy, and the working set
 //! a recomputed layer rebuilds while its backward runs.
 
-use super::ctx::Ctx;
+use super::ctx::LayerEmitter;
 use crate::setup::{Keeps, Setup};
 use boost_config::Recompute;
 use serde::Serialize;
@@ -37,7 +37,7 @@ impl Saved {
 /// facts are checked; [`Keeps::Autograd`] adds what an autograd implementation also keeps,
 /// each norm's output and the SwiGLU product.
 pub fn layer_saved(s: &Setup, layer: usize) -> Vec<Saved> {
-    Ctx::new(s, layer).saved(s.policy_of(layer))
+    LayerEmitter::new(s, layer).saved(s.policy_of(layer))
 }
 
 /// The extra activation bytes per token alive while one recomputed layer runs its backward:
@@ -46,11 +46,11 @@ pub fn layer_transient(s: &Setup, layer: usize) -> f64 {
     if s.policy_of(layer) == Recompute::None {
         return 0.0;
     }
-    let c = Ctx::new(s, layer);
+    let c = LayerEmitter::new(s, layer);
     c.saved(Recompute::None).iter().map(Saved::bytes_per_token).sum()
 }
 
-impl Ctx<'_> {
+impl LayerEmitter<'_> {
     /// What a forward keeps per token for backward, by policy.
     fn saved(&self, policy: Recompute) -> Vec<Saved> {
         let a = self.a;
@@ -119,7 +119,7 @@ pub fn layer_working(s: &Setup, layer: usize) -> f64 {
     if s.keeps == Keeps::Autograd {
         return 0.0;
     }
-    let c = Ctx::new(s, layer);
+    let c = LayerEmitter::new(s, layer);
     let (a, f32) = (c.a as f64, 4.0);
     let (hl, kvl) = c.heads_local();
     let (hl, kvl, dh) = (hl as f64, kvl as f64, c.d_h as f64);

@@ -3,7 +3,7 @@
 
 use super::{B, Case, Out, S, SEED, batches};
 use crate::engine::Engine;
-use boost_comm::{Dims, GridOptions, RunOptions, run_ranks_with};
+use boost_comm::{GridDims, GridOptions, RunOptions, run_ranks_with};
 use boost_config::Config;
 use boost_exec::dp::Optimizer;
 use boost_exec::pipeline::schedule::table;
@@ -20,7 +20,7 @@ pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, case: &Case, ove
     let (kind, policy, mbs) = (case.kind, case.policy, case.micro_batches);
     let data = batches(cfg.model.vocab, mbs);
     let opts = RunOptions::default().grid(GridOptions::default().overlap(overlap));
-    run_ranks_with(Dims::new(dp, pp, tp), &opts, |_, grid| {
+    run_ranks_with(GridDims::new(dp, pp, tp), &opts, |_, grid| {
         let c = grid.coord;
         let layout = Layout::staged(&cfg.model, &cfg.parallel, c.tp, c.pp, pp);
         let be = engine.backend();

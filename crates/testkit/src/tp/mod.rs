@@ -8,7 +8,7 @@ pub use ranks::ranks_match;
 
 use crate::compare::Bound;
 use crate::engine::Engine;
-use boost_comm::{Dims, run_ranks};
+use boost_comm::{GridDims, run_ranks};
 use boost_config::{ModelConfig, Recompute, Scheme};
 use boost_model::{Batch, Layout, Model, params::Piece};
 use boost_tensor::{Backend, Collective, Solo};
@@ -114,7 +114,7 @@ fn reference<E: Backend>(engine: &Engine<E>, cfg: &ModelConfig) -> RankOut {
 
 fn run<E: Backend>(engine: &Engine<E>, cfg: &ModelConfig, layout: Layout, (policy, first): Keep) -> Vec<RankOut> {
     let (ids, targets) = batch(cfg.vocab);
-    let outs = run_ranks(Dims::tp(layout.tp), |rank, grid| {
+    let outs = run_ranks(GridDims::tp(layout.tp), |rank, grid| {
         let be = engine.backend();
         let tp = engine.collective(&be, &grid.tp);
         let mut m = Model::new(be, cfg, Layout { tp_rank: rank, ..layout }, SEED)?;

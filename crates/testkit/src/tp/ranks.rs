@@ -3,7 +3,7 @@
 
 use crate::compare::Bound;
 use crate::engine::{Engine, small_model};
-use boost_comm::{Dims, run_ranks};
+use boost_comm::{GridDims, run_ranks};
 use boost_config::{Arch, LaxGate, ModelConfig, NormMode, ParallelConfig, Scheme};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::{Backend, Collective};
@@ -30,7 +30,7 @@ pub fn ranks_match<R: Backend, E: Backend>(
         let par = ParallelConfig { tp: 2, scheme: scheme.into(), norm, ..ParallelConfig::default() };
         let what = format!("{arch:?} {scheme:?} {norm:?}");
         let tol = bound.tol(&cfg, 16);
-        run_ranks(Dims::new(1, 1, 2), |rank, grid| {
+        run_ranks(GridDims::new(1, 1, 2), |rank, grid| {
             let layout = Layout::from_config(&cfg, &par, rank);
             let be = reference.backend();
             let tp = reference.collective(&be, &grid.tp);

@@ -5,7 +5,7 @@ use super::job::RankCtx;
 use super::preflight::prepare;
 use super::{Summary, TrainOptions};
 use anyhow::{Result, bail};
-use boost_comm::{Dims, Grid, GridOptions, Link, Links, RunOptions, run_ranks_with};
+use boost_comm::{Grid, GridDims, GridOptions, GroupLinks, Link, RunOptions, run_ranks_with};
 use boost_config::Config;
 use boost_exec::dp::Groups;
 use boost_perf::fit::{check_gpu_memory, check_memory, local_ranks};
@@ -16,7 +16,7 @@ use boost_tensor::trace::Collector;
 /// threads when `parallel.overlap` is on.
 pub fn run_options(cfg: &Config) -> RunOptions {
     let link = |group| cfg.parallel.link_of(group).map(|l| Link::new(l.alpha_us, l.gbps));
-    let links = Links { world: link("world"), tp: link("tp"), pp: link("pp"), dp: link("dp") };
+    let links = GroupLinks { world: link("world"), tp: link("tp"), pp: link("pp"), dp: link("dp") };
     // Overlap gives the tp, pp and dp groups progress threads for started calls.
     let overlap = cfg.parallel.overlap && cfg.parallel.world_size() > 1;
     RunOptions::default().grid(GridOptions::default().record(true).links(links).overlap(overlap))
@@ -39,7 +39,7 @@ pub fn train_on(cfg: Config, opts: TrainOptions, devices: &dyn Devices) -> Resul
     }
     let p = prepare(cfg, &opts, true)?;
     let par = &p.cfg.parallel;
-    let dims = Dims::new(par.dp, par.pp, par.tp);
+    let dims = GridDims::new(par.dp, par.pp, par.tp);
     // Every rank's spans on one clock, written once the ranks are done.
     let collector = opts.trace.map(|_| Collector::default());
     let trace_path = crate::trace::trace_path(&p.run_dir, None);
@@ -130,7 +130,7 @@ pub fn train_launched(cfg: Config, opts: TrainOptions, devices: &dyn Devices) ->
     }
     check_options(&cfg, &opts)?;
     let par = cfg.parallel.clone();
-    let dims = Dims::new(par.dp, par.pp, par.tp);
+    let dims = GridDims::new(par.dp, par.pp, par.tp);
     let ropts = run_options(&cfg);
     // Each process has a GPU of its own; on the CPU the machine's ranks share its memory.
     let gpu = devices.gpu(&cfg, local_rank())?;
@@ -199,7 +199,7 @@ fn run_rank(
 mod tests {
     use super::*;
 
-    fn links(sets: &[&str]) -> Links {
+    fn links(sets: &[&str]) -> GroupLinks {
         let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
         let cfg = Config::load(None, &sets).unwrap();
         run_options(&cfg).grid.links
@@ -207,16 +207,16 @@ mod tests {
 
     #[test]
     fn each_group_kind_gets_its_own_link_or_the_default() {
-        assert_eq!(links(&[]), Links::default(), "no emulation unless asked");
+        assert_eq!(links(&[]), GroupLinks::default(), "no emulation unless asked");
         let fast = Link::new(2.0, 300.0);
         let slow = Link::new(20.0, 25.0);
         let l = links(&["parallel.link.tp=2,300", "parallel.link.dp=20,25"]);
-        assert_eq!(l, Links { world: None, tp: Some(fast), pp: None, dp: Some(slow) });
+        assert_eq!(l, GroupLinks { world: None, tp: Some(fast), pp: None, dp: Some(slow) });
         // The old keys are the default of every kind without its own key.
         let l = links(&["parallel.link_alpha_us=20", "parallel.link_gbps=25", "parallel.link.tp=2,300"]);
-        assert_eq!(l, Links { world: Some(slow), tp: Some(fast), pp: Some(slow), dp: Some(slow) });
+        assert_eq!(l, GroupLinks { world: Some(slow), tp: Some(fast), pp: Some(slow), dp: Some(slow) });
         // "0,0" turns one kind off.
         let l = links(&["parallel.link_alpha_us=20", "parallel.link_gbps=25", "parallel.link.pp=0,0"]);
-        assert_eq!(l, Links { world: Some(slow), tp: Some(slow), pp: None, dp: Some(slow) });
+        assert_eq!(l, GroupLinks { world: Some(slow), tp: Some(slow), pp: None, dp: Some(slow) });
     }
 }

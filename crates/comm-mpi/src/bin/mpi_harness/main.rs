@@ -22,15 +22,15 @@ mod results;
 
 use anyhow::{Context, ensure};
 use boost_comm::mpi::{self, MpiOptions};
-use boost_comm::{Dims, GridOptions};
+use boost_comm::{GridDims, GridOptions};
 
-fn dims_from_env(p: usize) -> anyhow::Result<Dims> {
+fn dims_from_env(p: usize) -> anyhow::Result<GridDims> {
     let Ok(s) = std::env::var("BOOST_TEST_DIMS") else {
-        return Ok(Dims::tp(p));
+        return Ok(GridDims::tp(p));
     };
     let v: Vec<usize> = s.split(',').map(|x| x.trim().parse()).collect::<Result<_, _>>()?;
     ensure!(v.len() == 3, "BOOST_TEST_DIMS={s}: expected dp,pp,tp");
-    Ok(Dims::new(v[0], v[1], v[2]))
+    Ok(GridDims::new(v[0], v[1], v[2]))
 }
 
 fn main() -> anyhow::Result<()> {

@@ -1,8 +1,12 @@
 //! A low-rank group's backward between its output and its input: the up-projections, φ',
 //! the LaX crossing, the online norm's statistic and the down-projection.
 
-use super::*;
+use crate::labels;
+use crate::params::Slot;
 use crate::params::two_mut;
+use crate::projection::backward::ProjSaved;
+use crate::projection::{Call, Gate, LaxActs, LaxSlots, ProjActs, ProjGroup};
+use boost_tensor::{Backend, Mat, MatMut};
 use boost_tensor::{KronBwd, LayerNormBwd, SiluNormBwd};
 
 /// What a LaX crossing's backward reads besides the latent gradient: the crossing's slots and

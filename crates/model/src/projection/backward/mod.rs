@@ -7,7 +7,11 @@
 mod lowrank;
 mod norm;
 
-use super::*;
+use crate::labels;
+use crate::params::Slot;
+use crate::pass::Ctx;
+use crate::projection::{Call, ProjActs, ProjGroup, Scratch, Weights};
+use boost_tensor::{Backend, Mat, MatMut};
 use lowrank::Crossing;
 
 /// What a group's backward reads of its forward.

@@ -1,7 +1,11 @@
 //! The norm's two ends of a group's backward: the GEMM input recomputed as the forward saw
 //! it, and the norm's own backward into the residual gradient.
 
-use super::*;
+use crate::labels;
+use crate::plan::NormPlacement;
+use crate::projection::backward::ProjSaved;
+use crate::projection::{Call, ProjGroup};
+use boost_tensor::{Backend, Mat, MatMut};
 use boost_tensor::{OnlineNormBwd, RmsNormBwd};
 
 impl ProjGroup {

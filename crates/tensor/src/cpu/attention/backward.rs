@@ -3,7 +3,7 @@
 
 use super::buffers::{Rows, copies_rows, reserve_tiles, unit_cols_len, with_kv_copies, with_tiles, with_unit_cols};
 use super::tile::{Live, block_product};
-use super::{KEY_CHUNK, Layout, block_rows, check};
+use super::{KEY_CHUNK, QkvLayout, block_rows, check};
 use crate::args::AttentionBwd;
 use crate::backend::AttnShape;
 use crate::cpu::gemm::{Operand, gemm_raw};
@@ -70,7 +70,7 @@ pub fn attention_bwd<T: Scalar>(args: AttentionBwd<Vec<T>>) {
     assert!(lse.len() >= sh.rows_len(), "attention: {} log-sum-exps expected, buffer has {}", sh.rows_len(), lse.len());
     let scratch_len = attention_bwd_scratch_len(&sh);
     assert!(scratch.len() >= scratch_len, "attention: the scratch needs {scratch_len} elements, has {}", scratch.len());
-    let l = Layout::new(&sh);
+    let l = QkvLayout::new(&sh);
     let qw = sh.q_width();
     let scale = 1.0 / (sh.head_dim as f64).sqrt();
     let base = SendPtr(qkv.as_ptr() as *mut T);

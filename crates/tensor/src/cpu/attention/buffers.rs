@@ -1,7 +1,7 @@
 //! Per-call and per-thread buffers of CPU attention: the score tiles each thread works in,
 //! and the column-major copies of k and v.
 
-use super::Layout;
+use super::QkvLayout;
 use crate::backend::AttnShape;
 use crate::cpu::gemm::Operand;
 use crate::cpu::transpose::transpose;
@@ -79,14 +79,9 @@ static KV_COPIES: Mutex<Vec<Vec<f64>>> = Mutex::new(Vec::new());
 /// The row stride of the column-major copies: past one key chunk S + 16, one cache line past
 /// S, else S. At S a multiple of 1024 a copy's rows lie a multiple of 4 KiB apart, so a
 /// product's panel of them (64 rows of 4 lines) fell on 4 of the L1's 64 sets and evicted
-/// itself; one line more spreads the rows over all the sets. On the 2-vCPU Xeon
-/// (`attention_speed 2 3 4096 1 8`, 14 pairs alternated in both orders) the forward took 0.93×
-/// the time and the backward 0.95×; at 2048 × 1, 0.94× and 0.96× (10 pairs); at 256 × 8 1.00×
-/// and 1.01× (16 pairs). On an AMD EPYC (Zen 5), `attention_speed 2 … S B`, the padding took at
-/// 1024 × 2 and 2048 × 1 0.98–0.99× the time, at 512 × 4 0.98× the forward's and 1.02× the
-/// backward's (6 pairs each), and at 256 × 8 1.05× the backward's (16 pairs in both orders,
-/// the forward 1.01×), so a sequence of one key chunk keeps the plain stride. The columns past
-/// S are never read.
+/// itself; one line more spreads the rows over all the sets. Within one key chunk the padding
+/// cost more than it saved, so such a sequence keeps the plain stride (measurements:
+/// docs/PERFORMANCE.md, "CPU attention's buffers"). The columns past S are never read.
 fn cols_ld(s: usize) -> usize {
     if s > super::KEY_CHUNK { s + 16 } else { s }
 }
@@ -94,16 +89,14 @@ fn cols_ld(s: usize) -> usize {
 /// Whether a call copies the rows of the k or v head its products read as their right operand
 /// (P·v in the forward, dS·k in the backward) into one contiguous block per sequence and kv
 /// head: past one key chunk. In place those rows lie a q|k|v row apart (2 KiB with 8 kv heads
-/// of 64), so a panel of 128 of them fell on 8 of the L1's sets. On the 2-vCPU Xeon, each
-/// figure the median of 4–5 runs of 6 pairs alternated in one process: the forward took 0.94×
-/// the time and the backward 0.96× at 4096 × 1, 0.91× and 0.95× at 2048 × 1, 0.96× and 0.97×
-/// at 1024 × 2; at 256 × 8 the copy cost more than it saved (forward 1.05–1.20×).
+/// of 64), so a panel of 128 of them fell on 8 of the L1's sets. Within one key chunk the copy
+/// costs more than it saves (docs/PERFORMANCE.md, "CPU attention's buffers").
 pub(super) fn copies_rows(s: usize) -> bool {
     s > super::KEY_CHUNK
 }
 
 /// Where sequence `b`'s rows of kv head `g` start in the q|k|v block at `(off, ld)`.
-fn head_start(l: &Layout, (off, ld): (usize, usize), (b, g): (usize, usize)) -> usize {
+fn head_start(l: &QkvLayout, (off, ld): (usize, usize), (b, g): (usize, usize)) -> usize {
     off + b * l.s * ld + g * l.dh
 }
 
@@ -112,7 +105,7 @@ fn transpose_head<T: Scalar>(
     dst: &mut [T],
     ld_dst: usize,
     qkv: &[T],
-    l: &Layout,
+    l: &QkvLayout,
     block: (usize, usize),
     unit: (usize, usize),
 ) {
@@ -157,16 +150,15 @@ impl<T> KvCopies<'_, T> {
 /// Runs `f` with column-major copies of k (`cols` = 1) or of k and v (2), for the products
 /// that read them transposed as their right operand (q·kᵀ, dO·vᵀ), and with the rows of k or v
 /// in one block per sequence and kv head when `rows` names them (see [`copies_rows`]). The
-/// `gemm` crate packs a row-major operand read transposed one element at a time, which took
-/// about a fifth of attention's time (`perf`, AVX-512, at 4096 × 1 and 256 × 8); from a
-/// column-major copy it packs whole rows, and sums in the same order. The column-major copies
-/// go through [`transpose`]'s SIMD blocks (element by element they took 13 % of attention at
-/// 256 × 8). Copy c of sequence b and kv head g holds element (i, j) (head dimension i, key j)
+/// `gemm` crate packs a row-major operand read transposed one element at a time, a large share
+/// of attention's time; from a column-major copy it packs whole rows, and sums in the same
+/// order. The column-major copies go through [`transpose`]'s SIMD blocks rather than element
+/// by element (docs/PERFORMANCE.md, "CPU attention's buffers"). Copy c of sequence b and kv head g holds element (i, j) (head dimension i, key j)
 /// at `((c·batch + b)·kv_heads + g)·d_h·L + i·L + j`, where L = [`cols_ld`]`(S)`; the row copy
 /// follows them, row j of (b, g) at `((b·kv_heads + g)·S + j)·d_h`. No value changes.
 pub(super) fn with_kv_copies<T: Scalar, R>(
     qkv: &[T],
-    l: &Layout,
+    l: &QkvLayout,
     sh: &AttnShape,
     cols: usize,
     rows: Option<Rows>,
@@ -222,7 +214,7 @@ impl<T> UnitCols<T> {
 }
 
 /// Elements of one unit's `cols` copies ([`with_unit_cols`]).
-pub(super) fn unit_cols_len(l: &Layout, cols: usize) -> usize {
+pub(super) fn unit_cols_len(l: &QkvLayout, cols: usize) -> usize {
     cols * l.dh * l.s
 }
 
@@ -231,14 +223,11 @@ pub(super) fn unit_cols_len(l: &Layout, cols: usize) -> usize {
 /// its products read them. At one key chunk the backward's units, and the forward's when it
 /// runs (sequence, kv head) units whole, read a unit's copies in that unit alone: made there,
 /// they are read back from L1 and L2, where copies made for every unit before the units run
-/// ([`with_kv_copies`], 8 MiB at 256 × 8 with 8 kv heads) come back from L3. On an AMD EPYC
-/// (Zen 5), 256 × 8, alternated: the backward 0.91× the time (`attention_speed 2 30 256 8`, 8
-/// pairs), 44.85 against 49.55 ms a cola-60m step (`profile_step`, 6 pairs); the forward 0.92×
-/// (8 pairs) and 17.3 against 18.95 ms a step (6 pairs). The same entries as the call-wide
-/// copies.
+/// ([`with_kv_copies`], 8 MiB at 256 × 8 with 8 kv heads) come back from L3
+/// (docs/PERFORMANCE.md, "CPU attention's buffers"). The same entries as the call-wide copies.
 pub(super) fn with_unit_cols<T: Scalar, R>(
     qkv: &[T],
-    l: &Layout,
+    l: &QkvLayout,
     (b, g): (usize, usize),
     cols: usize,
     f: impl FnOnce(&UnitCols<T>) -> R,

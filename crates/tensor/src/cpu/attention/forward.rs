@@ -7,7 +7,7 @@
 
 use super::buffers::{Rows, copies_rows, reserve_tiles, unit_cols_len, with_kv_copies, with_tiles, with_unit_cols};
 use super::tile::{Live, block_product};
-use super::{KEY_CHUNK, Layout, MAX_BLOCK_ROWS, block_rows, check};
+use super::{KEY_CHUNK, MAX_BLOCK_ROWS, QkvLayout, block_rows, check};
 use crate::backend::AttnShape;
 use crate::cpu::gemm::Operand;
 use crate::cpu::par::SendPtr;
@@ -26,7 +26,7 @@ pub fn attention_fwd<T: Scalar>(out: MatMut<Vec<T>>, lse: &mut [T], qkv: &[T], s
         sh.rows_len(),
         lse.len()
     );
-    let l = Layout::new(&sh);
+    let l = QkvLayout::new(&sh);
     let scale = 1.0 / (sh.head_dim as f64).sqrt();
     let base = SendPtr(qkv.as_ptr() as *mut T);
     let o_ld = out.ld;

@@ -46,7 +46,7 @@ pub(super) const KEY_CHUNK: usize = 512;
 pub(super) const MAX_BLOCK_ROWS: usize = 128;
 
 /// Offsets and row strides of the q, k, v blocks; head h's columns start at h·d_h.
-pub(super) struct Layout {
+pub(super) struct QkvLayout {
     pub(super) s: usize,
     pub(super) dh: usize,
     pub(super) q: (usize, usize),
@@ -55,7 +55,7 @@ pub(super) struct Layout {
     pub(super) group: usize,
 }
 
-impl Layout {
+impl QkvLayout {
     pub(super) fn new(sh: &AttnShape) -> Self {
         let t = sh.tokens();
         let (qw, kw) = (sh.q_width(), sh.kv_width());

@@ -12,7 +12,7 @@ use crate::trainer::grads_path;
 use crate::trainer::job::Job;
 use anyhow::{Result, bail};
 use boost_checkpoint::owned_part::OwnedPart;
-use boost_checkpoint::{self as checkpoint, CheckpointMeta, Grid};
+use boost_checkpoint::{self as checkpoint, CheckpointMeta, WriterGrid};
 use boost_exec::dp::Optimizer;
 use boost_tensor::Backend;
 use std::collections::HashMap;
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 struct Target {
     root: PathBuf,
     tmp: PathBuf,
-    grid: Grid,
+    grid: WriterGrid,
     coords: (usize, usize, usize),
     meta: CheckpointMeta,
     tokenizer: PathBuf,
@@ -111,7 +111,7 @@ impl<B: Backend> Job<'_, B> {
         let target = Target {
             tmp: checkpoint::begin(&root, meta.step)?,
             root,
-            grid: Grid { dp: p.dp, pp: p.pp, tp: p.tp, zero: matches!(opt, Optimizer::Zero1(_)) },
+            grid: WriterGrid { dp: p.dp, pp: p.pp, tp: p.tp, zero: matches!(opt, Optimizer::Zero1(_)) },
             coords: (model.layout.stage, model.layout.tp_rank, self.dp_rank),
             meta,
             tokenizer: self.ctx.data.dir.join("tokenizer.json"),

@@ -4,10 +4,11 @@
 //! leaves nothing behind. The renames that put a finished output in place run as a
 //! [`critical`] section, which the clean-up waits for: an output is never left half-moved.
 //!
-//! Only commands that call [`install`] stop this way. `boost train` has its own handling (a
-//! checkpoint at the next step boundary: boost_train::signals), and ends this way only while it
-//! prepares its data, before the first step ([`exit_on_signal_during`]); in library use a
-//! registration costs a lock and nothing else.
+//! Only commands whose handlers clean up ([`crate::signals::FirstSignal::CleanUpAndExit`]) stop
+//! this way. `boost train` records the signal and stops at a step boundary (a checkpoint), and
+//! ends this way only while it prepares its data, before the first step
+//! ([`crate::signals::exit_during`]); in library use a registration costs a lock and nothing
+//! else.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -21,41 +22,6 @@ static CRITICAL: RwLock<()> = RwLock::new(());
 
 fn pending() -> MutexGuard<'static, Vec<(u64, PathBuf)>> {
     PENDING.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// On the first SIGINT or SIGTERM: wait for a critical section in progress, remove the pending
-/// paths, exit with 128 + the signal's number. A second signal exits at once.
-#[cfg(unix)]
-pub fn install() -> anyhow::Result<()> {
-    use anyhow::Context;
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    use signal_hook::flag;
-    use signal_hook::iterator::Signals;
-    use std::sync::Arc;
-    let seen = Arc::new(AtomicBool::new(false));
-    // Registered before the flag is set, so they see it as it was before this signal.
-    for sig in [SIGINT, SIGTERM] {
-        flag::register_conditional_shutdown(sig, 128 + sig, seen.clone()).context("installing the signal handlers")?;
-    }
-    for sig in [SIGINT, SIGTERM] {
-        flag::register(sig, seen.clone()).context("installing the signal handlers")?;
-    }
-    let mut signals = Signals::new([SIGINT, SIGTERM]).context("installing the signal handlers")?;
-    std::thread::Builder::new()
-        .name("interrupt".into())
-        .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                clean_up_and_exit(sig);
-            }
-        })
-        .context("starting the signal thread")?;
-    Ok(())
-}
-
-/// Elsewhere the signals keep their default action.
-#[cfg(not(unix))]
-pub fn install() -> anyhow::Result<()> {
-    Ok(())
 }
 
 /// What an interrupt does: waits for a critical section in progress, removes the pending paths

@@ -1,14 +1,15 @@
-//! An output folder built beside its final path and renamed into place (`boost export`,
-//! `boost import`), so a crash, a kill or Ctrl-C never leaves it half-written. The folder being
-//! built is `.{name}.{what}-{pid}-….tmp` next to the output: an interrupt removes it
-//! (`boost_data::interrupt`), a failure removes it, and a later run to the same output removes
+//! An output folder built beside its final path and renamed into place (`boost data`, `boost
+//! export`, `boost import`), so a crash, a kill or Ctrl-C never leaves it half-written. The
+//! folder being built is `.{name}.{what}-{pid}-….tmp` next to the output: an interrupt removes
+//! it ([`crate::interrupt`]), a failure removes it, and a later run to the same output removes
 //! those of processes that are gone (a `kill -9`; [`recover`]). Replacing an output moves the
 //! old one aside to `….old` first; if a `kill -9` lands between that and the new folder's
-//! rename, the next run to the same output puts the old one back ([`recover`]).
+//! rename, the next run to the same output puts the old one back ([`recover`]). An output that
+//! must not be replaced goes only onto a missing or empty folder ([`Staged::finish_into_empty`]).
 
+use crate::interrupt;
+use crate::temp::{self as atomic, TempPath};
 use anyhow::{Context, Result};
-use boost_data::atomic::{self, TempPath};
-use boost_data::interrupt;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -50,6 +51,37 @@ impl Staged {
             return Err(e);
         }
         fs::remove_dir_all(&old).ok();
+        Ok(())
+    }
+
+    /// Puts the finished folder at the output only if that is missing or an empty folder:
+    /// `rename` replaces an empty directory but never a non-empty one, so whatever the output
+    /// came to hold during the build is left as it is and the build is discarded. The entries
+    /// named in `carry` (files the output held that the new one keeps, such as a downloaded
+    /// corpus) move into the new folder first, and back if the rename fails.
+    pub fn finish_into_empty(self, carry: &[String]) -> Result<()> {
+        // An interrupt waits until the carried entries and the build are in place.
+        let _critical = interrupt::critical();
+        let mut moved = Vec::new();
+        for name in carry {
+            let src = self.out.join(name);
+            if src.exists() {
+                fs::rename(&src, self.path().join(name))
+                    .with_context(|| format!("cannot move {} into the new output", src.display()))?;
+                moved.push(name);
+            }
+        }
+        let result = self.path().to_path_buf();
+        if let Err(e) = self.tmp.persist(&self.out) {
+            // Put the carried files back before the temporary directory is removed.
+            for name in moved {
+                let _ = fs::rename(result.join(name), self.out.join(name));
+            }
+            return Err(e.context(format!(
+                "{} changed during the build and was left as it is; the build was discarded",
+                self.out.display()
+            )));
+        }
         Ok(())
     }
 

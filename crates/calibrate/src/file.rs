@@ -3,8 +3,8 @@
 
 use super::attention::AttentionSample;
 use super::gemm::GemmSample;
-use crate::hardware::{LinkSpec, shape_factor};
 use anyhow::{Context, Result};
+use boost_perf::hardware::{LinkSpec, shape_factor};
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -174,7 +174,7 @@ pub(super) fn refuse_existing(path: &Path, force: bool) -> Result<()> {
 /// into a temporary file beside it, renamed into place, so an interrupted write never leaves
 /// a truncated description. An existing file is replaced only with `force`.
 pub(super) fn write_checked(path: &Path, text: &str, force: bool) -> Result<()> {
-    crate::hardware::Hardware::from_toml_str(text).context("the calibrated description does not parse")?;
+    boost_perf::hardware::Hardware::from_toml_str(text).context("the calibrated description does not parse")?;
     refuse_existing(path, force)?;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -225,7 +225,7 @@ mod tests {
 
     #[test]
     fn the_attention_measured_is_the_descriptions_table_over_the_fitted_peak() {
-        let hw = crate::hardware::Hardware::from_toml_str(&text()).unwrap();
+        let hw = boost_perf::hardware::Hardware::from_toml_str(&text()).unwrap();
         let table: Vec<(u64, u64, f64)> =
             hw.compute.attention_table.iter().map(|p| (p.head_dim, p.seq, p.efficiency)).collect();
         assert_eq!(table, vec![(64, 128, 0.2), (64, 512, 0.3), (128, 512, 1.0)]);
@@ -234,7 +234,7 @@ mod tests {
 
     #[test]
     fn the_fit_and_the_shared_efficiency_are_the_descriptions_keys() {
-        let hw = crate::hardware::Hardware::from_toml_str(&text()).unwrap();
+        let hw = boost_perf::hardware::Hardware::from_toml_str(&text()).unwrap();
         assert_eq!(hw.compute.gemm_half_dims, Some([32.0, 16.0, 8.0]));
         assert_eq!(hw.compute.shared_rank_efficiency, Some(0.9));
         assert_eq!(hw.compute.peak_flops, 100e9);
@@ -242,7 +242,7 @@ mod tests {
         let link = LinkSpec { alpha_s: 1e-5, bandwidth: 5e9 };
         let mpi = measured().text(("cpu-mpi", "processes", "ranks"), "test", &link, None);
         assert!(mpi.contains("shared_rank_efficiency: not measured"));
-        assert_eq!(crate::hardware::Hardware::from_toml_str(&mpi).unwrap().compute.shared_rank_efficiency, None);
+        assert_eq!(boost_perf::hardware::Hardware::from_toml_str(&mpi).unwrap().compute.shared_rank_efficiency, None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Charts of predicted breakdowns: one stacked bar per run (drawn by boost-plot).
 
-use crate::predict::Breakdown;
 use anyhow::Result;
+use boost_perf::predict::Breakdown;
 use boost_plot::bars::{Bar, Segment, StackedBars};
 use boost_plot::{Output, RGBColor};
 use std::path::Path;

@@ -3,8 +3,8 @@
 //! model and thread count, so the next plan on the same machine reads it back at once.
 
 use super::calibrate_cpu;
-use crate::hardware::Hardware;
 use anyhow::{Context, Result};
+use boost_perf::hardware::Hardware;
 use std::path::{Path, PathBuf};
 
 /// Where calibrations are kept: `BOOST_CACHE_DIR`, else `$XDG_CACHE_HOME/boost`, else

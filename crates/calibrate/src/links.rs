@@ -1,8 +1,8 @@
 //! The all-reduce between two ranks, in process or between two MPI processes, timed and
 //! fitted to the ring model.
 
-use crate::hardware::LinkSpec;
 use anyhow::Result;
+use boost_perf::hardware::LinkSpec;
 use std::time::Instant;
 
 /// Payloads timed by the collective calibration: one element (α) and 16 MiB (β).
@@ -39,16 +39,16 @@ fn fit_link((small, large): (f64, f64)) -> LinkSpec {
 /// and a large payload and fit the ring model t = 2(p−1)·α + 2(p−1)/p · bytes/β (see
 /// `fit_link`). Each size is the median of 30 (10) calls after a warm-up.
 pub fn calibrate_collectives() -> Option<LinkSpec> {
-    use boost_comm::{Dims, run_ranks};
-    let times = run_ranks(Dims::tp(2), |_, grid| all_reduce_times(&grid, 30)).ok()?;
+    use boost_comm::{GridDims, run_ranks};
+    let times = run_ranks(GridDims::tp(2), |_, grid| all_reduce_times(&grid, 30)).ok()?;
     Some(fit_link(times[0]))
 }
 
 /// The same measurement between two MPI processes: call in a program started by
 /// `mpirun -np 2` (every process calls it; rank 0 gets the fit).
 pub fn calibrate_mpi_collectives() -> Result<Option<LinkSpec>> {
-    use boost_comm::{Dims, RunOptions, mpi};
-    mpi::run_mpi(Dims::tp(2), &RunOptions::default(), |rank, grid| {
+    use boost_comm::{GridDims, RunOptions, mpi};
+    mpi::run_mpi(GridDims::tp(2), &RunOptions::default(), |rank, grid| {
         anyhow::ensure!(grid.world.size() == 2, "measure the MPI links with mpirun -np 2");
         let link = fit_link(all_reduce_times(&grid, 30)?);
         Ok((rank == 0).then_some(link))

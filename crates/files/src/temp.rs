@@ -60,7 +60,7 @@ impl Drop for TempPath {
 }
 
 /// Creates a new, empty file in `dir` named `{prefix}…`.
-pub(crate) fn temp_file_in(dir: &Path, prefix: &str) -> Result<(TempPath, File)> {
+pub fn temp_file_in(dir: &Path, prefix: &str) -> Result<(TempPath, File)> {
     loop {
         let path = dir.join(unique_name(prefix));
         match Pending::create(&path, |p| OpenOptions::new().write(true).create_new(true).open(p)) {

@@ -5,11 +5,11 @@
 //! page faults, the pool's first wake, first-touch of every buffer). A part the metrics do not
 //! split out (the optimizer is inside `compute_s`) is shown as predicted only.
 
-use crate::hardware::Hardware;
-use crate::median;
-use crate::predict::predict;
-use crate::setup::{Dtype, Setup};
 use anyhow::{Result, bail};
+use boost_perf::hardware::Hardware;
+use boost_perf::median;
+use boost_perf::predict::predict;
+use boost_perf::setup::{Dtype, Setup};
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::path::Path;

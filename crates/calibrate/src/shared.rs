@@ -4,7 +4,7 @@
 //! sleeps between kernels, make the ranks' aggregate rate differ from one caller's.
 
 use super::gemm::{Product, measure_gemm};
-use crate::median;
+use boost_perf::median;
 use std::sync::Barrier;
 use std::time::Instant;
 

@@ -1,7 +1,7 @@
 //! f32 GEMM throughput of the CPU engine's kernels on this machine over a set of shapes, and the fit of the
 //! `P · Π x/(x+c)` curve to it.
 
-use crate::hardware::shape_factor;
+use boost_perf::hardware::shape_factor;
 use boost_tensor::{Backend, Mat, MatMut, cpu::Cpu};
 
 /// GEMM shapes (M, N, K) measured: large squares for the peak, one small dimension at a time

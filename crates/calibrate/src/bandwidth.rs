@@ -21,7 +21,7 @@ pub fn measure_bandwidth() -> (f64, f64) {
                 t.elapsed().as_secs_f64()
             })
             .collect();
-        crate::median(passes)
+        boost_perf::median(passes)
     };
     let copy = time(&mut || {
         dst.par_chunks_mut(chunk).zip(src.par_chunks(chunk)).for_each(|(d, s)| d.copy_from_slice(s));

@@ -28,9 +28,9 @@ pub use links::{calibrate_collectives, calibrate_mpi_collectives};
 pub use machine::{cache_dir, this_machine};
 pub use shared::measure_shared_efficiency;
 
-use crate::hardware::LinkSpec;
-use crate::median;
 use anyhow::Result;
+use boost_perf::hardware::LinkSpec;
+use boost_perf::median;
 use file::{Measured, refuse_existing, write_checked};
 use links::mpi_links_via_mpirun;
 use std::path::Path;
@@ -163,15 +163,4 @@ pub fn calibrate_cpu(out: &Path, threads: usize, rounds: usize, verbose: bool, f
         }
     }
     Ok(text)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_median_is_the_middle_figure_whatever_the_order() {
-        assert_eq!(crate::median(vec![5.0, 1.0, 3.0]), 3.0);
-        assert_eq!(crate::median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
-        // One slow pass (a busy moment) moves a best-of but not the median much.
-        assert_eq!(crate::median(vec![1.0, 1.1, 9.0, 1.05, 0.95]), 1.05);
-    }
 }
