@@ -37,6 +37,8 @@ mod blas;
 mod buf;
 #[cfg(feature = "cuda")]
 mod cuda_dev;
+#[cfg(feature = "cudnn")]
+mod cudnn;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod device;
 #[cfg(feature = "emulate")]
@@ -50,6 +52,8 @@ mod nccl;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod ops;
 mod probe;
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+mod select;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod transfer;
 
@@ -66,6 +70,8 @@ pub use buf::{CudaBuf, CudaIds, DType};
 pub use cuda_dev::{compile_with_nvrtc, nvrtc_present};
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 pub use host_staged::HostStaged;
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+pub use select::AttentionKernels;
 #[cfg(feature = "cuda")]
 pub use nccl::{NcclGroup, Rendezvous};
 pub use probe::{DeviceInfo, probe, probe_device};
