@@ -85,7 +85,7 @@ impl Cuda {
     }
 
     /// The GPU device (None on the emulator).
-    #[cfg(feature = "cuda")]
+    #[cfg(feature = "cudnn")]
     pub(crate) fn gpu(&self) -> Option<&crate::cuda_dev::CudaDev> {
         self.dev().as_any().downcast_ref()
     }

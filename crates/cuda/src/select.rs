@@ -58,11 +58,11 @@ impl Cuda {
 
     /// Sets up cuDNN's attention for this backend, or says why it cannot run.
     fn cudnn_for(&self, probe: &AttnShape) -> Result<String, String> {
-        if cfg!(not(feature = "cudnn")) {
-            return Err("this build has no cuDNN (build boost with --features cudnn)".into());
-        }
         if self.is_emulated() {
             return Err("this run is on the CUDA emulator, which has no cuDNN".into());
+        }
+        if cfg!(not(feature = "cudnn")) {
+            return Err("this build has no cuDNN (build boost with --features cudnn)".into());
         }
         if self.precision() != Precision::Bf16 {
             return Err(format!("cuDNN's attention is bf16, this backend is {}", self.precision().name()));
@@ -94,5 +94,28 @@ impl Cuda {
             let _ = probe;
             unreachable!("refused above")
         }
+    }
+}
+
+#[cfg(all(test, feature = "emulate"))]
+mod tests {
+    use super::*;
+
+    const PROBE: AttnShape = AttnShape { batch: 2, seq: 128, heads: 8, kv_heads: 2, head_dim: 64 };
+
+    /// On the emulator `auto` keeps ours and says why, `cudnn` is refused naming the
+    /// emulator, `boost` is ours; the backend then reports what it runs.
+    #[test]
+    fn the_emulator_runs_ours_and_refuses_cudnn() {
+        let be = Cuda::emulated(Precision::Bf16);
+        let (k, why) = be.choose_attention(None, &PROBE).unwrap();
+        assert_eq!(k, AttentionKernels::Boost);
+        assert!(why.starts_with("boost") && why.contains("CUDA emulator"), "{why}");
+        let e = be.choose_attention(Some(AttentionKernels::Cudnn), &PROBE).unwrap_err();
+        assert!(e.contains("CUDA emulator, which has no cuDNN"), "{e}");
+        let (k, why) = be.choose_attention(Some(AttentionKernels::Boost), &PROBE).unwrap();
+        assert_eq!((k, why.as_str()), (AttentionKernels::Boost, "boost (as asked)"));
+        assert_eq!(be.attention_kernels(), AttentionKernels::Boost);
+        assert_eq!(boost_tensor::Backend::attention_kernels(&be), Some("boost"));
     }
 }
