@@ -150,13 +150,16 @@ int run(Ctx *c, const BoostSdpa *s, int bwd, std::unordered_map<int64_t, void *>
 
 extern "C" {
 
-int boost_cudnn_load(const char *cudnn, const char *cudart, char *err, size_t n) {
+int boost_cudnn_load(const char *cudnn, char *err, size_t n) {
     if (fe::cudnn_dlhandle) return 0;
-    // The runtime cuDNN was built for, first, where given: the frontend then finds it loaded.
-    if (cudart && !dlopen(cudart, RTLD_NOW | RTLD_GLOBAL)) return fail(err, n, std::string("dlopen: ") + dlerror());
     void *h = dlopen(cudnn, RTLD_NOW | RTLD_GLOBAL);
     if (!h) return fail(err, n, std::string("dlopen: ") + dlerror());
     fe::cudnn_dlhandle = h;
+    return 0;
+}
+
+int boost_cudnn_open_global(const char *path, char *err, size_t n) {
+    if (!dlopen(path, RTLD_NOW | RTLD_GLOBAL)) return fail(err, n, std::string("dlopen: ") + dlerror());
     return 0;
 }
 

@@ -25,8 +25,11 @@ typedef struct {
     void *q, *k, *v, *o, *d_o, *stats, *dq, *dk, *dv;
 } BoostSdpaBwd;
 
-// Opens libcudnn (path or soname), after the CUDA runtime `cudart` when not null. Once.
-int boost_cudnn_load(const char *cudnn, const char *cudart, char *err, size_t n);
+// Opens libcudnn (path or soname) for the frontend; once.
+int boost_cudnn_load(const char *cudnn, char *err, size_t n);
+// Opens a library for every later lookup by its soname (the CUDA runtime cuDNN was built for,
+// which the frontend opens by soname).
+int boost_cudnn_open_global(const char *path, char *err, size_t n);
 // cudnnGetVersion() of the opened library (e.g. 91301), and the CUDA runtime it was built for.
 int64_t boost_cudnn_version(void);
 int64_t boost_cudnn_cudart_version(void);

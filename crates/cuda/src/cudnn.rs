@@ -4,9 +4,11 @@
 //! come from the backend's allocator (workspace slots).
 //!
 //! Where libcudnn is looked for, in order: `$BOOST_CUDNN_LIB` (the library or its folder),
-//! `libcudnn.so.9` on the loader's path, and the `nvidia/cudnn/lib` folder of each
-//! site-packages of `python3` (PyTorch's CUDA wheels carry it), whose CUDA runtime
-//! (`nvidia/cu13/lib`, `nvidia/cuda_runtime/lib`) is opened first.
+//! else `libcudnn.so.9` on the loader's path, then the `nvidia/cudnn/lib` folder of each
+//! site-packages of `python3` (PyTorch's CUDA wheels carry it). When it lies in a wheel's
+//! `nvidia/cudnn/lib`, the CUDA runtime it was built for is opened from the wheels beside it
+//! (`nvidia/cu13/lib`, `nvidia/cuda_runtime/lib`), where the frontend finds it by soname
+//! (`CUDNN_FRONTEND_CUDART_LIB_NAME` names another).
 
 use crate::backend::{Cuda, WS_CUDNN, WS_CUDNN_IO};
 use crate::buf::{CudaBuf, DType};
@@ -56,8 +58,10 @@ struct Bwd {
 }
 
 unsafe extern "C" {
-    fn boost_cudnn_load(cudnn: *const c_char, cudart: *const c_char, err: *mut c_char, n: usize) -> i32;
+    fn boost_cudnn_load(cudnn: *const c_char, err: *mut c_char, n: usize) -> i32;
+    fn boost_cudnn_open_global(path: *const c_char, err: *mut c_char, n: usize) -> i32;
     fn boost_cudnn_version() -> i64;
+    fn boost_cudnn_cudart_version() -> i64;
     fn boost_cudnn_create(stream: *mut c_void, err: *mut c_char, n: usize) -> *mut c_void;
     fn boost_cudnn_destroy(ctx: *mut c_void);
     fn boost_cudnn_prepare(ctx: *mut c_void, s: *const BoostSdpa, bwd: i32, ws: *mut i64, err: *mut c_char, n: usize)
@@ -90,18 +94,17 @@ pub(crate) fn library() -> Result<&'static (String, i64), String> {
 
 fn open() -> Result<(String, i64), String> {
     let mut tried = Vec::new();
-    for (cudnn, cudart) in candidates() {
+    for cudnn in candidates() {
         let c = CString::new(cudnn.as_str()).map_err(|_| format!("{cudnn}: a path with a NUL byte"))?;
-        let rt = cudart.as_ref().and_then(|p| CString::new(p.as_str()).ok());
-        let rt_ptr = rt.as_ref().map_or(std::ptr::null(), |c| c.as_ptr());
-        // SAFETY: both are NUL-terminated strings that outlive the call.
-        match checked(|e, n| unsafe { boost_cudnn_load(c.as_ptr(), rt_ptr, e, n) }) {
+        // SAFETY: a NUL-terminated string that outlives the call.
+        match checked(|e, n| unsafe { boost_cudnn_load(c.as_ptr(), e, n) }) {
             Ok(()) => {
                 // SAFETY: the library is open; the shim catches a missing symbol.
                 let v = unsafe { boost_cudnn_version() };
                 if v < MIN_VERSION {
                     return Err(format!("{cudnn} is cuDNN {}; at least 9.0 is needed", version_name(v)));
                 }
+                open_cudart(Path::new(&cudnn))?;
                 return Ok((cudnn, v));
             }
             Err(e) => tried.push(format!("{cudnn} ({e})")),
@@ -113,28 +116,43 @@ fn open() -> Result<(String, i64), String> {
     ))
 }
 
+/// For a libcudnn from a wheel (`…/nvidia/cudnn/lib/`): the CUDA runtime it was built for, from
+/// the wheel beside it when there (else the frontend looks on the loader's path).
+fn open_cudart(cudnn: &Path) -> Result<(), String> {
+    // SAFETY: the library is open.
+    let major = unsafe { boost_cudnn_cudart_version() } / 1000;
+    let Some(nvidia) = cudnn.parent().and_then(Path::parent).and_then(Path::parent) else { return Ok(()) };
+    let rt = match major {
+        13 => nvidia.join("cu13/lib/libcudart.so.13"),
+        12 => nvidia.join("cuda_runtime/lib/libcudart.so.12"),
+        _ => return Ok(()),
+    };
+    if !rt.is_file() {
+        return Ok(());
+    }
+    let c = CString::new(rt.display().to_string()).map_err(|_| format!("{}: a path with a NUL byte", rt.display()))?;
+    // SAFETY: a NUL-terminated string that outlives the call.
+    checked(|e, n| unsafe { boost_cudnn_open_global(c.as_ptr(), e, n) }).map_err(|e| format!("{}: {e}", rt.display()))
+}
+
 /// 91301 → "9.13.1".
 pub(crate) fn version_name(v: i64) -> String {
     format!("{}.{}.{}", v / 10000, v / 100 % 100, v % 100)
 }
 
-/// (libcudnn, the CUDA runtime to open first) in the order tried.
-fn candidates() -> Vec<(String, Option<String>)> {
+/// The libcudnn paths (or soname) in the order tried.
+fn candidates() -> Vec<String> {
     const SO: &str = "libcudnn.so.9";
     if let Some(p) = std::env::var_os("BOOST_CUDNN_LIB") {
         let p = PathBuf::from(p);
         let lib = if p.is_dir() { p.join(SO) } else { p };
-        return vec![(lib.display().to_string(), None)];
+        return vec![lib.display().to_string()];
     }
-    let mut c = vec![(SO.to_string(), None)];
+    let mut c = vec![SO.to_string()];
     for sp in site_packages() {
         let lib = sp.join("nvidia/cudnn/lib").join(SO);
         if lib.is_file() {
-            let rt = ["nvidia/cu13/lib/libcudart.so.13", "nvidia/cuda_runtime/lib/libcudart.so.12"]
-                .iter()
-                .map(|r| sp.join(r))
-                .find(|r| r.is_file());
-            c.push((lib.display().to_string(), rt.map(|r| r.display().to_string())));
+            c.push(lib.display().to_string());
         }
     }
     c
@@ -157,11 +175,12 @@ fn site_packages() -> Vec<PathBuf> {
 /// One backend's cuDNN handle and, per shape, whether cuDNN's graphs take it.
 pub(crate) struct Sdpa {
     ctx: *mut c_void,
+    /// Held across every call into the shim (its graph cache is not thread-safe).
     shapes: Mutex<HashMap<[usize; 5], Result<(), String>>>,
 }
 
-// SAFETY: the handle is used under the backend's single stream, one call at a time (`shapes`'
-// lock is held for graph builds; runs are queued from the thread that drives the backend).
+// SAFETY: the handle is used by one thread at a time (`shapes`' lock is held across every
+// call into the shim) and its work goes on the backend's one stream.
 unsafe impl Send for Sdpa {}
 unsafe impl Sync for Sdpa {}
 
@@ -263,6 +282,7 @@ impl Sdpa {
     pub(crate) fn fwd(&self, be: &Cuda, out: MatMut<CudaBuf>, lse: &mut CudaBuf, qkv: &CudaBuf, sh: AttnShape) {
         assert_eq!((out.rows, out.cols), (sh.tokens(), sh.q_width()), "attention: output shape");
         assert!(lse.dtype() == DType::F32 && lse.len >= sh.rows_len(), "attention: the log-sum-exp buffer");
+        let _calls = self.shapes.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = Staging::default();
         let q = st.input(qkv, 0, 1, sh.qkv_len(), sh.qkv_len());
         let o = st.output(out.buf, out.off, out.rows, out.cols, out.ld);
@@ -284,6 +304,7 @@ impl Sdpa {
         assert_eq!((dout.rows, dout.cols), (sh.tokens(), sh.q_width()), "attention: dout shape");
         assert_eq!((out.rows, out.cols), (sh.tokens(), sh.q_width()), "attention: output shape");
         assert!(dqkv.len >= sh.qkv_len() && qkv.len >= sh.qkv_len(), "attention: q, k, v need {} elements", sh.qkv_len());
+        let _calls = self.shapes.lock().unwrap_or_else(|e| e.into_inner());
         let mut st = Staging::default();
         let n = sh.qkv_len();
         let q = st.input(qkv, 0, 1, n, n);
@@ -380,5 +401,24 @@ impl Staging {
             let src = Tv { p: io((Loc::Staged(at), cols)), ld: cols as i64, bf: 1, pad: 0 };
             be.ew("k_copy", rows, cols, &mut P::of(&[dst, src]));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// libcudnn opens without a GPU: where `BOOST_CUDNN_LIB` names one (CI has none; a folder
+    /// from the nvidia-cudnn-cu13 wheel does), it is found there and reports cuDNN 9.
+    #[test]
+    fn opens_the_library_boost_cudnn_lib_names() {
+        let Some(given) = std::env::var_os("BOOST_CUDNN_LIB") else {
+            eprintln!("SKIPPED: BOOST_CUDNN_LIB is not set");
+            return;
+        };
+        let (path, version) = library().unwrap_or_else(|e| panic!("{e}"));
+        assert!(path.starts_with(&*given.to_string_lossy()), "{path} is not under {given:?}");
+        assert!((90000..100000).contains(version), "cuDNN {}", version_name(*version));
+        eprintln!("{path}: cuDNN {}", version_name(*version));
     }
 }
