@@ -40,6 +40,7 @@ class Run:
             "schema": SCHEMA,
             "mode": "emulator (dry run: no timing claims)" if self.emulate else "gpu",
             "commit": git_commit(args.bin),
+            "features": read_first(os.path.join(args.bin, "FEATURES")),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "budget_s": args.budget,
             "flop_convention": "model FLOPs of `boost plan`: 6 per parameter per token for the weights' GEMMs "
@@ -124,6 +125,11 @@ def last_json(text):
         except json.JSONDecodeError:
             pass
     return None
+
+
+def read_first(path):
+    """The first line of a file the bundle builder wrote, or None."""
+    return open(path).read().strip() if os.path.exists(path) else None
 
 
 def git_commit(bin_dir):

@@ -116,7 +116,11 @@ fn cudnn_shim(dir: &Path) {
     let need = "the `cudnn` feature needs the cuDNN frontend's and cuDNN's headers: \
                 eval \"$(bash crates/cuda/fetch-cudnn-headers.sh)\" sets BOOST_CUDNN_INCLUDE";
     let cudnn = PathBuf::from(std::env::var("BOOST_CUDNN_INCLUDE").unwrap_or_else(|_| panic!("{need}")));
-    assert!(cudnn.join("cudnn_frontend.h").is_file() && cudnn.join("cudnn.h").is_file(), "{}: no cudnn_frontend.h and cudnn.h there; {need}", cudnn.display());
+    assert!(
+        cudnn.join("cudnn_frontend.h").is_file() && cudnn.join("cudnn.h").is_file(),
+        "{}: no cudnn_frontend.h and cudnn.h there; {need}",
+        cudnn.display()
+    );
     let cuda = cuda_include().unwrap_or_else(|| {
         panic!(
             "the `cudnn` feature needs the CUDA headers (cuda.h, cuda_runtime_api.h): set BOOST_CUDA_INCLUDE, \

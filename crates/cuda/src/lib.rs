@@ -70,8 +70,8 @@ pub use buf::{CudaBuf, CudaIds, DType};
 pub use cuda_dev::{compile_with_nvrtc, nvrtc_present};
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 pub use host_staged::HostStaged;
-#[cfg(any(feature = "cuda", feature = "emulate"))]
-pub use select::AttentionKernels;
 #[cfg(feature = "cuda")]
 pub use nccl::{NcclGroup, Rendezvous};
 pub use probe::{DeviceInfo, probe, probe_device};
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+pub use select::AttentionKernels;

@@ -69,7 +69,10 @@ impl Cuda {
         }
         let (major, minor) = self.info().compute_capability;
         if major < 8 {
-            return Err(format!("{} is compute capability {major}.{minor}; cuDNN's fused attention needs 8.0 or newer", self.info().name));
+            return Err(format!(
+                "{} is compute capability {major}.{minor}; cuDNN's fused attention needs 8.0 or newer",
+                self.info().name
+            ));
         }
         #[cfg(feature = "cudnn")]
         {

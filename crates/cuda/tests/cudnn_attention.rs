@@ -122,7 +122,10 @@ fn cudnn_attention_matches_ours_and_the_cpu_engine() {
         }
         // The deterministic backward: the same bits again.
         let (_, again) = run(&cudnn, sh);
-        assert!(again.iter().zip(&d_cd).all(|(a, b)| a.to_bits() == b.to_bits()), "cuDNN backward not deterministic, {what}");
+        assert!(
+            again.iter().zip(&d_cd).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "cuDNN backward not deterministic, {what}"
+        );
         eprintln!("{what}: cuDNN, ours and the CPU engine agree");
     }
 }

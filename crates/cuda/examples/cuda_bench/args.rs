@@ -58,9 +58,11 @@ pub fn parse(argv: impl Iterator<Item = String>) -> Result<Args, String> {
                 if key == "set" {
                     sets.push(v);
                 } else if key == "attention" {
-                    let dims: Vec<usize> = v.split(',').map(|x| x.trim().parse()).collect::<Result<_, _>>().map_err(|_| {
-                        format!("--attention {v}: BATCH,SEQ,HEADS,KV_HEADS,HEAD_DIM (numbers)")
-                    })?;
+                    let dims: Vec<usize> = v
+                        .split(',')
+                        .map(|x| x.trim().parse())
+                        .collect::<Result<_, _>>()
+                        .map_err(|_| format!("--attention {v}: BATCH,SEQ,HEADS,KV_HEADS,HEAD_DIM (numbers)"))?;
                     let shape: [usize; 5] = dims
                         .try_into()
                         .map_err(|_| format!("--attention {v}: BATCH,SEQ,HEADS,KV_HEADS,HEAD_DIM (five numbers)"))?;

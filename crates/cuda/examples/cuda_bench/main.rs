@@ -127,7 +127,8 @@ mod bench {
         };
         let m = &cfg.model;
         let probe = AttnShape { batch: mb, seq, heads: m.heads, kv_heads: m.kv_heads(), head_dim: m.head_dim() };
-        let (attention, why) = be.choose_attention(want, &probe).map_err(|e| format!("train.attention = cudnn: {e}"))?;
+        let (attention, why) =
+            be.choose_attention(want, &probe).map_err(|e| format!("train.attention = cudnn: {e}"))?;
         eprintln!("attention: {why}");
         let t = seq * mb;
         let mut s = 0x2545_F491_4F6C_DD1Du64;
