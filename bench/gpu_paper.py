@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+import gpu_paper_attention
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEER = os.path.join(ROOT, "bench", "torch_peer_cuda.py")
 SCHEMA = "boost-gpu-paper/1"
@@ -38,6 +40,7 @@ class Run:
             "schema": SCHEMA,
             "mode": "emulator (dry run: no timing claims)" if self.emulate else "gpu",
             "commit": git_commit(args.bin),
+            "features": read_first(os.path.join(args.bin, "FEATURES")),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "budget_s": args.budget,
             "flop_convention": "model FLOPs of `boost plan`: 6 per parameter per token for the weights' GEMMs "
@@ -59,9 +62,10 @@ class Run:
             f.write("\n")
         os.replace(tmp, path)
 
-    def call(self, name, argv, cap, env=None):
-        """Run argv with a timeout of min(cap, the budget left); its last stdout line as JSON,
-        or None (the reason kept in the record's stages and in OUT_DIR/NAME.log)."""
+    def call(self, name, argv, cap, env=None, lines=False):
+        """Run argv with a timeout of min(cap, the budget left); its last stdout line as JSON
+        (with `lines`, every line that is one), or None (the reason kept in the record's
+        stages and in OUT_DIR/NAME.log)."""
         timeout = min(cap, self.left() - 2)
         entry = {"name": name, "status": "skipped: budget spent", "seconds": 0.0}
         self.record["stages"].append(entry)
@@ -83,8 +87,11 @@ class Run:
         with open(log, "w", encoding="utf-8") as f:
             f.write(f"$ {' '.join(argv)}\n# rc {rc}\n{err}\n{out}")
         result = last_json(out)
+        if lines:
+            result = [v for v in map(last_json, out.splitlines()) if v] if rc == 0 else []
+            result = result or None
         # cuda_bench exits 3 for a shape the memory check refuses: a result, not a failure.
-        ok = result is not None and (rc == 0 or (rc == 3 and result.get("fits") is False))
+        ok = result is not None and (rc == 0 or (rc == 3 and not lines and result.get("fits") is False))
         entry["status"] = "ok" if ok else f"failed (rc {rc}; see {name}.log)"
         if not ok:
             self.failures.append(name)
@@ -118,6 +125,11 @@ def last_json(text):
         except json.JSONDecodeError:
             pass
     return None
+
+
+def read_first(path):
+    """The first line of a file the bundle builder wrote, or None."""
+    return open(path).read().strip() if os.path.exists(path) else None
 
 
 def git_commit(bin_dir):
@@ -201,17 +213,20 @@ def peer_flags(m, seq, mb):
             "--vocab", str(m["vocab"]), "--only-lr-act", str(int(m["only_lr_act"])), "--seq", str(seq), "--micro-batch", str(mb)]
 
 
-def measure(run, model, arch, seq, mb, recompute, cluster, peer, tiny=None, env=None):
+def measure(run, model, arch, seq, mb, recompute, cluster, peer, tiny=None, env=None, attention="auto"):
     """One shape: the plan, our steps alternated with the peer's (`peer`: "eager",
     "compiled" or None), the record's entry filled as each finishes. `tiny`: the emulator's
-    small dimensions (default: on the emulator); `env`: cuda_bench's extra environment."""
+    small dimensions (default: on the emulator); `env`: cuda_bench's extra environment;
+    `attention`: train.attention."""
     tiny = run.emulate if tiny is None else tiny
     tag = f"{model}-{arch}-{seq}x{mb}-{recompute}" + (f"-{peer}" if peer == "compiled" else "")
+    tag += "" if attention == "auto" else f"-{attention}"
     peers = [peer] if peer else []
     sets = [f"model.preset={model}", f"model.arch={arch}", f"train.seq_len={seq}", f"train.micro_batch={mb}",
-            f"train.recompute={recompute}"] + (TINY if tiny else [])
+            f"train.recompute={recompute}", f"train.attention={attention}"] + (TINY if tiny else [])
     entry = {"model": "tiny" if tiny else model, "preset": model, "arch": arch, "seq": seq, "micro_batch": mb,
-             "recompute": recompute, "peer": peer, "fits": None, "boost": None, "torch": None, "torch_compiled": None}
+             "recompute": recompute, "attention_asked": attention, "peer": peer, "fits": None, "boost": None,
+             "torch": None, "torch_compiled": None}
     run.record["shapes"].append(entry)
     p = plan(run, tag, sets, cluster)
     entry["plan"] = p
@@ -268,7 +283,7 @@ def side(results, peak, flops):
            "peak_memory_bytes": max(mem) if mem else None, "split": split, "runs": len(results)}
     if peak and flops:
         out["mfu"] = flops / step / (peak * 1e12)
-    for k in ("activations", "kernels", "sdpa_backend"):
+    for k in ("activations", "kernels", "sdpa_backend", "attention", "attention_why"):
         if k in results[0]:
             out[k] = results[0][k]
     return out
@@ -311,6 +326,7 @@ def main():
     run.save()
     cluster = probe(run)
     gemm_peak(run)
+    gpu_paper_attention.stage(run)
     # In priority order: the paper's 1B shape against eager PyTorch, at seq 4096 × 4 then × 1;
     # 3B and 7B CoLA on one GPU with recompute; the 1B shape against compiled PyTorch. The
     # emulator runs the same list at seq 32 × 2 and × 1.
@@ -318,6 +334,14 @@ def main():
     for mb in (big, small):
         for arch in ("full", "cola"):
             measure(run, "1b", arch, seq, mb, "none", cluster, "eager")
+    # The 1B step with the other attention: ours where `auto` took cuDNN.
+    chosen = next((s["boost"] for s in run.record["shapes"] if s["boost"]), None) or {}
+    if chosen.get("attention") == "cudnn":
+        for arch in ("full", "cola"):
+            measure(run, "1b", arch, seq, big, "none", cluster, None, attention="boost")
+    else:
+        run.record["attention"]["steps"] = f"the 1B steps ran ours only: {chosen.get('attention_why', 'no step ran')}"
+        run.save()
     for model in ("3b", "7b"):
         for recompute in ("lowrank", "full"):
             measure(run, model, "cola", seq, small, recompute, cluster, None)

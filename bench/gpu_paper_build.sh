@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the lean bundle that bench/gpu_paper.sh runs on a GPU machine: `boost` and
 # examples/cuda_bench with the `cuda` feature, the kernels compiled ahead by nvcc 13.0 from
-# PyPI (crates/cuda/compile-kernels.sh), stripped, in DIR (default .gpu-paper, ignored by git)
+# PyPI (crates/cuda/compile-kernels.sh), and with `cudnn` (cuDNN's fused attention, headers
+# from PyPI by crates/cuda/fetch-cudnn-headers.sh; without them the bundle is built without
+# it, saying so), stripped, in DIR (default .gpu-paper, ignored by git)
 # and DIR.tar.xz, which must stay under the 64 MiB a device call carries. The machine it runs
 # on needs no network: the record's commit is written beside the binaries (COMMIT).
 #
@@ -23,14 +25,22 @@ if [ -e "$dir.tar.xz" ] || [ -L "$dir.tar.xz" ]; then
         { echo "gpu_paper_build.sh: $dir.tar.xz exists and was not made by this script; it is kept: choose another DIR" >&2; exit 1; }
 fi
 eval "$(bash crates/cuda/compile-kernels.sh)"
-cargo build --release -p boost-cli --features cuda
-cargo build --release -p boost-cuda --features cuda --example cuda_bench
+features=cuda
+if headers=$(bash crates/cuda/fetch-cudnn-headers.sh); then
+    eval "$headers"
+    features=cuda,cudnn
+else
+    echo "gpu_paper_build.sh: no cuDNN headers; the bundle runs our attention only (train.attention = auto takes it)" >&2
+fi
+cargo build --release -p boost-cli --features "$features"
+cargo build --release -p boost-cuda --features "$features" --example cuda_bench
 rm -rf "$dir" "$dir.tar.xz" && mkdir -p "$dir"
 cp target/release/boost target/release/examples/cuda_bench "$dir/"
 strip -s "$dir/boost" "$dir/cuda_bench"
 commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD || commit="$commit+changes"
 echo "$commit" >"$dir/COMMIT"
+echo "$features" >"$dir/FEATURES"
 echo "made by bench/gpu_paper_build.sh" >"$mark"
 tar -C "$(dirname "$dir")" -cJf "$dir.tar.xz" "$(basename "$dir")"
 size=$(stat -c %s "$dir.tar.xz")

@@ -135,7 +135,35 @@ def size(b):
 
 
 def step_ms(side):
-    return "–" if not side else f"{1e3 * side['step_time_s']:.1f}"
+    if not side:
+        return "–"
+    kernels = f" ({side['attention']} attention)" if side.get("attention") else ""
+    return f"{1e3 * side['step_time_s']:.1f}{kernels}"
+
+
+def attention_rows(r):
+    """The attention stage of a device benchmark record: TFLOP/s of each side, or why not."""
+    a = r.get("attention") or {}
+    if not a.get("shapes"):
+        return []
+
+    def rate(side):
+        if not side:
+            return "–"
+        if "error" in side:
+            return f"not run: {side['error']}"
+        return f"{side['fwd_tflops']:.3g} / {side['bwd_tflops']:.3g}"
+
+    lines = [f"\nAttention alone, {a.get('mode', 'on the GPU')}: TFLOP/s forward / backward, FLOPs {a['flops_counted']}; "
+             f"bf16 buffers.{' PyTorch ' + a['torch'] + '.' if isinstance(a.get('torch'), str) else ''}\n",
+             "| batch × seq | heads (kv) × head_dim | boost | cuDNN | PyTorch SDPA (flash) |", "|" + "---|" * 5]
+    for x in a["shapes"]:
+        sh = x["shape"]
+        lines.append(row([f"{sh['batch']} × {sh['seq']}", f"{sh['heads']} ({sh['kv_heads']}) × {sh['head_dim']}",
+                          rate(x.get("boost")), rate(x.get("cudnn")), rate(x.get("torch"))]))
+    if a.get("steps"):
+        lines.append(f"\n{a['steps']}")
+    return lines
 
 
 def split(side):
@@ -186,7 +214,7 @@ def gpu_paper_table(records, link_prefix):
         link = f"[{r['_file']}]({link_prefix}{r['_file']})" if "_file" in r else "this record"
         out.append(f"{gpu}, {r['mode']}, commit {r.get('commit') or 'not recorded'}; bf16 GEMM peak "
                    f"{'–' if peak is None else f'{peak:.3g} TFLOP/s'} (MFU's denominator); {link}.\n")
-        out += head + gpu_paper_rows(r) + [""]
+        out += head + gpu_paper_rows(r) + attention_rows(r) + [""]
     return "\n".join(out).rstrip()
 
 

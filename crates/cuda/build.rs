@@ -8,6 +8,10 @@
 //!   are compiled at run time by NVRTC. `BOOST_NVCC=none` skips nvcc.
 //! - Feature `emulate`: compiles the kernel files and `emu/emu.cpp` with the host C++
 //!   compiler into the kernel emulator.
+//! - Feature `cudnn`: compiles `cudnn/sdpa.cpp` (cuDNN's fused attention through the cuDNN
+//!   frontend, libcudnn opened at run time) against `$BOOST_CUDNN_INCLUDE` (the frontend's
+//!   and cuDNN's headers: crates/cuda/fetch-cudnn-headers.sh) and the CUDA headers beside
+//!   nvcc (`$BOOST_CUDA_INCLUDE`, else `$BOOST_NVCC`'s `../include`, else `$CUDA_HOME/include`).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -97,6 +101,61 @@ fn main() {
         .file(dir.join("emu/emu.cpp"))
         .warnings(true)
         .compile("boost_cuda_emu");
+
+    #[cfg(feature = "cudnn")]
+    cudnn_shim(&dir);
+}
+
+/// The cuDNN shim: its headers are system headers (their own warnings are not ours).
+#[cfg(feature = "cudnn")]
+fn cudnn_shim(dir: &Path) {
+    for v in ["BOOST_CUDNN_INCLUDE", "BOOST_CUDA_INCLUDE"] {
+        println!("cargo:rerun-if-env-changed={v}");
+    }
+    println!("cargo:rerun-if-changed=cudnn");
+    let need = "the `cudnn` feature needs the cuDNN frontend's and cuDNN's headers: \
+                eval \"$(bash crates/cuda/fetch-cudnn-headers.sh)\" sets BOOST_CUDNN_INCLUDE";
+    let cudnn = PathBuf::from(std::env::var("BOOST_CUDNN_INCLUDE").unwrap_or_else(|_| panic!("{need}")));
+    assert!(
+        cudnn.join("cudnn_frontend.h").is_file() && cudnn.join("cudnn.h").is_file(),
+        "{}: no cudnn_frontend.h and cudnn.h there; {need}",
+        cudnn.display()
+    );
+    let cuda = cuda_include().unwrap_or_else(|| {
+        panic!(
+            "the `cudnn` feature needs the CUDA headers (cuda.h, cuda_runtime_api.h): set BOOST_CUDA_INCLUDE, \
+             or BOOST_NVCC / CUDA_HOME (eval \"$(bash crates/cuda/compile-kernels.sh)\" installs them from PyPI)"
+        )
+    });
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .define("NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING", None)
+        .define("CUDNN_FRONTEND_SKIP_JSON_LIB", None)
+        .include(dir.join("cudnn"))
+        .flag(format!("-isystem{}", cudnn.display()))
+        .flag(format!("-isystem{}", cuda.display()))
+        .file(dir.join("cudnn/sdpa.cpp"))
+        .warnings(true)
+        .compile("boost_cudnn_sdpa");
+    // dlopen, for glibc before 2.34.
+    println!("cargo:rustc-link-lib=dl");
+}
+
+/// A folder holding cuda_runtime_api.h: `$BOOST_CUDA_INCLUDE`, beside `$BOOST_NVCC`, or
+/// `$CUDA_HOME/include`.
+#[cfg(feature = "cudnn")]
+fn cuda_include() -> Option<PathBuf> {
+    let nvcc = std::env::var("BOOST_NVCC")
+        .ok()
+        .and_then(|n| Some(Path::new(&n).parent()?.parent()?.join("include")))
+        .filter(|p| p.is_dir());
+    let home = std::env::var("CUDA_HOME").ok().map(|h| Path::new(&h).join("include"));
+    let set = std::env::var("BOOST_CUDA_INCLUDE").ok().map(PathBuf::from);
+    [set, nvcc, home, Some(PathBuf::from("/usr/local/cuda/include"))]
+        .into_iter()
+        .flatten()
+        .find(|p| p.join("cuda_runtime_api.h").is_file())
 }
 
 struct Nvcc {

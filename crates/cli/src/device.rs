@@ -73,6 +73,7 @@ fn run_gpu(job: &RankCtx, rank: usize, grid: Grid, n: usize) -> Result<Option<Su
         let _ = n;
         Cuda::emulated(Precision::Bf16)
     };
+    let attention = choose_attention(&be, job.cfg())?;
     if job.shows(rank) {
         // The model stores activations in what `Backend::alloc_act` gives; the residual
         // stream, statistics, gradients of weights and the optimizer stay fp32.
@@ -85,6 +86,7 @@ fn run_gpu(job: &RankCtx, rank: usize, grid: Grid, n: usize) -> Result<Option<Su
             be.info(),
             be.kernel_source()
         );
+        eprintln!("attention: {attention}");
     }
     let world = grid.dims.world();
     if world == 1 {
@@ -106,6 +108,31 @@ fn run_gpu(job: &RankCtx, rank: usize, grid: Grid, n: usize) -> Result<Option<Su
     };
     let g = Groups::<Cuda> { tp: &*tp, pp: &*pp, dp: &*dp, world: &*all, tp_chunks: Vec::new() };
     job.run_with(rank, grid.coord, world, be.clone(), &g, recorder.as_deref())
+}
+
+/// `train.attention` on this rank's backend: cuDNN's or ours, and why (`cudnn` where cuDNN
+/// cannot run is an error naming the key). Probed at the run's whole attention shape (one
+/// micro-batch, every head: tensor parallelism splits heads, not their ratio or width); a
+/// narrower shape cuDNN refuses later runs on ours, with a note.
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+fn choose_attention(be: &boost_cuda::Cuda, cfg: &Config) -> Result<String> {
+    use boost_config::Attention;
+    use boost_cuda::AttentionKernels;
+    let want = match cfg.train.attention {
+        Attention::Auto => None,
+        Attention::Cudnn => Some(AttentionKernels::Cudnn),
+        Attention::Boost => Some(AttentionKernels::Boost),
+    };
+    let m = &cfg.model;
+    let probe = boost_tensor::AttnShape {
+        batch: cfg.train.micro_batch,
+        seq: cfg.train.seq_len,
+        heads: m.heads,
+        kv_heads: m.kv_heads(),
+        head_dim: m.head_dim(),
+    };
+    let (_, why) = be.choose_attention(want, &probe).map_err(|e| anyhow::anyhow!("train.attention = cudnn: {e}"))?;
+    Ok(why)
 }
 
 /// Whether this run's collectives go through NCCL (`parallel.gpu_collectives`): never for

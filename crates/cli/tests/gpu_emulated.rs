@@ -191,3 +191,32 @@ fn a_gpu_run_reports_its_activation_dtype_and_peak_memory() {
     let cpu = std::fs::read_to_string(root.path().join("cpu/metrics.jsonl")).unwrap();
     assert!(!cpu.is_empty() && !cpu.contains("device_peak_mib"), "{cpu}");
 }
+
+/// `train.attention` on the emulator: `auto` runs our kernels and says so in the log and in
+/// every metrics.jsonl record; `cudnn` is refused before training, naming the key and why,
+/// without a panic; a CPU run with `cudnn` is refused by the configuration's check.
+#[test]
+fn attention_auto_takes_ours_on_the_emulator_and_cudnn_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    common::build_dataset(&root.path().join("data"));
+    let out = boost_train(root.path(), "auto").output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let line = err.lines().find(|l| l.starts_with("attention:")).unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("boost (cuDNN not taken: this run is on the CUDA emulator"), "{line}");
+    let kinds: Vec<String> = std::fs::read_to_string(root.path().join("auto/metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["attention"].to_string())
+        .collect();
+    assert_eq!(kinds, ["\"boost\"", "\"boost\""]);
+
+    let out = boost_train(root.path(), "cudnn").args(["--set", "train.attention=cudnn"]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("train.attention = cudnn: this run is on the CUDA emulator, which has no cuDNN"), "{err}");
+    assert!(!err.contains("panicked") && !root.path().join("cudnn/metrics.jsonl").exists(), "{err}");
+
+    let cpu = Config::load(None, &["train.attention=cudnn".to_string()]).unwrap_err().to_string();
+    assert!(cpu.contains("train.attention") && cpu.contains("train.device = \"cpu\""), "{cpu}");
+}

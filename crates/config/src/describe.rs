@@ -62,6 +62,10 @@ pub const KEYS: &[(&str, &str)] = &[
     ("train.recompute", "activation recompute: none, full, lowrank"),
     ("train.recompute_layers", "the recompute policy covers the first N layers of each stage; 0 = all"),
     ("train.device", "cpu, cuda or cuda:N"),
+    (
+        "train.attention",
+        "a GPU run's attention: cudnn (cuDNN's fused attention; needs a build with --features cudnn and libcudnn 9), boost (ours), auto = cudnn where it runs, else boost",
+    ),
     ("train.skip_nonfinite", "skip a step whose gradient norm is non-finite or an outlier instead of stopping"),
     ("train.checkpoint_on_signal", "SIGINT/SIGTERM write a checkpoint at the next step boundary"),
     ("train.async_checkpoint", "write checkpoints from a background thread while training continues"),

@@ -27,7 +27,9 @@ pub use parallel::{
     GpuCollectives, GroupLinks, LinkSpec, NormMode, ParallelConfig, PipeSchedule, Scheme, SchemeChoice, parse_link,
 };
 pub use rope::{RopeScaling, RopeScalingType};
-pub use train::{Device, MAX_THREADS, Recompute, Schedule, TensorBoard, TrainConfig, parse_device, threads_message};
+pub use train::{
+    Attention, Device, MAX_THREADS, Recompute, Schedule, TensorBoard, TrainConfig, parse_device, threads_message,
+};
 
 use serde::{Deserialize, Serialize};
 use std::path::Path;

@@ -24,6 +24,20 @@ pub enum Recompute {
     Lowrank,
 }
 
+/// The attention kernels of a GPU run (`train.attention`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Attention {
+    /// cuDNN's where the binary has it (`--features cudnn`), the GPU runs it and libcudnn 9
+    /// loads; ours otherwise.
+    #[default]
+    Auto,
+    /// cuDNN's fused attention; an error where it cannot run.
+    Cudnn,
+    /// Ours (the tensor-core kernels).
+    Boost,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
@@ -68,6 +82,8 @@ pub struct TrainConfig {
     pub recompute_layers: usize,
     /// `cpu`, `cuda` or `cuda:N`.
     pub device: String,
+    /// A GPU run's attention kernels: `auto`, `cudnn` or `boost`.
+    pub attention: Attention,
     /// Skip (do not apply) a step whose gradient norm is non-finite or an outlier (z-score
     /// above 6 against the last 64 steps), instead of stopping the run.
     pub skip_nonfinite: bool,
@@ -125,6 +141,7 @@ impl Default for TrainConfig {
             recompute: Recompute::None,
             recompute_layers: 0,
             device: "cpu".into(),
+            attention: Attention::Auto,
         }
     }
 }
@@ -181,7 +198,12 @@ impl TrainConfig {
         if self.eval_batches == 0 {
             return Err(ConfigError::new("train.eval_batches", "must be at least 1"));
         }
-        parse_device(&self.device)?;
+        if parse_device(&self.device)? == Device::Cpu && self.attention == Attention::Cudnn {
+            return Err(ConfigError::new(
+                "train.attention",
+                "is \"cudnn\" (cuDNN's attention, on a GPU), but train.device = \"cpu\": the CPU engine has its own attention; use \"auto\", or train.device = \"cuda\"",
+            ));
+        }
         Ok(())
     }
 }

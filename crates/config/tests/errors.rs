@@ -1,7 +1,7 @@
 //! Config errors name the file, line and column of a TOML syntax error, and for a bad value the
 //! key, the value and the fix.
 
-use boost_config::{BucketSize, Config, ConfigError};
+use boost_config::{Attention, BucketSize, Config, ConfigError};
 
 fn load(sets: &[&str]) -> Result<Config, ConfigError> {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
@@ -169,4 +169,19 @@ fn a_scheme_is_auto_or_a_name_plan_declares_and_the_per_shard_norm_is_not_traine
     }
     let e = load(&["model.arch=cola", "parallel.tp=2", "parallel.norm=\"local\""]).unwrap_err().to_string();
     assert!(e.contains("parallel.norm = \"local\"") && e.contains("boost plan --norm local"), "{e}");
+}
+
+/// `train.attention`: auto by default; cudnn and boost on a GPU; cudnn on the CPU device is
+/// refused by name (the CPU engine has one attention), as is a value that is none of the three.
+#[test]
+fn attention_kernels_are_checked_against_the_device() {
+    assert_eq!(load(&[]).unwrap().train.attention, Attention::Auto);
+    let gpu = load(&["train.device=cuda", "train.attention=cudnn"]).unwrap();
+    assert_eq!(gpu.train.attention, Attention::Cudnn);
+    assert_eq!(load(&["train.attention=boost"]).unwrap().train.attention, Attention::Boost);
+    let e = load(&["train.attention=cudnn"]).unwrap_err();
+    assert_eq!(e.key, "train.attention", "{e}");
+    assert!(e.message.contains("train.device = \"cpu\"") && e.message.contains("\"auto\""), "{e}");
+    let e = load(&["train.attention=flash"]).unwrap_err();
+    assert!(e.to_string().contains("train.attention") && e.to_string().contains("flash"), "{e}");
 }

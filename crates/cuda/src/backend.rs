@@ -35,7 +35,12 @@ pub(crate) const WS_PART: usize = 2;
 pub(crate) const WS_KRON_U: usize = 3;
 pub(crate) const WS_KRON_DU: usize = 4;
 pub(crate) const WS_ATTN: usize = 5;
-const WS_SLOTS: usize = 6;
+/// cuDNN's attention: its workspace, and its operands staged in bf16.
+#[cfg_attr(not(feature = "cudnn"), allow(dead_code))]
+pub(crate) const WS_CUDNN: usize = 6;
+#[cfg_attr(not(feature = "cudnn"), allow(dead_code))]
+pub(crate) const WS_CUDNN_IO: usize = 7;
+const WS_SLOTS: usize = 8;
 
 /// The CUDA backend: one device, one stream, cuBLAS, the kernels of `kernels/`.
 /// Cloning shares the device and its stream.
@@ -49,6 +54,9 @@ struct Inner {
     prec: Precision,
     ws: Mutex<Vec<Option<Mem>>>,
     emulated: bool,
+    /// cuDNN's attention, when chosen (`Cuda::choose_attention`).
+    #[cfg(feature = "cudnn")]
+    cudnn: Mutex<Option<Arc<crate::cudnn::Sdpa>>>,
 }
 
 impl Cuda {
@@ -69,7 +77,32 @@ impl Cuda {
 
     fn with_device(dev: Box<dyn Device>, prec: Precision, emulated: bool) -> Self {
         let ws = Mutex::new((0..WS_SLOTS).map(|_| None).collect());
-        Self { inner: Arc::new(Inner { dev, prec, ws, emulated }) }
+        #[cfg(feature = "cudnn")]
+        let inner = Inner { dev, prec, ws, emulated, cudnn: Mutex::new(None) };
+        #[cfg(not(feature = "cudnn"))]
+        let inner = Inner { dev, prec, ws, emulated };
+        Self { inner: Arc::new(inner) }
+    }
+
+    /// The GPU device (None on the emulator).
+    #[cfg(feature = "cudnn")]
+    pub(crate) fn gpu(&self) -> Option<&crate::cuda_dev::CudaDev> {
+        self.dev().as_any().downcast_ref()
+    }
+
+    /// cuDNN's attention, when this backend runs it.
+    #[cfg(feature = "cudnn")]
+    pub(crate) fn cudnn(&self) -> Option<Arc<crate::cudnn::Sdpa>> {
+        self.inner.cudnn.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+    #[cfg(feature = "cudnn")]
+    pub(crate) fn set_cudnn(&self, s: Option<Arc<crate::cudnn::Sdpa>>) {
+        *self.inner.cudnn.lock().unwrap_or_else(|e| e.into_inner()) = s;
+    }
+    /// Back to our attention kernels.
+    pub(crate) fn clear_cudnn(&self) {
+        #[cfg(feature = "cudnn")]
+        self.set_cudnn(None);
     }
 
     pub fn precision(&self) -> Precision {
@@ -143,6 +176,9 @@ impl Backend for Cuda {
     }
     fn peak_memory_bytes(&self) -> Option<u64> {
         Cuda::peak_memory_bytes(self)
+    }
+    fn attention_kernels(&self) -> Option<&'static str> {
+        Some(Cuda::attention_kernels(self).name())
     }
     fn sync(&self) {
         self.dev().sync()

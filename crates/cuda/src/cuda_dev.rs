@@ -94,7 +94,7 @@ impl CudaDev {
 
     /// Make the context current on the calling thread (a backend may be built on one
     /// thread and used on another).
-    fn bind(&self) {
+    pub(crate) fn bind(&self) {
         self.check("binding the context", self.ctx.bind_to_thread());
     }
 }

@@ -37,6 +37,8 @@ mod blas;
 mod buf;
 #[cfg(feature = "cuda")]
 mod cuda_dev;
+#[cfg(feature = "cudnn")]
+mod cudnn;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod device;
 #[cfg(feature = "emulate")]
@@ -52,6 +54,8 @@ mod nccl;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod ops;
 mod probe;
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+mod select;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod transfer;
 
@@ -71,3 +75,5 @@ pub use host_staged::HostStaged;
 #[cfg(feature = "cuda")]
 pub use nccl::{NcclGroup, Rendezvous};
 pub use probe::{DeviceInfo, probe, probe_device};
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+pub use select::AttentionKernels;

@@ -117,6 +117,11 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn peak_memory_bytes(&self) -> Option<u64> {
         None
     }
+    /// Which attention kernels a device backend runs (a GPU's: "boost" or "cudnn",
+    /// `train.attention`); None on the CPU, which has one.
+    fn attention_kernels(&self) -> Option<&'static str> {
+        None
+    }
     fn alloc_ids(&self, n: usize) -> Self::Ids;
     fn write_ids(&self, dst: &mut Self::Ids, src: &[u32]);
     /// Copy a row-major host matrix into a view.

@@ -204,6 +204,9 @@ impl<B: Backend> Backend for Profiled<B> {
     fn peak_memory_bytes(&self) -> Option<u64> {
         self.inner.peak_memory_bytes()
     }
+    fn attention_kernels(&self) -> Option<&'static str> {
+        self.inner.attention_kernels()
+    }
     fn alloc_ids(&self, n: usize) -> Self::Ids {
         self.inner.alloc_ids(n)
     }

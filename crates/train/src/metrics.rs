@@ -25,6 +25,9 @@ pub struct StepMetrics {
     /// the allocator's high-water mark). Absent on the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_peak_mib: Option<f64>,
+    /// On a GPU: the attention kernels the run uses (`train.attention`: "cudnn" or "boost").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attention: Option<&'static str>,
     /// Model FLOP utilisation (a fraction) against this machine's GEMM peak, measured at the
     /// start of a CPU run that shows log lines or writes TensorBoard events.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -7,6 +7,8 @@
 //!     [--set KEY=VALUE ...] [--dtype bf16|fp32] [--warmup 3] [--rounds 10] [--profile N]
 //! cargo run ... --example cuda_bench -- --probe            # the device, as JSON
 //! cargo run ... --example cuda_bench -- --gemm-peak 8192   # the engine's bf16 GEMM, N³
+//! cargo run ... --example cuda_bench -- --attention 4,4096,16,16,128 [--kernels boost,cudnn]
+//!                                       # attention alone (attention.rs), TFLOP/s a pass
 //! python3 bench/torch_peer_cuda.py --device cuda --dtype bf16 <the same shape flags> --json
 //! ```
 //!
@@ -22,10 +24,14 @@
 //! then runs N more steps with every kernel timed (`Profiled`): the JSON's `split` gives a
 //! step's GEMM, attention and other kernels' seconds, the idle/launch rest of the untimed
 //! median step, and the kernel calls per step; per-kernel totals go to stderr.
+//! `train.attention` (`--set train.attention=cudnn|boost|auto`) chooses the attention kernels
+//! of the steps, as in `boost train`; the JSON's `attention` says which ran.
 //! `--emulate` runs on the kernel emulator (feature `emulate`): a smoke test, not a timing.
 
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod args;
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+mod attention;
 
 #[cfg(not(any(feature = "cuda", feature = "emulate")))]
 fn main() {
@@ -48,12 +54,12 @@ fn main() {
 mod bench {
     use crate::args::{self, Job};
     use boost_config::{Config, TrainConfig};
-    use boost_cuda::{Cuda, DType, Precision};
+    use boost_cuda::{AttentionKernels, Cuda, DType, Precision};
     use boost_exec::optim::{AdamW, clip_coef, grad_norm};
     use boost_model::{Batch, Layout, Model};
     use boost_perf::median;
     use boost_tensor::profile::{KernelTimes, Profiled};
-    use boost_tensor::{Backend, Mat, MatMut, Solo};
+    use boost_tensor::{AttnShape, Backend, Mat, MatMut, Solo};
     use serde_json::json;
     use std::time::Instant;
 
@@ -85,12 +91,17 @@ mod bench {
             "memory_bytes": info.memory_bytes, "driver_cuda": info.driver_version, "nccl": info.nccl,
             "kernels": be.kernel_source(),
         });
-        let n = match a.job {
+        let n = match &a.job {
             Job::Probe => {
                 println!("{}", json!({ "device": device }));
                 return Ok(0);
             }
-            Job::GemmPeak(n) => n,
+            Job::GemmPeak(n) => *n,
+            Job::Attention(shapes, kernels) => {
+                drop(be);
+                crate::attention::run(|| backend(a.emulate, a.device, prec), shapes, kernels)?;
+                return Ok(0);
+            }
             Job::Steps => 0,
         };
         if n > 0 {
@@ -109,6 +120,16 @@ mod bench {
             println!("{}", json!({ "fits": false, "error": e.to_string(), "device": device }));
             return Ok(3);
         }
+        let want = match cfg.train.attention {
+            boost_config::Attention::Auto => None,
+            boost_config::Attention::Cudnn => Some(AttentionKernels::Cudnn),
+            boost_config::Attention::Boost => Some(AttentionKernels::Boost),
+        };
+        let m = &cfg.model;
+        let probe = AttnShape { batch: mb, seq, heads: m.heads, kv_heads: m.kv_heads(), head_dim: m.head_dim() };
+        let (attention, why) =
+            be.choose_attention(want, &probe).map_err(|e| format!("train.attention = cudnn: {e}"))?;
+        eprintln!("attention: {why}");
         let t = seq * mb;
         let mut s = 0x2545_F491_4F6C_DD1Du64;
         let vocab = cfg.model.vocab as u64;
@@ -161,6 +182,8 @@ mod bench {
                 boost_cuda::DType::F32 => "fp32",
                 boost_cuda::DType::Bf16 => "bf16",
             },
+            "attention": attention.name(),
+            "attention_why": why,
             "recompute": format!("{:?}", cfg.train.recompute).to_lowercase(),
             "params": params,
             "last_loss": loss,

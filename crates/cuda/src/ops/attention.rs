@@ -69,6 +69,10 @@ fn softmax_rows(be: &Cuda, kernel: &'static str, rows: usize, s: usize, v0: Tv, 
 }
 
 pub(crate) fn attention_fwd(be: &Cuda, out: MatMut<CudaBuf>, probs: &mut CudaBuf, qkv: &CudaBuf, sh: AttnShape) {
+    #[cfg(feature = "cudnn")]
+    if let Some(s) = be.cudnn().filter(|s| s.takes(be, &sh)) {
+        return s.fwd(be, out, probs, qkv, sh);
+    }
     if super::flash::takes(&sh) {
         return super::flash::fwd(be, out, probs, qkv, sh);
     }
@@ -100,6 +104,10 @@ pub(crate) fn attention_fwd(be: &Cuda, out: MatMut<CudaBuf>, probs: &mut CudaBuf
 }
 
 pub(crate) fn attention_bwd(be: &Cuda, args: AttentionBwd<CudaBuf>) {
+    #[cfg(feature = "cudnn")]
+    if let Some(s) = be.cudnn().filter(|s| s.takes(be, &args.shape)) {
+        return s.bwd(be, args);
+    }
     if super::flash::takes(&args.shape) {
         return super::flash::bwd(be, args);
     }
