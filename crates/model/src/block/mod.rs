@@ -46,6 +46,9 @@ pub struct BlockGrads<B: Backend> {
     /// LaX: gradients w.r.t. a layer's z, passed down to the layer below (two per group
     /// kind, used alternately).
     pub carries: Vec<[B::Buf; 2]>,
+    /// The fp32 residual's gradient cast once to the activation dtype for the o and down
+    /// groups' GEMMs (empty where activations are fp32).
+    pub dx_act: B::Buf,
 }
 
 impl Block {
@@ -92,6 +95,8 @@ impl Block {
         let sh = self.attn_shape(dims, batch, seq);
         let carries =
             self.groups().iter().map(|g| [be.alloc_act(g.geom(t).len()), be.alloc_act(g.geom(t).len())]).collect();
+        // Activations narrower than the fp32 residual stream (see `passes::gemm_operand`).
+        let narrow = be.elem_bytes() < be.alloc(0).elem_bytes();
         BlockGrads {
             dqkv: be.alloc_act(self.qkv.out_len(t)),
             dattn: be.alloc_act(t * dims.q_loc()),
@@ -99,6 +104,7 @@ impl Block {
             dm: be.alloc_act(t * dims.d_ff_loc),
             attn_scratch: be.alloc(be.attention_scratch_len(&sh)),
             carries,
+            dx_act: be.alloc_act(if narrow { t * dims.d_res } else { 0 }),
         }
     }
 }

@@ -3,7 +3,7 @@
 use crate::block::{Block, BlockActs, BlockGrads};
 use crate::pass::Ctx;
 use crate::projection::{GradFlow, ProjActs, ProjGroup, ProjSaved, Scratch};
-use boost_tensor::{AttentionBwd, Backend, Mat, MatMut};
+use boost_tensor::{AttentionBwd, Backend, DeviceBuf, Mat, MatMut};
 
 /// What a layer's backward reads of its forward.
 pub struct BlockSaved<'a, B: Backend> {
@@ -64,7 +64,7 @@ impl Block {
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         let (dres, f, qw, kw) = (dims.d_res, dims.d_ff_loc, dims.q_loc(), dims.kv_w_loc());
         let pg = |f: fn(&Block) -> &ProjGroup, g: fn(&BlockActs<B>) -> &ProjActs<B>| prev.map(|(b, a)| (f(b), g(a)));
-        let BlockGrads { dqkv, dattn, dgu, dm, attn_scratch, carries } = bg;
+        let BlockGrads { dqkv, dattn, dgu, dm, attn_scratch, carries, dx_act } = bg;
         // LaX carries: this layer reads the slot the layer above wrote, (layer+1) mod 2, and
         // writes slot layer mod 2 for the layer below.
         let rd = (self.layer + 1) % 2;
@@ -75,10 +75,11 @@ impl Block {
         // it, waits until SwiGLU's backward has rebuilt it over dm, row by row once read, while
         // reading g and u anyway.
         let saved = ProjSaved { x: None, acts: &acts.down, prev: pg(|b| &b.down, |a| &a.down) };
-        self.down.backward(cx, grads, saved, GradFlow { dout: dx, dx: dm, carry_in: ci, carry_out: co }, sc);
+        let dy = gemm_operand(cx, dx, dx_act);
+        self.down.backward(cx, grads, saved, GradFlow { dout: dy, dx: dm, carry_in: ci, carry_out: co }, sc);
         let gu_out = Mat::new(&acts.gu_out, 2 * t, f);
         be.swiglu_bwd(MatMut::new(dgu, 2 * t, f), MatMut::new(dm, t, f), gu_out, self.outer_silu, true);
-        self.down.input_weight_grads(cx, grads, Mat::new(dm, t, f), dx, &acts.down, sc);
+        self.down.input_weight_grads(cx, grads, Mat::new(dm, t, f), dy, &acts.down, sc);
         let (ci, co) = carry_io(&mut carries[2], rd, above_lax, self.gu.has_lax());
         let saved = ProjSaved { x: Some(Mat::new(&acts.mid, t, dres)), acts: &acts.gu, prev: pg(|b| &b.gu, |a| &a.gu) };
         self.gu.backward(cx, grads, saved, GradFlow { dout: dgu, dx, carry_in: ci, carry_out: co }, sc);
@@ -86,7 +87,8 @@ impl Block {
         // Attention half.
         let (ci, co) = carry_io(&mut carries[1], rd, above_lax, self.o.has_lax());
         let saved = ProjSaved { x: Some(Mat::new(&acts.attn, t, qw)), acts: &acts.o, prev: pg(|b| &b.o, |a| &a.o) };
-        self.o.backward(cx, grads, saved, GradFlow { dout: dx, dx: dattn, carry_in: ci, carry_out: co }, sc);
+        let dy = gemm_operand(cx, dx, dx_act);
+        self.o.backward(cx, grads, saved, GradFlow { dout: dy, dx: dattn, carry_in: ci, carry_out: co }, sc);
         be.attention_bwd(AttentionBwd {
             dqkv,
             dout: Mat::new(dattn, t, qw),
@@ -128,4 +130,16 @@ pub(super) fn carry_io<Buf>(c: &mut [Buf; 2], rd: usize, above: bool, has: bool)
     let [a, b] = c;
     let (cin, cout) = if rd == 0 { (&*a, b) } else { (&*b, a) };
     (above.then_some(cin), has.then_some(cout))
+}
+
+/// The residual's gradient as the o and down groups' GEMMs read it: where activations are
+/// stored narrower than the fp32 residual stream, cast once into `narrow` rather than by each
+/// GEMM that reads it (the same rounding); else `dx` itself.
+fn gemm_operand<'a, B: Backend>(cx: &Ctx<B>, dx: &'a B::Buf, narrow: &'a mut B::Buf) -> &'a B::Buf {
+    if narrow.elem_bytes() >= dx.elem_bytes() {
+        return dx;
+    }
+    let (t, w) = (cx.t, cx.dims.d_res);
+    cx.be.copy(MatMut::new(narrow, t, w), Mat::new(dx, t, w));
+    narrow
 }

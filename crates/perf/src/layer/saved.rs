@@ -114,7 +114,8 @@ impl LayerEmitter<'_> {
 /// outputs (q, k, v, the attention output, gate and up, the SwiGLU product), a norm's output
 /// rebuilt for its GEMM and that output's gradient (the widest projection input), the
 /// latents' gradients and LaX's carried ones, the attention's row statistics, the staging of
-/// an online statistic with its latent, and the residual's fp32 gradient.
+/// an online statistic with its latent, and the residual's fp32 gradient (and its copy in the
+/// activation dtype, where narrower).
 pub fn layer_working(s: &Setup, layer: usize) -> f64 {
     if s.keeps == Keeps::Autograd {
         return 0.0;
@@ -124,7 +125,10 @@ pub fn layer_working(s: &Setup, layer: usize) -> f64 {
     let (hl, kvl) = c.heads_local();
     let (hl, kvl, dh) = (hl as f64, kvl as f64, c.d_h as f64);
     let (w_res, w_ff, lat) = (c.w_res() as f64, c.w_ff() as f64, c.w_lat() as f64);
-    let outputs = (hl + 2.0 * kvl) * dh + hl * dh + 3.0 * w_ff;
+    // The residual's gradient cast once for the o and down GEMMs, where activations are
+    // narrower than fp32.
+    let cast = if c.a < 4 { w_res } else { 0.0 };
+    let outputs = (hl + 2.0 * kvl) * dh + hl * dh + 3.0 * w_ff + cast;
     let norm_io = 2.0 * w_res.max(w_ff);
     let low_rank = s.model.arch.is_low_rank();
     let latents = if low_rank { 2.0 * 3.0 * lat } else { 0.0 };
