@@ -58,9 +58,9 @@ fn measure(cfg: &Config) -> Option<(f64, f64)> {
 }
 
 /// Measured on the emulator (MiB, predicted → measured): the model state 58.82 → 58.82 (full)
-/// and 25.98 → 25.98 (CoLA); the step 40.58 → 41.72 (full, none), 31.16 → 30.28 (full,
-/// full), 48.33 → 51.92 (CoLA, none), 35.41 → 36.98 (CoLA, full), 42.94 → 44.51 (CoLA,
-/// lowrank): the rest is kernels' workspaces (GEMM operand conversions, the attention's).
+/// and 25.98 → 25.98 (CoLA); the step 40.08 → 40.22 (full, none), 30.66 → 28.78 (full,
+/// full), 47.83 → 50.51 (CoLA, none), 34.91 → 35.57 (CoLA, full), 42.44 → 43.10 (CoLA,
+/// lowrank): the rest is kernels' workspaces (the attention's, the GEMMs' conversions).
 #[test]
 fn plan_memory_matches_the_allocator() {
     let mut failures = Vec::new();
