@@ -91,6 +91,31 @@ pub fn write(collector: &Collector, path: &Path, log: bool) -> Result<()> {
     Ok(())
 }
 
+/// A run's trace: where its ranks' spans collect, and the file they go to, checked before any
+/// work.
+pub struct RunTrace {
+    pub collector: Collector,
+    path: PathBuf,
+}
+
+impl RunTrace {
+    /// The trace of a run in `run_dir` when `on` (`--trace`); `mpi_rank`: a process of an
+    /// mpirun job, which traces its own rank.
+    pub fn open(on: bool, run_dir: &Path, mpi_rank: Option<usize>) -> Result<Option<Self>> {
+        if !on {
+            return Ok(None);
+        }
+        let path = trace_path(run_dir, mpi_rank);
+        check(&path)?;
+        Ok(Some(Self { collector: Collector::default(), path }))
+    }
+
+    /// Write what was collected, saying where when `log`.
+    pub fn finish(&self, log: bool) -> Result<()> {
+        write(&self.collector, &self.path, log)
+    }
+}
+
 /// A rank's sink attached to its thread (track "compute") for as long as this lives.
 pub struct RankTrace {
     pub sink: Arc<Sink>,

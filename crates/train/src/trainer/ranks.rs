@@ -2,15 +2,15 @@
 //! under `mpirun`, each on the CPU or on the GPU its [`Devices`] give it.
 
 use super::job::RankCtx;
-use super::preflight::prepare;
+use super::preflight::{Prepared, prepare};
 use super::{Summary, TrainOptions};
+use crate::trace::RunTrace;
 use anyhow::{Result, bail};
 use boost_comm::{Grid, GridDims, GridOptions, GroupLinks, Link, RunOptions, run_ranks_with};
 use boost_config::Config;
 use boost_exec::dp::Groups;
 use boost_perf::fit::{check_gpu_memory, check_memory, local_ranks};
 use boost_tensor::cpu::Cpu;
-use boost_tensor::trace::Collector;
 
 /// The in-process grid of a run: its links (`parallel.link.*`), recording, and progress
 /// threads when `parallel.overlap` is on.
@@ -41,22 +41,11 @@ pub fn train_on(cfg: Config, opts: TrainOptions, devices: &dyn Devices) -> Resul
     let par = &p.cfg.parallel;
     let dims = GridDims::new(par.dp, par.pp, par.tp);
     // Every rank's spans on one clock, written once the ranks are done.
-    let collector = opts.trace.map(|_| Collector::default());
-    let trace_path = crate::trace::trace_path(&p.run_dir, None);
-    if collector.is_some() {
-        crate::trace::check(&trace_path)?;
-    }
-    let ctx = RankCtx {
-        cfg: &p.cfg,
-        opts: &opts,
-        data: &p.data,
-        resume: p.resume.as_ref(),
-        run_dir: &p.run_dir,
-        trace: collector.as_ref(),
-    };
+    let trace = RunTrace::open(opts.trace.is_some(), &p.run_dir, None)?;
+    let ctx = rank_ctx(&p, &opts, trace.as_ref());
     let mut out = run_ranks_with(dims, &run_options(&p.cfg), |rank, grid| run_rank(&ctx, rank, grid, gpu, devices))?;
-    if let Some(c) = &collector {
-        crate::trace::write(c, &trace_path, !opts.quiet)?;
+    if let Some(t) = &trace {
+        t.finish(!opts.quiet)?;
     }
     Ok(out.swap_remove(0).expect("rank 0 reports the run"))
 }
@@ -155,22 +144,11 @@ pub fn train_launched(cfg: Config, opts: TrainOptions, devices: &dyn Devices) ->
             None => prepare(cfg.clone(), &opts, false)?,
         };
         // Each process traces its own rank, on its own clock (crate::trace).
-        let collector = opts.trace.map(|_| Collector::default());
-        let trace_path = crate::trace::trace_path(&p.run_dir, Some(rank));
-        if collector.is_some() {
-            crate::trace::check(&trace_path)?;
-        }
-        let ctx = RankCtx {
-            cfg: &p.cfg,
-            opts: &opts,
-            data: &p.data,
-            resume: p.resume.as_ref(),
-            run_dir: &p.run_dir,
-            trace: collector.as_ref(),
-        };
+        let trace = RunTrace::open(opts.trace.is_some(), &p.run_dir, Some(rank))?;
+        let ctx = rank_ctx(&p, &opts, trace.as_ref());
         let out = run_rank(&ctx, rank, grid, gpu, devices)?;
-        if let Some(c) = &collector {
-            crate::trace::write(c, &trace_path, rank == 0 && !opts.quiet)?;
+        if let Some(t) = &trace {
+            t.finish(rank == 0 && !opts.quiet)?;
         }
         Ok(out)
     })
@@ -192,6 +170,18 @@ fn run_rank(
             ctx.run_with(rank, grid.coord, grid.dims.world(), Cpu::<f32>::new(), &g, grid.recorder().map(|r| &**r))
         }
         Some(n) => devices.run_gpu(ctx, rank, grid, n),
+    }
+}
+
+/// What every rank of this process reads: the prepared run, its options and its trace.
+fn rank_ctx<'a>(p: &'a Prepared, opts: &'a TrainOptions, trace: Option<&'a RunTrace>) -> RankCtx<'a> {
+    RankCtx {
+        cfg: &p.cfg,
+        opts,
+        data: &p.data,
+        resume: p.resume.as_ref(),
+        run_dir: &p.run_dir,
+        trace: trace.map(|t| &t.collector),
     }
 }
 
