@@ -17,6 +17,15 @@ cudnn=9.13.1.26
 dir=${1:-${BOOST_CUDNN_HEADERS:-$HOME/.cache/boost-cudnn-9.13}}
 inc="$dir/include"
 stamp="$inc/.versions"
+# DIR is this script's own: it replaces DIR/include and DIR/lib, so a folder (or a link to
+# one) that holds anything and lacks the mark it leaves (or, from before the mark, its
+# version stamp) is refused, untouched.
+mark="$dir/.boost-cudnn-headers"
+ours() { [ -f "$mark" ] || grep -q '^frontend .*, cudnn ' "$stamp" 2>/dev/null; }
+if [ -e "$dir" ] && ! ours && [ -n "$(ls -A "$dir" 2>/dev/null || echo x)" ]; then
+    echo "fetch-cudnn-headers.sh: $dir holds files this script did not write (no $mark); it is kept: name a new or empty folder" >&2
+    exit 1
+fi
 if [ "$(cat "$stamp" 2>/dev/null)" != "frontend $frontend, cudnn $cudnn" ] || [ ! -f "$dir/lib/libcudnn_graph.so.9" ]; then
     tmp=$(mktemp -d)
     trap 'rm -rf "$tmp"' EXIT
@@ -37,7 +46,8 @@ PY
         { echo "fetch-cudnn-headers.sh: the wheels lack include/cudnn_frontend.h or cudnn.h" >&2; exit 1; }
     cp -r "$tmp/x/nvidia/cudnn/include/." "$tmp/x/include/"
     echo "frontend $frontend, cudnn $cudnn" >"$tmp/x/include/.versions"
-    rm -rf "$inc" "$dir/lib" && mkdir -p "$dir" && mv "$tmp/x/include" "$inc" && mv "$tmp/x/nvidia/cudnn/lib" "$dir/lib"
+    mkdir -p "$dir" && echo "boost-cuda's cuDNN headers (crates/cuda/fetch-cudnn-headers.sh)" >"$mark"
+    rm -rf "$inc" "$dir/lib" && mv "$tmp/x/include" "$inc" && mv "$tmp/x/nvidia/cudnn/lib" "$dir/lib"
     echo "cuDNN headers (frontend $frontend, cuDNN $cudnn) in $inc, its loader in $dir/lib" >&2
 fi
 echo "export BOOST_CUDNN_INCLUDE=$inc"
