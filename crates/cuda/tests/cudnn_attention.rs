@@ -16,6 +16,8 @@
 //! bits twice.
 #![cfg(feature = "cudnn")]
 
+mod common;
+
 use boost_cuda::{AttentionKernels, Cuda, Precision};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{AttentionBwd, AttnShape, Backend, Mat, MatMut};
@@ -35,18 +37,9 @@ const SHAPES: [(usize, usize, usize, usize, usize); 7] = [
     (1, 4096, 2, 2, 64),
 ];
 
-/// Deterministic bf16 values in [-1, 1).
+/// Deterministic bf16 values in [-1, 1): `common::rnd`'s, rounded on the host.
 fn rnd(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            let x = (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0;
-            half::bf16::from_f64(x).to_f64()
-        })
-        .collect()
+    common::rnd(n, seed).into_iter().map(|x| half::bf16::from_f64(x).to_f64()).collect()
 }
 
 /// The forward output and dq|dk|dv of `sh` on `be` (fp32 buffers, as the trainer's).

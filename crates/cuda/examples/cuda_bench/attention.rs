@@ -78,18 +78,27 @@ fn time(be: &Cuda, sh: AttnShape) -> (f64, f64) {
     (fwd_s, repeat(be, &mut bwd))
 }
 
+/// Seconds a call takes: the median of [`time_calls`]' five runs, or one call on the emulator
+/// (a smoke test, not a timing).
 fn repeat(be: &Cuda, call: &mut dyn FnMut()) -> f64 {
+    median(time_calls(be, call, if be.is_emulated() { 0 } else { 5 }))
+}
+
+/// After a warm-up call, `runs` timings of back-to-back calls lasting at least ~50 ms each
+/// (the first timed call sets how many), in seconds a call; that first call's time alone when
+/// `runs` is 0.
+pub fn time_calls(be: &Cuda, call: &mut dyn FnMut(), runs: usize) -> Vec<f64> {
     call();
     be.sync();
     let t0 = Instant::now();
     call();
     be.sync();
     let one = t0.elapsed().as_secs_f64();
-    if be.is_emulated() {
-        return one;
+    if runs == 0 {
+        return vec![one];
     }
     let reps = ((0.05 / one.max(1e-9)).ceil() as usize).clamp(1, 1000);
-    let runs: Vec<f64> = (0..5)
+    (0..runs)
         .map(|_| {
             let t = Instant::now();
             for _ in 0..reps {
@@ -98,6 +107,5 @@ fn repeat(be: &Cuda, call: &mut dyn FnMut()) -> f64 {
             be.sync();
             t.elapsed().as_secs_f64() / reps as f64
         })
-        .collect();
-    median(runs)
+        .collect()
 }

@@ -201,22 +201,7 @@ mod bench {
         let (a, b) = (be.alloc_dtype(n * n, DType::Bf16, false), be.alloc_dtype(n * n, DType::Bf16, false));
         let mut c = be.alloc_dtype(n * n, DType::Bf16, false);
         let mut call = || be.gemm(MatMut::new(&mut c, n, n), Mat::new(&a, n, n), Mat::new(&b, n, n), 1.0, false);
-        call();
-        be.sync();
-        let t0 = Instant::now();
-        call();
-        be.sync();
-        let reps = ((0.05 / t0.elapsed().as_secs_f64().max(1e-9)).ceil() as usize).clamp(1, 1000);
-        let runs: Vec<f64> = (0..5)
-            .map(|_| {
-                let t = Instant::now();
-                for _ in 0..reps {
-                    call();
-                }
-                be.sync();
-                t.elapsed().as_secs_f64() / reps as f64
-            })
-            .collect();
+        let runs = crate::attention::time_calls(be, &mut call, 5);
         (median(runs.clone()), runs)
     }
 

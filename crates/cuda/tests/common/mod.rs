@@ -39,3 +39,16 @@ pub fn engine(prec: Precision) -> Option<Engine<Cuda>> {
 pub fn on_gpu(be: &Cuda) -> bool {
     !be.is_emulated()
 }
+
+/// Deterministic values in [-1, 1) (xorshift from `seed`).
+pub fn rnd(n: usize, seed: u64) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+        })
+        .collect()
+}

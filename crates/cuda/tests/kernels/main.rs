@@ -21,19 +21,6 @@ type Outs = Vec<(&'static str, Vec<f64>)>;
 const TOL_F32: f64 = 1e-5;
 const TOL_BF16: f64 = 1e-2;
 
-/// Deterministic values in [-1, 1).
-fn rnd(n: usize, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
-        })
-        .collect()
-}
-
 /// A buffer holding `data` (bf16 when `act` and the backend stores activations so).
 fn buf<B: Backend>(be: &B, act: bool, data: &[f64]) -> B::Buf {
     let mut b = if act { be.alloc_act(data.len()) } else { be.alloc(data.len()) };
