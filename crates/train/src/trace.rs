@@ -9,9 +9,7 @@
 
 use anyhow::{Context, Result};
 use boost_comm::Coord;
-use boost_files::{parent_dir, temp_file_in};
 use boost_tensor::trace::{Attached, Collector, Ctx, Sink, attach, chrome};
-use std::io::{Read as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -70,63 +68,27 @@ pub fn rank_label(rank: usize, c: Coord) -> String {
     format!("rank {rank} (dp {}, pp {}, tp {})", c.dp, c.pp, c.tp)
 }
 
-/// Whether `path` is a regular file that begins with [`chrome::MARK`].
-fn is_ours(path: &Path) -> bool {
-    let Ok(m) = path.symlink_metadata() else { return false };
-    if !m.is_file() {
-        return false;
-    }
-    let mut head = vec![0u8; chrome::MARK.len()];
-    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok() && head == chrome::MARK.as_bytes()
-}
-
-/// Refuse a destination before any work: a link (dangling or not), a folder, a missing
-/// folder, or a file that is not a trace boost wrote (kept as it is).
+/// Refuse a destination before any work: a link, a folder or a file boost did not write.
 pub fn check(path: &Path) -> Result<()> {
-    let shown = path.display();
-    let refusal = if path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
-        format!("{shown} is a link; it is kept: name the trace's own file")
-    } else if path.is_dir() {
-        format!("{shown} is a directory; name a .json file")
-    } else if path.exists() && !is_ours(path) {
-        format!(
-            "{shown} exists and is not a trace boost wrote (it lacks the first line {}); it is kept: choose another file",
-            chrome::MARK
-        )
-    } else if !parent_dir(path).is_dir() {
-        format!("{shown}: the directory {} does not exist", parent_dir(path).display())
-    } else {
-        return Ok(());
-    };
-    Err(anyhow::Error::msg(refusal)).context("--trace")
+    chrome::check_destination(path).map_err(anyhow::Error::msg).context("--trace")
 }
 
 /// Write what `collector` holds to `path` and say where; nothing when no traced step ran
 /// (a run stopped before them), which is said rather than failed: the run itself went well.
-/// Returns the number of spans written.
-pub fn write(collector: &Collector, path: &Path, log: bool) -> Result<usize> {
+pub fn write(collector: &Collector, path: &Path, log: bool) -> Result<()> {
     let sinks = collector.sinks();
     if sinks.iter().all(|s| s.spans().is_empty()) {
         eprintln!("--trace: no traced step ran; {} was not written", path.display());
-        return Ok(0);
+        return Ok(());
     }
-    check(path)?;
-    let (json, n) = chrome::to_json(&sinks);
-    // Beside the destination, renamed into place (and removed if interrupted).
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let (tmp, mut f) = temp_file_in(&parent_dir(path), &format!(".{name}."))?;
-    f.write_all(json.as_bytes())
-        .and_then(|_| f.sync_all())
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    drop(f);
-    tmp.persist(path)?;
+    let n = chrome::write(path, &sinks).map_err(anyhow::Error::msg)?;
     if log {
         eprintln!(
             "trace of {n} spans in {} (open it in https://ui.perfetto.dev, or `boost plot --trace`)",
             path.display()
         );
     }
-    Ok(n)
+    Ok(())
 }
 
 /// A run's trace: where its ranks' spans collect, and the file they go to, checked before any
@@ -150,7 +112,7 @@ impl RunTrace {
 
     /// Write what was collected, saying where when `log`.
     pub fn finish(&self, log: bool) -> Result<()> {
-        write(&self.collector, &self.path, log).map(|_| ())
+        write(&self.collector, &self.path, log)
     }
 }
 
@@ -181,37 +143,5 @@ mod tests {
             assert!(bad.parse::<TraceSteps>().is_err(), "{bad}");
         }
         assert_eq!(TraceSteps { first: 5, last: 7 }.to_string(), "5..7");
-    }
-
-    #[test]
-    fn only_a_trace_boost_wrote_is_replaced() {
-        let dir = tempfile::tempdir().unwrap();
-        let dir = dir.path();
-        // A span recorded as a traced step would (the format is boost_tensor's, tested there).
-        let c = Collector::default();
-        let sink = c.sink(0, "rank \"0\"".into());
-        sink.set_active(true);
-        let t = std::time::Instant::now();
-        Ctx { sink: sink.clone(), track: "compute".into() }.record("comm", "s".into(), t, t, Vec::new());
-        sink.set_active(false);
-        let path = dir.join("trace.json");
-        assert_eq!(write(&c, &path, false).unwrap(), 1);
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text, chrome::to_json(&c.sinks()).0, "the trace as boost_tensor writes it");
-        assert!(is_ours(&path));
-        assert_eq!(write(&c, &path, false).unwrap(), 1, "its own trace is replaced");
-        let theirs = dir.join("theirs.json");
-        std::fs::write(&theirs, "{\"mine\": 1}").unwrap();
-        let e = format!("{:#}", write(&c, &theirs, false).unwrap_err());
-        assert!(e.contains("not a trace boost wrote"), "{e}");
-        assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "{\"mine\": 1}", "kept byte for byte");
-        #[cfg(unix)]
-        {
-            let link = dir.join("link.json");
-            std::os::unix::fs::symlink(&path, &link).unwrap();
-            assert!(format!("{:#}", write(&c, &link, false).unwrap_err()).contains("is a link"));
-        }
-        let names: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert!(names.iter().all(|n| !n.to_string_lossy().ends_with(".tmp")), "no temporary left: {names:?}");
     }
 }

@@ -3,12 +3,14 @@
 //!
 //! Spans of one track that overlap without nesting (collectives in flight side by side) are
 //! spread over numbered copies of the track ("dp comm", "dp comm #2"), since the viewers
-//! draw a thread's spans as a stack. The text starts with [`MARK`], by which a later run
-//! knows a trace boost wrote (the file itself is `boost_train::trace`'s).
+//! draw a thread's spans as a stack. The file starts with [`MARK`], so a later run replaces
+//! only a trace boost wrote; it is written beside its destination and renamed into place.
 
 use super::{Arg, Sink, Span};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The first line of every trace boost writes.
@@ -16,6 +18,69 @@ pub const MARK: &str = r#"{"otherData":{"writer":"boost trace"},"#;
 
 /// What the file's times mean, after [`MARK`].
 const CLOCK: &str = r#""clock":"microseconds since the run started tracing, one clock for every rank of the process","#;
+
+/// Whether `path` is a regular file that begins with [`MARK`].
+pub fn is_ours(path: &Path) -> bool {
+    let Ok(m) = path.symlink_metadata() else { return false };
+    if !m.is_file() {
+        return false;
+    }
+    let mut head = vec![0u8; MARK.len()];
+    std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head)).is_ok()
+        && head == MARK.as_bytes()
+}
+
+/// Refuse a destination boost may not write: a link (dangling or not), a folder, a missing
+/// folder, or a file that is not a trace boost wrote (kept as it is).
+pub fn check_destination(path: &Path) -> Result<(), String> {
+    let shown = path.display();
+    if path.symlink_metadata().is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(format!("{shown} is a link; it is kept: name the trace's own file"));
+    }
+    if path.is_dir() {
+        return Err(format!("{shown} is a directory; name a .json file"));
+    }
+    if path.exists() && !is_ours(path) {
+        return Err(format!(
+            "{shown} exists and is not a trace boost wrote (it lacks the first line {MARK}); it is kept: \
+             choose another file"
+        ));
+    }
+    let dir = parent(path);
+    if !dir.is_dir() {
+        return Err(format!("{shown}: the directory {} does not exist", dir.display()));
+    }
+    Ok(())
+}
+
+fn parent(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Write the sinks' spans to `path` (checked as [`check_destination`] does), through a
+/// temporary file renamed into place. Returns the number of spans written.
+pub fn write(path: &Path, sinks: &[Arc<Sink>]) -> Result<usize, String> {
+    check_destination(path)?;
+    let (json, n) = to_json(sinks);
+    let dir = parent(path);
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+    let tmp = dir.join(format!(".{name}.{}-{nanos:x}.tmp", std::process::id()));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(json.as_bytes()).and_then(|_| f.sync_all()));
+    let done = written.and_then(|_| std::fs::rename(&tmp, path));
+    if let Err(e) = done {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(format!("cannot write {}: {e}", path.display()));
+    }
+    Ok(n)
+}
 
 /// Which tracks come first in a rank's process: its compute, then its chunks and streams,
 /// then its collectives by group.
@@ -155,7 +220,7 @@ pub fn to_json(sinks: &[Arc<Sink>]) -> (String, usize) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Collector;
+    use super::super::*;
     use super::*;
 
     fn span(track: &'static str, start_ns: u64, dur_ns: u64) -> Span {
@@ -170,13 +235,31 @@ mod tests {
     }
 
     #[test]
-    fn spans_are_written_in_microseconds_with_escaped_names() {
+    fn only_a_trace_boost_wrote_is_replaced() {
+        let dir = std::env::temp_dir().join(format!("boost-trace-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
         let c = Collector::default();
         let sink = c.sink(0, "rank \"0\"".into());
         sink.push(span("compute", 1500, 2001));
-        let (text, n) = to_json(&c.sinks());
-        assert_eq!(n, 1);
-        assert!(text.starts_with(MARK), "{text}");
+        let path = dir.join("trace.json");
+        assert_eq!(write(&path, &c.sinks()), Ok(1));
+        let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains(r#""ts":1.500,"dur":2.001"#) && text.contains(r#"rank \"0\""#), "{text}");
+        assert!(is_ours(&path));
+        assert_eq!(write(&path, &c.sinks()), Ok(1), "its own trace is replaced");
+        let theirs = dir.join("theirs.json");
+        std::fs::write(&theirs, "{\"mine\": 1}").unwrap();
+        let e = write(&theirs, &c.sinks()).unwrap_err();
+        assert!(e.contains("not a trace boost wrote"), "{e}");
+        assert_eq!(std::fs::read_to_string(&theirs).unwrap(), "{\"mine\": 1}", "kept byte for byte");
+        #[cfg(unix)]
+        {
+            let link = dir.join("link.json");
+            std::os::unix::fs::symlink(&path, &link).unwrap();
+            assert!(write(&link, &c.sinks()).unwrap_err().contains("is a link"));
+        }
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert!(names.iter().all(|n| !n.to_string_lossy().ends_with(".tmp")), "no temporary left: {names:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
