@@ -7,10 +7,8 @@ use anyhow::{Context, Result};
 use boost_comm::{GridDims, GroupLinks, Link, run_ranks_with};
 use boost_config::Config;
 use boost_data::{Loader, TokenShard, TrainStream};
-use boost_exec::dp::Groups;
 use boost_exec::pipeline::schedule::simulate;
-use boost_exec::{Learner, StepRunner};
-use boost_model::{Layout, Model};
+use boost_exec::{Groups, RankSetup};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::trace::{self, Collector};
 use boost_train::metrics::TimeSplit;
@@ -79,15 +77,11 @@ pub fn run(
     }
     let rows = run_ranks_with(GridDims::new(p.dp, p.pp, p.tp), &ropts, |rank, grid| {
         let c = grid.coord;
-        let chunks = boost_exec::dp::tp_chunk_groups(&grid, cfg.parallel.tp_chunks)?;
+        let setup = RankSetup::new(cfg, c).seed(1);
+        let chunks = setup.tp_chunk_groups(&grid)?;
         let g = Groups::cpu(&grid, &chunks);
-        let layout = Layout::staged(&cfg.model, p, c.tp, c.pp, p.pp);
-        let mut model = Model::new(Cpu::<f32>::new(), &cfg.model, layout, 1)?;
-        model.set_recompute(t.recompute);
-        model.set_recompute_layers(t.recompute_layers);
-        let mut learner = Learner::new(model, p, c.dp);
+        let (mut learner, mut runner) = setup.build(Cpu::<f32>::new())?;
         let loader = TrainStream::One(Loader::new(shard.clone(), t.seq_len, 1)?);
-        let mut runner = StepRunner::new(cfg, &learner.model, c.dp);
         let rec = grid.recorder().context("recording")?;
         let (mut times, mut split) = (Vec::new(), TimeSplit::default());
         let traced = collector.as_ref().map(|col| boost_train::trace::RankTrace::new(col, rank, c));

@@ -126,7 +126,7 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
             let mut opt = AdamW::new(&model.be, &model.store);
             let tc = TrainConfig::default();
             // Chunks after the first get tp groups of their own, split off the rank's.
-            let extra = boost_exec::dp::tp_chunk_groups(&grid, chunks)?;
+            let extra = boost_exec::groups::tp_chunk_groups(&grid, chunks)?;
             let inner: &dyn Collective<Cpu<f32>> = &grid.tp;
             let profiled: Vec<ProfiledGroup<Cpu<f32>>> = std::iter::once(inner)
                 .chain(extra.iter().map(|g| g as &dyn Collective<Cpu<f32>>))

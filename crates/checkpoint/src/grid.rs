@@ -6,7 +6,8 @@
 use crate::shard::rects_in;
 use crate::{Checkpoint, Named, Tensors, gather_sets};
 use anyhow::Result;
-use boost_exec::dp::{Groups, Optimizer, Zero1};
+use boost_exec::Groups;
+use boost_exec::dp::{Optimizer, Zero1};
 use boost_model::{Layout, Model, layout_pieces};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut};
 

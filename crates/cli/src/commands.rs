@@ -171,10 +171,7 @@ pub fn train(a: &TrainArgs) -> Result<()> {
         }
     };
     boost_train::signals::install()?;
-    #[cfg(any(feature = "cuda", feature = "emulate"))]
-    let devices = boost_cli::device::Gpus::default();
-    #[cfg(not(any(feature = "cuda", feature = "emulate")))]
-    let devices = boost_train::trainer::CpuOnly;
+    let devices = boost_train::trainer::BuildDevices::default();
     let opts = TrainOptions { resume, quiet: a.quiet, fault, dump_grads: a.dump_grads, trace: a.trace };
     let summary = boost_train::trainer::train_launched(cfg, opts, &devices)?;
     if let Some(sig) = boost_train::signals::received() {

@@ -1,10 +1,8 @@
-//! The library side of the `boost` binary, shared by the binary and its tests: the devices a
-//! training run's ranks compute on (`device`, with the `cuda` or `emulate` feature) and the
+//! The library side of the `boost` binary, shared by the binary and its tests: the
 //! `boost plan` command over the cost model of boost-perf ([`plan`]).
 //!
 //! User guide: `docs/README.md`; every command's help: `docs/CLI.md`.
 
 #![forbid(unsafe_code)]
 
-pub mod device;
 pub mod plan;

@@ -14,8 +14,8 @@
 #[path = "../../train/tests/common/mod.rs"]
 mod common;
 
-use boost_cli::device::Gpus;
 use boost_config::Config;
+use boost_train::trainer::Gpus;
 use boost_train::{Summary, TrainOptions};
 
 fn train(cfg: Config, opts: TrainOptions) -> anyhow::Result<Summary> {

@@ -9,37 +9,6 @@ use boost_config::TrainConfig;
 use boost_model::params::ParamStore;
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
 
-/// The groups a rank's step talks to.
-pub struct Groups<'a, B: Backend> {
-    pub tp: &'a dyn Collective<B>,
-    pub pp: &'a dyn Collective<B>,
-    pub dp: &'a dyn Collective<B>,
-    pub world: &'a dyn Collective<B>,
-    /// With `parallel.tp_chunks` = C > 1: the tp groups of chunks 1..C (chunk 0 runs on
-    /// `tp`), each a communicator of its own over the same ranks; empty otherwise.
-    pub tp_chunks: Vec<&'a dyn Collective<B>>,
-}
-
-impl<'a> Groups<'a, boost_tensor::cpu::Cpu<f32>> {
-    /// A CPU rank's groups: the grid's own, and `chunks` for chunks 1.. of
-    /// `parallel.tp_chunks` (from [`tp_chunk_groups`]).
-    pub fn cpu(grid: &'a boost_comm::Grid, chunks: &'a [boost_comm::Group]) -> Self {
-        Self {
-            tp: &grid.tp,
-            pp: &grid.pp,
-            dp: &grid.dp,
-            world: &grid.world,
-            tp_chunks: chunks.iter().map(|c| c as _).collect(),
-        }
-    }
-}
-
-/// The tp groups of chunks 1..`chunks` (`parallel.tp_chunks`), each split off the rank's tp
-/// group; every rank makes them in the same order.
-pub fn tp_chunk_groups(grid: &boost_comm::Grid, chunks: usize) -> boost_comm::CommResult<Vec<boost_comm::Group>> {
-    (1..chunks).map(|_| grid.tp.duplicate()).collect()
-}
-
 /// Elements per gradient all-reduce bucket.
 pub const BUCKET: usize = 1 << 22;
 

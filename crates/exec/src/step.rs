@@ -2,16 +2,16 @@
 //! the data-parallel gradient combination, the global gradient norm and AdamW.
 
 use crate::Learner;
-use crate::dp::{Groups, Optimizer};
+use crate::dp::Optimizer;
+use crate::groups::Groups;
 use crate::optim::clip_coef;
 use crate::overlap::{ParamGathers, SyncPlan};
 use crate::pipeline::schedule::table;
-use crate::pipeline::stage_io;
 use crate::pipeline::{Hooks, Links, StageRunner};
-use boost_config::Config;
+use boost_config::{ParallelConfig, TrainConfig};
 use boost_data::{Loader, TrainStream};
 use boost_model::{Batch, LossSum, Model};
-use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp, trace};
+use boost_tensor::{Backend, Label, Mat, MatMut, ReduceOp, trace};
 
 /// What one optimizer step did.
 #[derive(Debug, Clone, Copy)]
@@ -46,7 +46,10 @@ pub struct StepRunner<'g, B: Backend> {
     sync: Option<SyncPlan<B>>,
     scalar: B::Buf,
     report: B::Buf,
-    cfg: Config,
+    /// The step's shape (micro-batch, sequence, accumulation) and the optimizer's settings.
+    train: TrainConfig,
+    /// Data-parallel replicas, and this rank's.
+    dp: usize,
     dp_rank: usize,
     /// ZeRO-1 with overlap: the last update's parameter all-gathers, still in flight until
     /// the next forward reads each buffer, or [`StepRunner::settle`].
@@ -60,24 +63,26 @@ impl<'g, B: Backend> StepRunner<'g, B> {
         self.sync.as_ref().map(|s| s.sizes())
     }
 
-    pub fn new(cfg: &Config, model: &Model<B>, dp_rank: usize) -> Self {
-        let t = &cfg.train;
+    /// The runner of `model`'s rank, replica `dp_rank`: steps of `t`'s shape and optimizer
+    /// settings, scheduled and overlapped as `par` says.
+    pub fn new(t: &TrainConfig, par: &ParallelConfig, model: &Model<B>, dp_rank: usize) -> Self {
         let n = t.micro_batch * t.seq_len;
         let l = model.layout;
         Self {
             inputs: vec![vec![0; n]; t.accumulation],
             targets: vec![vec![0; n]; t.accumulation],
-            stage: StageRunner::new(table(cfg.parallel.schedule, l.stage, l.stages, t.accumulation)),
+            stage: StageRunner::new(table(par.schedule, l.stage, l.stages, t.accumulation)),
             bucket: None,
-            sync: (cfg.parallel.overlap && cfg.parallel.dp > 1).then(|| {
+            sync: (par.overlap && par.dp > 1).then(|| {
                 // The tied table of a pipeline's end stages is final only once they have
                 // summed it (after the schedule): its bucket waits for that.
                 let tied = model.tied_table().filter(|_| l.stages > 1).map(|s| s.buf);
-                SyncPlan::new(&model.store, cfg.parallel.bucket_mb, tied)
+                SyncPlan::new(&model.store, par.bucket_mb, tied)
             }),
             scalar: model.be.alloc(1),
             report: model.be.alloc(3),
-            cfg: cfg.clone(),
+            train: t.clone(),
+            dp: par.dp,
             dp_rank,
             gathers: ParamGathers::new(),
         }
@@ -145,8 +150,8 @@ impl<'g, B: Backend> StepRunner<'g, B> {
         data: &TrainStream,
         position: u64,
     ) -> Accumulated {
-        let t = &self.cfg.train;
-        let (mb, seq, acc, dp) = (t.micro_batch, t.seq_len, t.accumulation, self.cfg.parallel.dp);
+        let t = &self.train;
+        let (mb, seq, acc, dp) = (t.micro_batch, t.seq_len, t.accumulation, self.dp);
         let global_tokens = (acc * dp * mb * seq) as f64;
         l.zero_grads();
         for a in 0..acc {
@@ -204,12 +209,12 @@ impl<'g, B: Backend> StepRunner<'g, B> {
         skip: bool,
         signal: Option<i32>,
     ) -> StepOut {
-        let t = &self.cfg.train;
+        let t = &self.train;
         if !skip {
             let _s = trace::span("optimizer", || "AdamW");
             self.gathers = l.update(t, lr, clip_coef(acc.grad_norm, t.grad_clip), g.dp);
         }
-        let sequences = (t.accumulation * self.cfg.parallel.dp * t.micro_batch) as u64;
+        let sequences = (t.accumulation * self.dp * t.micro_batch) as u64;
         let (loss, stop) = self.report(&l.model, g, acc.loss, signal);
         StepOut {
             loss: loss.sum / loss.tokens.max(1) as f64,
@@ -223,37 +228,24 @@ impl<'g, B: Backend> StepRunner<'g, B> {
     }
 
     /// Mean loss over the first `batches` micro-batches of the validation windows, through
-    /// the pipeline (every data-parallel replica computes the same; the grid agrees on it).
+    /// the stage executor, forward only (every data-parallel replica computes the same; the
+    /// grid agrees on it).
     pub fn evaluate(&mut self, l: &mut Learner<B>, g: &Groups<B>, val: &Loader, batches: usize) -> f64 {
         self.settle(l);
-        let model = &mut l.model;
-        let (mb, seq) = (self.cfg.train.micro_batch, val.seq_len());
-        let l = model.layout;
-        let mut total = LossSum::default();
-        for k in 0..batches {
-            val.fill_val((k * mb) as u64, mb, &mut self.inputs[0], &mut self.targets[0]);
-            let b = Batch { ids: &self.inputs[0], targets: &self.targets[0], batch: mb, seq };
-            if l.stage > 0 {
-                stage_io::recv_activation(model, g.pp, 0, l.stage - 1, &b);
-            }
-            // With tp chunks (single stage), the micro-batch goes through in chunk-sized
-            // pieces, one after the other in slot 0: the buffers the chunks train with.
-            let pieces = self.cfg.parallel.tp_chunks;
-            for p in 0..pieces {
-                if let Some(loss) = model.forward_stage(g.tp, 0, &b.chunk(p, pieces), None, None) {
-                    total.sum += loss.sum;
-                    total.tokens += loss.tokens;
-                }
-            }
-            if !l.last_stage() {
-                stage_io::send_activation(model, g.pp, 0, l.stage + 1);
-            }
-        }
+        let (mb, seq) = (self.train.micro_batch, val.seq_len());
+        let n = mb * seq;
+        let (mut ids, mut targets) = (vec![0; batches * n], vec![0; batches * n]);
+        val.fill_val(0, batches * mb, &mut ids, &mut targets);
+        let parts: Vec<Batch> = (0..batches)
+            .map(|k| Batch { ids: &ids[k * n..(k + 1) * n], targets: &targets[k * n..(k + 1) * n], batch: mb, seq })
+            .collect();
+        let tps = g.tp_all();
+        let mut total = self.stage.evaluate(&mut l.model, Links { tp: &tps, pp: g.pp }, &parts);
         // Replicas computed the same: only replica 0 reports.
         if self.dp_rank != 0 {
             total = LossSum::default();
         }
-        let (total, _) = self.report(model, g, total, None);
+        let (total, _) = self.report(&l.model, g, total, None);
         total.sum / total.tokens.max(1) as f64
     }
 }
@@ -268,6 +260,5 @@ fn run_stage<B: Backend>(
     scale: f64,
     hooks: Hooks<B>,
 ) -> LossSum {
-    let tps: Vec<&dyn Collective<B>> = std::iter::once(g.tp).chain(g.tp_chunks.iter().copied()).collect();
-    stage.run(model, Links { tp: &tps, pp: g.pp }, batches, scale, hooks)
+    stage.run(model, Links { tp: &g.tp_all(), pp: g.pp }, batches, scale, hooks)
 }

@@ -1,4 +1,5 @@
-//! Running one optimizer step's micro-batches through this rank's pipeline stage.
+//! Running micro-batches through this rank's pipeline stage: one optimizer step's by the
+//! schedule's op table, or an evaluation's as a table of forwards.
 
 use super::posted::{Staging, Transfers};
 use super::schedule::{Op, max_in_flight};
@@ -65,43 +66,25 @@ impl<B: Backend> StageRunner<B> {
         grad_scale: f64,
         hooks: Hooks<B>,
     ) -> LossSum {
-        let Hooks { mut ready, mut need } = hooks;
-        let (stage, stages) = (model.layout.stage, model.layout.stages);
-        let mut io = if links.pp.overlaps() {
-            Io::Posted(Transfers::new(links.pp, &mut self.staging, stage, stages))
-        } else {
-            Io::Blocking(links.pp)
+        let passes = match links.tp {
+            [tp] => Passes::Whole(*tp, Some(grad_scale)),
+            tps => Passes::Chunks(tps, &mut self.chunks, grad_scale),
         };
-        let mut passes = match links.tp {
-            [tp] => Passes::Whole(*tp),
-            tps => Passes::Chunks(tps, &mut self.chunks),
-        };
-        let mut loss = LossSum::default();
-        let last_backward = self.ops.iter().rposition(|op| matches!(op, Op::Backward(_)));
-        for (i, &op) in self.ops.iter().enumerate() {
-            let slot = op.micro_batch() % self.slots;
-            io.receive(model, i, op, self.ops.get(i + 1).copied(), slot, batches);
-            let computing = trace::span("op", || match op {
-                Op::Forward(k) => format!("F{k} (micro-batch {k} forward)"),
-                Op::Backward(k) => format!("B{k} (micro-batch {k} backward)"),
-            });
-            let l = match op {
-                Op::Forward(k) => passes.forward(model, slot, &batches[k], grad_scale, need.take()),
-                Op::Backward(k) => {
-                    let hook = if Some(i) == last_backward { ready.take() } else { None };
-                    passes.backward(model, slot, &batches[k], grad_scale, hook)
-                }
-            };
-            drop(computing);
-            if let Some(l) = l {
-                loss.sum += l.sum;
-                loss.tokens += l.tokens;
-            }
-            io.send(model, op, slot);
-        }
-        io.finish();
+        let loss = walk(model, links.pp, &mut self.staging, passes, (&self.ops, self.slots), batches, hooks);
         self.sync_tied(model, links.pp);
         loss
+    }
+
+    /// The summed loss of `batches` on the last stage, forward only: the same loop over a
+    /// table of forwards, each in slot 0 (nothing is kept for a backward). With tp chunks
+    /// each micro-batch goes through in chunk-sized pieces, one after the other on the
+    /// rank's tp group: the work buffers the chunks train with.
+    pub fn evaluate(&mut self, model: &mut Model<B>, links: Links<B>, batches: &[Batch]) -> LossSum {
+        let pieces = links.tp.len();
+        let parts: Vec<Batch> = batches.iter().flat_map(|b| (0..pieces).map(move |p| b.chunk(p, pieces))).collect();
+        let ops: Vec<Op> = (0..parts.len()).map(Op::Forward).collect();
+        let passes = Passes::Whole(links.tp[0], None);
+        walk(model, links.pp, &mut self.staging, passes, (&ops, 1), &parts, Hooks::default())
     }
 
     /// With tied embeddings over several stages, the first and last stage both hold the
@@ -125,6 +108,47 @@ impl<B: Backend> StageRunner<B> {
             pp.recv(&mut model.store.grads[buf], 0, n, 0, label);
         }
     }
+}
+
+/// The one loop over a table `(ops, slots)`: micro-batch k is `batches[k]`, in work slot
+/// k mod `slots`; each op receives, computes by `passes`, then sends.
+fn walk<B: Backend>(
+    model: &mut Model<B>,
+    pp: &dyn Collective<B>,
+    staging: &mut Staging<B>,
+    mut passes: Passes<B>,
+    (ops, slots): (&[Op], usize),
+    batches: &[Batch],
+    hooks: Hooks<B>,
+) -> LossSum {
+    let Hooks { mut ready, mut need } = hooks;
+    let (stage, stages) = (model.layout.stage, model.layout.stages);
+    let mut io = if pp.overlaps() { Io::Posted(Transfers::new(pp, staging, stage, stages)) } else { Io::Blocking(pp) };
+    let mut loss = LossSum::default();
+    let last_backward = ops.iter().rposition(|op| matches!(op, Op::Backward(_)));
+    for (i, &op) in ops.iter().enumerate() {
+        let slot = op.micro_batch() % slots;
+        io.receive(model, i, op, ops.get(i + 1).copied(), slot, batches);
+        let computing = trace::span("op", || match op {
+            Op::Forward(k) => format!("F{k} (micro-batch {k} forward)"),
+            Op::Backward(k) => format!("B{k} (micro-batch {k} backward)"),
+        });
+        let l = match op {
+            Op::Forward(k) => passes.forward(model, slot, &batches[k], need.take()),
+            Op::Backward(k) => {
+                let hook = if Some(i) == last_backward { ready.take() } else { None };
+                passes.backward(model, slot, &batches[k], hook)
+            }
+        };
+        drop(computing);
+        if let Some(l) = l {
+            loss.sum += l.sum;
+            loss.tokens += l.tokens;
+        }
+        io.send(model, op, slot);
+    }
+    io.finish();
+    loss
 }
 
 /// How a stage's boundary moves: blocking calls, or each op's receives posted while the op
@@ -179,10 +203,12 @@ impl<B: Backend> Io<'_, B> {
 /// How a micro-batch computes: on the rank's own thread, or as tp chunks on threads of their
 /// own ([`Chunks`], a single stage). A chunked micro-batch runs its forward and backward
 /// together at its backward op (chunk c's backward overlaps chunk c + 1's forward
-/// collectives); its forward op only completes the parameters.
+/// collectives); its forward op only completes the parameters. Gradients accumulate scaled
+/// by the variant's `f64`; a whole micro-batch's forward without one prepares no backward
+/// (evaluation).
 enum Passes<'a, B: Backend> {
-    Whole(&'a dyn Collective<B>),
-    Chunks(&'a [&'a dyn Collective<B>], &'a mut Chunks<B>),
+    Whole(&'a dyn Collective<B>, Option<f64>),
+    Chunks(&'a [&'a dyn Collective<B>], &'a mut Chunks<B>, f64),
 }
 
 impl<B: Backend> Passes<'_, B> {
@@ -191,11 +217,10 @@ impl<B: Backend> Passes<'_, B> {
         model: &mut Model<B>,
         slot: usize,
         b: &Batch,
-        grad_scale: f64,
         need: Option<&mut ParamsNeeded<B>>,
     ) -> Option<LossSum> {
         match self {
-            Passes::Whole(tp) => model.forward_stage(*tp, slot, b, Some(grad_scale), need),
+            Passes::Whole(tp, grad_scale) => model.forward_stage(*tp, slot, b, *grad_scale, need),
             Passes::Chunks(..) => {
                 // The chunks read every parameter side by side: complete them all first.
                 if let Some(need) = need {
@@ -212,15 +237,14 @@ impl<B: Backend> Passes<'_, B> {
         model: &mut Model<B>,
         slot: usize,
         b: &Batch,
-        grad_scale: f64,
         ready: Option<&mut GradsReady<B>>,
     ) -> Option<LossSum> {
         match self {
-            Passes::Whole(tp) => {
+            Passes::Whole(tp, _) => {
                 model.backward_stage(*tp, slot, ready);
                 None
             }
-            Passes::Chunks(tps, chunks) => Some(chunks.forward_backward(model, tps, b, grad_scale, ready)),
+            Passes::Chunks(tps, chunks, grad_scale) => Some(chunks.forward_backward(model, tps, b, *grad_scale, ready)),
         }
     }
 }

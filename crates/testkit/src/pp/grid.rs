@@ -5,10 +5,11 @@ use super::{B, Case, Out, S, SEED, batches};
 use crate::engine::Engine;
 use boost_comm::{GridDims, GridOptions, RunOptions, run_ranks_with};
 use boost_config::Config;
+use boost_exec::RankSetup;
 use boost_exec::dp::Optimizer;
 use boost_exec::pipeline::schedule::table;
 use boost_exec::pipeline::{Hooks, Links, StageRunner};
-use boost_model::{Batch, Layout, Model};
+use boost_model::{Batch, Model};
 use boost_tensor::{Backend, Mat};
 
 ///
@@ -16,21 +17,18 @@ use boost_tensor::{Backend, Mat};
 /// their receives ahead and send without waiting (`parallel.overlap`).
 pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, case: &Case, overlap: bool) -> Vec<Out> {
     let (tp, pp, dp) = (cfg.parallel.tp, cfg.parallel.pp, cfg.parallel.dp);
-    let zero = cfg.parallel.zero == 1;
     let (kind, policy, mbs) = (case.kind, case.policy, case.micro_batches);
     let data = batches(cfg.model.vocab, mbs);
     let opts = RunOptions::default().grid(GridOptions::default().overlap(overlap));
     run_ranks_with(GridDims::new(dp, pp, tp), &opts, |_, grid| {
         let c = grid.coord;
-        let layout = Layout::staged(&cfg.model, &cfg.parallel, c.tp, c.pp, pp);
+        let setup = RankSetup::new(cfg, c).seed(SEED).recompute(policy);
         let be = engine.backend();
         let (tpg, ppg, dpg) =
             (engine.collective(&be, &grid.tp), engine.collective(&be, &grid.pp), engine.collective(&be, &grid.dp));
         // The overlapped path must be the one running, or the comparison proves nothing.
         assert_eq!(ppg.overlaps(), overlap && pp > 1, "pipeline group overlap");
-        let mut m = Model::new(be, &cfg.model, layout, SEED)?;
-        m.set_recompute(policy);
-        m.set_recompute_layers(cfg.train.recompute_layers);
+        let mut m = setup.model(be)?;
         // Replica r trains on micro-batches r·acc .. (r+1)·acc.
         let acc = mbs / dp;
         let bs: Vec<Batch> = data[c.dp * acc..(c.dp + 1) * acc]
@@ -41,9 +39,10 @@ pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, case: &Case, ove
         let scale = 1.0 / (mbs * B * S) as f64;
         let links = Links { tp: &[&*tpg], pp: &*ppg };
         let loss = runner.run(&mut m, links, &bs, scale, Hooks::default());
-        let mut opt = Optimizer::new(&m.be, &m.store, zero, dp, c.dp);
-        opt.sync_grads(&m.be, &mut m.store, &*dpg, &mut None);
-        let pieces = m.store.pieces.iter().map(|p| (p.clone(), held_grads(&m, &opt, p))).collect();
+        let mut learner = setup.learner(m);
+        learner.sync_grads(&*dpg, &mut None);
+        let (m, opt) = (&learner.model, &learner.opt);
+        let pieces = m.store.pieces.iter().map(|p| (p.clone(), held_grads(m, opt, p))).collect();
         // The loss of each replica's last stage (tp rank 0), summed by the caller.
         let reports = m.layout.last_stage() && c.tp == 0;
         Ok((if reports { loss.sum * scale } else { 0.0 }, pieces))

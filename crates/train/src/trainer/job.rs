@@ -12,8 +12,7 @@ use boost_checkpoint::Checkpoint;
 use boost_comm::{Coord, Recorder};
 use boost_config::Config;
 use boost_data::{Dataset, TrainStream, ValSet};
-use boost_exec::dp::Groups;
-use boost_model::{Layout, Model};
+use boost_exec::{Groups, RankSetup};
 use boost_tensor::Backend;
 use indicatif::ProgressBar;
 use std::path::{Path, PathBuf};
@@ -118,11 +117,9 @@ impl<'a, B: Backend> Job<'a, B> {
         let (cfg, t) = (ctx.cfg, &ctx.cfg.train);
         let lead = rank == 0;
         let log = Log { on: lead && !ctx.opts.quiet };
-        let layout = Layout::staged(&cfg.model, &cfg.parallel, c.tp, c.pp, cfg.parallel.pp);
-        let mut model = Model::new(be, &cfg.model, layout, t.seed)?;
-        model.set_recompute(t.recompute);
-        model.set_recompute_layers(t.recompute_layers);
-        let mut learner = Learner::new(model, &cfg.parallel, c.dp);
+        let setup = RankSetup::new(cfg, c);
+        let layout = setup.layout();
+        let mut learner = setup.learner(setup.model(be)?);
         let mut at = Stream::default();
         if let Some(ck) = ctx.resume {
             boost_checkpoint::grid::load_run(ck, &mut learner.model, &mut learner.opt)?;
@@ -165,7 +162,7 @@ impl<'a, B: Backend> Job<'a, B> {
                 peak / 1e9
             ));
         }
-        let runner = StepRunner::new(cfg, &learner.model, c.dp);
+        let runner = setup.runner(&learner.model);
         if let Some((bytes, n)) = runner.bucket_sizes() {
             log.line(format!(
                 "data-parallel gradients overlap the backward in {n} bucket(s) of {:.1} MB (parallel.bucket_mb = {})",

@@ -2,6 +2,7 @@
 //! clipping → AdamW → metrics, validation and checkpoints.
 
 mod batch_log;
+mod device;
 mod job;
 mod mfu;
 mod opening;
@@ -13,6 +14,19 @@ pub use boost_exec::{Accumulated, Learner, StepOut, StepRunner};
 pub use job::RankCtx;
 pub use preflight::resolve_vocab;
 pub use ranks::{CpuOnly, Devices, local_rank, run_options, train, train_launched, train_on};
+
+/// The GPUs of a build with the `cuda` feature (or the CPU emulator of the kernels, `emulate`).
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+pub use device::Gpus;
+
+/// The devices of this build: its GPUs with the `cuda` or `emulate` feature, the CPU alone
+/// otherwise.
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+pub type BuildDevices = Gpus;
+/// The devices of this build: its GPUs with the `cuda` or `emulate` feature, the CPU alone
+/// otherwise.
+#[cfg(not(any(feature = "cuda", feature = "emulate")))]
+pub type BuildDevices = CpuOnly;
 
 use anyhow::Result;
 use boost_checkpoint as checkpoint;

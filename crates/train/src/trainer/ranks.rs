@@ -1,5 +1,6 @@
 //! Starting a run's ranks: one thread per rank in this process, or one process per rank
-//! under `mpirun`, each on the CPU or on the GPU its [`Devices`] give it.
+//! under `mpirun`, each on the CPU or on the GPU its [`Devices`] give it (the GPUs' set-up:
+//! [`super::device`], with the `cuda` or `emulate` feature).
 
 use super::job::RankCtx;
 use super::preflight::{Prepared, prepare};
@@ -8,7 +9,7 @@ use crate::trace::RunTrace;
 use anyhow::{Result, bail};
 use boost_comm::{Grid, GridDims, GridOptions, GroupLinks, Link, RunOptions, run_ranks_with};
 use boost_config::Config;
-use boost_exec::dp::Groups;
+use boost_exec::{Groups, RankSetup};
 use boost_perf::fit::{check_gpu_memory, check_memory, local_ranks};
 use boost_tensor::cpu::Cpu;
 
@@ -30,13 +31,9 @@ pub fn train(cfg: Config, opts: TrainOptions) -> Result<Summary> {
 
 /// [`train`] on `devices`.
 pub fn train_on(cfg: Config, opts: TrainOptions, devices: &dyn Devices) -> Result<Summary> {
-    check_options(&cfg, &opts)?;
     // In-process ranks share the machine, or device N on a GPU.
-    let gpu = devices.gpu(&cfg, 0)?;
-    match gpu {
-        None => check_memory(&cfg, cfg.parallel.world_size())?,
-        Some(n) => check_gpu_memory(&cfg, cfg.parallel.world_size(), n, devices.gpu_memory(n))?,
-    }
+    let world = cfg.parallel.world_size();
+    let gpu = check_start(&cfg, &opts, devices, 0, Sharing { cpu: world, gpu: world })?;
     let p = prepare(cfg, &opts, true)?;
     let par = &p.cfg.parallel;
     let dims = GridDims::new(par.dp, par.pp, par.tp);
@@ -48,6 +45,31 @@ pub fn train_on(cfg: Config, opts: TrainOptions, devices: &dyn Devices) -> Resul
         t.finish(!opts.quiet)?;
     }
     Ok(out.swap_remove(0).expect("rank 0 reports the run"))
+}
+
+/// How many ranks share this process's memory: the machine's, or one GPU's.
+struct Sharing {
+    cpu: usize,
+    gpu: usize,
+}
+
+/// What both ways of starting check before any work (the data, the run directory, the
+/// ranks): the options against the config, then the device this process's ranks compute on
+/// (`local`: the process's index on its machine) and whether the run fits its memory.
+fn check_start(
+    cfg: &Config,
+    opts: &TrainOptions,
+    devices: &dyn Devices,
+    local: usize,
+    on: Sharing,
+) -> Result<Option<usize>> {
+    check_options(cfg, opts)?;
+    let gpu = devices.gpu(cfg, local)?;
+    match gpu {
+        None => check_memory(cfg, on.cpu)?,
+        Some(n) => check_gpu_memory(cfg, on.gpu, n, devices.gpu_memory(n))?,
+    }
+    Ok(gpu)
 }
 
 /// Options that contradict the config are refused before any work (the data, the run
@@ -84,6 +106,7 @@ pub trait Devices: Sync {
 }
 
 /// The CPU alone: `train.device = cuda` is refused, naming the key and the build that has it.
+#[derive(Default)]
 pub struct CpuOnly;
 
 impl Devices for CpuOnly {
@@ -117,16 +140,11 @@ pub fn train_launched(cfg: Config, opts: TrainOptions, devices: &dyn Devices) ->
     if !boost_comm::mpi::launched() {
         return train_on(cfg, opts, devices).map(Some);
     }
-    check_options(&cfg, &opts)?;
+    // Each process has a GPU of its own; on the CPU the machine's ranks share its memory.
+    let gpu = check_start(&cfg, &opts, devices, local_rank(), Sharing { cpu: local_ranks(), gpu: 1 })?;
     let par = cfg.parallel.clone();
     let dims = GridDims::new(par.dp, par.pp, par.tp);
     let ropts = run_options(&cfg);
-    // Each process has a GPU of its own; on the CPU the machine's ranks share its memory.
-    let gpu = devices.gpu(&cfg, local_rank())?;
-    match gpu {
-        None => check_memory(&cfg, local_ranks())?,
-        Some(n) => check_gpu_memory(&cfg, 1, n, devices.gpu_memory(n))?,
-    }
     boost_comm::mpi::run_mpi(dims, &ropts, |rank, grid| {
         if dims.world() != grid.world.size() {
             bail!(
@@ -165,7 +183,7 @@ fn run_rank(
 ) -> Result<Option<Summary>> {
     match gpu {
         None => {
-            let chunks = boost_exec::dp::tp_chunk_groups(&grid, ctx.cfg.parallel.tp_chunks)?;
+            let chunks = RankSetup::new(ctx.cfg, grid.coord).tp_chunk_groups(&grid)?;
             let g = Groups::cpu(&grid, &chunks);
             ctx.run_with(rank, grid.coord, grid.dims.world(), Cpu::<f32>::new(), &g, grid.recorder().map(|r| &**r))
         }

@@ -1,14 +1,15 @@
-//! Which device each rank of `boost train` computes on: the CPU, or (feature `cuda`, or the
-//! CPU emulator of the kernels under `emulate`) a GPU whose collectives go through NCCL or
-//! through host memory. The trainer asks these [`Devices`] and runs the same loop on either.
+//! The GPU ranks of a run (feature `cuda`, or the CPU emulator of the kernels under
+//! `emulate`): the device each rank computes on, its backend and attention kernels, and its
+//! groups, whose collectives go through NCCL or through host memory. The trainer asks these
+//! [`Devices`] and runs the same rank loop as on the CPU.
 #![cfg(any(feature = "cuda", feature = "emulate"))]
 
+use super::job::RankCtx;
+use super::{Devices, Summary};
 use anyhow::{Result, bail};
 use boost_comm::{Grid, Recorder};
 use boost_config::Config;
-use boost_exec::dp::Groups;
-use boost_train::Summary;
-use boost_train::trainer::{Devices, RankCtx};
+use boost_exec::Groups;
 
 /// The devices of a build with a GPU backend, with the memory of each device probed (a
 /// device is probed once: choosing it and checking its memory read the same probe).
@@ -189,8 +190,7 @@ fn nccl_groups(
         return Ok(None);
     }
     let key = "parallel.gpu_collectives";
-    let mpi = boost_comm::mpi::MpiOptions::default()
-        .deadline(boost_train::trainer::run_options(job.cfg()).inprocess.deadline);
+    let mpi = boost_comm::mpi::MpiOptions::default().deadline(super::run_options(job.cfg()).inprocess.deadline);
     let deadline = mpi.with_env().deadline;
     // Does NCCL load here, and on every rank?
     let here = NcclGroup::unique_id().map(|_| ());
