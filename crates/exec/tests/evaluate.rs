@@ -126,6 +126,8 @@ fn tp_layouts_evaluate_alike_across_pipeline_splits() {
     }
 }
 
+/// Several tp groups (chunks) do not make evaluation run as chunks: it computes on the rank's
+/// own tp group, the pieces one after the other, and returns their loss.
 #[test]
 fn tp_chunks_evaluate_in_the_pieces_they_train_with() {
     let sets = ["parallel.tp=2", "parallel.tp_chunks=2"];

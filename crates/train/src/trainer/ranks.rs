@@ -1,6 +1,6 @@
 //! Starting a run's ranks: one thread per rank in this process, or one process per rank
 //! under `mpirun`, each on the CPU or on the GPU its [`Devices`] give it (the GPUs' set-up:
-//! [`super::device`], with the `cuda` or `emulate` feature).
+//! `device.rs`, with the `cuda` or `emulate` feature).
 
 use super::job::RankCtx;
 use super::preflight::{Prepared, prepare};
@@ -93,8 +93,8 @@ fn check_options(cfg: &Config, opts: &TrainOptions) -> Result<()> {
     Ok(())
 }
 
-/// Where the ranks of a run compute: the CPU, unless a build with a GPU backend supplies
-/// its own (the `boost` binary's, with the `cuda` feature).
+/// Where the ranks of a run compute: the CPU ([`CpuOnly`]), or with the `cuda` or `emulate`
+/// feature the GPUs (`Gpus`; [`super::BuildDevices`] names this build's).
 pub trait Devices: Sync {
     /// The GPU this process's ranks train on (None: the CPU), checked before any work:
     /// `local` is the process's index among the ranks on its machine.
