@@ -283,7 +283,7 @@ def side(results, peak, flops):
            "peak_memory_bytes": max(mem) if mem else None, "split": split, "runs": len(results)}
     if peak and flops:
         out["mfu"] = flops / step / (peak * 1e12)
-    for k in ("activations", "kernels", "sdpa_backend", "attention", "attention_why"):
+    for k in ("activations", "kernels", "sdpa_backend", "attention", "attention_why", "launches_per_step"):
         if k in results[0]:
             out[k] = results[0][k]
     return out

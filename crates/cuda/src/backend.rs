@@ -2,6 +2,7 @@
 //! on the host as the CPU backend does, then queues kernels on the device's one stream.
 
 use crate::buf::{CudaBuf, CudaIds, DType};
+use crate::counters::{Counted, Counters};
 use crate::device::{Device, Mem};
 use crate::ops;
 use crate::probe::DeviceInfo;
@@ -76,6 +77,7 @@ impl Cuda {
     }
 
     fn with_device(dev: Box<dyn Device>, prec: Precision, emulated: bool) -> Self {
+        let dev: Box<dyn Device> = Box::new(Counted { inner: dev, counts: Default::default() });
         let ws = Mutex::new((0..WS_SLOTS).map(|_| None).collect());
         #[cfg(feature = "cudnn")]
         let inner = Inner { dev, prec, ws, emulated, cudnn: Mutex::new(None) };
@@ -123,6 +125,13 @@ impl Cuda {
     /// Where the kernels came from (sm_90 cubin, PTX or NVRTC, and the compiler version).
     pub fn kernel_source(&self) -> String {
         self.inner.dev.kernel_source()
+    }
+
+    /// What this backend asked of its device so far (launches by kernel, GEMMs, waits,
+    /// allocations, uploads): a step's figure is the difference of two snapshots.
+    pub fn counters(&self) -> Counters {
+        let c = self.dev().as_counted().expect("the backend's device is counted");
+        c.counts.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     pub(crate) fn dev(&self) -> &dyn Device {

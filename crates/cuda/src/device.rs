@@ -108,6 +108,10 @@ pub(crate) trait Device: Send + Sync {
     fn gemm(&self, g: &Gemm);
     /// Wait for all queued work.
     fn sync(&self);
+    /// The counting layer, when this is it.
+    fn as_counted(&self) -> Option<&crate::counters::Counted> {
+        None
+    }
     /// The most bytes of buffers held at once so far, where the device keeps count.
     fn peak_bytes(&self) -> Option<u64> {
         None

@@ -35,6 +35,8 @@ mod backend;
 mod blas;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod buf;
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+mod counters;
 #[cfg(feature = "cuda")]
 mod cuda_dev;
 #[cfg(feature = "cudnn")]
@@ -68,6 +70,8 @@ pub mod kernels {
 pub use backend::{Cuda, Precision};
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 pub use buf::{CudaBuf, CudaIds, DType};
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+pub use counters::{Counters, kind_of};
 #[cfg(feature = "cuda")]
 pub use cuda_dev::{compile_with_nvrtc, nvrtc_present};
 #[cfg(any(feature = "cuda", feature = "emulate"))]

@@ -145,8 +145,11 @@ mod bench {
         let mut run = Trainer::new(be.clone(), &cfg)?;
         let mut times = Vec::new();
         let mut loss = 0.0;
+        let mut per_step = boost_cuda::Counters::default();
         for step in 0..a.warmup + a.rounds {
+            let before = be.counters();
             let (dt, l) = run.step(&batch);
+            per_step = be.counters().since(&before);
             loss = l;
             eprintln!("{} {step}: {:.2} ms, loss {loss:.4}", if step < a.warmup { "warmup" } else { "step" }, dt * 1e3);
             if step >= a.warmup {
@@ -189,9 +192,20 @@ mod bench {
             "last_loss": loss,
             "peak_memory_bytes": be.peak_memory_bytes(),
             "split": split,
+            "launches_per_step": launch_record(&per_step),
         });
         println!("{out}");
         Ok(0)
+    }
+
+    /// What the device was asked in the last step: kernel launches by kind and by kernel,
+    /// GEMMs, waits for the device besides the two that time the step, allocations, uploads.
+    fn launch_record(c: &boost_cuda::Counters) -> serde_json::Value {
+        json!({
+            "total": c.total_launches(), "kernels": c.kernel_launches(), "gemms": c.gemms,
+            "by_kind": c.by_kind(), "by_kernel": c.launches,
+            "syncs": c.syncs.saturating_sub(2), "downloads": c.downloads, "allocs": c.allocs, "uploads": c.uploads,
+        })
     }
 
     /// The engine's bf16 GEMM (cuBLAS, fp32 accumulation) of n × n by n × n, as the model's
