@@ -54,6 +54,8 @@ struct Inner {
     dev: Box<dyn Device>,
     prec: Precision,
     ws: Mutex<Vec<Option<Mem>>>,
+    /// The optimizer's device tables and scalars (`ops::multi`).
+    optim: Mutex<ops::multi::OptimState>,
     emulated: bool,
     /// cuDNN's attention, when chosen (`Cuda::choose_attention`).
     #[cfg(feature = "cudnn")]
@@ -80,9 +82,9 @@ impl Cuda {
         let dev: Box<dyn Device> = Box::new(Counted { inner: dev, counts: Default::default() });
         let ws = Mutex::new((0..WS_SLOTS).map(|_| None).collect());
         #[cfg(feature = "cudnn")]
-        let inner = Inner { dev, prec, ws, emulated, cudnn: Mutex::new(None) };
+        let inner = Inner { dev, prec, ws, optim: Mutex::default(), emulated, cudnn: Mutex::new(None) };
         #[cfg(not(feature = "cudnn"))]
-        let inner = Inner { dev, prec, ws, emulated };
+        let inner = Inner { dev, prec, ws, optim: Mutex::default(), emulated };
         Self { inner: Arc::new(inner) }
     }
 
@@ -145,6 +147,10 @@ impl Cuda {
         CudaBuf { mem, len: n, dtype, shadow }
     }
 
+    pub(crate) fn optim(&self) -> std::sync::MutexGuard<'_, ops::multi::OptimState> {
+        self.inner.optim.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Device address of `bytes` of workspace in `slot`, valid until the slot grows.
     pub(crate) fn ws(&self, slot: usize, bytes: usize) -> u64 {
         let mut ws = self.inner.ws.lock().unwrap();
@@ -201,11 +207,16 @@ impl Backend for Cuda {
         self.attention_saved_len(sh)
     }
     fn alloc_ids(&self, n: usize) -> CudaIds {
-        CudaIds { mem: self.dev().alloc(4 * n), host: vec![0; n] }
+        let mut ids = CudaIds { mem: self.dev().alloc(4 * crate::buf::ids_words(n)), host: vec![0; n] };
+        self.write_ids(&mut ids, &[]);
+        ids
     }
+    /// The ids and their runs for the embedding's backward, in one upload that does not wait
+    /// for the device.
     fn write_ids(&self, dst: &mut CudaIds, src: &[u32]) {
         dst.host[..src.len()].copy_from_slice(src);
-        let bytes: Vec<u8> = src.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let runs = crate::buf::id_runs(&dst.host);
+        let bytes: Vec<u8> = dst.host.iter().chain(&runs).flat_map(|v| v.to_le_bytes()).collect();
         self.dev().upload(dst.ptr(), &bytes);
     }
     fn write_mat<H: Scalar>(&self, dst: MatMut<CudaBuf>, src: &[H]) {
@@ -213,6 +224,19 @@ impl Backend for Cuda {
     }
     fn read_mat<H: Scalar>(&self, src: Mat<CudaBuf>) -> Vec<H> {
         self.download_mat(src)
+    }
+
+    fn keeps_grad_sumsq(&self) -> bool {
+        true
+    }
+    fn queue_grad_sumsq(&self, views: &[Mat<CudaBuf>], max_norm: f64) -> bool {
+        ops::multi::queue_grad_sumsq(self, views, max_norm)
+    }
+    fn read_grad_sumsq(&self) -> f64 {
+        ops::multi::read_grad_sumsq(self)
+    }
+    fn adamw_all(&self, a: boost_tensor::AdamAll<CudaBuf>) {
+        ops::multi::adamw_all(self, a)
     }
 
     // Each kernel is the function of its name in `ops`, called with the backend first.

@@ -161,11 +161,12 @@ impl Device for CudaDev {
             return;
         }
         self.bind();
-        // SAFETY: dst addresses at least src.len() bytes of device memory; the stream is
-        // synchronised before src can go away.
+        // SAFETY: dst addresses at least src.len() bytes of device memory. `src` is pageable
+        // host memory: the driver copies it to a staging buffer before the call returns, so
+        // it may be reused at once, and the copy is ordered on the stream without waiting
+        // for the work queued before it.
         let r = unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream()) };
         self.check("upload", r);
-        self.check("upload", self.stream.synchronize());
     }
     fn download(&self, src: u64, dst: &mut [u8]) {
         if dst.is_empty() {

@@ -100,7 +100,8 @@ pub(crate) trait Device: Send + Sync {
     fn kernel_source(&self) -> String;
     /// `bytes` of zeroed memory.
     fn alloc(&self, bytes: usize) -> Mem;
-    /// Host to device; returns once `src` may be reused.
+    /// Host to device, queued after the work before it; returns once `src` may be reused,
+    /// without waiting for the device.
     fn upload(&self, dst: u64, src: &[u8]);
     /// Device to host, after all queued work.
     fn download(&self, src: u64, dst: &mut [u8]);
