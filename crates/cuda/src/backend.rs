@@ -79,6 +79,7 @@ impl Cuda {
     }
 
     fn with_device(dev: Box<dyn Device>, prec: Precision, emulated: bool) -> Self {
+        let dev = Box::new(crate::graphs::Graphs::new(dev));
         let dev: Box<dyn Device> = Box::new(Counted { inner: dev, counts: Default::default() });
         let ws = Mutex::new((0..WS_SLOTS).map(|_| None).collect());
         #[cfg(feature = "cudnn")]
@@ -133,7 +134,24 @@ impl Cuda {
     /// allocations, uploads): a step's figure is the difference of two snapshots.
     pub fn counters(&self) -> Counters {
         let c = self.dev().as_counted().expect("the backend's device is counted");
-        c.counts.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        let mut c = c.counts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let g = self.graphs().stats();
+        (c.graph_captures, c.graph_replays, c.graph_ops) = (g.captures, g.replays, g.replayed_ops);
+        c
+    }
+
+    fn graphs(&self) -> &crate::graphs::Graphs {
+        self.dev().as_graphs().expect("the backend's device has the graphs layer")
+    }
+
+    /// CUDA graphs (`train.cuda_graphs`): launches are held back until the host next touches
+    /// the device, and a list of launches seen before runs as one graph (captured the second
+    /// time it is seen). Off: each launch is queued as it comes.
+    pub fn set_cuda_graphs(&self, on: bool) {
+        self.graphs().set(on)
+    }
+    pub fn cuda_graphs(&self) -> bool {
+        self.graphs().is_on()
     }
 
     pub(crate) fn dev(&self) -> &dyn Device {

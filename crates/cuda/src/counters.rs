@@ -23,6 +23,12 @@ pub struct Counters {
     pub uploads: u64,
     /// Device buffers allocated.
     pub allocs: u64,
+    /// CUDA graphs (`Cuda::set_cuda_graphs`): lists of launches captured, graphs launched
+    /// (a capture launches its graph), and the kernel launches and GEMMs those graphs ran
+    /// (counted in `launches` and `gemms` too).
+    pub graph_captures: u64,
+    pub graph_replays: u64,
+    pub graph_ops: u64,
 }
 
 impl Counters {
@@ -33,6 +39,10 @@ impl Counters {
     /// Kernel launches and GEMMs.
     pub fn total_launches(&self) -> u64 {
         self.kernel_launches() + self.gemms
+    }
+    /// What the host launched: kernels and GEMMs outside graphs, and the graphs.
+    pub fn device_launches(&self) -> u64 {
+        self.total_launches() - self.graph_ops + self.graph_replays
     }
     /// Launches of the kernels whose names satisfy `f`.
     pub fn launches_where(&self, f: impl Fn(&str) -> bool) -> u64 {
@@ -51,6 +61,9 @@ impl Counters {
             downloads: self.downloads - earlier.downloads,
             uploads: self.uploads - earlier.uploads,
             allocs: self.allocs - earlier.allocs,
+            graph_captures: self.graph_captures - earlier.graph_captures,
+            graph_replays: self.graph_replays - earlier.graph_replays,
+            graph_ops: self.graph_ops - earlier.graph_ops,
         }
     }
     /// Launches per kernel kind (GEMMs as "gemm"), the optimizer's kernels under
@@ -133,5 +146,8 @@ impl Device for Counted {
     }
     fn as_counted(&self) -> Option<&Counted> {
         Some(self)
+    }
+    fn as_graphs(&self) -> Option<&crate::graphs::Graphs> {
+        self.inner.as_graphs()
     }
 }

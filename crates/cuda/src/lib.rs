@@ -48,6 +48,8 @@ mod emu_dev;
 #[cfg(feature = "cuda")]
 mod gpu_trace;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
+mod graphs;
+#[cfg(any(feature = "cuda", feature = "emulate"))]
 mod host_staged;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod launch;

@@ -142,6 +142,7 @@ mod bench {
         let ids: Vec<u32> = (0..t).map(|_| next()).collect();
         let targets: Vec<u32> = (0..t).map(|_| next()).collect();
         let batch = Batch { ids: &ids, targets: &targets, batch: mb, seq };
+        be.set_cuda_graphs(cfg.train.cuda_graphs);
         let mut run = Trainer::new(be.clone(), &cfg)?;
         let mut times = Vec::new();
         let mut loss = 0.0;
@@ -199,10 +200,12 @@ mod bench {
     }
 
     /// What the device was asked in the last step: kernel launches by kind and by kernel,
-    /// GEMMs, waits for the device besides the two that time the step, allocations, uploads.
+    /// GEMMs, waits for the device besides the two that time the step, allocations, uploads;
+    /// with `train.cuda_graphs`, the graphs launched and the launches from the host.
     fn launch_record(c: &boost_cuda::Counters) -> serde_json::Value {
         json!({
             "total": c.total_launches(), "kernels": c.kernel_launches(), "gemms": c.gemms,
+            "from_host": c.device_launches(), "graphs": c.graph_replays, "in_graphs": c.graph_ops,
             "by_kind": c.by_kind(), "by_kernel": c.launches,
             "syncs": c.syncs.saturating_sub(2), "downloads": c.downloads, "allocs": c.allocs, "uploads": c.uploads,
         })
