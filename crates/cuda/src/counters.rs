@@ -83,7 +83,7 @@ impl Counters {
 /// The kind a kernel is counted under in [`Counters::by_kind`].
 pub fn kind_of(kernel: &str) -> &'static str {
     match kernel {
-        k if k.contains("adamw") || k.contains("sum") && k.contains("multi") || k == "k_norm_finish" => "optimizer",
+        k if k.contains("adamw") || (k.contains("sum") && k.contains("multi")) || k == "k_norm_finish" => "optimizer",
         "k_full_sum" => "norm",
         k if k.contains("attn") || k.contains("flash") || k.contains("attention") => "attention",
         k if k.contains("embed") => "embedding",

@@ -147,13 +147,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// AdamW on every buffer of a model; a device backend launches a few kernels for all of
     /// them. By default, [`Backend::adamw`] on each buffer in turn.
     fn adamw_all(&self, a: crate::AdamAll<Self::Buf>) {
-        assert!(!a.device_clip, "{}: no clip coefficient on a device", self.name());
-        let k = a.lens.len();
-        assert!(a.p.len() == k && a.g.len() == k && a.m.len() == k && a.v.len() == k, "adamw_all: {k} buffers");
-        let it = a.p.iter_mut().zip(a.g).zip(a.m.iter_mut().zip(a.v.iter_mut())).zip(a.lens);
-        for (((p, g), (m, v)), &(n, decay)) in it {
-            self.adamw(crate::AdamUpdate { p, g, m, v, off: 0, n, step: a.step, decay });
-        }
+        adamw_each(self, a)
     }
 
     // The kernels, one method each, generated from the kernel table (crate::kernels).
@@ -277,4 +271,15 @@ impl<B: Backend> Collective<B> for Solo {
         panic!("recv within a group of one rank")
     }
     fn barrier(&self) {}
+}
+
+/// [`Backend::adamw_all`] as [`Backend::adamw`] on each buffer in turn.
+pub fn adamw_each<B: Backend>(be: &B, a: crate::AdamAll<B::Buf>) {
+    assert!(!a.device_clip, "{}: no clip coefficient on a device", be.name());
+    let k = a.lens.len();
+    assert!(a.p.len() == k && a.g.len() == k && a.m.len() == k && a.v.len() == k, "adamw_all: {k} buffers");
+    let it = a.p.iter_mut().zip(a.g).zip(a.m.iter_mut().zip(a.v.iter_mut())).zip(a.lens);
+    for (((p, g), (m, v)), &(n, decay)) in it {
+        be.adamw(crate::AdamUpdate { p, g, m, v, off: 0, n, step: a.step, decay });
+    }
 }
