@@ -153,6 +153,12 @@ impl Cuda {
     pub fn cuda_graphs(&self) -> bool {
         self.graphs().is_on()
     }
+    /// Queue the launches held back for a graph now (before work queued on the stream
+    /// outside the device seam, as NCCL's events).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn flush_held(&self) {
+        self.graphs().flush()
+    }
 
     pub(crate) fn dev(&self) -> &dyn Device {
         &*self.inner.dev

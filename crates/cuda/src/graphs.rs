@@ -153,6 +153,9 @@ impl Graphs {
     pub fn is_on(&self) -> bool {
         self.core.on.load(Ordering::SeqCst)
     }
+    pub fn flush(&self) {
+        self.core.flush()
+    }
     pub fn stats(&self) -> GraphStats {
         self.core.state().stats
     }
