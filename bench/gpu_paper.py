@@ -213,20 +213,20 @@ def peer_flags(m, seq, mb):
             "--vocab", str(m["vocab"]), "--only-lr-act", str(int(m["only_lr_act"])), "--seq", str(seq), "--micro-batch", str(mb)]
 
 
-def measure(run, model, arch, seq, mb, recompute, cluster, peer, tiny=None, env=None, attention="auto"):
+def measure(run, model, arch, seq, mb, recompute, cluster, peer, tiny=None, env=None, attention="auto", graphs=False):
     """One shape: the plan, our steps alternated with the peer's (`peer`: "eager",
     "compiled" or None), the record's entry filled as each finishes. `tiny`: the emulator's
     small dimensions (default: on the emulator); `env`: cuda_bench's extra environment;
-    `attention`: train.attention."""
+    `attention`: train.attention; `graphs`: our steps with train.cuda_graphs."""
     tiny = run.emulate if tiny is None else tiny
     tag = f"{model}-{arch}-{seq}x{mb}-{recompute}" + (f"-{peer}" if peer == "compiled" else "")
-    tag += "" if attention == "auto" else f"-{attention}"
+    tag += ("" if attention == "auto" else f"-{attention}") + ("-graphs" if graphs else "")
     peers = [peer] if peer else []
     sets = [f"model.preset={model}", f"model.arch={arch}", f"train.seq_len={seq}", f"train.micro_batch={mb}",
             f"train.recompute={recompute}", f"train.attention={attention}"] + (TINY if tiny else [])
     entry = {"model": "tiny" if tiny else model, "preset": model, "arch": arch, "seq": seq, "micro_batch": mb,
              "recompute": recompute, "attention_asked": attention, "peer": peer, "fits": None, "boost": None,
-             "torch": None, "torch_compiled": None}
+             "torch": None, "torch_compiled": None, "cuda_graphs": graphs}
     run.record["shapes"].append(entry)
     p = plan(run, tag, sets, cluster)
     entry["plan"] = p
@@ -239,7 +239,8 @@ def measure(run, model, arch, seq, mb, recompute, cluster, peer, tiny=None, env=
     for rep in range(reps):
         if rep > 0 and run.left() < 60:
             break
-        r = run.call(f"boost-{tag}-{rep}", run.bench(*set_flags(sets), *steps, *(prof if rep == 0 else [])), 120, env)
+        ours_sets = sets + (["train.device=cuda", "train.cuda_graphs=true"] if graphs else [])
+        r = run.call(f"boost-{tag}-{rep}", run.bench(*set_flags(ours_sets), *steps, *(prof if rep == 0 else [])), 120, env)
         if r and r.get("fits") is False:
             entry.update(fits=False, error=r["error"])
             run.save()
@@ -283,7 +284,7 @@ def side(results, peak, flops):
            "peak_memory_bytes": max(mem) if mem else None, "split": split, "runs": len(results)}
     if peak and flops:
         out["mfu"] = flops / step / (peak * 1e12)
-    for k in ("activations", "kernels", "sdpa_backend", "attention", "attention_why"):
+    for k in ("activations", "kernels", "sdpa_backend", "attention", "attention_why", "launches_per_step"):
         if k in results[0]:
             out[k] = results[0][k]
     return out
@@ -345,6 +346,8 @@ def main():
     for model in ("3b", "7b"):
         for recompute in ("lowrank", "full"):
             measure(run, model, "cola", seq, small, recompute, cluster, None)
+    # The 1B CoLA step again with CUDA graphs: its launches from the host (`launches_per_step`).
+    measure(run, "1b", "cola", seq, big, "none", cluster, None, graphs=True)
     for arch in ("full", "cola"):
         if run.torch and (run.left() > 120 or run.emulate):
             measure(run, "1b", arch, seq, big, "none", cluster, "compiled")

@@ -15,8 +15,13 @@
 #   5. the same at seq 4096 × 1; then, where train.attention = auto took cuDNN, the 1b shapes
 #      at × 4 with our attention
 #   6. 3b and 7b CoLA with `lowrank` and `full` recompute: whether each fits, step, memory
+#   6b. the 1b CoLA shape at × 4 again with train.cuda_graphs (ours only)
 #   7. beside every shape, `boost plan --cluster h100|h200` of it: step time, memory, error
 #   8. as the budget allows, the 1b shapes against torch.compile (SDPA's flash backend)
+#
+# Each of our steps records its last step's kernel launches by kind and by kernel, GEMMs,
+# waits, allocations and uploads, and with graphs the launches from the host
+# (`launches_per_step`).
 #
 # On the GPU machine, from the repository root, with the bundle of bench/gpu_paper_build.sh:
 #

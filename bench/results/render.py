@@ -185,6 +185,7 @@ def gpu_paper_rows(r):
         who = {"eager": "eager", "compiled": "compiled"}.get(s.get("peer"), "–")
         dims = s.get("dims") or {}
         model = f"{s['preset']} as tiny (d {dims.get('d', '?')}, {dims.get('layers', '?')} layers)" if s["model"] == "tiny" else s["model"]
+        model += ", CUDA graphs" if s.get("cuda_graphs") else ""
         fits = "yes" if s.get("fits") else ("no" if s.get("fits") is False else "not run")
         lines.append(row([
             model, s["arch"], f"{s['seq']} × {s['micro_batch']}", s["recompute"], fits, step_ms(ours),

@@ -220,3 +220,26 @@ fn attention_auto_takes_ours_on_the_emulator_and_cudnn_is_refused() {
     let cpu = Config::load(None, &["train.attention=cudnn".to_string()]).unwrap_err().to_string();
     assert!(cpu.contains("train.attention") && cpu.contains("train.device = \"cpu\""), "{cpu}");
 }
+
+#[test]
+fn cuda_graphs_give_the_eager_losses_bit_for_bit() {
+    let root = tempfile::tempdir().unwrap();
+    common::build_dataset(&root.path().join("data"));
+    // One rank, and a tp2·pp2 grid whose host-staged collectives end the lists of launches.
+    for (name, grid) in [("one", &[][..]), ("grid", &["parallel.tp=2", "parallel.pp=2"][..])] {
+        let run = |graphs: bool| {
+            let on = format!("train.cuda_graphs={graphs}");
+            let sets: Vec<&str> = ["train.accumulation=2", "train.device=cuda", on.as_str()]
+                .into_iter()
+                .chain(grid.iter().copied())
+                .collect();
+            losses(root.path(), &format!("{name}-{graphs}"), &sets)
+        };
+        let bits = |v: Vec<f64>| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let (eager, graphs) = (run(false), run(true));
+        assert!(eager.len() > 2, "{name}: {eager:?}");
+        assert_eq!(bits(graphs.clone()), bits(eager.clone()), "{name}: with graphs {graphs:?}, eager {eager:?}");
+    }
+    let e = Config::load(None, &["train.cuda_graphs=true".to_string()]).unwrap_err().to_string();
+    assert!(e.contains("train.cuda_graphs") && e.contains("train.device"), "{e}");
+}

@@ -66,6 +66,10 @@ pub const KEYS: &[(&str, &str)] = &[
         "train.attention",
         "a GPU run's attention: cudnn (cuDNN's fused attention; needs a build with --features cudnn and libcudnn 9), boost (ours), auto = cudnn where it runs, else boost",
     ),
+    (
+        "train.cuda_graphs",
+        "a GPU run replays each list of kernels it launched before as one CUDA graph (a step's forward, backward, optimizer)",
+    ),
     ("train.skip_nonfinite", "skip a step whose gradient norm is non-finite or an outlier instead of stopping"),
     ("train.checkpoint_on_signal", "SIGINT/SIGTERM write a checkpoint at the next step boundary"),
     ("train.async_checkpoint", "write checkpoints from a background thread while training continues"),

@@ -84,6 +84,9 @@ pub struct TrainConfig {
     pub device: String,
     /// A GPU run's attention kernels: `auto`, `cudnn` or `boost`.
     pub attention: Attention,
+    /// A GPU run launches each list of kernels it has launched before (a step's forward,
+    /// backward and optimizer, between two host reads or uploads) as one CUDA graph.
+    pub cuda_graphs: bool,
     /// Skip (do not apply) a step whose gradient norm is non-finite or an outlier (z-score
     /// above 6 against the last 64 steps), instead of stopping the run.
     pub skip_nonfinite: bool,
@@ -142,6 +145,7 @@ impl Default for TrainConfig {
             recompute_layers: 0,
             device: "cpu".into(),
             attention: Attention::Auto,
+            cuda_graphs: false,
         }
     }
 }
@@ -202,6 +206,12 @@ impl TrainConfig {
             return Err(ConfigError::new(
                 "train.attention",
                 "is \"cudnn\" (cuDNN's attention, on a GPU), but train.device = \"cpu\": the CPU engine has its own attention; use \"auto\", or train.device = \"cuda\"",
+            ));
+        }
+        if parse_device(&self.device)? == Device::Cpu && self.cuda_graphs {
+            return Err(ConfigError::new(
+                "train.cuda_graphs",
+                "is true (CUDA graphs, on a GPU), but train.device = \"cpu\": set it to false, or train.device = \"cuda\"",
             ));
         }
         Ok(())

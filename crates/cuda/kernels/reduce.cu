@@ -58,3 +58,47 @@ KERNEL(k_row_max) {
     float r = block_max(m, sh);
     if (threadIdx.x == 0) st(p.v[0], i, 0, r);
 }
+
+// A view of the multi-tensor sum: its elements and shape.
+struct SumView {
+    Tv v;
+    long long rows, cols;
+};
+
+// k_full_sum over many views in one launch: view blockIdx.y + n[1] of the table v0 is
+// reduced by the gridDim.x blocks of row y exactly as k_full_sum's grid would, its partials
+// written to v1 at (blockIdx.y + n[1]) · gridDim.x + blockIdx.x; n[2] = square first.
+KERNEL(k_full_sum_multi) {
+    SHARED(double, sh, NT);
+    long long t = blockIdx.y + p.n[1];
+    SumView w = ((const SumView*)p.v[0].p)[t];
+    long long rows = w.rows, cols = w.cols;
+    double acc = 0.0;
+    FOR_EACH(rows, cols) {
+        double x = (double)ld(w.v, i, j);
+        acc += p.n[2] ? x * x : x;
+    }
+    double s = block_sum(acc, sh);
+    if (threadIdx.x == 0) ((double*)p.v[1].p)[t * gridDim.x + blockIdx.x] = s;
+}
+
+// One thread: the gradient norm from the partials v0 (n[0] views × n[2] blocks), added as the
+// host adds them (each view's blocks in order, then the views in order), into the step's
+// scalars v1: [0] Σ, [1] √Σ, [2] PyTorch's clip coefficient min(1, f[0] / (√Σ + 1e-6)),
+// 1 when f[0] ≤ 0.
+KERNEL(k_norm_finish) {
+    if (blockIdx.x != 0 || threadIdx.x != 0) return;
+    const double* part = (const double*)p.v[0].p;
+    double* s = (double*)p.v[1].p;
+    double sq = 0.0;
+    for (long long t = 0; t < p.n[0]; t++) {
+        double v = 0.0;
+        for (long long b = 0; b < p.n[2]; b++) v += part[t * p.n[2] + b];
+        sq += v;
+    }
+    double norm = sqrt(sq);
+    s[0] = sq;
+    s[1] = norm;
+    double c = p.f[0] / (norm + 1e-6);
+    s[2] = p.f[0] <= 0.0 ? 1.0 : (c < 1.0 ? c : 1.0);
+}

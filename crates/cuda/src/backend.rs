@@ -2,6 +2,7 @@
 //! on the host as the CPU backend does, then queues kernels on the device's one stream.
 
 use crate::buf::{CudaBuf, CudaIds, DType};
+use crate::counters::{Counted, Counters};
 use crate::device::{Device, Mem};
 use crate::ops;
 use crate::probe::DeviceInfo;
@@ -53,6 +54,8 @@ struct Inner {
     dev: Box<dyn Device>,
     prec: Precision,
     ws: Mutex<Vec<Option<Mem>>>,
+    /// The optimizer's device tables and scalars (`ops::multi`).
+    optim: Mutex<ops::multi::OptimState>,
     emulated: bool,
     /// cuDNN's attention, when chosen (`Cuda::choose_attention`).
     #[cfg(feature = "cudnn")]
@@ -76,11 +79,13 @@ impl Cuda {
     }
 
     fn with_device(dev: Box<dyn Device>, prec: Precision, emulated: bool) -> Self {
+        let dev = Box::new(crate::graphs::Graphs::new(dev));
+        let dev: Box<dyn Device> = Box::new(Counted { inner: dev, counts: Default::default() });
         let ws = Mutex::new((0..WS_SLOTS).map(|_| None).collect());
         #[cfg(feature = "cudnn")]
-        let inner = Inner { dev, prec, ws, emulated, cudnn: Mutex::new(None) };
+        let inner = Inner { dev, prec, ws, optim: Mutex::default(), emulated, cudnn: Mutex::new(None) };
         #[cfg(not(feature = "cudnn"))]
-        let inner = Inner { dev, prec, ws, emulated };
+        let inner = Inner { dev, prec, ws, optim: Mutex::default(), emulated };
         Self { inner: Arc::new(inner) }
     }
 
@@ -125,6 +130,36 @@ impl Cuda {
         self.inner.dev.kernel_source()
     }
 
+    /// What this backend asked of its device so far (launches by kernel, GEMMs, waits,
+    /// allocations, uploads): a step's figure is the difference of two snapshots.
+    pub fn counters(&self) -> Counters {
+        let c = self.dev().as_counted().expect("the backend's device is counted");
+        let mut c = c.counts.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let g = self.graphs().stats();
+        (c.graph_captures, c.graph_replays, c.graph_ops) = (g.captures, g.replays, g.replayed_ops);
+        c
+    }
+
+    fn graphs(&self) -> &crate::graphs::Graphs {
+        self.dev().as_graphs().expect("the backend's device has the graphs layer")
+    }
+
+    /// CUDA graphs (`train.cuda_graphs`): launches are held back until the host next touches
+    /// the device, and a list of launches seen before runs as one graph (captured the second
+    /// time it is seen). Off: each launch is queued as it comes.
+    pub fn set_cuda_graphs(&self, on: bool) {
+        self.graphs().set(on)
+    }
+    pub fn cuda_graphs(&self) -> bool {
+        self.graphs().is_on()
+    }
+    /// Queue the launches held back for a graph now (before work queued on the stream
+    /// outside the device seam, as NCCL's events).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn flush_held(&self) {
+        self.graphs().flush()
+    }
+
     pub(crate) fn dev(&self) -> &dyn Device {
         &*self.inner.dev
     }
@@ -134,6 +169,10 @@ impl Cuda {
         let mem = self.dev().alloc(n * dtype.size());
         let shadow = shadow.then(|| self.dev().alloc(2 * n));
         CudaBuf { mem, len: n, dtype, shadow }
+    }
+
+    pub(crate) fn optim(&self) -> std::sync::MutexGuard<'_, ops::multi::OptimState> {
+        self.inner.optim.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Device address of `bytes` of workspace in `slot`, valid until the slot grows.
@@ -192,11 +231,16 @@ impl Backend for Cuda {
         self.attention_saved_len(sh)
     }
     fn alloc_ids(&self, n: usize) -> CudaIds {
-        CudaIds { mem: self.dev().alloc(4 * n), host: vec![0; n] }
+        let mut ids = CudaIds { mem: self.dev().alloc(4 * crate::buf::ids_words(n)), host: vec![0; n] };
+        self.write_ids(&mut ids, &[]);
+        ids
     }
+    /// The ids and their runs for the embedding's backward, in one upload that does not wait
+    /// for the device.
     fn write_ids(&self, dst: &mut CudaIds, src: &[u32]) {
         dst.host[..src.len()].copy_from_slice(src);
-        let bytes: Vec<u8> = src.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let runs = crate::buf::id_runs(&dst.host);
+        let bytes: Vec<u8> = dst.host.iter().chain(&runs).flat_map(|v| v.to_le_bytes()).collect();
         self.dev().upload(dst.ptr(), &bytes);
     }
     fn write_mat<H: Scalar>(&self, dst: MatMut<CudaBuf>, src: &[H]) {
@@ -204,6 +248,19 @@ impl Backend for Cuda {
     }
     fn read_mat<H: Scalar>(&self, src: Mat<CudaBuf>) -> Vec<H> {
         self.download_mat(src)
+    }
+
+    fn keeps_grad_sumsq(&self) -> bool {
+        true
+    }
+    fn queue_grad_sumsq(&self, views: &[Mat<CudaBuf>], max_norm: f64) -> bool {
+        ops::multi::queue_grad_sumsq(self, views, max_norm)
+    }
+    fn read_grad_sumsq(&self) -> f64 {
+        ops::multi::read_grad_sumsq(self)
+    }
+    fn adamw_all(&self, a: boost_tensor::AdamAll<CudaBuf>) {
+        ops::multi::adamw_all(self, a)
     }
 
     // Each kernel is the function of its name in `ops`, called with the backend first.

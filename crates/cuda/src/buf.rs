@@ -50,10 +50,42 @@ impl std::fmt::Debug for CudaBuf {
     }
 }
 
-/// Token ids on the device, with a host copy (for the checks the CPU backend makes).
+/// Token ids on the device, with a host copy (for the checks the CPU backend makes). The
+/// device memory holds the n ids, then their runs for the embedding's backward (`runs`).
 pub struct CudaIds {
     pub(crate) mem: Mem,
     pub(crate) host: Vec<u32>,
+}
+
+/// u32 words of the device memory of `n` ids: the ids, then their runs.
+pub(crate) fn ids_words(n: usize) -> usize {
+    n + runs_words(n)
+}
+
+/// u32 words of the runs of `n` ids (kernels/embed.cu `k_embed_bwd`): the number of distinct
+/// ids, n + 1 run starts (the first R + 1 used), and the n positions grouped by id.
+fn runs_words(n: usize) -> usize {
+    2 * n + 2
+}
+
+/// The runs of `ids`: the positions grouped by id in increasing order, each id's positions
+/// in order, and where each id's run starts; laid out as `runs_words` says.
+pub(crate) fn id_runs(ids: &[u32]) -> Vec<u32> {
+    let n = ids.len();
+    let mut positions: Vec<u32> = (0..n as u32).collect();
+    positions.sort_by_key(|&i| ids[i as usize]); // stable: each id keeps its position order
+    let mut out = vec![0u32; runs_words(n)];
+    let mut r = 0;
+    for k in 0..n {
+        if k == 0 || ids[positions[k] as usize] != ids[positions[k - 1] as usize] {
+            out[1 + r] = k as u32;
+            r += 1;
+        }
+    }
+    out[0] = r as u32;
+    out[1 + r] = n as u32;
+    out[n + 2..].copy_from_slice(&positions);
+    out
 }
 
 impl CudaIds {
@@ -65,5 +97,9 @@ impl CudaIds {
     }
     pub(crate) fn ptr(&self) -> u64 {
         self.mem.ptr
+    }
+    /// Device address of the ids' runs.
+    pub(crate) fn runs_ptr(&self) -> u64 {
+        self.mem.ptr + 4 * self.host.len() as u64
     }
 }

@@ -4,6 +4,7 @@
 //! cubin (sm_90) or PTX (compute_80), else compiled by NVRTC for the device.
 
 use crate::device::{Compute, DType, Device, Gemm, Launch, Mem, P};
+use crate::graphs::{Graph, Op};
 use crate::kernels;
 use crate::probe::DeviceInfo;
 use cudarc::cublas::{CudaBlas, result as cublas_result, sys as cublas_sys};
@@ -161,11 +162,12 @@ impl Device for CudaDev {
             return;
         }
         self.bind();
-        // SAFETY: dst addresses at least src.len() bytes of device memory; the stream is
-        // synchronised before src can go away.
+        // SAFETY: dst addresses at least src.len() bytes of device memory. `src` is pageable
+        // host memory: the driver copies it to a staging buffer before the call returns, so
+        // it may be reused at once, and the copy is ordered on the stream without waiting
+        // for the work queued before it.
         let r = unsafe { result::memcpy_htod_async(dst, src, self.stream.cu_stream()) };
         self.check("upload", r);
-        self.check("upload", self.stream.synchronize());
     }
     fn download(&self, src: u64, dst: &mut [u8]) {
         if dst.is_empty() {
@@ -205,6 +207,13 @@ impl Device for CudaDev {
         self.check("synchronize", self.stream.synchronize());
         self.times.resolve();
     }
+    fn capture(&self, ops: &[Op]) -> Result<Graph, String> {
+        self.capture_graph(ops)
+    }
+    fn replay(&self, g: &(dyn std::any::Any + Send + Sync)) {
+        let g: &GpuGraph = g.downcast_ref().expect("a graph of this device");
+        self.check("launching a graph", g.0.launch());
+    }
     /// The high-water mark of the device's default memory pool, which every buffer comes
     /// from (stream-ordered allocation): all backends of this process on the device, not
     /// cuBLAS's or NCCL's own workspaces.
@@ -223,7 +232,39 @@ impl Device for CudaDev {
     }
 }
 
+/// A captured graph; used only under the graphs layer's lock.
+struct GpuGraph(cudarc::driver::CudaGraph);
+// SAFETY: a graph is launched by one thread at a time (the graphs layer's mutex).
+unsafe impl Send for GpuGraph {}
+unsafe impl Sync for GpuGraph {}
+
 impl CudaDev {
+    /// Capture `ops` as a graph on the stream and launch it; on failure the ops run one by
+    /// one (a failed capture ran nothing).
+    fn capture_graph(&self, ops: &[Op]) -> Result<Graph, String> {
+        let eager = |why: String| {
+            ops.iter().for_each(|op| self.run_op(op));
+            Err(why)
+        };
+        if boost_tensor::trace::recording().is_some() {
+            return eager("the trace times each kernel (--trace)".to_string());
+        }
+        self.bind();
+        let mode = cudarc::driver::sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        if let Err(e) = self.stream.begin_capture(mode) {
+            return eager(format!("beginning a stream capture: {e:?}"));
+        }
+        ops.iter().for_each(|op| self.run_op(op));
+        match self.stream.end_capture(cudarc::driver::sys::CUgraphInstantiate_flags(0)) {
+            Ok(Some(g)) => {
+                self.check("launching a graph", g.launch());
+                Ok(Box::new(GpuGraph(g)))
+            }
+            Ok(None) => eager("the stream capture made no graph".to_string()),
+            Err(e) => eager(format!("ending a stream capture: {e:?}")),
+        }
+    }
+
     /// One cuBLAS GEMM, queued.
     fn gemm_now(&self, g: &Gemm) {
         self.bind();

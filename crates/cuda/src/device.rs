@@ -25,7 +25,7 @@ pub(crate) struct P {
 }
 
 /// Grid and block dimensions of a launch.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Launch {
     pub grid: (u32, u32, u32),
     pub block: (u32, u32, u32),
@@ -61,7 +61,7 @@ pub(crate) enum Compute {
 
 /// One strided-batched GEMM with cuBLAS's column-major meaning:
 /// `C_i = alpha·op(A_i)·op(B_i) + beta·C_i`, `C_i` m×n, for i < batch, `X_i = X + i·stride`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Gemm {
     pub ta: bool,
     pub tb: bool,
@@ -100,7 +100,8 @@ pub(crate) trait Device: Send + Sync {
     fn kernel_source(&self) -> String;
     /// `bytes` of zeroed memory.
     fn alloc(&self, bytes: usize) -> Mem;
-    /// Host to device; returns once `src` may be reused.
+    /// Host to device, queued after the work before it; returns once `src` may be reused,
+    /// without waiting for the device.
     fn upload(&self, dst: u64, src: &[u8]);
     /// Device to host, after all queued work.
     fn download(&self, src: u64, dst: &mut [u8]);
@@ -108,6 +109,36 @@ pub(crate) trait Device: Send + Sync {
     fn gemm(&self, g: &Gemm);
     /// Wait for all queued work.
     fn sync(&self);
+    /// Capture `ops` as one graph that [`Device::replay`] runs; they run as it is made (by
+    /// default the graph is the list, run launch by launch). An error says why the device
+    /// would not capture (it ran the list launch by launch).
+    fn capture(&self, ops: &[crate::graphs::Op]) -> Result<crate::graphs::Graph, String> {
+        for op in ops {
+            self.run_op(op);
+        }
+        Ok(Box::new(ops.to_vec()))
+    }
+    /// Run a graph of [`Device::capture`].
+    fn replay(&self, g: &(dyn std::any::Any + Send + Sync)) {
+        let ops: &Vec<crate::graphs::Op> = g.downcast_ref().expect("a graph of this device");
+        for op in ops {
+            self.run_op(op);
+        }
+    }
+    fn run_op(&self, op: &crate::graphs::Op) {
+        match op {
+            crate::graphs::Op::Kernel(k, at, p) => self.launch(k, *at, p),
+            crate::graphs::Op::Gemm(g) => self.gemm(g),
+        }
+    }
+    /// The graphs layer, when this is it.
+    fn as_graphs(&self) -> Option<&crate::graphs::Graphs> {
+        None
+    }
+    /// The counting layer, when this is it.
+    fn as_counted(&self) -> Option<&crate::counters::Counted> {
+        None
+    }
     /// The most bytes of buffers held at once so far, where the device keeps count.
     fn peak_bytes(&self) -> Option<u64> {
         None

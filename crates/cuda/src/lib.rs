@@ -35,6 +35,8 @@ mod backend;
 mod blas;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod buf;
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+mod counters;
 #[cfg(feature = "cuda")]
 mod cuda_dev;
 #[cfg(feature = "cudnn")]
@@ -45,6 +47,8 @@ mod device;
 mod emu_dev;
 #[cfg(feature = "cuda")]
 mod gpu_trace;
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+mod graphs;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod host_staged;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
@@ -68,6 +72,8 @@ pub mod kernels {
 pub use backend::{Cuda, Precision};
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 pub use buf::{CudaBuf, CudaIds, DType};
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+pub use counters::{Counters, kind_of};
 #[cfg(feature = "cuda")]
 pub use cuda_dev::{compile_with_nvrtc, nvrtc_present};
 #[cfg(any(feature = "cuda", feature = "emulate"))]

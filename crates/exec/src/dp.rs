@@ -155,7 +155,7 @@ impl<B: Backend> Optimizer<B> {
                 Optimizer::Replicated(_) => None,
             }
         });
-        let mut sq = crate::optim::sumsq_in_order(be, counted);
+        let mut sq = crate::optim::sumsq(be, counted);
         if world.size() > 1 {
             be.write_mat(MatMut::new(scalar, 1, 1), &[sq]);
             world.all_reduce(scalar, 0, 1, ReduceOp::Sum, Label::op("grad_norm"));

@@ -10,6 +10,8 @@ pub struct AdamW<B: Backend> {
     pub v: Vec<B::Buf>,
     /// Optimizer steps taken.
     pub step: u64,
+    /// Per buffer: its length and whether weight decay applies (`Backend::adamw_all`).
+    lens: Vec<(usize, bool)>,
 }
 
 impl<B: Backend> AdamW<B> {
@@ -18,26 +20,44 @@ impl<B: Backend> AdamW<B> {
             m: store.bufs.iter().map(|b| be.alloc(b.len)).collect(),
             v: store.bufs.iter().map(|b| be.alloc(b.len)).collect(),
             step: 0,
+            lens: store.bufs.iter().map(|b| (b.len, b.decay)).collect(),
         }
     }
 
     /// One update with learning rate `lr`; the gradient is multiplied by `grad_scale` first
     /// (the clipping coefficient).
     pub fn update(&mut self, be: &B, store: &mut ParamStore<B>, cfg: &TrainConfig, lr: f64, grad_scale: f64) {
-        self.step += 1;
-        let s = adam_step(cfg, self.step, lr, grad_scale);
-        for (i, info) in store.bufs.iter().enumerate() {
-            be.adamw(boost_tensor::AdamUpdate {
-                p: &mut store.values[i],
-                g: &store.grads[i],
-                m: &mut self.m[i],
-                v: &mut self.v[i],
-                off: 0,
-                n: info.len,
-                step: &s,
-                decay: info.decay,
-            });
+        self.update_all(be, store, cfg, lr, grad_scale, false)
+    }
+
+    /// One update with learning rate `lr`, the gradients clipped to `max_norm` by the norm
+    /// the device computes ([`Backend::queue_grad_sumsq`]; `Backend::read_grad_sumsq` reads
+    /// it afterwards): nothing waits for the device. Where the backend keeps no norm on a
+    /// device, the norm is summed on the host first, as [`grad_norm`] does.
+    pub fn update_clipped(&mut self, be: &B, store: &mut ParamStore<B>, cfg: &TrainConfig, lr: f64, max_norm: f64) {
+        let views = || store.grads.iter().zip(&store.bufs).map(|(g, i)| Mat::new(g, 1, i.len));
+        if be.keeps_grad_sumsq() {
+            let views: Vec<Mat<B::Buf>> = views().collect();
+            assert!(be.queue_grad_sumsq(&views, max_norm), "{}: no gradient sum on the device", be.name());
+            self.update_all(be, store, cfg, lr, 1.0, true)
+        } else {
+            let coef = clip_coef(sumsq_in_order(be, views()).sqrt(), max_norm);
+            self.update_all(be, store, cfg, lr, coef, false)
         }
+    }
+
+    fn update_all(&mut self, be: &B, store: &mut ParamStore<B>, cfg: &TrainConfig, lr: f64, scale: f64, device: bool) {
+        self.step += 1;
+        let s = adam_step(cfg, self.step, lr, scale);
+        be.adamw_all(boost_tensor::AdamAll {
+            p: &mut store.values,
+            g: &store.grads,
+            m: &mut self.m,
+            v: &mut self.v,
+            lens: &self.lens,
+            step: &s,
+            device_clip: device,
+        });
     }
 }
 
@@ -47,7 +67,7 @@ pub fn grad_norm<B: Backend>(be: &B, store: &ParamStore<B>, tp_rank: usize, grou
     let counted = (store.grads.iter().zip(&store.bufs))
         .filter(|(_, info)| !info.replicated || tp_rank == 0)
         .map(|(g, info)| Mat::new(g, 1, info.len));
-    let mut sq = sumsq_in_order(be, counted);
+    let mut sq = sumsq(be, counted);
     if group.size() > 1 {
         let mut buf = be.alloc(1);
         be.write_mat(boost_tensor::MatMut::new(&mut buf, 1, 1), &[sq]);
@@ -55,6 +75,17 @@ pub fn grad_norm<B: Backend>(be: &B, store: &ParamStore<B>, tp_rank: usize, grou
         sq = be.read_mat::<f64>(Mat::new(&buf, 1, 1))[0];
     }
     sq.sqrt()
+}
+
+/// Σ of the squares of every view, added in order: on the device where the backend keeps
+/// it there ([`Backend::queue_grad_sumsq`], one read back), else [`sumsq_in_order`].
+pub fn sumsq<'a, B: Backend>(be: &B, views: impl IntoIterator<Item = Mat<'a, B::Buf>>) -> f64 {
+    if !be.keeps_grad_sumsq() {
+        return sumsq_in_order(be, views);
+    }
+    let views: Vec<Mat<B::Buf>> = views.into_iter().collect();
+    assert!(be.queue_grad_sumsq(&views, 0.0), "{}: no gradient sum on the device", be.name());
+    be.read_grad_sumsq()
 }
 
 /// Σ of the squares of every view, added in order. A device reads the sums back once per

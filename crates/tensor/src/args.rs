@@ -112,6 +112,20 @@ pub struct KronBwd<'a, Buf> {
     pub scratch: &'a mut Buf,
 }
 
+/// [`crate::Backend::adamw_all`]: one AdamW update of every parameter buffer of a model,
+/// buffer i's first `lens[i].0` elements, with weight decay where `lens[i].1`.
+pub struct AdamAll<'a, Buf> {
+    pub p: &'a mut [Buf],
+    pub g: &'a [Buf],
+    pub m: &'a mut [Buf],
+    pub v: &'a mut [Buf],
+    pub lens: &'a [(usize, bool)],
+    pub step: &'a AdamStep,
+    /// Scale the gradients by the clip coefficient that the last
+    /// [`crate::Backend::queue_grad_sumsq`] left on the device, instead of `step.grad_scale`.
+    pub device_clip: bool,
+}
+
 /// [`crate::Backend::adamw`]: one update of `n` elements from `off` (p, g, m, v aligned).
 pub struct AdamUpdate<'a, Buf> {
     pub p: &'a mut Buf,

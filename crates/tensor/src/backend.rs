@@ -129,6 +129,27 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Copy a view out to a row-major host matrix.
     fn read_mat<H: Scalar>(&self, src: Mat<Self::Buf>) -> Vec<H>;
 
+    /// Whether [`Backend::queue_grad_sumsq`] keeps the sum on a device.
+    fn keeps_grad_sumsq(&self) -> bool {
+        false
+    }
+    /// Queue Σ of the squares of every view, added as `sumsq_each` then the views in order
+    /// would be, and PyTorch's clip coefficient for `max_norm` from it, on the device:
+    /// [`Backend::adamw_all`] with `device_clip` reads the coefficient there. False where the
+    /// backend keeps no such sum on a device (the caller sums on the host).
+    fn queue_grad_sumsq(&self, _views: &[Mat<Self::Buf>], _max_norm: f64) -> bool {
+        false
+    }
+    /// The sum the last [`Backend::queue_grad_sumsq`] queued (waits for the device).
+    fn read_grad_sumsq(&self) -> f64 {
+        panic!("{}: no gradient sum queued on a device", self.name())
+    }
+    /// AdamW on every buffer of a model; a device backend launches a few kernels for all of
+    /// them. By default, [`Backend::adamw`] on each buffer in turn.
+    fn adamw_all(&self, a: crate::AdamAll<Self::Buf>) {
+        adamw_each(self, a)
+    }
+
     // The kernels, one method each, generated from the kernel table (crate::kernels).
     crate::kernel_table!(declare_kernels {});
 }
@@ -250,4 +271,15 @@ impl<B: Backend> Collective<B> for Solo {
         panic!("recv within a group of one rank")
     }
     fn barrier(&self) {}
+}
+
+/// [`Backend::adamw_all`] as [`Backend::adamw`] on each buffer in turn.
+pub fn adamw_each<B: Backend>(be: &B, a: crate::AdamAll<B::Buf>) {
+    assert!(!a.device_clip, "{}: no clip coefficient on a device", be.name());
+    let k = a.lens.len();
+    assert!(a.p.len() == k && a.g.len() == k && a.m.len() == k && a.v.len() == k, "adamw_all: {k} buffers");
+    let it = a.p.iter_mut().zip(a.g).zip(a.m.iter_mut().zip(a.v.iter_mut())).zip(a.lens);
+    for (((p, g), (m, v)), &(n, decay)) in it {
+        be.adamw(crate::AdamUpdate { p, g, m, v, off: 0, n, step: a.step, decay });
+    }
 }

@@ -216,6 +216,25 @@ impl<B: Backend> Backend for Profiled<B> {
     fn write_mat<H: Scalar>(&self, dst: MatMut<Self::Buf>, src: &[H]) {
         self.inner.write_mat(dst, src)
     }
+    fn keeps_grad_sumsq(&self) -> bool {
+        self.inner.keeps_grad_sumsq()
+    }
+    fn queue_grad_sumsq(&self, views: &[Mat<Self::Buf>], max_norm: f64) -> bool {
+        self.time_named(Cat::Other, "queue_grad_sumsq", Work::default(), || {
+            self.inner.queue_grad_sumsq(views, max_norm)
+        })
+    }
+    fn read_grad_sumsq(&self) -> f64 {
+        self.inner.read_grad_sumsq()
+    }
+    /// A device's multi-tensor update, timed as one call; elsewhere each buffer's `adamw`.
+    fn adamw_all(&self, a: crate::AdamAll<Self::Buf>) {
+        if self.inner.keeps_grad_sumsq() {
+            self.time_named(Cat::Other, "adamw_all", Work::default(), || self.inner.adamw_all(a))
+        } else {
+            crate::backend::adamw_each(self, a)
+        }
+    }
     fn read_mat<H: Scalar>(&self, src: Mat<Self::Buf>) -> Vec<H> {
         self.inner.read_mat(src)
     }

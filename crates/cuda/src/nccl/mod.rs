@@ -217,6 +217,8 @@ impl NcclGroup {
         label: Label,
         call: impl FnOnce(ns::cudaStream_t) -> Result<nr::NcclStatus, nr::NcclError>,
     ) -> CudaEvent {
+        // Launches held back for a CUDA graph are queued first: the call must see them.
+        self.be.flush_held();
         let inputs = self.cuda("recording an event", label, self.compute.record_event(None));
         self.cuda("ordering the group's stream", label, self.stream.wait(&inputs));
         self.ok(what, label, call(self.raw_stream()));

@@ -7,8 +7,7 @@ use crate::device::P;
 use crate::launch::{same_shape, tv, tvm};
 use boost_tensor::{Mat, MatMut};
 
-/// Blocks of a full reduction: fixed, so its summation order is too.
-const SUM_BLOCKS: usize = 64;
+use crate::ops::multi::SUM_BLOCKS;
 
 pub(crate) fn gemm(be: &Cuda, c: MatMut<CudaBuf>, a: Mat<CudaBuf>, b: Mat<CudaBuf>, alpha: f64, accumulate: bool) {
     let (m, k) = a.op_shape();
@@ -85,24 +84,29 @@ fn full_sum(be: &Cuda, x: Mat<CudaBuf>, square: bool) -> f64 {
 }
 
 /// `out[i]` = Σ of (squared) elements of `xs[i]`: each view's blocks write their fp64
-/// partials to a region of their own, read back in one download and summed in block order.
+/// partials to a region of their own (one launch for all the views), read back in one
+/// download and summed in block order.
 fn full_sums(be: &Cuda, xs: &[Mat<CudaBuf>], square: bool, out: &mut [f64]) {
     assert_eq!(xs.len(), out.len(), "one sum per view");
     let empty = |x: &Mat<CudaBuf>| x.rows == 0 || x.cols == 0;
-    if xs.iter().all(empty) {
-        out.fill(0.0);
-        return;
-    }
-    let part = be.ws(WS_PART, 8 * SUM_BLOCKS * xs.len());
-    for (i, x) in xs.iter().enumerate().filter(|(_, x)| !empty(x)) {
-        let mut p = P::of(&[tv(x)]);
-        p.v[1].p = part + (8 * SUM_BLOCKS * i) as u64;
-        p.n = [x.rows as i64, x.cols as i64, square as i64, 0, 0, 0];
-        be.blocks("k_full_sum", SUM_BLOCKS, &p);
-    }
-    let mut bytes = vec![0u8; 8 * SUM_BLOCKS * xs.len()];
-    be.dev().download(part, &mut bytes);
-    for ((o, x), b) in out.iter_mut().zip(xs).zip(bytes.chunks_exact(8 * SUM_BLOCKS)) {
-        *o = if empty(x) { 0.0 } else { b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).sum() };
+    let full: Vec<Mat<CudaBuf>> = xs.iter().copied().filter(|x| !empty(x)).collect();
+    let parts = match full.len() {
+        0 => Vec::new(),
+        1 => {
+            let part = be.ws(WS_PART, 8 * SUM_BLOCKS);
+            let x = full[0];
+            let mut p = P::of(&[tv(&x)]);
+            p.v[1].p = part;
+            p.n = [x.rows as i64, x.cols as i64, square as i64, 0, 0, 0];
+            be.blocks("k_full_sum", SUM_BLOCKS, &p);
+            let mut bytes = vec![0u8; 8 * SUM_BLOCKS];
+            be.dev().download(part, &mut bytes);
+            bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
+        }
+        _ => crate::ops::multi::partials_each(be, &full, square),
+    };
+    let mut sums = parts.chunks_exact(SUM_BLOCKS).map(|b| b.iter().sum::<f64>());
+    for (o, x) in out.iter_mut().zip(xs) {
+        *o = if empty(x) { 0.0 } else { sums.next().unwrap() };
     }
 }

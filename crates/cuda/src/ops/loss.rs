@@ -6,7 +6,7 @@ use crate::device::{Launch, P};
 use crate::launch::{NT, tv, tvm};
 use boost_tensor::XentFinish;
 use boost_tensor::cpu::IGNORE;
-use boost_tensor::{Backend, Mat, MatMut};
+use boost_tensor::{Mat, MatMut};
 
 pub(crate) fn embed(be: &Cuda, out: MatMut<CudaBuf>, table: Mat<CudaBuf>, ids: &CudaIds, first: usize) {
     assert_eq!(out.rows, ids.len(), "embed: one row per id");
@@ -22,43 +22,17 @@ pub(crate) fn embed(be: &Cuda, out: MatMut<CudaBuf>, table: Mat<CudaBuf>, ids: &
 pub(crate) fn embed_bwd(be: &Cuda, dtable: MatMut<CudaBuf>, dout: Mat<CudaBuf>, ids: &CudaIds, first: usize) {
     assert_eq!(dout.rows, ids.len(), "embed_bwd: one row per id");
     assert_eq!(dtable.cols, dout.cols, "embed_bwd: width");
-    let (starts, positions) = id_runs(&ids.host, first, dtable.rows);
-    if starts.len() < 2 {
-        return;
-    }
-    // Run starts, then positions, as one u32 array on the device.
-    let mut runs = be.alloc_ids(starts.len() + positions.len());
-    be.write_ids(&mut runs, &[starts.as_slice(), &positions].concat());
     let mut p = P::of(&[tvm(&dtable), tv(&dout)]);
     p.v[2].p = ids.ptr();
-    p.v[3].p = runs.ptr();
-    let nruns = starts.len() - 1;
-    p.n = [dout.rows as i64, dout.cols as i64, first as i64, dtable.rows as i64, nruns as i64, 0];
-    // One block row per distinct id, one thread per column: each sum walks that id's
-    // positions in order, so repeated ids add up deterministically, and in parallel.
+    p.v[3].p = ids.runs_ptr();
+    p.n = [dout.rows as i64, dout.cols as i64, first as i64, dtable.rows as i64, 0, 0];
+    // A block row per distinct id (the grid has one per position: those past the distinct
+    // ids, and ids outside this table's rows, do nothing), one thread per column: each sum
+    // walks that id's positions in order, so repeated ids add up deterministically, and in
+    // parallel. The runs were uploaded with the ids: nothing is allocated or copied here.
     let cols = dout.cols.div_ceil(NT as usize) as u32;
-    be.launch("k_embed_bwd", Launch { grid: (nruns as u32, cols, 1), block: (NT, 1, 1) }, &p);
+    be.launch("k_embed_bwd", Launch { grid: (dout.rows as u32, cols, 1), block: (NT, 1, 1) }, &p);
     be.touched(&dtable);
-    // `runs` is freed in stream order, after the kernel.
-    drop(runs);
-}
-
-/// The positions of the ids in `first..first + rows`, grouped by id in increasing order and
-/// in position order within an id, and where each id's run starts (plus the end).
-fn id_runs(ids: &[u32], first: usize, rows: usize) -> (Vec<u32>, Vec<u32>) {
-    let in_range = |id: u32| (id as usize) >= first && (id as usize) < first + rows;
-    let mut positions: Vec<u32> = (0..ids.len() as u32).filter(|&i| in_range(ids[i as usize])).collect();
-    positions.sort_by_key(|&i| ids[i as usize]); // stable: each id keeps its position order
-    let mut starts = vec![0u32];
-    for k in 1..positions.len() {
-        if ids[positions[k] as usize] != ids[positions[k - 1] as usize] {
-            starts.push(k as u32);
-        }
-    }
-    if !positions.is_empty() {
-        starts.push(positions.len() as u32);
-    }
-    (starts, positions)
 }
 
 pub(crate) fn cross_entropy(

@@ -7,6 +7,7 @@ mod dense;
 mod flash;
 mod kron;
 mod loss;
+pub(crate) mod multi;
 mod norm;
 mod optim;
 mod rope;

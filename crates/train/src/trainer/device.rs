@@ -75,6 +75,7 @@ fn run_gpu(job: &RankCtx, rank: usize, grid: Grid, n: usize) -> Result<Option<Su
         Cuda::emulated(Precision::Bf16)
     };
     let attention = choose_attention(&be, job.cfg())?;
+    be.set_cuda_graphs(job.cfg().train.cuda_graphs);
     if job.shows(rank) {
         // The model stores activations in what `Backend::alloc_act` gives; the residual
         // stream, statistics, gradients of weights and the optimizer stay fp32.

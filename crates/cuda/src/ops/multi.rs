@@ -1,0 +1,194 @@
+//! The optimizer's multi-tensor kernels: the fp64 partial sums of many views in one launch,
+//! the gradient norm and clip coefficient finished on the device, and AdamW over every
+//! parameter buffer in one launch that reads the step's scalars from device memory. Their
+//! tables of addresses are uploaded when the buffers change (the first step), never in a
+//! step after it; the step's scalars go up without waiting for the device.
+
+use crate::backend::Cuda;
+use crate::buf::{CudaBuf, DType};
+use crate::device::{Launch, Mem, P, Tv};
+use crate::launch::{NT, tv, tv_of};
+use boost_tensor::{AdamAll, AdamStep, Mat};
+
+/// Blocks of a full reduction: fixed, so its summation order is too (`k_full_sum`'s grid).
+pub(crate) const SUM_BLOCKS: usize = 64;
+/// Elements of an AdamW chunk (one block's share of a tensor).
+const CHUNK: usize = 32 * NT as usize;
+/// Upper bound on the blocks of the multi-tensor AdamW (each walks chunks grid-stride).
+const ADAM_BLOCKS: usize = 8192;
+/// Views per multi-tensor sum launch (CUDA's limit on gridDim.y).
+const Y_MAX: usize = 65535;
+/// Doubles of the step's scalars (`k_adamw_multi`).
+const SCALARS: usize = 16;
+
+/// A device table of plain words, rebuilt and uploaded only when its contents change.
+#[derive(Default)]
+pub(crate) struct Table {
+    key: Vec<u64>,
+    mem: Option<Mem>,
+}
+
+impl Table {
+    /// The table's device address holding `words` (uploaded when they changed).
+    fn of(&mut self, be: &Cuda, words: Vec<u64>) -> u64 {
+        if self.mem.is_none() || self.key != words {
+            let bytes = 8 * words.len();
+            if self.mem.as_ref().is_none_or(|m| m.bytes < bytes) {
+                self.mem = Some(be.dev().alloc(bytes.max(64)));
+            }
+            let raw: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            be.dev().upload(self.mem.as_ref().unwrap().ptr, &raw);
+            self.key = words;
+        }
+        self.mem.as_ref().unwrap().ptr
+    }
+}
+
+/// A buffer of at least `bytes`, grown (never shrunk) when too small.
+fn grown(be: &Cuda, slot: &mut Option<Mem>, bytes: usize) -> u64 {
+    if slot.as_ref().is_none_or(|m| m.bytes < bytes) {
+        *slot = Some(be.dev().alloc(bytes.max(64)));
+    }
+    slot.as_ref().unwrap().ptr
+}
+
+/// What the optimizer keeps on the device between steps.
+#[derive(Default)]
+pub(crate) struct OptimState {
+    /// The gradient norm's views, its partials, and the step's scalars (`k_adamw_multi`).
+    norm: Table,
+    norm_part: Option<Mem>,
+    norm_views: usize,
+    scalars: Option<Mem>,
+    /// Views of other sums of many views (`sumsq_each`) and their partials.
+    each: Table,
+    each_part: Option<Mem>,
+    /// AdamW's chunks and tensors.
+    chunks: Table,
+    tensors: Table,
+}
+
+fn tv_words(t: Tv) -> [u64; 3] {
+    [t.p, t.ld as u64, (t.bf as u32 as u64) | ((t.pad as u32 as u64) << 32)]
+}
+
+/// The `SumView` table of `views` (kernels/reduce.cu): the view, rows, cols.
+fn sum_table(views: &[Mat<CudaBuf>]) -> Vec<u64> {
+    views.iter().flat_map(|x| tv_words(tv(x)).into_iter().chain([x.rows as u64, x.cols as u64])).collect()
+}
+
+/// Queue the partials of every view (`SUM_BLOCKS` each, view-major) into `part`.
+fn launch_partials(be: &Cuda, table: u64, part: u64, n: usize, square: bool) {
+    for first in (0..n).step_by(Y_MAX) {
+        let rows = (n - first).min(Y_MAX);
+        let mut p = P::default();
+        p.v[0].p = table;
+        p.v[1].p = part;
+        p.n[1] = first as i64;
+        p.n[2] = square as i64;
+        let at = Launch { grid: (SUM_BLOCKS as u32, rows as u32, 1), block: (NT, 1, 1) };
+        be.launch("k_full_sum_multi", at, &p);
+    }
+}
+
+/// The fp64 partials of several non-empty views (`SUM_BLOCKS` each, in view order), read back.
+pub(crate) fn partials_each(be: &Cuda, xs: &[Mat<CudaBuf>], square: bool) -> Vec<f64> {
+    let mut st = be.optim();
+    let table = st.each.of(be, sum_table(xs));
+    let part = grown(be, &mut st.each_part, 8 * SUM_BLOCKS * xs.len());
+    launch_partials(be, table, part, xs.len(), square);
+    let mut bytes = vec![0u8; 8 * SUM_BLOCKS * xs.len()];
+    be.dev().download(part, &mut bytes);
+    bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+/// `Backend::queue_grad_sumsq`: the partials of every non-empty view in one launch, then
+/// one thread adds them as the host would and computes the clip coefficient.
+pub(crate) fn queue_grad_sumsq(be: &Cuda, views: &[Mat<CudaBuf>], max_norm: f64) -> bool {
+    let views: Vec<Mat<CudaBuf>> = views.iter().copied().filter(|x| x.rows > 0 && x.cols > 0).collect();
+    let mut st = be.optim();
+    let table = st.norm.of(be, sum_table(&views));
+    let part = grown(be, &mut st.norm_part, 8 * SUM_BLOCKS * views.len().max(1));
+    let scalars = grown(be, &mut st.scalars, 8 * SCALARS);
+    st.norm_views = views.len();
+    launch_partials(be, table, part, views.len(), true);
+    let mut p = P::default();
+    p.v[0].p = part;
+    p.v[1].p = scalars;
+    p.n[0] = views.len() as i64;
+    p.n[2] = SUM_BLOCKS as i64;
+    p.f[0] = max_norm;
+    be.launch("k_norm_finish", Launch { grid: (1, 1, 1), block: (1, 1, 1) }, &p);
+    true
+}
+
+pub(crate) fn read_grad_sumsq(be: &Cuda) -> f64 {
+    let st = be.optim();
+    let s = st.scalars.as_ref().expect("read_grad_sumsq: no gradient sum was queued");
+    let mut b = [0u8; 8];
+    be.dev().download(s.ptr, &mut b);
+    f64::from_le_bytes(b)
+}
+
+/// The host's share of the step's scalars (`k_adamw_multi`'s [3..12]).
+fn host_scalars(s: &AdamStep) -> [f64; 9] {
+    [
+        s.beta1,
+        s.beta2,
+        1.0 - s.beta1,
+        1.0 - s.beta2,
+        1.0 - s.lr * s.weight_decay,
+        s.lr / s.bias_corr1,
+        s.bias_corr2.sqrt(),
+        s.eps,
+        s.grad_scale,
+    ]
+}
+
+/// `Backend::adamw_all`: one launch over every buffer (fp32 ones; any other goes through the
+/// per-buffer kernel, as does everything when there are no buffers).
+pub(crate) fn adamw_all(be: &Cuda, a: AdamAll<CudaBuf>) {
+    let k = a.lens.len();
+    assert!(a.p.len() == k && a.g.len() == k && a.m.len() == k && a.v.len() == k, "adamw_all: {k} buffers");
+    let f32s = |b: &CudaBuf| b.dtype == DType::F32;
+    let multi = a.p.iter().chain(a.g).chain(a.m.iter()).chain(a.v.iter()).all(f32s);
+    if !multi {
+        assert!(!a.device_clip, "adamw_all: the clip coefficient on the device needs fp32 buffers");
+        let it = a.p.iter_mut().zip(a.g).zip(a.m.iter_mut().zip(a.v.iter_mut())).zip(a.lens);
+        for (((p, g), (m, v)), &(n, decay)) in it {
+            super::adamw(be, boost_tensor::AdamUpdate { p, g, m, v, off: 0, n, step: a.step, decay });
+        }
+        return;
+    }
+    let (mut tensors, mut chunks) = (Vec::new(), Vec::new());
+    for (i, &(n, decay)) in a.lens.iter().enumerate() {
+        for (b, what) in [(&a.p[i], "p"), (&a.g[i], "g"), (&a.m[i], "m"), (&a.v[i], "v")] {
+            assert!(n <= b.len, "adamw: {what} has {} elements, the update needs {n}", b.len);
+        }
+        let p = &a.p[i];
+        let shadow = p.shadow_ptr(0).map_or(Tv::default(), |sp| Tv { p: sp, ld: n as i64, bf: 1, pad: 0 });
+        let views = [tv_of(p, 0, n), tv_of(&a.g[i], 0, n), tv_of(&a.m[i], 0, n), tv_of(&a.v[i], 0, n), shadow];
+        tensors.extend(views.into_iter().flat_map(tv_words));
+        tensors.extend([p.shadow.is_some() as u64, decay as u64]);
+        for off in (0..n).step_by(CHUNK) {
+            chunks.extend([i as u64, off as u64, CHUNK.min(n - off) as u64]);
+        }
+    }
+    let nchunks = chunks.len() / 3;
+    if nchunks == 0 {
+        return;
+    }
+    let mut st = be.optim();
+    let chunk_table = st.chunks.of(be, chunks);
+    let tensor_table = st.tensors.of(be, tensors);
+    let scalars = grown(be, &mut st.scalars, 8 * SCALARS);
+    let words: Vec<u8> = host_scalars(a.step).iter().flat_map(|v| v.to_le_bytes()).collect();
+    be.dev().upload(scalars + 24, &words);
+    let mut p = P::default();
+    p.v[0].p = chunk_table;
+    p.v[1].p = tensor_table;
+    p.v[2].p = scalars;
+    p.n[0] = nchunks as i64;
+    p.n[1] = a.device_clip as i64;
+    be.blocks("k_adamw_multi", nchunks.min(ADAM_BLOCKS), &p);
+}
