@@ -123,7 +123,7 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
             model.set_recompute(v.recompute);
             model.set_recompute_layers(v.recompute_layers);
             let mem = model.activation_memory(opts.micro_batch, opts.seq);
-            let mut opt = AdamW::new(&model.be, &model.store);
+            let mut opt = AdamW::new(model.be(), model.store());
             let tc = TrainConfig::default();
             // Chunks after the first get tp groups of their own, split off the rank's.
             let extra = boost_exec::dp::tp_chunk_groups(&grid, chunks)?;
@@ -143,10 +143,10 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
                 let order: Vec<usize> =
                     if i % 2 == 0 { (0..modes.len()).collect() } else { (0..modes.len()).rev().collect() };
                 for k in order {
-                    model.be.take();
+                    model.be().take();
                     rec.take();
                     let t0 = Instant::now();
-                    model.store.zero_grads(&model.be);
+                    model.zero_grads();
                     let loss = if modes[k] == 1 {
                         // In a slot of its own (the chunks use 0..chunks), so that neither
                         // path reallocates the other's buffers.
@@ -158,14 +158,15 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
                         chunked.forward_backward(&mut model, &tps, &b, 1.0 / t as f64, None)
                     };
                     anyhow::ensure!(loss.sum.is_finite(), "a non-finite loss in the bench's step {i}");
-                    let n = grad_norm(&model.be, &model.store, rank, tp);
-                    opt.update(&model.be, &mut model.store, &tc, 1e-4, clip_coef(n, 1.0));
+                    let n = grad_norm(model.be(), model.store(), rank, tp);
+                    let (be, store) = model.be_and_store_mut();
+                    opt.update(be, store, &tc, 1e-4, clip_coef(n, 1.0));
                     let dt = t0.elapsed().as_secs_f64();
                     let s = rec.take();
                     if i >= opts.warmup {
                         let run = &mut runs[k];
                         run.times.push(dt);
-                        run.compute += model.be.take().total().as_secs_f64();
+                        run.compute += model.be().take().total().as_secs_f64();
                         run.comm += s.totals.time.as_secs_f64();
                         run.emulated += s.totals.emulated.as_secs_f64();
                         run.snap = Some(s);

@@ -15,8 +15,8 @@ pub struct AdamW<B: Backend> {
 impl<B: Backend> AdamW<B> {
     pub fn new(be: &B, store: &ParamStore<B>) -> Self {
         Self {
-            m: store.bufs.iter().map(|b| be.alloc(b.len)).collect(),
-            v: store.bufs.iter().map(|b| be.alloc(b.len)).collect(),
+            m: store.bufs().iter().map(|b| be.alloc(b.len)).collect(),
+            v: store.bufs().iter().map(|b| be.alloc(b.len)).collect(),
             step: 0,
         }
     }
@@ -26,10 +26,11 @@ impl<B: Backend> AdamW<B> {
     pub fn update(&mut self, be: &B, store: &mut ParamStore<B>, cfg: &TrainConfig, lr: f64, grad_scale: f64) {
         self.step += 1;
         let s = adam_step(cfg, self.step, lr, grad_scale);
-        for (i, info) in store.bufs.iter().enumerate() {
+        let u = store.for_update();
+        for (i, info) in u.bufs.iter().enumerate() {
             be.adamw(boost_tensor::AdamUpdate {
-                p: &mut store.values[i],
-                g: &store.grads[i],
+                p: &mut u.values[i],
+                g: &u.grads[i],
                 m: &mut self.m[i],
                 v: &mut self.v[i],
                 off: 0,
@@ -44,7 +45,7 @@ impl<B: Backend> AdamW<B> {
 /// ‖g‖₂ over the whole model: each rank sums its buffers (a buffer replicated across the
 /// tensor-parallel group only on rank 0), then the sum is all-reduced over `group`.
 pub fn grad_norm<B: Backend>(be: &B, store: &ParamStore<B>, tp_rank: usize, group: &dyn Collective<B>) -> f64 {
-    let counted = (store.grads.iter().zip(&store.bufs))
+    let counted = (store.grads().iter().zip(store.bufs()))
         .filter(|(_, info)| !info.replicated || tp_rank == 0)
         .map(|(g, info)| Mat::new(g, 1, info.len));
     let mut sq = sumsq_in_order(be, counted);

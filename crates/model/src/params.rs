@@ -94,13 +94,24 @@ pub struct BufInfo {
     pub pipeline_copy: bool,
 }
 
+/// A rank's parameters: buffer i has its values, its gradient and its [`BufInfo`], and each
+/// [`Piece`] points into one of them. The fields stay private so that the four lists keep
+/// one length and the pieces keep pointing at buffers that exist: buffers are read and
+/// written through the methods, never added or dropped from outside.
 pub struct ParamStore<B: Backend> {
-    pub values: Vec<B::Buf>,
-    pub grads: Vec<B::Buf>,
-    pub bufs: Vec<BufInfo>,
-    pub pieces: Vec<Piece>,
+    values: Vec<B::Buf>,
+    grads: Vec<B::Buf>,
+    bufs: Vec<BufInfo>,
+    pieces: Vec<Piece>,
     /// Record the declaration only: buffers are empty (for reading another rank's share).
     shapes_only: bool,
+}
+
+/// [`ParamStore::for_update`]: the values writable beside the gradients and buffer infos.
+pub struct ForUpdate<'a, B: Backend> {
+    pub values: &'a mut [B::Buf],
+    pub grads: &'a [B::Buf],
+    pub bufs: &'a [BufInfo],
 }
 
 impl<B: Backend> ParamStore<B> {
@@ -119,6 +130,78 @@ impl<B: Backend> ParamStore<B> {
         self.grads.push(backend.alloc(n));
         self.bufs.push(BufInfo { name: name.to_string(), len, decay, replicated, pipeline_copy: false });
         self.bufs.len() - 1
+    }
+
+    /// Number of buffers.
+    pub fn buf_count(&self) -> usize {
+        self.bufs.len()
+    }
+    /// What each buffer is.
+    pub fn bufs(&self) -> &[BufInfo] {
+        &self.bufs
+    }
+    /// Every canonical tensor this rank holds a part of, in declaration order.
+    pub fn pieces(&self) -> &[Piece] {
+        &self.pieces
+    }
+    /// The pieces, the buffers dropped (a declaration read for its layout).
+    pub fn into_pieces(self) -> Vec<Piece> {
+        self.pieces
+    }
+    /// Buffer `i`'s values.
+    pub fn value(&self, i: usize) -> &B::Buf {
+        &self.values[i]
+    }
+    pub fn value_mut(&mut self, i: usize) -> &mut B::Buf {
+        &mut self.values[i]
+    }
+    /// Buffer `i`'s gradient.
+    pub fn grad(&self, i: usize) -> &B::Buf {
+        &self.grads[i]
+    }
+    pub fn grad_mut(&mut self, i: usize) -> &mut B::Buf {
+        &mut self.grads[i]
+    }
+    /// Every buffer's values (what [`Slot::of`] reads).
+    pub fn values(&self) -> &[B::Buf] {
+        &self.values
+    }
+    pub fn values_mut(&mut self) -> &mut [B::Buf] {
+        &mut self.values
+    }
+    /// Every buffer's gradient.
+    pub fn grads(&self) -> &[B::Buf] {
+        &self.grads
+    }
+    pub fn grads_mut(&mut self) -> &mut [B::Buf] {
+        &mut self.grads
+    }
+    /// Values to update, the gradients that update them and what each buffer is, together
+    /// (an optimizer step, ZeRO-1's gather of the updated shards).
+    pub fn for_update(&mut self) -> ForUpdate<'_, B> {
+        ForUpdate { values: &mut self.values, grads: &self.grads, bufs: &self.bufs }
+    }
+    /// Lend the values out (a pass that fills them as it reads); [`ParamStore::put_values`]
+    /// gives them back.
+    pub fn take_values(&mut self) -> Vec<B::Buf> {
+        std::mem::take(&mut self.values)
+    }
+    pub fn put_values(&mut self, values: Vec<B::Buf>) {
+        assert_eq!(values.len(), self.bufs.len(), "values given back for {} buffers", self.bufs.len());
+        self.values = values;
+    }
+    /// Lend the gradients out (a backward, or the summing of tp chunks);
+    /// [`ParamStore::put_grads`] gives them (or their replacement) back.
+    pub fn take_grads(&mut self) -> Vec<B::Buf> {
+        std::mem::take(&mut self.grads)
+    }
+    pub fn put_grads(&mut self, grads: Vec<B::Buf>) {
+        assert_eq!(grads.len(), self.bufs.len(), "gradients given back for {} buffers", self.bufs.len());
+        self.grads = grads;
+    }
+    /// Mark buffer `i` as a copy another pipeline stage holds too ([`BufInfo::pipeline_copy`]).
+    pub fn mark_pipeline_copy(&mut self, i: usize) {
+        self.bufs[i].pipeline_copy = true;
     }
 
     pub fn piece(&self, name: &str) -> Option<&Piece> {

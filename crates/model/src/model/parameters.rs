@@ -80,7 +80,7 @@ impl<B: Backend> StageParams<B> {
             if !first {
                 // The last stage's copy of a tied table: synced with the first stage's and
                 // counted there.
-                store.bufs[slot.buf].pipeline_copy = true;
+                store.mark_pipeline_copy(slot.buf);
             }
             slot
         });
@@ -89,9 +89,9 @@ impl<B: Backend> StageParams<B> {
         let blocks: Vec<Block> = layout
             .layer_range(cfg.layers)
             .map(|l| {
-                let lo = cx.store.bufs.len();
+                let lo = cx.store.buf_count();
                 let b = Block::build(l, &mut cx);
-                layer_bufs.push(lo..cx.store.bufs.len());
+                layer_bufs.push(lo..cx.store.buf_count());
                 b
             })
             .collect();
@@ -121,5 +121,5 @@ impl<B: Backend> StageParams<B> {
 pub fn layout_pieces(cfg: &ModelConfig, layout: Layout) -> Result<Vec<crate::params::Piece>> {
     let (plan, dims) = resolve(cfg, &layout)?;
     let be = boost_tensor::cpu::Cpu::<f32>::new();
-    Ok(StageParams::declare(&be, cfg, &layout, &plan, &dims, ParamStore::shapes_only()).store.pieces)
+    Ok(StageParams::declare(&be, cfg, &layout, &plan, &dims, ParamStore::shapes_only()).store.into_pieces())
 }
