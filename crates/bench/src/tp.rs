@@ -9,7 +9,7 @@ use crate::stats::median;
 use crate::step::BenchOptions;
 use anyhow::Result;
 use boost_comm::{GridDims, GridOptions, GroupLinks, Link, RunOptions, run_ranks_with};
-use boost_config::{ModelConfig, NormMode, ParallelConfig, Recompute, Scheme, TrainConfig};
+use boost_config::{ParallelConfig, TrainConfig};
 use boost_exec::optim::{AdamW, clip_coef, grad_norm};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::Collective;
@@ -66,21 +66,11 @@ pub fn scaled_link(hw: &boost_perf::Hardware, cpu_gflops: f64) -> (Link, f64) {
     (link, k)
 }
 
-/// One configuration of the TP bench.
-#[derive(Debug, Clone)]
-pub struct Variant {
-    pub model: ModelConfig,
-    pub scheme: Scheme,
-    pub norm: NormMode,
-    pub grouping: bool,
-    pub recompute: Recompute,
-    /// The policy applies to the first N layers (0: all).
-    pub recompute_layers: usize,
-}
-
 pub struct TpBench {
     pub tp: usize,
-    pub variants: Vec<Variant>,
+    /// The configurations side by side: their model, scheme, norm, grouping and recompute
+    /// policy (the bench runs each at `tp`, with the bench's micro-batch).
+    pub variants: Vec<boost_perf::Setup>,
     pub link: Option<Link>,
     /// Also run each micro-batch as this many chunks of whole sequences
     /// (`parallel.tp_chunks`), its steps alternated with the one-chunk path's; 1: only that.
@@ -202,7 +192,7 @@ impl ModeRun {
     #[allow(clippy::too_many_arguments)]
     fn result(
         self,
-        v: &Variant,
+        v: &boost_perf::Setup,
         tb: &TpBench,
         chunks: usize,
         one_chunk_times: &[f64],
