@@ -51,12 +51,6 @@ impl BufOpts {
     }
 }
 
-/// A held tensor waiting for its buffer's allocation, at its slot.
-struct Pending {
-    held: Held,
-    slot: Slot,
-}
-
 /// Builds one parameter buffer out of canonical tensors laid out side by side. Its buffer id
 /// is fixed when it is opened, so every slot it hands out already points at its buffer;
 /// builders are finished in the order they were opened (the order of the buffers).
@@ -64,7 +58,8 @@ pub struct BufBuilder {
     id: usize,
     name: String,
     opts: BufOpts,
-    pieces: Vec<Pending>,
+    /// Registered with the store when the buffer is allocated.
+    pieces: Vec<Piece>,
     len: usize,
 }
 
@@ -92,7 +87,7 @@ impl BufBuilder {
         let cols = if split == Split::Cols { shard(c, tp, rank) } else { 0..c };
         let slot = Slot { buf: self.id, off: self.len, rows: rows.len(), cols: cols.len(), ld: cols.len() };
         self.len += rows.len() * cols.len();
-        self.pieces.push(Pending { held: Held { name, shape, rows, cols, init }, slot });
+        self.pieces.push(Piece { name, shape, rows, cols, slot, init });
         slot
     }
 
@@ -102,7 +97,8 @@ impl BufBuilder {
         let (rows, cols) = (held.rows.len(), held.cols.len());
         let slot = Slot { buf: self.id, off, rows, cols, ld };
         self.len = self.len.max(off + (rows.max(1) - 1) * ld + cols);
-        self.pieces.push(Pending { held, slot });
+        let Held { name, shape, rows, cols, init } = held;
+        self.pieces.push(Piece { name, shape, rows, cols, slot, init });
         slot
     }
 
@@ -115,9 +111,7 @@ impl BufBuilder {
         assert_eq!(self.id, store.bufs.len(), "buffer {} finished before the buffers opened ahead of it", self.name);
         store.opening -= 1;
         store.add_buf(backend, &self.name, self.len, self.opts);
-        for Pending { held: Held { name, shape, rows, cols, init }, slot } in self.pieces {
-            store.pieces.push(Piece { name, shape, rows, cols, slot, init });
-        }
+        store.pieces.extend(self.pieces);
     }
 }
 
