@@ -70,6 +70,8 @@ pub struct LastStage {
     pub head: Slot,
 }
 
+/// One rank's model. Its fields belong to this crate: other crates read them through the
+/// accessors and reach the parameters through the store's methods.
 pub struct Model<B: Backend> {
     pub(crate) cfg: ModelConfig,
     pub(crate) layout: Layout,
@@ -132,9 +134,6 @@ impl<B: Backend> Model<B> {
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
-    pub fn plan(&self) -> &Plan {
-        &self.plan
-    }
     pub fn dims(&self) -> &Dims {
         &self.dims
     }
@@ -151,19 +150,6 @@ impl<B: Backend> Model<B> {
     /// The backend and the parameters, the latter mutable (writing values, an optimizer step).
     pub fn be_and_store_mut(&mut self) -> (&B, &mut ParamStore<B>) {
         (&self.be, &mut self.store)
-    }
-    pub fn first(&self) -> Option<FirstStage> {
-        self.first
-    }
-    pub fn last(&self) -> Option<LastStage> {
-        self.last
-    }
-    pub fn blocks(&self) -> &[Block] {
-        &self.blocks
-    }
-    /// The parameter buffers of each of [`Model::blocks`].
-    pub fn layer_bufs(&self) -> &[std::ops::Range<usize>] {
-        &self.layer_bufs
     }
     /// Zero every gradient buffer.
     pub fn zero_grads(&mut self) {
