@@ -7,21 +7,17 @@ use boost_tensor::cpu::Cpu;
 use boost_tensor::cpu::pool::hold_pool;
 use boost_tensor::profile::{GemmShape, GemmTotals};
 use boost_tensor::{Backend, Mat, MatMut};
-use serde::Serialize;
+use serde::ser::SerializeStruct;
+use serde::{Serialize, Serializer};
 use std::time::Instant;
 
-/// One GEMM shape of a step: `c (m×n) = op(a) (m×k) · op(b) (k×n)`.
+/// One GEMM shape of a step and its rates.
 #[derive(Debug, Clone, Serialize)]
 pub struct GemmRow {
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    /// `a` read transposed (the stored matrix is k×m).
-    pub trans_a: bool,
-    /// `b` read transposed (the stored matrix is n×k).
-    pub trans_b: bool,
-    /// `c` accumulates (`c += …`, as weight gradients do).
-    pub accumulate: bool,
+    /// `c (m×n) = op(a) (m×k) · op(b) (k×n)`: written as the fields m, n, k, trans_a, trans_b
+    /// and accumulate of the row.
+    #[serde(flatten, serialize_with = "shape_fields")]
+    pub shape: GemmShape,
     pub calls_per_step: f64,
     pub ms_per_step: f64,
     pub gflops: f64,
@@ -34,6 +30,18 @@ pub struct GemmRow {
     pub alone_gflops: Option<f64>,
     /// `alone_gflops` over the GEMM peak measured right before and after this product alone.
     pub alone_of_peak: Option<f64>,
+}
+
+/// A shape's fields as the row's own (the tensor crate does not serialize).
+fn shape_fields<S: Serializer>(s: &GemmShape, ser: S) -> Result<S::Ok, S::Error> {
+    let mut f = ser.serialize_struct("GemmShape", 6)?;
+    f.serialize_field("m", &s.m)?;
+    f.serialize_field("n", &s.n)?;
+    f.serialize_field("k", &s.k)?;
+    f.serialize_field("trans_a", &s.trans_a)?;
+    f.serialize_field("trans_b", &s.trans_b)?;
+    f.serialize_field("accumulate", &s.accumulate)?;
+    f.end()
 }
 
 /// Merge the shapes of several measurements and rate them; the slowest in total first.
@@ -56,12 +64,7 @@ pub fn rows(measured: &[Vec<(GemmShape, GemmTotals)>], steps: f64, peak_gflops: 
             let secs = t.time.as_secs_f64();
             let gflops = if secs > 0.0 { t.flops / secs / 1e9 } else { 0.0 };
             GemmRow {
-                m: s.m,
-                n: s.n,
-                k: s.k,
-                trans_a: s.trans_a,
-                trans_b: s.trans_b,
-                accumulate: s.accumulate,
+                shape: s,
                 calls_per_step: t.calls as f64 / steps,
                 ms_per_step: 1e3 * secs / steps,
                 gflops,
@@ -89,25 +92,25 @@ pub fn time_alone(rows: &mut [GemmRow], calls: usize, peak: impl Fn() -> f64) {
     let be = Cpu::<f32>::new();
     let mut before = peak();
     for r in rows.iter_mut() {
-        let (m, n, k) = (r.m, r.n, r.k);
+        let GemmShape { m, n, k, trans_a, trans_b, accumulate } = r.shape;
         // Values that stay normal after any number of accumulating calls.
         let a = vec![0.5f32; m * k];
         let b = vec![0.25f32; k * n];
         let mut c = vec![0.0f32; m * n];
-        let av = if r.trans_a { Mat::new(&a, k, m).t() } else { Mat::new(&a, m, k) };
-        let bv = if r.trans_b { Mat::new(&b, n, k).t() } else { Mat::new(&b, k, n) };
+        let av = if trans_a { Mat::new(&a, k, m).t() } else { Mat::new(&a, m, k) };
+        let bv = if trans_b { Mat::new(&b, n, k).t() } else { Mat::new(&b, k, n) };
         // Called as the step calls them: in the pool, its workers held awake.
         let secs: Vec<f64> = hold_pool(|| {
             (0..=calls.max(1))
                 .map(|_| {
                     let t = Instant::now();
-                    be.gemm(MatMut::new(&mut c, m, n), av, bv, 1.0, r.accumulate);
+                    be.gemm(MatMut::new(&mut c, m, n), av, bv, 1.0, accumulate);
                     t.elapsed().as_secs_f64()
                 })
                 .skip(1)
                 .collect()
         });
-        let gflops = 2.0 * (m * n * k) as f64 / median(&secs).max(1e-12) / 1e9;
+        let gflops = r.shape.flops() / median(&secs).max(1e-12) / 1e9;
         let after = peak();
         r.alone_gflops = Some(gflops);
         r.alone_of_peak = Some(gflops / before.max(after));
@@ -131,13 +134,13 @@ pub fn table(arch: &str, legend: &str, rows: &[GemmRow]) -> String {
         };
         s += &format!(
             "| {}{} × {} · {} × {}{}{} | {:.0} | {:.1} | {:.1} | {:.0}% | {:.1}% |{alone}\n",
-            r.m,
-            if r.trans_a { "ᵀ" } else { "" },
-            r.k,
-            r.k,
-            r.n,
-            if r.trans_b { "ᵀ" } else { "" },
-            if r.accumulate { " +=" } else { "" },
+            r.shape.m,
+            if r.shape.trans_a { "ᵀ" } else { "" },
+            r.shape.k,
+            r.shape.k,
+            r.shape.n,
+            if r.shape.trans_b { "ᵀ" } else { "" },
+            if r.shape.accumulate { " +=" } else { "" },
             r.calls_per_step,
             r.ms_per_step,
             r.gflops,
@@ -181,14 +184,25 @@ mod tests {
         let b = vec![(shape(2), t(30, 2, 2))];
         let r = rows(&[a, b], 2.0, 1e-6);
         // Shape 2: 40 ms over 2 steps, 4 calls of 2·2·4·8 = 128 FLOPs.
-        assert_eq!((r[0].m, r[0].calls_per_step), (2, 2.0));
+        assert_eq!((r[0].shape.m, r[0].calls_per_step), (2, 2.0));
         assert!((r[0].ms_per_step - 20.0).abs() < 1e-9);
         assert!((r[0].gflops - 512.0 / 0.04 / 1e9).abs() < 1e-15);
         assert!((r[0].of_peak - r[0].gflops / 1e-6).abs() < 1e-9);
         assert!((r[0].share - 40.0 / 70.0).abs() < 1e-12);
-        assert_eq!(r[1].m, 1);
+        assert_eq!(r[1].shape.m, 1);
         assert!(table("cola", "T = 2", &r).contains("| 2 × 8 · 8 × 4ᵀ | 2 | 20.0 |"));
         assert!(!table("cola", "T = 2", &r).contains("alone"), "no alone columns before timing");
+    }
+
+    /// A row's JSON keeps the shape's fields at its top level, beside the rates.
+    #[test]
+    fn a_row_writes_its_shape_flat() {
+        let t = GemmTotals { time: Duration::from_millis(10), calls: 2, flops: shape(3).flops() };
+        let json = serde_json::to_value(&rows(&[vec![(shape(3), t)]], 1.0, 1.0)[0]).unwrap();
+        let keys = ["m", "n", "k", "trans_a", "trans_b", "accumulate", "calls_per_step"];
+        let got: Vec<String> = keys.iter().map(|k| json[k].to_string()).collect();
+        assert_eq!(got, ["3", "4", "8", "false", "true", "false", "2.0"], "{json}");
+        assert!(json.get("shape").is_none(), "{json}");
     }
 
     /// Timing alone fills every row with a positive rate, and the table shows it with the

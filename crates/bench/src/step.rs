@@ -101,10 +101,10 @@ pub struct BenchOptions {
 
 /// Weights that take part in matrix products.
 pub fn matmul_params<B: Backend>(m: &Model<B>) -> usize {
-    m.store
-        .pieces
+    m.store()
+        .pieces()
         .iter()
-        .filter(|p| p.shape.len() == 2 && (p.name != "model.embed_tokens.weight" || m.cfg.tie_embeddings))
+        .filter(|p| p.shape.len() == 2 && (p.name != "model.embed_tokens.weight" || m.cfg().tie_embeddings))
         .map(|p| p.shape.iter().product::<usize>())
         .sum()
 }
@@ -124,7 +124,7 @@ impl Ours {
     fn new(opts: &BenchOptions, cfg: &ModelConfig) -> Result<Ours> {
         reset_peak_rss();
         let model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, Layout::single(cfg), 1)?;
-        let opt = AdamW::new(&model.be, &model.store);
+        let opt = AdamW::new(model.be(), model.store());
         let t = opts.micro_batch * opts.seq;
         // A fixed pseudo-random token stream: timing does not depend on the text.
         let mut x: u64 = 0x9e3779b97f4a7c15;
@@ -141,8 +141,8 @@ impl Ours {
         for _ in 0..opts.warmup {
             ours.step();
         }
-        ours.model.be.take();
-        ours.model.be.take_gemm_shapes();
+        ours.model.be().take();
+        ours.model.be().take_gemm_shapes();
         Ok(ours)
     }
 
@@ -154,10 +154,11 @@ impl Ours {
         // Run as the trainer runs a single-rank step: in the pool, its workers held awake.
         boost_tensor::cpu::pool::hold_pool(|| {
             let m = &mut self.model;
-            m.store.zero_grads(&m.be);
+            m.zero_grads();
             m.forward_backward(&Solo, &b, 1.0 / t as f64);
-            let n = grad_norm(&m.be, &m.store, 0, &Solo);
-            self.opt.update(&m.be, &mut m.store, &self.tc, 1e-4, clip_coef(n, GRAD_CLIP));
+            let n = grad_norm(m.be(), m.store(), 0, &Solo);
+            let (be, store) = m.be_and_store_mut();
+            self.opt.update(be, store, &self.tc, 1e-4, clip_coef(n, GRAD_CLIP));
         });
         t0.elapsed().as_secs_f64()
     }
@@ -243,7 +244,7 @@ fn measure(opts: &BenchOptions, cfg: &ModelConfig, log: &dyn Fn(String)) -> Resu
         peaks.push(gemm_peak());
         torch_peaks.extend(ask(&mut peer, Peer::gemm_peak));
     }
-    let (kernels, gemms) = (ours.model.be.take(), ours.model.be.take_gemm_shapes());
+    let (kernels, gemms) = (ours.model.be().take(), ours.model.be().take_gemm_shapes());
     // Where each side's step goes, from a few more pairs of steps: ours read from the kernel
     // timers (reset before each), the peer's under its profiler. Timed steps are never profiled.
     let mut splits = Vec::new();
@@ -251,8 +252,8 @@ fn measure(opts: &BenchOptions, cfg: &ModelConfig, log: &dyn Fn(String)) -> Resu
         let Some(p) = peer.as_mut() else { break };
         let mut mine = || {
             let step_s = ours.step();
-            let k = ours.model.be.take();
-            ours.model.be.take_gemm_shapes();
+            let k = ours.model.be().take();
+            ours.model.be().take_gemm_shapes();
             let s = |d: std::time::Duration| d.as_secs_f64();
             StepSplit { gemm_s: s(k.gemm), attention_s: s(k.attention), other_s: s(k.other), step_s }
         };
@@ -293,7 +294,7 @@ fn measure(opts: &BenchOptions, cfg: &ModelConfig, log: &dyn Fn(String)) -> Resu
         torch_peaks,
         kernels,
         gemms,
-        params: m.store.global_len(),
+        params: m.store().global_len(),
         matmul_params: matmul_params(m),
     })
 }

@@ -9,7 +9,7 @@ use crate::stats::median;
 use crate::step::BenchOptions;
 use anyhow::Result;
 use boost_comm::{GridDims, GridOptions, GroupLinks, Link, RunOptions, run_ranks_with};
-use boost_config::{ModelConfig, NormMode, ParallelConfig, Recompute, Scheme, TrainConfig};
+use boost_config::{ParallelConfig, TrainConfig};
 use boost_exec::optim::{AdamW, clip_coef, grad_norm};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::Collective;
@@ -66,21 +66,11 @@ pub fn scaled_link(hw: &boost_perf::Hardware, cpu_gflops: f64) -> (Link, f64) {
     (link, k)
 }
 
-/// One configuration of the TP bench.
-#[derive(Debug, Clone)]
-pub struct Variant {
-    pub model: ModelConfig,
-    pub scheme: Scheme,
-    pub norm: NormMode,
-    pub grouping: bool,
-    pub recompute: Recompute,
-    /// The policy applies to the first N layers (0: all).
-    pub recompute_layers: usize,
-}
-
 pub struct TpBench {
     pub tp: usize,
-    pub variants: Vec<Variant>,
+    /// The configurations side by side: their model, scheme, norm, grouping and recompute
+    /// policy (the bench runs each at `tp`, with the bench's micro-batch).
+    pub variants: Vec<boost_perf::Setup>,
     pub link: Option<Link>,
     /// Also run each micro-batch as this many chunks of whole sequences
     /// (`parallel.tp_chunks`), its steps alternated with the one-chunk path's; 1: only that.
@@ -123,7 +113,7 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
             model.set_recompute(v.recompute);
             model.set_recompute_layers(v.recompute_layers);
             let mem = model.activation_memory(opts.micro_batch, opts.seq);
-            let mut opt = AdamW::new(&model.be, &model.store);
+            let mut opt = AdamW::new(model.be(), model.store());
             let tc = TrainConfig::default();
             // Chunks after the first get tp groups of their own, split off the rank's.
             let extra = boost_exec::groups::tp_chunk_groups(&grid, chunks)?;
@@ -143,10 +133,10 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
                 let order: Vec<usize> =
                     if i % 2 == 0 { (0..modes.len()).collect() } else { (0..modes.len()).rev().collect() };
                 for k in order {
-                    model.be.take();
+                    model.be().take();
                     rec.take();
                     let t0 = Instant::now();
-                    model.store.zero_grads(&model.be);
+                    model.zero_grads();
                     let loss = if modes[k] == 1 {
                         // In a slot of its own (the chunks use 0..chunks), so that neither
                         // path reallocates the other's buffers.
@@ -158,14 +148,15 @@ pub fn run(opts: &BenchOptions, tb: &TpBench, log: &dyn Fn(String)) -> Result<Ve
                         chunked.forward_backward(&mut model, &tps, &b, 1.0 / t as f64, None)
                     };
                     anyhow::ensure!(loss.sum.is_finite(), "a non-finite loss in the bench's step {i}");
-                    let n = grad_norm(&model.be, &model.store, rank, tp);
-                    opt.update(&model.be, &mut model.store, &tc, 1e-4, clip_coef(n, 1.0));
+                    let n = grad_norm(model.be(), model.store(), rank, tp);
+                    let (be, store) = model.be_and_store_mut();
+                    opt.update(be, store, &tc, 1e-4, clip_coef(n, 1.0));
                     let dt = t0.elapsed().as_secs_f64();
                     let s = rec.take();
                     if i >= opts.warmup {
                         let run = &mut runs[k];
                         run.times.push(dt);
-                        run.compute += model.be.take().total().as_secs_f64();
+                        run.compute += model.be().take().total().as_secs_f64();
                         run.comm += s.totals.time.as_secs_f64();
                         run.emulated += s.totals.emulated.as_secs_f64();
                         run.snap = Some(s);
@@ -201,7 +192,7 @@ impl ModeRun {
     #[allow(clippy::too_many_arguments)]
     fn result(
         self,
-        v: &Variant,
+        v: &boost_perf::Setup,
         tb: &TpBench,
         chunks: usize,
         one_chunk_times: &[f64],

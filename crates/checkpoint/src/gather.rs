@@ -21,7 +21,7 @@ pub fn gather_with<B: Backend>(
     v: &[B::Buf],
     tp: &dyn Collective<B>,
 ) -> Result<Tensors> {
-    let [weights, mut moments, v] = gather_sets(model, [("", &model.store.values[..]), ("m.", m), ("v.", v)], tp)?;
+    let [weights, mut moments, v] = gather_sets(model, [("", model.store().values()), ("m.", m), ("v.", v)], tp)?;
     moments.extend(v);
     Ok(Tensors { weights, moments })
 }
@@ -36,27 +36,27 @@ pub fn gather_sets<B: Backend, const N: usize>(
     tp: &dyn Collective<B>,
 ) -> Result<[Vec<Named>; N]> {
     let p = tp.size();
-    let be = &model.be;
+    let be = model.be();
     let pieces_of: Vec<Vec<Piece>> = (0..p)
         .map(|r| {
-            if r == model.layout.tp_rank {
-                Ok(model.store.pieces.clone())
+            if r == model.layout().tp_rank {
+                Ok(model.store().pieces().to_vec())
             } else {
-                boost_model::layout_pieces(&model.cfg, Layout { tp_rank: r, ..model.layout })
+                boost_model::layout_pieces(model.cfg(), Layout { tp_rank: r, ..*model.layout() })
             }
         })
         .collect::<Result<_>>()?;
     // Every rank's copy of each buffer of `bufs`, as host f32.
     let all = |bufs: &[B::Buf]| -> Vec<Vec<Vec<f32>>> {
         bufs.iter()
-            .zip(&model.store.bufs)
+            .zip(model.store().bufs())
             .map(|(buf, info)| {
                 let n = info.len;
                 if p == 1 {
                     return vec![be.read_mat::<f32>(Mat::new(buf, 1, n))];
                 }
                 let mut tmp = be.alloc(p * n);
-                be.copy(MatMut::at(&mut tmp, model.layout.tp_rank * n, 1, n, n), Mat::new(buf, 1, n));
+                be.copy(MatMut::at(&mut tmp, model.layout().tp_rank * n, 1, n, n), Mat::new(buf, 1, n));
                 tp.all_gather(&mut tmp, 0, n, Label::op("checkpoint.gather"));
                 (0..p).map(|r| be.read_mat::<f32>(Mat::at(&tmp, r * n, 1, n, n))).collect()
             })
@@ -64,8 +64,8 @@ pub fn gather_sets<B: Backend, const N: usize>(
     };
     let assemble = |per_buf: &[Vec<Vec<f32>>], prefix: &str| -> Vec<Named> {
         model
-            .store
-            .pieces
+            .store()
+            .pieces()
             .iter()
             .enumerate()
             .map(|(i, p0)| {

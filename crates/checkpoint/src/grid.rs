@@ -20,10 +20,10 @@ fn gather_chunks<'a, B: Backend>(
     label: Label,
     src: impl Fn(usize) -> (&'a B::Buf, usize),
 ) -> Vec<B::Buf> {
-    let be = &model.be;
-    (0..model.store.bufs.len())
+    let be = model.be();
+    (0..model.store().buf_count())
         .map(|i| {
-            let (n, c) = (model.store.bufs[i].len, z.chunk[i]);
+            let (n, c) = (model.store().bufs()[i].len, z.chunk[i]);
             let k = z.owned(i, n).len();
             let (buf, off) = src(i);
             let mut all = be.alloc(c * z.dp);
@@ -56,7 +56,7 @@ pub fn gather_run<B: Backend>(
             (&gathered.0, &gathered.1)
         }
     };
-    let sets = [("", &model.store.values[..]), ("m.", m), ("v.", v)];
+    let sets = [("", model.store().values()), ("m.", m), ("v.", v)];
     Ok(collect_stages(model, g, dp_rank, sets)?.map(|[weights, mut moments, v]| {
         moments.extend(v);
         Tensors { weights, moments }
@@ -75,9 +75,9 @@ pub fn gather_grads<B: Backend>(
     // each replica holds its chunk of them, gathered over dp here.
     let gathered;
     let grads: &[B::Buf] = match opt {
-        Optimizer::Replicated(_) => &model.store.grads,
+        Optimizer::Replicated(_) => model.store().grads(),
         Optimizer::Zero1(z) => {
-            let own = |i: usize| z.owned(i, model.store.bufs[i].len).start;
+            let own = |i: usize| z.owned(i, model.store().bufs()[i].len).start;
             gathered = gather_chunks(model, z, g.dp, Label::op("grads.gather"), |i| (z.shard_grads(i), own(i)));
             &gathered
         }
@@ -95,14 +95,14 @@ fn collect_stages<B: Backend, const N: usize>(
 ) -> Result<Option<[Vec<Named>; N]>> {
     let prefixes = sets.map(|(prefix, _)| prefix);
     let mine = gather_sets(model, sets, g.tp)?;
-    let l = model.layout;
+    let l = *model.layout();
     if dp_rank != 0 || l.tp_rank != 0 {
         return Ok(None);
     }
     if l.stages == 1 {
         return Ok(Some(mine));
     }
-    let be = &model.be;
+    let be = model.be();
     let label = Label::op("checkpoint.stage");
     if l.stage > 0 {
         for (_, _, data) in mine.iter().flatten() {
@@ -114,7 +114,7 @@ fn collect_stages<B: Backend, const N: usize>(
     }
     let mut all = mine;
     for s in 1..l.stages {
-        let pieces = layout_pieces(&model.cfg, Layout { tp_rank: 0, stage: s, ..l })?;
+        let pieces = layout_pieces(model.cfg(), Layout { tp_rank: 0, stage: s, ..l })?;
         for (set, prefix) in all.iter_mut().zip(prefixes) {
             for p in &pieces {
                 let n: usize = p.shape.iter().product();
@@ -138,9 +138,9 @@ pub fn load_run<B: Backend>(ck: &Checkpoint, model: &mut Model<B>, opt: &mut Opt
     match opt {
         Optimizer::Replicated(a) => ck.load_optim(model, a)?,
         Optimizer::Zero1(z) => {
-            let be = &model.be;
-            for p in &model.store.pieces {
-                let own = z.owned(p.slot.buf, model.store.bufs[p.slot.buf].len);
+            let be = model.be();
+            for p in model.store().pieces() {
+                let own = z.owned(p.slot.buf, model.store().bufs()[p.slot.buf].len);
                 for r in rects_in(p, own) {
                     for (key, bufs) in [("m.", &mut z.m), ("v.", &mut z.v)] {
                         ck.load_rect(be, &format!("{key}{}", p.name), &p.shape, &r, &mut bufs[p.slot.buf])?;

@@ -50,14 +50,14 @@ pub fn file_names(stage: usize, tp: usize, dp: usize) -> (String, String) {
 impl OwnedPart {
     /// The part of the rank holding `model` and `opt` as replica `dp_rank`.
     pub fn of<B: Backend>(model: &Model<B>, opt: &Optimizer<B>, dp_rank: usize) -> Self {
-        let l = model.layout;
+        let l = *model.layout();
         let (model_file, optim_file) = file_names(l.stage, l.tp_rank, dp_rank);
         let (mut w, mut o) =
             (PartFile { file: model_file, slices: vec![] }, PartFile { file: optim_file, slices: vec![] });
         let (mut ws, mut os) = (Vec::new(), Vec::new());
-        for p in &model.store.pieces {
+        for p in model.store().pieces() {
             let i = p.slot.buf;
-            let info = &model.store.bufs[i];
+            let info = &model.store().bufs()[i];
             // Every element once: the tied table's copy on the last stage is the first
             // stage's, and every tensor rank holds the same replicated buffers.
             if info.pipeline_copy || (info.replicated && l.tp_rank > 0) {
@@ -99,14 +99,14 @@ impl OwnedPart {
     ) -> Vec<f32> {
         let s = &self.srcs[f][i];
         let buf = match (s.set, opt) {
-            (Set::Values, _) => &model.store.values[s.buf],
+            (Set::Values, _) => model.store().value(s.buf),
             (Set::M, Optimizer::Replicated(a)) => &a.m[s.buf],
             (Set::V, Optimizer::Replicated(a)) => &a.v[s.buf],
             (Set::M, Optimizer::Zero1(z)) => &z.m[s.buf],
             (Set::V, Optimizer::Zero1(z)) => &z.v[s.buf],
         };
         let r = &s.rect;
-        model.be.read_mat(Mat::at(buf, r.at + rows.start * r.ld, rows.len(), r.cols.len(), r.ld))
+        model.be().read_mat(Mat::at(buf, r.at + rows.start * r.ld, rows.len(), r.cols.len(), r.ld))
     }
 
     /// Every slice copied to host memory (the staging copy of a background write).

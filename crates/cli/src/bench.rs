@@ -223,7 +223,7 @@ fn bench_grid(a: &BenchArgs, opts: &boost_bench::BenchOptions, grid: &str) -> Re
 }
 
 fn bench_tp(a: &BenchArgs, opts: &boost_bench::BenchOptions, tp: usize) -> Result<()> {
-    use boost_bench::tp::{TpBench, Variant, run, saved_per_ms, table};
+    use boost_bench::tp::{TpBench, run, saved_per_ms, table};
     use boost_config::{Arch, NormMode, Recompute, Scheme};
     if a.tp_chunks == 0 {
         anyhow::bail!("--tp-chunks 0: give at least 1 chunk (1 = the unchunked step only)");
@@ -266,7 +266,19 @@ fn bench_tp(a: &BenchArgs, opts: &boost_bench::BenchOptions, tp: usize) -> Resul
             if recompute == Recompute::Lowrank && model.arch == Arch::Full {
                 continue;
             }
-            variants.push(Variant { model: model.clone(), scheme, norm, grouping, recompute, recompute_layers });
+            let (micro_batch, seq, dtype) = (opts.micro_batch, opts.seq, boost_perf::Dtype::F32);
+            variants.push(boost_perf::Setup {
+                scheme,
+                norm,
+                grouping,
+                recompute,
+                recompute_layers,
+                tp,
+                micro_batch,
+                seq,
+                dtype,
+                ..boost_perf::Setup::simplest(model.clone())
+            });
         }
     };
     for m in &opts.models {

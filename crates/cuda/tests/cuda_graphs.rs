@@ -25,7 +25,7 @@ impl Run {
     fn new(be: Cuda) -> Self {
         let cfg = boost_testkit::small_model(Arch::Cola, LaxGate::Dense, 32, 8, VOCAB);
         let m = Model::new(be, &cfg, Layout::single(&cfg), 7).unwrap();
-        let adam = AdamW::new(&m.be, &m.store);
+        let adam = AdamW::new(m.be(), m.store());
         Self { m, adam }
     }
 
@@ -34,16 +34,17 @@ impl Run {
         let ids: Vec<u32> = (0..BATCH * SEQ + 1).map(|i| ((i * (step + 3) + step) % VOCAB) as u32).collect();
         let b = Batch { ids: &ids[..BATCH * SEQ], targets: &ids[1..], batch: BATCH, seq: SEQ };
         let m = &mut self.m;
-        m.store.zero_grads(&m.be);
+        m.zero_grads();
         let l = m.forward_backward(&Solo, &b, 1.0 / (BATCH * SEQ) as f64);
-        self.adam.update_clipped(&m.be, &mut m.store, &TrainConfig::default(), lr, 0.5);
-        (l.sum.to_bits(), m.be.read_grad_sumsq().to_bits())
+        let (be, st) = m.be_and_store_mut();
+        self.adam.update_clipped(be, st, &TrainConfig::default(), lr, 0.5);
+        (l.sum.to_bits(), m.be().read_grad_sumsq().to_bits())
     }
 
     fn weights(&self) -> Vec<Vec<u32>> {
-        let st = &self.m.store;
-        (st.values.iter().zip(&st.bufs))
-            .map(|(v, i)| self.m.be.read_mat::<f32>(Mat::new(v, 1, i.len)).iter().map(|x| x.to_bits()).collect())
+        let st = self.m.store();
+        (st.values().iter().zip(st.bufs()))
+            .map(|(v, i)| self.m.be().read_mat::<f32>(Mat::new(v, 1, i.len)).iter().map(|x| x.to_bits()).collect())
             .collect()
     }
 }

@@ -33,7 +33,7 @@ fn data(step: usize) -> (Vec<u32>, Vec<u32>) {
 /// Forward and backward of micro-batch `step` (gradients zeroed first).
 fn grads(m: &mut Model<Cuda>, step: usize) {
     let (ids, targets) = data(step);
-    m.store.zero_grads(&m.be);
+    m.zero_grads();
     let b = Batch { ids: &ids, targets: &targets, batch: BATCH, seq: SEQ };
     m.forward_backward(&Solo, &b, 1.0 / (BATCH * SEQ) as f64);
 }
@@ -43,14 +43,15 @@ fn grads(m: &mut Model<Cuda>, step: usize) {
 fn counted_steps(be: Cuda, layers: usize, steps: usize) -> Vec<(Counters, Counters)> {
     let cfg = config(layers);
     let mut m = Model::new(be.clone(), &cfg, Layout::single(&cfg), 7).unwrap();
-    let mut adam = AdamW::new(&m.be, &m.store);
+    let mut adam = AdamW::new(m.be(), m.store());
     let tc = TrainConfig::default();
     (0..steps)
         .map(|s| {
             let c0 = be.counters();
             grads(&mut m, s);
             let c1 = be.counters();
-            adam.update_clipped(&m.be, &mut m.store, &tc, 1e-3 * (1.0 + s as f64), 1.0);
+            let (be, st) = m.be_and_store_mut();
+            adam.update_clipped(be, st, &tc, 1e-3 * (1.0 + s as f64), 1.0);
             let c2 = be.counters();
             (c2.since(&c0), c2.since(&c1))
         })
@@ -78,7 +79,7 @@ fn optimizer_launches_do_not_depend_on_the_number_of_buffers() {
     let Some(be) = common::backend(Precision::F32) else { return };
     let Some(be4) = common::backend(Precision::F32) else { return };
     let (small, large) = (config(1), config(4));
-    let bufs = |c: &ModelConfig| Model::new(be.clone(), c, Layout::single(c), 7).unwrap().store.bufs.len();
+    let bufs = |c: &ModelConfig| Model::new(be.clone(), c, Layout::single(c), 7).unwrap().store().buf_count();
     let (n1, n4) = (bufs(&small), bufs(&large));
     assert!(n4 > n1 + 10, "{n1} and {n4} buffers");
     let a = counted_steps(be, 1, 2);
@@ -97,16 +98,18 @@ const MAX_NORM: f64 = 0.5;
 /// PyTorch's clip coefficient on the host, then one `k_adamw` per buffer.
 fn per_buffer_update(m: &mut Model<Cuda>, adam: &mut AdamW<Cuda>, tc: &TrainConfig, lr: f64) -> f64 {
     let mut sq = 0.0;
-    for (g, info) in m.store.grads.iter().zip(&m.store.bufs) {
-        sq += m.be.sumsq(Mat::new(g, 1, info.len));
+    for (g, info) in m.store().grads().iter().zip(m.store().bufs()) {
+        sq += m.be().sumsq(Mat::new(g, 1, info.len));
     }
     let norm = sq.sqrt();
     adam.step += 1;
     let s = adam_step(tc, adam.step, lr, clip_coef(norm, MAX_NORM));
-    for (i, info) in m.store.bufs.iter().enumerate() {
-        m.be.adamw(boost_tensor::AdamUpdate {
-            p: &mut m.store.values[i],
-            g: &m.store.grads[i],
+    let (be, st) = m.be_and_store_mut();
+    let u = st.for_update();
+    for (i, info) in u.bufs.iter().enumerate() {
+        be.adamw(boost_tensor::AdamUpdate {
+            p: &mut u.values[i],
+            g: &u.grads[i],
             m: &mut adam.m[i],
             v: &mut adam.v[i],
             off: 0,
@@ -125,7 +128,7 @@ fn multi_tensor_norm_clip_and_adamw_equal_the_per_buffer_kernels_bit_for_bit() {
         let cfg = config(2);
         let mut a = Model::new(be_a, &cfg, Layout::single(&cfg), 7).unwrap();
         let mut b = Model::new(be_b, &cfg, Layout::single(&cfg), 7).unwrap();
-        let (mut adam_a, mut adam_b) = (AdamW::new(&a.be, &a.store), AdamW::new(&b.be, &b.store));
+        let (mut adam_a, mut adam_b) = (AdamW::new(a.be(), a.store()), AdamW::new(b.be(), b.store()));
         // Clipped steps and a changing learning rate.
         let tc = TrainConfig::default();
         let mut clipped = 0;
@@ -133,14 +136,15 @@ fn multi_tensor_norm_clip_and_adamw_equal_the_per_buffer_kernels_bit_for_bit() {
             grads(&mut a, s);
             grads(&mut b, s);
             let lr = 1e-2 / (1.0 + s as f64);
-            adam_a.update_clipped(&a.be, &mut a.store, &tc, lr, MAX_NORM);
+            let (be, st) = a.be_and_store_mut();
+            adam_a.update_clipped(be, st, &tc, lr, MAX_NORM);
             let norm = per_buffer_update(&mut b, &mut adam_b, &tc, lr);
-            let device_norm = a.be.read_grad_sumsq().sqrt();
+            let device_norm = a.be().read_grad_sumsq().sqrt();
             assert_eq!(device_norm.to_bits(), norm.to_bits(), "{prec:?} step {s}: norm {device_norm} vs {norm}");
             clipped += (norm > MAX_NORM) as usize;
-            for (i, info) in a.store.bufs.iter().enumerate() {
-                let (x, y, n) = (&a.store.values[i], &b.store.values[i], info.len);
-                let (x, y): (Vec<f32>, Vec<f32>) = (a.be.read_mat(Mat::new(x, 1, n)), b.be.read_mat(Mat::new(y, 1, n)));
+            for (i, info) in a.store().bufs().iter().enumerate() {
+                let (x, y, n) = (a.store().value(i), b.store().value(i), info.len);
+                let (x, y): (Vec<f32>, Vec<f32>) = (a.be().read_mat(Mat::new(x, 1, n)), b.be().read_mat(Mat::new(y, 1, n)));
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert!(bits(&x) == bits(&y), "{prec:?} step {s}: buffer {i} differs");
             }

@@ -44,15 +44,16 @@ fn measure(cfg: &Config) -> Option<(f64, f64)> {
     let be = common::backend(Precision::Bf16)?;
     let mut model = Model::new(be.clone(), &cfg.model, Layout::single(&cfg.model), 1).unwrap();
     model.set_recompute(cfg.train.recompute);
-    let mut adam = AdamW::new(&model.be, &model.store);
+    let mut adam = AdamW::new(model.be(), model.store());
     let before = be.peak_memory_bytes().expect("the allocator counts its bytes") as f64;
     let (mb, seq) = (cfg.train.micro_batch, cfg.train.seq_len);
     let ids: Vec<u32> = (0..mb * seq + 1).map(|i| ((i * 37 + 11) % cfg.model.vocab) as u32).collect();
     let b = Batch { ids: &ids[..mb * seq], targets: &ids[1..], batch: mb, seq };
-    model.store.zero_grads(&model.be);
+    model.zero_grads();
     model.forward_backward(&Solo, &b, 1.0 / (mb * seq) as f64);
-    let coef = clip_coef(grad_norm(&model.be, &model.store, 0, &Solo), 1.0);
-    adam.update(&model.be, &mut model.store, &TrainConfig::default(), 1e-3, coef);
+    let coef = clip_coef(grad_norm(model.be(), model.store(), 0, &Solo), 1.0);
+    let (be, store) = model.be_and_store_mut();
+    adam.update(be, store, &TrainConfig::default(), 1e-3, coef);
     be.sync();
     Some((before, be.peak_memory_bytes().unwrap() as f64))
 }

@@ -51,14 +51,14 @@ struct Trainer<B: Backend> {
 impl<B: Backend> Trainer<B> {
     fn new(be: B, cfg: &ModelConfig, seq: usize) -> Self {
         let model = Model::new(be, cfg, Layout::single(cfg), 7).unwrap();
-        let adam = AdamW::new(&model.be, &model.store);
+        let adam = AdamW::new(model.be(), model.store());
         Self { model, adam, train: TrainConfig::default(), seq }
     }
 
     /// Gradients of micro-batch `step` (zeroed first); returns the mean loss.
     fn grads(&mut self, step: usize) -> f64 {
         let (ids, targets) = batch(step, self.seq);
-        self.model.store.zero_grads(&self.model.be);
+        self.model.zero_grads();
         let b = Batch { ids: &ids, targets: &targets, batch: BATCH, seq: self.seq };
         let l = self.model.forward_backward(&Solo, &b, 1.0 / (BATCH * self.seq) as f64);
         l.sum / l.tokens as f64
@@ -67,14 +67,14 @@ impl<B: Backend> Trainer<B> {
     /// The trainer's update: clipping at 1.0, then AdamW with `TrainConfig`'s defaults
     /// (β 0.9/0.999, ε 1e-8, decay 0.01).
     fn update(&mut self, lr: f64) {
-        let (be, st) = (&self.model.be, &mut self.model.store);
+        let (be, st) = self.model.be_and_store_mut();
         let coef = clip_coef(grad_norm(be, st, 0, &Solo), 1.0);
         self.adam.update(be, st, &self.train, lr, coef);
     }
 
     fn grad_vectors(&self) -> Vec<(String, Vec<f64>)> {
-        let st = &self.model.store;
-        st.pieces.iter().map(|p| (p.name.clone(), self.model.be.read_mat(p.slot.of(&st.grads)))).collect()
+        let st = self.model.store();
+        st.pieces().iter().map(|p| (p.name.clone(), self.model.be().read_mat(p.slot.of(st.grads())))).collect()
     }
 }
 

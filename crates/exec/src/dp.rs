@@ -39,7 +39,7 @@ pub struct Zero1<B: Backend> {
 
 impl<B: Backend> Zero1<B> {
     pub fn new(be: &B, store: &ParamStore<B>, dp: usize, rank: usize) -> Self {
-        let chunk: Vec<usize> = store.bufs.iter().map(|b| b.len.div_ceil(dp)).collect();
+        let chunk: Vec<usize> = store.bufs().iter().map(|b| b.len.div_ceil(dp)).collect();
         let max = chunk.iter().copied().max().unwrap_or(0);
         Self {
             dp,
@@ -120,10 +120,10 @@ impl<B: Backend> Optimizer<B> {
         match self {
             Optimizer::Replicated(_) => all_reduce_bucketed(be, store, dp, bucket),
             Optimizer::Zero1(z) => {
-                for (i, info) in store.bufs.iter().enumerate() {
+                for (i, info) in store.bufs().iter().enumerate() {
                     let (n, c) = (info.len, z.chunk[i]);
                     be.fill(MatMut::new(&mut z.stage[i], 1, c * z.dp), 0.0);
-                    be.copy(MatMut::at(&mut z.stage[i], 0, 1, n, n), Mat::new(&store.grads[i], 1, n));
+                    be.copy(MatMut::at(&mut z.stage[i], 0, 1, n, n), Mat::new(store.grad(i), 1, n));
                     dp.reduce_scatter(&mut z.stage[i], 0, c, Label::op("dp.grads"));
                 }
             }
@@ -142,7 +142,7 @@ impl<B: Backend> Optimizer<B> {
         world: &dyn Collective<B>,
         scalar: &mut B::Buf,
     ) -> f64 {
-        let counted = store.bufs.iter().enumerate().filter_map(|(i, info)| {
+        let counted = store.bufs().iter().enumerate().filter_map(|(i, info)| {
             if (info.replicated && tp_rank != 0) || info.pipeline_copy {
                 return None;
             }
@@ -151,7 +151,7 @@ impl<B: Backend> Optimizer<B> {
                     let own = z.owned(i, info.len);
                     Some(Mat::at(&z.stage[i], own.start, 1, own.len(), own.len()))
                 }
-                Optimizer::Replicated(_) if dp_rank == 0 => Some(Mat::new(&store.grads[i], 1, info.len)),
+                Optimizer::Replicated(_) if dp_rank == 0 => Some(Mat::new(store.grad(i), 1, info.len)),
                 Optimizer::Replicated(_) => None,
             }
         });
@@ -182,12 +182,13 @@ impl<B: Backend> Optimizer<B> {
             Optimizer::Zero1(z) => {
                 z.step += 1;
                 let s = adam_step(cfg, z.step, lr, grad_scale);
-                for (i, info) in store.bufs.iter().enumerate() {
+                let u = store.for_update();
+                for (i, info) in u.bufs.iter().enumerate() {
                     let (n, c) = (info.len, z.chunk[i]);
                     let own = z.owned(i, n);
                     let k = own.len();
                     if k > 0 {
-                        be.copy(MatMut::new(&mut z.p_shard, 1, k), Mat::at(&store.values[i], own.start, 1, k, k));
+                        be.copy(MatMut::new(&mut z.p_shard, 1, k), Mat::at(&u.values[i], own.start, 1, k, k));
                         be.copy(MatMut::new(&mut z.g_shard, 1, k), Mat::at(&z.stage[i], own.start, 1, k, k));
                         be.adamw(boost_tensor::AdamUpdate {
                             p: &mut z.p_shard,
@@ -209,7 +210,7 @@ impl<B: Backend> Optimizer<B> {
                         continue;
                     }
                     dp.all_gather(&mut z.stage[i], 0, c, Label::op("dp.params"));
-                    be.copy(MatMut::new(&mut store.values[i], 1, n), Mat::new(&z.stage[i], 1, n));
+                    be.copy(MatMut::new(&mut u.values[i], 1, n), Mat::new(&z.stage[i], 1, n));
                 }
             }
         }
@@ -219,7 +220,7 @@ impl<B: Backend> Optimizer<B> {
     /// Complete `gathers` (of the last update) now: every parameter in place.
     pub fn complete(&mut self, be: &B, store: &mut ParamStore<B>, mut gathers: ParamGathers<'_, B>) {
         if let Optimizer::Zero1(z) = self {
-            gathers.complete(be, store.bufs.len(), &mut store.values, &mut z.stage);
+            gathers.complete(be, store.buf_count(), store.values_mut(), &mut z.stage);
         }
         assert!(gathers.is_empty(), "parameter gathers belong to ZeRO-1");
     }
@@ -233,11 +234,11 @@ fn all_reduce_bucketed<B: Backend>(
     dp: &dyn Collective<B>,
     bucket: &mut Option<B::Buf>,
 ) {
-    let lens: Vec<usize> = store.bufs.iter().map(|b| b.len).collect();
+    let lens: Vec<usize> = store.bufs().iter().map(|b| b.len).collect();
     let mut i = 0;
     while i < lens.len() {
         if lens[i] >= BUCKET {
-            dp.all_reduce(&mut store.grads[i], 0, lens[i], ReduceOp::Sum, Label::op("dp.grads"));
+            dp.all_reduce(store.grad_mut(i), 0, lens[i], ReduceOp::Sum, Label::op("dp.grads"));
             i += 1;
             continue;
         }
@@ -249,13 +250,13 @@ fn all_reduce_bucketed<B: Backend>(
         let b = bucket.get_or_insert_with(|| be.alloc(BUCKET));
         let mut off = 0;
         for (j, &n) in lens.iter().enumerate().take(i).skip(start) {
-            be.copy(MatMut::at(b, off, 1, n, n), Mat::new(&store.grads[j], 1, n));
+            be.copy(MatMut::at(b, off, 1, n, n), Mat::new(store.grad(j), 1, n));
             off += n;
         }
         dp.all_reduce(b, 0, total, ReduceOp::Sum, Label::op("dp.grads"));
         let mut off = 0;
         for (j, &n) in lens.iter().enumerate().take(i).skip(start) {
-            be.copy(MatMut::new(&mut store.grads[j], 1, n), Mat::at(b, off, 1, n, n));
+            be.copy(MatMut::new(store.grad_mut(j), 1, n), Mat::at(b, off, 1, n, n));
             off += n;
         }
     }

@@ -17,25 +17,26 @@ impl<B: Backend> Learner<B> {
     /// `model` with a fresh optimizer: ZeRO-1 shards under `parallel.zero = 1`, replicated
     /// AdamW otherwise; `dp_rank` is this rank's replica.
     pub fn new(model: Model<B>, par: &ParallelConfig, dp_rank: usize) -> Self {
-        let mut opt = Optimizer::new(&model.be, &model.store, par.zero == 1, par.dp, dp_rank);
+        let mut opt = Optimizer::new(model.be(), model.store(), par.zero == 1, par.dp, dp_rank);
         opt.set_overlap(par.overlap);
         Self { model, opt }
     }
 
     /// Start a step's gradients from zero.
     pub fn zero_grads(&mut self) {
-        self.model.store.zero_grads(&self.model.be);
+        self.model.zero_grads();
     }
 
     /// Combine the replicas' gradients over `dp` ([`Optimizer::sync_grads`]).
     pub fn sync_grads(&mut self, dp: &dyn Collective<B>, bucket: &mut Option<B::Buf>) {
-        self.opt.sync_grads(&self.model.be, &mut self.model.store, dp, bucket);
+        let (be, store) = self.model.be_and_store_mut();
+        self.opt.sync_grads(be, store, dp, bucket);
     }
 
     /// The whole model's gradient norm after [`Learner::sync_grads`] ([`Optimizer::grad_norm`]).
     pub fn grad_norm(&self, dp_rank: usize, world: &dyn Collective<B>, scalar: &mut B::Buf) -> f64 {
         let m = &self.model;
-        self.opt.grad_norm(&m.be, &m.store, m.layout.tp_rank, dp_rank, world, scalar)
+        self.opt.grad_norm(m.be(), m.store(), m.layout().tp_rank, dp_rank, world, scalar)
     }
 
     /// One AdamW update at rate `lr`, the gradients scaled by `grad_scale` first; what is
@@ -47,11 +48,13 @@ impl<B: Backend> Learner<B> {
         grad_scale: f64,
         dp: &'d dyn Collective<B>,
     ) -> ParamGathers<'d, B> {
-        self.opt.update(&self.model.be, &mut self.model.store, t, lr, grad_scale, dp)
+        let (be, store) = self.model.be_and_store_mut();
+        self.opt.update(be, store, t, lr, grad_scale, dp)
     }
 
     /// Complete an update's parameter gathers now.
     pub fn complete(&mut self, gathers: ParamGathers<'_, B>) {
-        self.opt.complete(&self.model.be, &mut self.model.store, gathers);
+        let (be, store) = self.model.be_and_store_mut();
+        self.opt.complete(be, store, gathers);
     }
 }

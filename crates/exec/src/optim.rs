@@ -17,10 +17,10 @@ pub struct AdamW<B: Backend> {
 impl<B: Backend> AdamW<B> {
     pub fn new(be: &B, store: &ParamStore<B>) -> Self {
         Self {
-            m: store.bufs.iter().map(|b| be.alloc(b.len)).collect(),
-            v: store.bufs.iter().map(|b| be.alloc(b.len)).collect(),
+            m: store.bufs().iter().map(|b| be.alloc(b.len)).collect(),
+            v: store.bufs().iter().map(|b| be.alloc(b.len)).collect(),
             step: 0,
-            lens: store.bufs.iter().map(|b| (b.len, b.decay)).collect(),
+            lens: store.bufs().iter().map(|b| (b.len, b.decay)).collect(),
         }
     }
 
@@ -35,7 +35,7 @@ impl<B: Backend> AdamW<B> {
     /// it afterwards): nothing waits for the device. Where the backend keeps no norm on a
     /// device, the norm is summed on the host first, as [`grad_norm`] does.
     pub fn update_clipped(&mut self, be: &B, store: &mut ParamStore<B>, cfg: &TrainConfig, lr: f64, max_norm: f64) {
-        let views = || store.grads.iter().zip(&store.bufs).map(|(g, i)| Mat::new(g, 1, i.len));
+        let views = || store.grads().iter().zip(store.bufs()).map(|(g, i)| Mat::new(g, 1, i.len));
         if be.keeps_grad_sumsq() {
             let views: Vec<Mat<B::Buf>> = views().collect();
             assert!(be.queue_grad_sumsq(&views, max_norm), "{}: no gradient sum on the device", be.name());
@@ -49,9 +49,10 @@ impl<B: Backend> AdamW<B> {
     fn update_all(&mut self, be: &B, store: &mut ParamStore<B>, cfg: &TrainConfig, lr: f64, scale: f64, device: bool) {
         self.step += 1;
         let s = adam_step(cfg, self.step, lr, scale);
+        let u = store.for_update();
         be.adamw_all(boost_tensor::AdamAll {
-            p: &mut store.values,
-            g: &store.grads,
+            p: u.values,
+            g: u.grads,
             m: &mut self.m,
             v: &mut self.v,
             lens: &self.lens,
@@ -64,7 +65,7 @@ impl<B: Backend> AdamW<B> {
 /// ‖g‖₂ over the whole model: each rank sums its buffers (a buffer replicated across the
 /// tensor-parallel group only on rank 0), then the sum is all-reduced over `group`.
 pub fn grad_norm<B: Backend>(be: &B, store: &ParamStore<B>, tp_rank: usize, group: &dyn Collective<B>) -> f64 {
-    let counted = (store.grads.iter().zip(&store.bufs))
+    let counted = (store.grads().iter().zip(store.bufs()))
         .filter(|(_, info)| !info.replicated || tp_rank == 0)
         .map(|(g, info)| Mat::new(g, 1, info.len));
     let mut sq = sumsq(be, counted);

@@ -126,9 +126,9 @@ impl<B: Backend> SyncPlan<B> {
     /// Buckets of `bucket` over `store`'s buffers (`auto`: sized from their total); `hold` as
     /// in `plan`.
     pub fn new(store: &ParamStore<B>, bucket: BucketSize, hold: Option<usize>) -> Self {
-        let lens: Vec<usize> = store.bufs.iter().map(|b| b.len).collect();
+        let lens: Vec<usize> = store.bufs().iter().map(|b| b.len).collect();
         // Buckets hold gradients, which a mixed-precision backend keeps in fp32.
-        let elem_bytes = store.grads.first().map_or(4, |g| g.elem_bytes());
+        let elem_bytes = store.grads().first().map_or(4, |g| g.elem_bytes());
         let total = lens.iter().sum::<usize>() * elem_bytes;
         let bytes = (bucket.mb_for(total as f64) * 1e6).max(1.0) as usize;
         let buckets = plan(&lens, elem_bytes, bytes, hold);
@@ -214,9 +214,9 @@ impl<'a, B: Backend> GradSync<'a, B> {
     /// Start what is left, wait for every call (in start order) and put the results in place:
     /// summed gradients in `store.grads`, or ZeRO-1's shards in its staging buffers.
     pub fn finish(mut self, be: &B, store: &mut ParamStore<B>) {
-        self.need(be, store.bufs.len(), &mut store.values);
+        self.need(be, store.buf_count(), store.values_mut());
         while self.started < self.buckets.len() {
-            self.launch(be, self.started, &store.grads);
+            self.launch(be, self.started, store.grads());
             self.started += 1;
         }
         for f in std::mem::take(&mut self.flights) {
@@ -229,8 +229,8 @@ impl<'a, B: Backend> GradSync<'a, B> {
                     let pack = h.wait();
                     let mut off = 0;
                     for i in self.buckets[idx].bufs.clone() {
-                        let n = store.bufs[i].len;
-                        be.copy(MatMut::new(&mut store.grads[i], 1, n), Mat::at(&pack, off, 1, n, n));
+                        let n = store.bufs()[i].len;
+                        be.copy(MatMut::new(store.grad_mut(i), 1, n), Mat::at(&pack, off, 1, n, n));
                         off += n;
                     }
                     self.packs[idx] = Some(pack);

@@ -67,7 +67,7 @@ impl<'g, B: Backend> StepRunner<'g, B> {
     /// settings, scheduled and overlapped as `par` says.
     pub fn new(t: &TrainConfig, par: &ParallelConfig, model: &Model<B>, dp_rank: usize) -> Self {
         let n = t.micro_batch * t.seq_len;
-        let l = model.layout;
+        let l = model.layout();
         Self {
             inputs: vec![vec![0; n]; t.accumulation],
             targets: vec![vec![0; n]; t.accumulation],
@@ -77,10 +77,10 @@ impl<'g, B: Backend> StepRunner<'g, B> {
                 // The tied table of a pipeline's end stages is final only once they have
                 // summed it (after the schedule): its bucket waits for that.
                 let tied = model.tied_table().filter(|_| l.stages > 1).map(|s| s.buf);
-                SyncPlan::new(&model.store, par.bucket_mb, tied)
+                SyncPlan::new(model.store(), par.bucket_mb, tied)
             }),
-            scalar: model.be.alloc(1),
-            report: model.be.alloc(3),
+            scalar: model.be().alloc(1),
+            report: model.be().alloc(3),
             train: t.clone(),
             dp: par.dp,
             dp_rank,
@@ -114,12 +114,12 @@ impl<'g, B: Backend> StepRunner<'g, B> {
         if g.world.size() == 1 {
             return (loss, (signal != 0).then_some(signal));
         }
-        let mine = model.layout.last_stage() && model.layout.tp_rank == 0;
+        let mine = model.layout().last_stage() && model.layout().tp_rank == 0;
         let v = if mine { [loss.sum, loss.tokens as f64] } else { [0.0, 0.0] };
-        model.be.write_mat(MatMut::new(&mut self.report, 1, 2), &v);
-        model.be.write_mat(MatMut::at(&mut self.report, 2, 1, 1, 1), &[(signal != 0) as u8 as f64]);
+        model.be().write_mat(MatMut::new(&mut self.report, 1, 2), &v);
+        model.be().write_mat(MatMut::at(&mut self.report, 2, 1, 1, 1), &[(signal != 0) as u8 as f64]);
         g.world.all_reduce(&mut self.report, 0, 3, ReduceOp::Sum, Label::op("loss.report"));
-        let r: Vec<f64> = model.be.read_mat(Mat::new(&self.report, 1, 3));
+        let r: Vec<f64> = model.be().read_mat(Mat::new(&self.report, 1, 3));
         // Ranks asked to stop; which signal only sets the exit code (mpirun forwards the same
         // signal to every process), so a rank that saw none reports SIGTERM's.
         let stop = (r[2] > 0.0).then_some(if signal != 0 { signal } else { libc::SIGTERM });
@@ -177,7 +177,8 @@ impl<'g, B: Backend> StepRunner<'g, B> {
                 let hooks = Hooks { ready: Some(&mut ready), need: Some(&mut need) };
                 let loss = run_stage(&mut self.stage, model, g, &batches, scale, hooks);
                 let _s = trace::span("dp", || "dp gradients (the rest)");
-                sync.into_inner().finish(&model.be, &mut model.store);
+                let (be, store) = model.be_and_store_mut();
+                sync.into_inner().finish(be, store);
                 loss
             }
             None => {

@@ -71,7 +71,7 @@ fn evaluate(sets: &[&str], overlap: bool, manual: bool) -> LossSum {
             let tps = g.tp_all();
             StageRunner::new(Vec::new()).evaluate(&mut model, Links { tp: &tps, pp: g.pp }, &bs)
         };
-        Ok((model.layout.last_stage() && grid.coord.tp == 0).then_some(loss))
+        Ok((model.layout().last_stage() && grid.coord.tp == 0).then_some(loss))
     })
     .unwrap();
     let reported: Vec<LossSum> = out.into_iter().flatten().collect();

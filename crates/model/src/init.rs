@@ -57,12 +57,12 @@ pub fn slice(full: &[f64], ncols: usize, piece: &Piece) -> Vec<f64> {
 
 /// Initialise every parameter of the store.
 pub fn initialize<B: Backend>(store: &mut ParamStore<B>, backend: &B, seed: u64) {
-    for i in 0..store.pieces.len() {
-        let piece = &store.pieces[i];
+    for i in 0..store.pieces().len() {
+        let piece = &store.pieces()[i];
         let full = draw(piece, seed);
         let local = slice(&full, piece.matrix_shape().1, piece);
         let slot = piece.slot;
-        backend.write_mat(slot.of_mut(&mut store.values), &local);
+        backend.write_mat(slot.of_mut(store.values_mut()), &local);
     }
 }
 

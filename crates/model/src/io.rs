@@ -179,7 +179,7 @@ impl<B: Backend> Model<B> {
     ) {
         let (t, dims) = (w.t(), self.dims);
         let (valid, vl) = (self.vocab_valid(), dims.vocab_loc);
-        let (be, values) = (&self.be, &self.store.values);
+        let (be, values) = (&self.be, self.store.values());
         let dl = Mat::at(&w.logits, 0, t, valid, vl);
         let h = stage.head;
         be.gemm(

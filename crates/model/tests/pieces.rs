@@ -42,7 +42,8 @@ fn layout_pieces_equal_a_built_models_pieces() {
                                     stage,
                                     stages,
                                 };
-                                let built = Model::declare(Cpu::<f32>::new(), &cfg, layout).unwrap().store.pieces;
+                                let built =
+                                    Model::declare(Cpu::<f32>::new(), &cfg, layout).unwrap().store().pieces().to_vec();
                                 assert!(!built.is_empty());
                                 assert_eq!(layout_pieces(&cfg, layout).unwrap(), built, "{arch} {scheme:?} {layout:?}");
                                 checked += 1;

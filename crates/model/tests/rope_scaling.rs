@@ -48,22 +48,24 @@ fn the_backward_through_scaled_rope_matches_central_differences() {
     let b = Batch { ids: &ids, targets: &targets, batch: 1, seq: n };
     let mut m = Model::new(Cpu::<f64>::new(), &cfg, Layout::single(&cfg), 3).unwrap();
     m.forward_backward(&Solo, &b, 1.0);
-    let grads = m.store.grads.clone();
+    let grads = m.store().grads().to_vec();
     let mut checked = 0;
     for name in ["model.layers.0.self_attn.q_proj.weight", "model.layers.1.self_attn.k_proj.weight"] {
-        let slot = m.store.piece(name).unwrap_or_else(|| panic!("no piece {name}")).slot;
-        let g: Vec<f64> = m.be.read_mat(slot.of(&grads));
-        let w: Vec<f64> = m.be.read_mat(slot.of(&m.store.values));
+        let slot = m.store().piece(name).unwrap_or_else(|| panic!("no piece {name}")).slot;
+        let g: Vec<f64> = m.be().read_mat(slot.of(&grads));
+        let w: Vec<f64> = m.be().read_mat(slot.of(m.store().values()));
         for k in [0, 5, 17, 40, 63] {
             let h = 1e-5;
             let mut at = |x: f64| {
                 let mut wk = w.clone();
                 wk[k] = x;
-                m.be.write_mat(slot.of_mut(&mut m.store.values), &wk);
+                let (be, store) = m.be_and_store_mut();
+                be.write_mat(slot.of_mut(store.values_mut()), &wk);
                 m.evaluate(&Solo, &b).sum
             };
             let fd = (at(w[k] + h) - at(w[k] - h)) / (2.0 * h);
-            m.be.write_mat(slot.of_mut(&mut m.store.values), &w);
+            let (be, store) = m.be_and_store_mut();
+            be.write_mat(slot.of_mut(store.values_mut()), &w);
             // Central differences in f64 at h = 1e-5: rounding ~1e-16*L/h = 5e-10 for a loss sum
             // L = 12 ln 50, truncation ~h^2 L''' ~ 1e-10; the gradients are ~1e-3, so 1e-8 is a
             // relative 1e-5, and an unscaled table in the backward (angles off by radians) fails it.

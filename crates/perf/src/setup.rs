@@ -139,8 +139,13 @@ impl Setup {
     pub fn preset(name: &str, arch: Arch) -> Result<Self> {
         let mut model = ModelConfig::preset(name)?;
         model.arch = arch;
-        let scheme = boost_plan::default_scheme(arch);
-        Ok(Setup {
+        Ok(Self::simplest(model))
+    }
+
+    /// `model` with every layout knob at its simplest value, as [`Setup::preset`].
+    pub fn simplest(model: ModelConfig) -> Self {
+        let scheme = boost_plan::default_scheme(model.arch);
+        Setup {
             model,
             scheme,
             norm: NormMode::Online,
@@ -161,7 +166,7 @@ impl Setup {
             bucket_mb: boost_config::BucketSize::Auto,
             tp_chunks: 1,
             keeps: Keeps::Engine,
-        })
+        }
     }
 
     /// The checks of the config crate plus the planner's own (recompute policy vs scheme).

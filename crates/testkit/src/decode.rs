@@ -15,7 +15,7 @@ pub fn cached_decoding_matches_the_forward(cfg: &ModelConfig, what: &str) -> Vec
     let ids: Vec<u32> = (0..n).map(|i| ((i * 13 + 7) % v) as u32).collect();
     let mut m = Model::new(Cpu::<f64>::new(), cfg, Layout::single(cfg), 3).unwrap();
     let full = m.logits(&Solo, &ids, 1, n);
-    let vl = m.dims.vocab_loc;
+    let vl = m.dims().vocab_loc;
     let row = |i: usize| full[i * vl..i * vl + v].to_vec();
     let cache = KvCache::new(&m, 16);
     let last = m.decode(&cache, &ids[..prompt]).unwrap();

@@ -126,9 +126,10 @@ pub fn suite<B: Backend + Clone>(be: &B, which: Layouts, tol: &Tol) -> usize {
 /// The fixture's weights, logits, then one forward/backward: the model, its logits and loss.
 fn run<B: Backend>(be: B, fx: &Fixture, layout: Layout) -> (Model<B>, Vec<f64>, f64) {
     let mut m = Model::declare(be, &fx.cfg, layout).unwrap();
-    for p in m.store.pieces.clone() {
+    for p in m.store().pieces().to_vec() {
         let data = fx.get(&format!("param.{}", p.name));
-        m.be.write_mat(p.slot.of_mut(&mut m.store.values), data);
+        let (be, store) = m.be_and_store_mut();
+        be.write_mat(p.slot.of_mut(store.values_mut()), data);
     }
     let ids = fx.ids("ids");
     let targets = fx.ids("targets");
@@ -147,8 +148,8 @@ fn check<B: Backend>(be: B, fx: &Fixture, layout: Layout, tol: &Tol) {
     tol.check_out(&format!("{what} loss"), &[loss], fx.get("loss"));
     tol.check_tensor(&format!("{what} grad.embed_out"), &m.embed_out_grad(), fx.get("grad.embed_out"));
     let (mut all_g, mut all_r) = (Vec::new(), Vec::new());
-    for p in &m.store.pieces {
-        let g: Vec<f64> = m.be.read_mat(p.slot.of(&m.store.grads));
+    for p in m.store().pieces() {
+        let g: Vec<f64> = m.be().read_mat(p.slot.of(m.store().grads()));
         let r = fx.get(&format!("grad.{}", p.name));
         tol.check_tensor(&format!("{what} grad.{}", p.name), &g, r);
         all_g.extend(g);
@@ -156,5 +157,5 @@ fn check<B: Backend>(be: B, fx: &Fixture, layout: Layout, tol: &Tol) {
     }
     tol.check_all(&format!("{what} all gradients"), &all_g, &all_r);
     let expected = fx.tensors.keys().filter(|k| k.starts_with("param.")).count();
-    assert_eq!(m.store.pieces.len(), expected, "{what}: every fixture parameter is a model parameter");
+    assert_eq!(m.store().pieces().len(), expected, "{what}: every fixture parameter is a model parameter");
 }

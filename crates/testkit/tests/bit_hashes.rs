@@ -93,14 +93,15 @@ fn run<T: Scalar + boost_comm::CommElem>(sets: &[String]) -> Vec<String> {
         let scale = 1.0 / (MICRO * B * S) as f64;
         let links = Links { tp: &[&tpg], pp: &ppg };
         let loss = runner.run(&mut m, links, &bs, scale, Hooks::default());
-        let mut opt = Optimizer::new(&m.be, &m.store, false, dp, c.dp);
-        opt.sync_grads(&m.be, &mut m.store, &dpg, &mut None);
+        let mut opt = Optimizer::new(m.be(), m.store(), false, dp, c.dp);
+        let (be, store) = m.be_and_store_mut();
+        opt.sync_grads(be, store, &dpg, &mut None);
         let mut hl = Fnv::new();
         hl.floats(&[loss.sum, loss.tokens as f64]);
         let mut hg = Fnv::new();
-        for p in &m.store.pieces {
+        for p in m.store().pieces() {
             hg.text(&p.name);
-            hg.floats(&m.be.read_mat(p.slot.of(&m.store.grads)));
+            hg.floats(&m.be().read_mat(p.slot.of(m.store().grads())));
         }
         let mut hc = Fnv::new();
         let snap = grid.recorder().unwrap().take();

@@ -65,7 +65,7 @@ fn mpi_rank() -> Option<(usize, usize)> {
 fn save(cfg: &Config, root: &Path, (stage, tp): (usize, usize), ready: &dyn Fn()) {
     let layout = Layout::staged(&cfg.model, &cfg.parallel, tp, stage, 2);
     let model = Model::new(Cpu::<f32>::new(), &cfg.model, layout, 1).unwrap();
-    let opt = Optimizer::new(&model.be, &model.store, false, 1, 0);
+    let opt = Optimizer::new(model.be(), model.store(), false, 1, 0);
     ready();
     let t = Instant::now();
     let (owned, extra) = peak_extra(|| {
@@ -100,7 +100,7 @@ fn load(cfg: &Config, ck: &Checkpoint, name: &str, r: usize, ranks: usize) {
     let (tp, stage, dp) = if ranks == 4 { (r % 2, r / 2, 0) } else { (0, 0, r) };
     let layout = Layout::staged(&cfg.model, &cfg.parallel, tp, stage, cfg.parallel.pp);
     let mut model = Model::declare(Cpu::<f32>::new(), &cfg.model, layout).unwrap();
-    let mut opt = Optimizer::new(&model.be, &model.store, cfg.parallel.zero == 1, cfg.parallel.dp, dp);
+    let mut opt = Optimizer::new(model.be(), model.store(), cfg.parallel.zero == 1, cfg.parallel.dp, dp);
     let t = Instant::now();
     let ((), extra) = peak_extra(|| load_run(ck, &mut model, &mut opt).unwrap());
     println!("load {name} rank {r}: {:.2} s, peak extra heap {:.1} MB", t.elapsed().as_secs_f64(), extra as f64 / MB);

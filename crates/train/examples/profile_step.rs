@@ -38,7 +38,7 @@ fn main() {
     rayon::ThreadPoolBuilder::new().num_threads(threads).build_global().unwrap();
     let (b, s) = (8, 256);
     let mut m = Model::new(Profiled::new(Cpu::<f32>::new()), &cfg.model, Layout::single(&cfg.model), 1).unwrap();
-    let mut opt = AdamW::new(&m.be, &m.store);
+    let mut opt = AdamW::new(m.be(), m.store());
     let ids: Vec<u32> = (0..b * s + 1).map(|i| ((i as u64 * 2654435761) % cfg.model.vocab as u64) as u32).collect();
     let batch = Batch { ids: &ids[..b * s], targets: &ids[1..], batch: b, seq: s };
     let tc = boost_config::TrainConfig::default();
@@ -46,26 +46,27 @@ fn main() {
     let (mut a_steps, mut b_steps) = (Vec::new(), Vec::new());
     for i in 0..steps + 1 {
         if i == 1 {
-            m.be.take();
-            m.be.take_detail();
+            m.be().take();
+            m.be().take_detail();
         }
         let is_b = alternate.is_some() && i % 2 == 1;
         boost_tensor::cpu::core_speed::set_enabled(!(is_b && alternate == Some("balance")));
-        let gemm_before = m.be.peek().gemm;
+        let gemm_before = m.be().peek().gemm;
         let faults_before = minor_faults();
         let t = Instant::now();
         let mut step = || {
-            m.store.zero_grads(&m.be);
+            m.zero_grads();
             m.forward_backward(&Solo, &batch, 1.0 / (b * s) as f64);
-            let n = grad_norm(&m.be, &m.store, 0, &Solo);
-            opt.update(&m.be, &mut m.store, &tc, 1e-4, clip_coef(n, 1.0));
+            let n = grad_norm(m.be(), m.store(), 0, &Solo);
+            let (be, store) = m.be_and_store_mut();
+            opt.update(be, store, &tc, 1e-4, clip_coef(n, 1.0));
         };
         if is_b && alternate == Some("hold") {
             rayon::scope(move |_| step())
         } else {
             boost_tensor::cpu::pool::hold_pool(step)
         }
-        let (dt, gemm) = (t.elapsed().as_secs_f64(), (m.be.peek().gemm - gemm_before).as_secs_f64());
+        let (dt, gemm) = (t.elapsed().as_secs_f64(), (m.be().peek().gemm - gemm_before).as_secs_f64());
         let label =
             if alternate.is_none() { String::new() } else { format!(" ({})", if is_b { b_name } else { a_name }) };
         eprintln!("step {i}: {dt:.3} s{label}, {} page faults", minor_faults() - faults_before);
@@ -86,7 +87,7 @@ fn main() {
             ratio(|x| x.1)
         );
     }
-    let mut d = m.be.take_detail();
+    let mut d = m.be().take_detail();
     d.sort_by_key(|x| std::cmp::Reverse(x.1));
     for (name, t, n) in d {
         println!("{name:>18}: {:7.1} ms/step  ({} calls/step)", t.as_secs_f64() * 1e3 / steps as f64, n / steps as u64);

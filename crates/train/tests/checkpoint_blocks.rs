@@ -44,7 +44,7 @@ fn meta(cfg: &Config) -> CheckpointMeta {
 fn write_part(root: &Path, model: &Model<Be>, opt: &Optimizer<Be>, dp: usize) {
     let part = OwnedPart::of(model, opt, dp);
     let tmp = checkpoint::begin(root, 1).unwrap();
-    let name = checkpoint::sidecar_name(model.layout.stage, model.layout.tp_rank, dp);
+    let name = checkpoint::sidecar_name(model.layout().stage, model.layout().tp_rank, dp);
     let mut largest = 0;
     let mut fetch = |f: usize, i: usize, rows: std::ops::Range<usize>| {
         let block = part.read(model, opt, (f, i), rows);
@@ -67,7 +67,7 @@ fn whole(model: &Model<Be>, opt: &Optimizer<Be>) -> Tensors {
 fn complete_into_one(root: &Path, grid: WriterGrid, cfg: &Config, single: &Config) -> Tensors {
     let back = Checkpoint::open(&checkpoint::complete(root, grid, &meta(cfg), None, 0).unwrap()).unwrap();
     let mut one = Model::declare(Be::new(), &single.model, Layout::single(&single.model)).unwrap();
-    let mut o1 = Optimizer::new(&one.be, &one.store, false, 1, 0);
+    let mut o1 = Optimizer::new(one.be(), one.store(), false, 1, 0);
     load_run(&back, &mut one, &mut o1).unwrap();
     whole(&one, &o1)
 }
@@ -82,7 +82,7 @@ fn tensors_larger_than_a_block_reshard_exactly_through_blocked_saves_and_loads()
     let single = config(&[]);
     let be = Be::new();
     let model = Model::new(be, &single.model, Layout::single(&single.model), 1).unwrap();
-    let mut opt = Optimizer::new(&model.be, &model.store, false, 1, 0);
+    let mut opt = Optimizer::new(model.be(), model.store(), false, 1, 0);
     // Moments with a distinct value in every element.
     if let Optimizer::Replicated(a) = &mut opt {
         for (i, (m, v)) in a.m.iter_mut().zip(a.v.iter_mut()).enumerate() {
@@ -107,11 +107,11 @@ fn tensors_larger_than_a_block_reshard_exactly_through_blocked_saves_and_loads()
     for (stage, tp) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
         let layout = Layout::staged(&tp2pp2.model, &tp2pp2.parallel, tp, stage, 2);
         let mut m = Model::declare(be, &tp2pp2.model, layout).unwrap();
-        let mut o = Optimizer::new(&m.be, &m.store, false, 1, 0);
+        let mut o = Optimizer::new(m.be(), m.store(), false, 1, 0);
         load_run(&ck, &mut m, &mut o).unwrap();
         let Optimizer::Replicated(a) = &o else { unreachable!() };
-        for p in &m.store.pieces {
-            for (prefix, bufs) in [("", &m.store.values), ("m.", &a.m), ("v.", &a.v)] {
+        for p in m.store().pieces() {
+            for (prefix, bufs) in [("", m.store().values()), ("m.", &a.m), ("v.", &a.v)] {
                 let got: Vec<f32> = be.read_mat(p.slot.of(bufs));
                 let want = local_slice(p, find(&original, &format!("{prefix}{}", p.name)));
                 assert!(got == want, "{prefix}{} on pp{stage} tp{tp}", p.name);
@@ -132,11 +132,11 @@ fn tensors_larger_than_a_block_reshard_exactly_through_blocked_saves_and_loads()
     let mut replicas = Vec::new();
     for r in 0..2 {
         let mut m = Model::declare(be, &dp2.model, Layout::single(&dp2.model)).unwrap();
-        let mut o = Optimizer::new(&m.be, &m.store, true, 2, r);
+        let mut o = Optimizer::new(m.be(), m.store(), true, 2, r);
         load_run(&ck, &mut m, &mut o).unwrap();
         let (Optimizer::Zero1(z), Optimizer::Replicated(a)) = (&o, &opt) else { unreachable!() };
-        for i in 0..m.store.bufs.len() {
-            let own = z.owned(i, m.store.bufs[i].len);
+        for i in 0..m.store().buf_count() {
+            let own = z.owned(i, m.store().bufs()[i].len);
             for (chunk, full) in [(&z.m[i], &a.m[i]), (&z.v[i], &a.v[i])] {
                 let got: Vec<f32> = be.read_mat(Mat::new(chunk, 1, own.len()));
                 let want: Vec<f32> = be.read_mat(Mat::at(full, own.start, 1, own.len(), own.len()));

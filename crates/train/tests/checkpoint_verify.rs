@@ -49,7 +49,7 @@ fn to_single_file(ck: &Checkpoint, out: &Path) -> PathBuf {
     let cfg = boost_config::Config::from_toml_str(&ck.meta.config).unwrap().model;
     let be = boost_tensor::cpu::Cpu::<f32>::new();
     let mut model = boost_model::Model::declare(be, &cfg, boost_model::Layout::single(&cfg)).unwrap();
-    let mut opt = boost_exec::optim::AdamW::new(&model.be, &model.store);
+    let mut opt = boost_exec::optim::AdamW::new(model.be(), model.store());
     ck.load_model(&mut model).unwrap();
     ck.load_optim(&model, &mut opt).unwrap();
     let tensors = checkpoint::gather(&model, &opt, &boost_tensor::Solo).unwrap();

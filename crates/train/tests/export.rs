@@ -168,7 +168,7 @@ fn case(root: &Path, sets: &[&str], peers: Peers, tokenizer: Option<&Path>) {
     let name = sets.join(",").replace(['=', '.', ','], "_");
     let dir = root.join(&name);
     let mut m = Model::new(Cpu::<f32>::new(), &cfg.model, Layout::single(&cfg.model), 11).unwrap();
-    let opt = AdamW::new(&m.be, &m.store);
+    let opt = AdamW::new(m.be(), m.store());
     let meta = CheckpointMeta::outside_training(checkpoint::FORMAT, 1, &cfg);
     let tensors = checkpoint::gather(&m, &opt, &boost_tensor::Solo).unwrap();
     let ck_dir = checkpoint::save(&dir.join("ckpt"), &tensors, &meta, tokenizer, 0).unwrap();
@@ -188,10 +188,10 @@ fn case(root: &Path, sets: &[&str], peers: Peers, tokenizer: Option<&Path>) {
     assert_eq!(hf["bottleneck_activation"], act);
     let bytes = std::fs::read(out.join("model.safetensors")).unwrap();
     let st = SafeTensors::deserialize(&bytes).unwrap();
-    for p in &m.store.pieces {
+    for p in m.store().pieces() {
         assert_eq!(st.tensor(&p.name).unwrap().shape(), p.shape.as_slice(), "{}", p.name);
     }
-    assert_eq!(st.len(), m.store.pieces.len());
+    assert_eq!(st.len(), m.store().pieces().len());
     // transformers 4 loads a PyTorch safetensors file only with this header metadata.
     let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();
     assert_eq!(header.metadata().as_ref().and_then(|m| m.get("format")).map(String::as_str), Some("pt"), "{name}");

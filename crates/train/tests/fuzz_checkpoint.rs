@@ -69,7 +69,7 @@ fn open_and_load_all(dir: &Path) -> Result<(), String> {
         boost_model::Layout::single(&f.model),
     )
     .map_err(|e| e.to_string())?;
-    let mut opt = boost_exec::optim::AdamW::new(&m.be, &m.store);
+    let mut opt = boost_exec::optim::AdamW::new(m.be(), m.store());
     ck.load_optim(&m, &mut opt).map_err(|e| e.to_string())
 }
 

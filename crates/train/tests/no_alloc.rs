@@ -53,16 +53,17 @@ fn steady_state_steps_do_not_allocate() {
         .unwrap()
         .model;
         let mut m = Model::new(Cpu::<f32>::new(), &cfg, Layout::single(&cfg), 3).unwrap();
-        let mut opt = AdamW::new(&m.be, &m.store);
+        let mut opt = AdamW::new(m.be(), m.store());
         let tc = boost_config::TrainConfig::default();
         let ids: Vec<u32> = (0..4 * 32 + 1).map(|i| (i * 7 % 97) as u32).collect();
         let b = Batch { ids: &ids[..128], targets: &ids[1..], batch: 4, seq: 32 };
         let mut step = |count: bool| {
             COUNTING.store(count, Ordering::SeqCst);
-            m.store.zero_grads(&m.be);
+            m.zero_grads();
             m.forward_backward(&Solo, &b, 1.0 / 128.0);
-            let n = grad_norm(&m.be, &m.store, 0, &Solo);
-            opt.update(&m.be, &mut m.store, &tc, 1e-3, clip_coef(n, 1.0));
+            let n = grad_norm(m.be(), m.store(), 0, &Solo);
+            let (be, store) = m.be_and_store_mut();
+            opt.update(be, store, &tc, 1e-3, clip_coef(n, 1.0));
             COUNTING.store(false, Ordering::SeqCst);
         };
         pool.install(|| {

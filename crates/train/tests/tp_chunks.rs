@@ -45,7 +45,7 @@ fn run(cfg: &Config, chunks: usize, policy: Recompute) -> Vec<(LossSum, Vec<Vec<
             };
             (loss.sum, loss.tokens) = (loss.sum + l.sum, loss.tokens + l.tokens);
         }
-        Ok((loss, m.store.grads.clone(), grid.recorder().unwrap().take()))
+        Ok((loss, m.store().grads().to_vec(), grid.recorder().unwrap().take()))
     })
     .unwrap()
 }
@@ -112,7 +112,7 @@ fn ready_hands_over_each_part_summed_as_the_chunks_finish_it() {
             chunked.forward_backward(&mut m, &tps, &b, 1.0 / T as f64, None);
             let mut hook = |_: &Cpu<f32>, k: usize, g: &[Vec<f32>]| reports.push((k, g[k..].to_vec()));
             chunked.forward_backward(&mut m, &tps, &b, 1.0 / T as f64, Some(&mut hook));
-            Ok((reports, m.store.grads.clone(), m.store.bufs.len()))
+            Ok((reports, m.store().grads().to_vec(), m.store().buf_count()))
         })
         .unwrap();
         for (rank, (reports, grads, bufs)) in ranks.iter().enumerate() {

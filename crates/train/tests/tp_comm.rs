@@ -43,7 +43,7 @@ fn record_with(cfg: &Config, policy: Recompute) -> Snapshot {
         m.set_recompute_layers(cfg.train.recompute_layers);
         let b = Batch { ids: &ids[..B * S], targets: &ids[1..], batch: B, seq: S };
         m.forward_backward(&grid.tp, &b, 1.0 / T as f64);
-        grad_norm(&m.be, &m.store, rank, &grid.tp);
+        grad_norm(m.be(), m.store(), rank, &grid.tp);
         Ok(grid.recorder().unwrap().take())
     })
     .unwrap();

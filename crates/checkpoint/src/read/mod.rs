@@ -237,9 +237,9 @@ impl Checkpoint {
 
     /// Fill the model's parameters (any layout: each rank takes its slice).
     pub fn load_model<B: Backend>(&self, model: &mut Model<B>) -> Result<()> {
-        let store = &mut model.store;
-        for p in &store.pieces {
-            self.load_piece(&model.be, "", p, &mut store.values)?;
+        let (be, store) = model.be_and_store_mut();
+        for p in store.pieces().to_vec() {
+            self.load_piece(be, "", &p, store.values_mut())?;
         }
         Ok(())
     }
@@ -253,9 +253,9 @@ impl Checkpoint {
 
     /// Fill AdamW moment buffers aligned with the model's parameters.
     pub fn load_moments<B: Backend>(&self, model: &Model<B>, m: &mut [B::Buf], v: &mut [B::Buf]) -> Result<()> {
-        for p in &model.store.pieces {
+        for p in model.store().pieces() {
             for (key, bufs) in [("m.", &mut *m), ("v.", &mut *v)] {
-                self.load_piece(&model.be, key, p, bufs)?;
+                self.load_piece(model.be(), key, p, bufs)?;
             }
         }
         Ok(())

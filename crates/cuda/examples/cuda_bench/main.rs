@@ -157,7 +157,7 @@ mod bench {
                 times.push(dt);
             }
         }
-        let params = run.model.store.global_len();
+        let params = run.model.store().global_len();
         drop(run);
         let median = median(times.clone());
         let split = match a.profile {
@@ -234,7 +234,7 @@ mod bench {
             let mut model = Model::new(be, &cfg.model, Layout::single(&cfg.model), 1).map_err(|e| e.to_string())?;
             model.set_recompute(cfg.train.recompute);
             model.set_recompute_layers(cfg.train.recompute_layers);
-            let adam = AdamW::new(&model.be, &model.store);
+            let adam = AdamW::new(model.be(), model.store());
             Ok(Self { model, adam, train: TrainConfig::default() })
         }
 
@@ -243,11 +243,11 @@ mod bench {
         /// device, as nothing reads the norm here), AdamW with `TrainConfig`'s defaults.
         fn step(&mut self, batch: &Batch) -> (f64, f64) {
             let Self { model, adam, train } = self;
-            model.be.sync();
+            model.be().sync();
             let t0 = Instant::now();
-            model.store.zero_grads(&model.be);
+            model.zero_grads();
             let l = model.forward_backward(&Solo, batch, 1.0 / batch.ids.len() as f64);
-            let (be, st) = (&model.be, &mut model.store);
+            let (be, st) = model.be_and_store_mut();
             adam.update_clipped(be, st, train, 1e-3, 1.0);
             be.sync();
             (t0.elapsed().as_secs_f64(), l.sum / l.tokens as f64)
@@ -260,11 +260,11 @@ mod bench {
     fn profile(be: Cuda, cfg: &Config, batch: &Batch, n: usize) -> Result<(KernelTimes, u64), String> {
         let mut run = Trainer::new(Profiled::new(be), cfg)?;
         run.step(batch);
-        run.model.be.take_detail();
-        run.model.be.take();
+        run.model.be().take_detail();
+        run.model.be().take();
         let step: f64 = (0..n).map(|_| run.step(batch).0).sum::<f64>() / n as f64;
-        let times = run.model.be.take();
-        let mut d = run.model.be.take_detail();
+        let times = run.model.be().take();
+        let mut d = run.model.be().take_detail();
         d.sort_by_key(|e| std::cmp::Reverse(e.1));
         let total = d.iter().map(|e| e.1.as_secs_f64()).sum::<f64>() / n as f64;
         let calls = d.iter().map(|e| e.2).sum::<u64>() / n as u64;

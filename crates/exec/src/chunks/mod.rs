@@ -65,7 +65,7 @@ impl<B: Backend> Chunks<B> {
         ready: Option<&mut GradsReady<B>>,
     ) -> LossSum {
         let chunks = tps.len();
-        assert_eq!(model.layout.stages, 1, "tp chunks run a whole model (parallel.pp = 1)");
+        assert_eq!(model.layout().stages, 1, "tp chunks run a whole model (parallel.pp = 1)");
         assert!(
             chunks > 0 && b.batch.is_multiple_of(chunks),
             "a micro-batch of {} sequences does not split into {chunks} chunks",
@@ -75,13 +75,13 @@ impl<B: Backend> Chunks<B> {
         let mut works: Vec<Work<B>> = batches.iter().enumerate().map(|(c, cb)| model.take_work(c, cb)).collect();
         // Chunk 0 accumulates into the store's gradients; the others into buffers of their
         // own, zeroed here. Each chunk hands its final buffers to the summing below.
-        let store = std::mem::take(&mut model.store.grads);
+        let store = model.store_mut().take_grads();
         let mut own = std::mem::take(&mut self.grads);
         own.resize_with(chunks - 1, Vec::new);
-        let own = own.into_iter().map(|g| model.store.zeroed_grads(&model.be, g));
+        let own = own.into_iter().map(|g| model.store().zeroed_grads(model.be(), g));
         let mut grads: Vec<_> = std::iter::once(store).chain(own).collect();
         let baton = Baton::default();
-        let mut sum = ChunkSum::new(&model.be, model.store.bufs.len(), chunks);
+        let mut sum = ChunkSum::new(model.be(), model.store().buf_count(), chunks);
         let (handed, hands) = std::sync::mpsc::channel::<Handed<B>>();
         let this = &*model;
         let traced = boost_tensor::trace::current();
@@ -95,7 +95,7 @@ impl<B: Backend> Chunks<B> {
                         let _traced = boost_tensor::trace::attach(traced);
                         let tp = BatonGroup { inner: tp, baton };
                         let _holding = baton.hold();
-                        this.forward(Params::Ready(&this.store.values), &tp, w, None);
+                        this.forward(Params::Ready(this.store().values()), &tp, w, None);
                         let loss = this.loss(&tp, w, Some(grad_scale), cb.targets);
                         // Buffers `from..` are final in this chunk: hand them over (the
                         // backward never writes them again; empty buffers take their place).
@@ -121,16 +121,16 @@ impl<B: Backend> Chunks<B> {
             for h in hands {
                 let Some(parts) = sum.queue(h) else { continue };
                 let _holding = baton.hold();
-                let from = sum.add(parts, &this.be, &this.store.bufs);
+                let from = sum.add(parts, this.be(), this.store().bufs());
                 if let Some(f) = ready.as_deref_mut() {
-                    f(&this.be, from, &sum.total);
+                    f(this.be(), from, &sum.total);
                 }
             }
             let joined: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
             joined.into_iter().map(|r| r.unwrap_or_else(|e| std::panic::resume_unwind(e))).collect()
         });
         assert_eq!(sum.upto, 0, "every chunk hands over every gradient buffer");
-        model.store.grads = sum.total;
+        model.store_mut().put_grads(sum.total);
         self.grads = sum.spare;
         for (c, w) in works.into_iter().enumerate() {
             model.put_work(c, w);

@@ -90,22 +90,23 @@ impl<B: Backend> StageRunner<B> {
     /// With tied embeddings over several stages, the first and last stage both hold the
     /// table: sum their gradients (last → first, added, sum sent back).
     fn sync_tied(&mut self, model: &mut Model<B>, pp: &dyn Collective<B>) {
-        let (stage, stages) = (model.layout.stage, model.layout.stages);
-        if stages == 1 || !model.cfg.tie_embeddings || (stage != 0 && stage + 1 != stages) {
+        let (stage, stages) = (model.layout().stage, model.layout().stages);
+        if stages == 1 || !model.cfg().tie_embeddings || (stage != 0 && stage + 1 != stages) {
             return;
         }
         let slot = model.tied_table().expect("both ends hold the tied table");
         let buf = slot.buf;
-        let n = model.store.bufs[buf].len;
+        let n = model.store().bufs()[buf].len;
         let label = Label::op("embed.tied_grads");
         if stage == 0 {
-            let tmp = self.tied.get_or_insert_with(|| model.be.alloc(n));
+            let tmp = self.tied.get_or_insert_with(|| model.be().alloc(n));
             pp.recv(tmp, 0, n, stages - 1, label);
-            model.be.axpy(MatMut::new(&mut model.store.grads[buf], 1, n), Mat::new(tmp, 1, n), 1.0);
-            pp.send(&model.store.grads[buf], 0, n, stages - 1, label);
+            let (be, store) = model.be_and_store_mut();
+            be.axpy(MatMut::new(store.grad_mut(buf), 1, n), Mat::new(tmp, 1, n), 1.0);
+            pp.send(model.store().grad(buf), 0, n, stages - 1, label);
         } else {
-            pp.send(&model.store.grads[buf], 0, n, 0, label);
-            pp.recv(&mut model.store.grads[buf], 0, n, 0, label);
+            pp.send(model.store().grad(buf), 0, n, 0, label);
+            pp.recv(model.store_mut().grad_mut(buf), 0, n, 0, label);
         }
     }
 }
@@ -122,7 +123,7 @@ fn walk<B: Backend>(
     hooks: Hooks<B>,
 ) -> LossSum {
     let Hooks { mut ready, mut need } = hooks;
-    let (stage, stages) = (model.layout.stage, model.layout.stages);
+    let (stage, stages) = (model.layout().stage, model.layout().stages);
     let mut io = if pp.overlaps() { Io::Posted(Transfers::new(pp, staging, stage, stages)) } else { Io::Blocking(pp) };
     let mut loss = LossSum::default();
     let last_backward = ops.iter().rposition(|op| matches!(op, Op::Backward(_)));
@@ -162,7 +163,7 @@ enum Io<'a, B: Backend> {
 impl<B: Backend> Io<'_, B> {
     /// Op `i`'s receives into `slot`, before it computes; `next` is the op after it.
     fn receive(&mut self, model: &mut Model<B>, i: usize, op: Op, next: Option<Op>, slot: usize, batches: &[Batch]) {
-        let (stage, stages) = (model.layout.stage, model.layout.stages);
+        let (stage, stages) = (model.layout().stage, model.layout().stages);
         match self {
             Io::Blocking(pp) => match op {
                 Op::Forward(k) if stage > 0 => stage_io::recv_activation(model, *pp, slot, stage - 1, &batches[k]),
@@ -172,7 +173,7 @@ impl<B: Backend> Io<'_, B> {
             Io::Posted(io) => {
                 let mine = io.start(model, slot, i, op, batches);
                 if let Some(next) = next {
-                    io.post(&model.be, i + 1, next, batches);
+                    io.post(model.be(), i + 1, next, batches);
                 }
                 io.deliver(model, slot, op, batches, mine);
             }
@@ -181,7 +182,7 @@ impl<B: Backend> Io<'_, B> {
 
     /// Op `op`'s sends from `slot`, after it computes.
     fn send(&mut self, model: &Model<B>, op: Op, slot: usize) {
-        let (stage, stages) = (model.layout.stage, model.layout.stages);
+        let (stage, stages) = (model.layout().stage, model.layout().stages);
         let (wires, to) = match op {
             Op::Forward(_) if stage + 1 < stages => (model.stage_output(slot), stage + 1),
             Op::Backward(_) if stage > 0 => (model.stage_input_grad(slot), stage - 1),
@@ -189,7 +190,7 @@ impl<B: Backend> Io<'_, B> {
         };
         match self {
             Io::Blocking(pp) => stage_io::send(*pp, wires, to),
-            Io::Posted(io) => io.send(&model.be, wires, to),
+            Io::Posted(io) => io.send(model.be(), wires, to),
         }
     }
 
@@ -224,8 +225,9 @@ impl<B: Backend> Passes<'_, B> {
             Passes::Chunks(..) => {
                 // The chunks read every parameter side by side: complete them all first.
                 if let Some(need) = need {
-                    let all = model.store.bufs.len();
-                    need(&model.be, all, &mut model.store.values);
+                    let all = model.store().buf_count();
+                    let (be, store) = model.be_and_store_mut();
+                    need(be, all, store.values_mut());
                 }
                 None
             }

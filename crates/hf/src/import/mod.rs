@@ -99,7 +99,7 @@ pub fn import(opts: &ImportOptions, log: &dyn Fn(String)) -> Result<(PathBuf, Ve
     let mut energies = Vec::new();
     // B of each factored projection, kept until its piece comes (A comes first).
     let mut pending_b = HashMap::new();
-    let pieces = model.store.pieces.clone();
+    let pieces = model.store().pieces().to_vec();
     for p in &pieces {
         let values = if let Some(prefix) = p.name.strip_suffix(".cola_a") {
             let f = low_rank(&mut folder, prefix, cfg.model.rank)?;
@@ -117,10 +117,11 @@ pub fn import(opts: &ImportOptions, log: &dyn Fn(String)) -> Result<(PathBuf, Ve
         } else {
             folder.tensor(&p.name, &p.shape)?
         };
-        model.be.write_mat(p.slot.of_mut(&mut model.store.values), &values);
+        let (be, store) = model.be_and_store_mut();
+        be.write_mat(p.slot.of_mut(store.values_mut()), &values);
     }
     let meta = CheckpointMeta::outside_training(checkpoint::FORMAT, 0, &cfg);
-    let opt = AdamW::new(&model.be, &model.store);
+    let opt = AdamW::new(model.be(), model.store());
     let tensors = checkpoint::gather(&model, &opt, &Solo)?;
     // Built beside `--out` and moved into place, so an interrupted import leaves no half run.
     let staged = Staged::new(&opts.out, "import")?;

@@ -78,7 +78,7 @@ impl<T: Scalar> Model<Cpu<T>> {
         }
         let n = ids.len();
         let mut w = self.take_work(0, &Batch { ids, targets: &[], batch: 1, seq: n });
-        self.forward(Params::Ready(&self.store.values), &Solo, &mut w, Some(cache));
+        self.forward(Params::Ready(self.store.values()), &Solo, &mut w, Some(cache));
         let vl = self.dims.vocab_loc;
         let last = self.be.read_mat(Mat::at(&w.logits, (n - 1) * vl, 1, self.cfg.vocab, vl));
         self.put_work(0, w);

@@ -70,27 +70,29 @@ pub struct LastStage {
     pub head: Slot,
 }
 
+/// One rank's model. Its fields belong to this crate: other crates read them through the
+/// accessors and reach the parameters through the store's methods.
 pub struct Model<B: Backend> {
-    pub cfg: ModelConfig,
-    pub layout: Layout,
+    pub(crate) cfg: ModelConfig,
+    pub(crate) layout: Layout,
     /// The scheme's plan for this model and degree.
-    pub plan: Plan,
-    pub dims: Dims,
-    pub be: B,
-    pub store: ParamStore<B>,
+    pub(crate) plan: Plan,
+    pub(crate) dims: Dims,
+    pub(crate) be: B,
+    pub(crate) store: ParamStore<B>,
     /// The first pipeline stage's embedding.
-    pub first: Option<FirstStage>,
+    pub(crate) first: Option<FirstStage>,
     /// This stage's layers (their `layer` fields are global indices).
-    pub blocks: Vec<Block>,
+    pub(crate) blocks: Vec<Block>,
     /// The last pipeline stage's final norm and LM head.
-    pub last: Option<LastStage>,
+    pub(crate) last: Option<LastStage>,
     /// The parameter buffers of each of `blocks`.
-    pub layer_bufs: Vec<std::ops::Range<usize>>,
+    pub(crate) layer_bufs: Vec<std::ops::Range<usize>>,
     /// What the forward keeps for the backward (`train.recompute`).
-    pub recompute: Recompute,
+    pub(crate) recompute: Recompute,
     /// The policy applies to this many layers of the stage, the first ones (0: all), as
     /// Megatron's block method does (`train.recompute_layers`); the others keep everything.
-    pub recompute_layers: usize,
+    pub(crate) recompute_layers: usize,
     /// Buffers per micro-batch in flight (slot 0 outside a pipeline; one per chunk with
     /// `parallel.tp_chunks`).
     works: Vec<Option<Work<B>>>,
@@ -124,6 +126,34 @@ impl<B: Backend> Model<B> {
             recompute_layers: 0,
             works: Vec::new(),
         })
+    }
+
+    pub fn cfg(&self) -> &ModelConfig {
+        &self.cfg
+    }
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+    pub fn dims(&self) -> &Dims {
+        &self.dims
+    }
+    /// The backend this model's buffers live on.
+    pub fn be(&self) -> &B {
+        &self.be
+    }
+    pub fn store(&self) -> &ParamStore<B> {
+        &self.store
+    }
+    pub fn store_mut(&mut self) -> &mut ParamStore<B> {
+        &mut self.store
+    }
+    /// The backend and the parameters, the latter mutable (writing values, an optimizer step).
+    pub fn be_and_store_mut(&mut self) -> (&B, &mut ParamStore<B>) {
+        (&self.be, &mut self.store)
+    }
+    /// Zero every gradient buffer.
+    pub fn zero_grads(&mut self) {
+        self.store.zero_grads(&self.be);
     }
 
     /// The tied embedding table, on the stage that holds it (first or last).

@@ -4,7 +4,7 @@
 use crate::block::Block;
 use crate::layout::{Dims, Layout};
 use crate::model::{FirstStage, LastStage};
-use crate::params::{BufBuilder, Held, Init, ParamStore, Slot, Split, bind};
+use crate::params::{BufBuilder, BufOpts, Held, Init, ParamStore, Slot, Split};
 use crate::plan::{Entry, Plan};
 use crate::projection::Declare;
 use anyhow::{Result, bail};
@@ -50,7 +50,7 @@ impl<B: Backend> StageParams<B> {
         let (d, v) = (cfg.d, cfg.vocab);
         // Vocabulary-parallel rows [rank·V_loc, (rank+1)·V_loc) ∩ [0, V), padded to V_loc.
         let vocab_rows = |store: &mut ParamStore<B>, name: &str| {
-            let mut bb = BufBuilder::new(name);
+            let mut bb = BufBuilder::open(store, name, BufOpts::MATRIX);
             let vl = dims.vocab_loc;
             let lo = (layout.tp_rank * vl).min(v);
             let hi = ((layout.tp_rank + 1) * vl).min(v);
@@ -63,24 +63,25 @@ impl<B: Backend> StageParams<B> {
             };
             let slot = bb.at(held, 0, d);
             bb.reserve(vl * d);
-            let id = bb.finish(store, be, true, false);
-            Slot { rows: vl, ..bind(slot, id) }
+            bb.finish(store, be);
+            Slot { rows: vl, ..slot }
         };
         let (first, last) = (layout.first_stage(), layout.last_stage());
         let embed = (first || (last && cfg.tie_embeddings)).then(|| {
             let slot = if plan.entry == Entry::HiddenShard {
                 let name = "model.embed_tokens.weight".to_string();
-                let mut bb = BufBuilder::new(name.clone());
+                let mut bb = BufBuilder::open(&mut store, name.clone(), BufOpts::MATRIX);
                 let split = if p > 1 { Split::Cols } else { Split::Whole };
                 let slot = bb.block(name, vec![v, d], split, p, layout.tp_rank, Init::Normal(cfg.init_std));
-                bind(slot, bb.finish(&mut store, be, true, false))
+                bb.finish(&mut store, be);
+                slot
             } else {
                 vocab_rows(&mut store, "model.embed_tokens.weight")
             };
             if !first {
                 // The last stage's copy of a tied table: synced with the first stage's and
                 // counted there.
-                store.bufs[slot.buf].pipeline_copy = true;
+                store.mark_pipeline_copy(slot.buf);
             }
             slot
         });
@@ -89,17 +90,17 @@ impl<B: Backend> StageParams<B> {
         let blocks: Vec<Block> = layout
             .layer_range(cfg.layers)
             .map(|l| {
-                let lo = cx.store.bufs.len();
+                let lo = cx.store.buf_count();
                 let b = Block::build(l, &mut cx);
-                layer_bufs.push(lo..cx.store.bufs.len());
+                layer_bufs.push(lo..cx.store.buf_count());
                 b
             })
             .collect();
         let last_stage = last.then(|| {
             let name = "model.norm.weight".to_string();
-            let mut bb = BufBuilder::new(name.clone());
-            let slot = bb.block(name, vec![d], Split::Whole, 1, 0, Init::Const(1.0));
-            let final_norm = bind(slot, bb.finish(&mut store, be, false, p > 1));
+            let mut bb = BufBuilder::open(&mut store, name.clone(), BufOpts::VECTOR.replicated_if(p > 1));
+            let final_norm = bb.block(name, vec![d], Split::Whole, 1, 0, Init::Const(1.0));
+            bb.finish(&mut store, be);
             let head = match embed {
                 Some(table) if cfg.tie_embeddings => table,
                 _ => vocab_rows(&mut store, "lm_head.weight"),
@@ -121,5 +122,5 @@ impl<B: Backend> StageParams<B> {
 pub fn layout_pieces(cfg: &ModelConfig, layout: Layout) -> Result<Vec<crate::params::Piece>> {
     let (plan, dims) = resolve(cfg, &layout)?;
     let be = boost_tensor::cpu::Cpu::<f32>::new();
-    Ok(StageParams::declare(&be, cfg, &layout, &plan, &dims, ParamStore::shapes_only()).store.pieces)
+    Ok(StageParams::declare(&be, cfg, &layout, &plan, &dims, ParamStore::shapes_only()).store.into_pieces())
 }

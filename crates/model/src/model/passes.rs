@@ -43,7 +43,7 @@ impl<B: Backend> Model<B> {
         w: &mut Work<B>,
         attend: Option<&dyn CachedAttention<B>>,
     ) {
-        let (be, all) = (&self.be, self.store.bufs.len());
+        let (be, all) = (&self.be, self.store.buf_count());
         if let Some(first) = self.first {
             let p = params.upto(be, self.layer_bufs.first().map_or(all, |r| r.start));
             let _s = trace::span("forward", || "embed forward");
@@ -109,12 +109,12 @@ impl<B: Backend> Model<B> {
             w
         };
         match need {
-            None => self.forward(Params::Ready(&self.store.values), tp, &mut w, None),
+            None => self.forward(Params::Ready(self.store.values()), tp, &mut w, None),
             Some(need) => {
                 // The forward reads what `need` fills: the values leave the store meanwhile.
-                let mut values = std::mem::take(&mut self.store.values);
+                let mut values = self.store.take_values();
                 self.forward(Params::Filling(&mut values, need), tp, &mut w, None);
-                self.store.values = values;
+                self.store.put_values(values);
             }
         }
         let loss = self.layout.last_stage().then(|| self.loss(tp, &mut w, grad_scale, b.targets));
@@ -128,10 +128,10 @@ impl<B: Backend> Model<B> {
     /// backward goes (see [`GradsReady`]).
     pub fn backward_stage(&mut self, tp: &dyn Collective<B>, slot: usize, ready: Option<&mut GradsReady<B>>) {
         let mut w = self.works.get_mut(slot).and_then(|w| w.take()).expect("backward of a slot without forward");
-        let mut grads = std::mem::take(&mut self.store.grads);
+        let mut grads = self.store.take_grads();
         let mut ready = ready.map(|f| move |be: &B, k: usize, g: &mut [B::Buf]| f(be, k, g));
         self.backward(&mut grads, tp, &mut w, ready.as_mut().map(|f| f as &mut GradsFinal<B>));
-        self.store.grads = grads;
+        self.store.put_grads(grads);
         self.put_work(slot, w);
     }
 
@@ -157,7 +157,7 @@ impl<B: Backend> Model<B> {
     pub fn logits(&mut self, tp: &dyn Collective<B>, ids: &[u32], batch: usize, seq: usize) -> Vec<f64> {
         assert_eq!(self.layout.stages, 1, "logits of a whole model");
         let mut w = self.take_work(0, &Batch { ids, targets: &[], batch, seq });
-        self.forward(Params::Ready(&self.store.values), tp, &mut w, None);
+        self.forward(Params::Ready(self.store.values()), tp, &mut w, None);
         let out = self.be.read_mat(Mat::new(&w.logits, batch * seq, self.dims.vocab_loc));
         self.put_work(0, w);
         out
@@ -192,7 +192,7 @@ impl<B: Backend> Model<B> {
             }
         }
         let r = self.recomputed();
-        let inputs = PassInputs { params: &self.store.values, rope: &w.rope, batch: w.batch, seq: w.seq };
+        let inputs = PassInputs { params: self.store.values(), rope: &w.rope, batch: w.batch, seq: w.seq };
         let cx = ctx(&self.be, tp, &self.cfg, self.plan, self.dims, inputs);
         let lax = self.cfg.arch == Arch::Lax;
         let n = self.blocks.len();

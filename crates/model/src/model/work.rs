@@ -4,7 +4,7 @@
 use crate::block::{BlockActs, BlockGrads, Kept};
 use crate::model::{Batch, Model};
 use crate::plan::Entry;
-use crate::projection::Scratch;
+use crate::projection::{Packed, Scratch};
 use boost_config::{Arch, LaxGate, Recompute};
 use boost_tensor::Backend;
 
@@ -125,8 +125,12 @@ impl<B: Backend> Model<B> {
             .max()
             .unwrap_or(0);
         // [stat | latent] of a group whose online statistic rides with A's all-reduce.
-        let max_sum =
-            groups.clone().filter(|g| g.stages_sum(&self.plan)).map(|g| t + g.geom(t).len()).max().unwrap_or(0);
+        let max_sum = groups
+            .clone()
+            .filter(|g| g.stages_sum(&self.plan))
+            .map(|g| Packed::stat_then_latent(g.geom(t)).len())
+            .max()
+            .unwrap_or(0);
         let kron = if self.cfg.arch == Arch::Lax && self.cfg.lax.gate == LaxGate::Kron {
             let (a, b) = self.cfg.kron_factors();
             3 * max_lat + 64 * (a * a + b * b)

@@ -53,6 +53,54 @@ impl LatGeom {
     }
 }
 
+/// A latent after `stat` values of the norm statistic in one buffer: `[stat (t) | latent]`
+/// in `Scratch::sum`, where one all-reduce sums both ([`ProjGroup::stages_sum`]), or the
+/// latent alone (`stat` = 0) in `ProjActs::lat`.
+#[derive(Debug, Clone, Copy)]
+pub struct Packed {
+    /// Elements of the statistic before the latent: t, or 0.
+    pub stat: usize,
+    pub lat: LatGeom,
+}
+
+impl Packed {
+    /// `[stat | latent]`: the statistic's t values, then the latent.
+    pub fn stat_then_latent(lat: LatGeom) -> Self {
+        Self { stat: lat.t, lat }
+    }
+    /// The latent alone.
+    pub fn latent_only(lat: LatGeom) -> Self {
+        Self { stat: 0, lat }
+    }
+    pub fn len(&self) -> usize {
+        self.stat + self.lat.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The statistic, a column.
+    pub fn stat_mat<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a Buf) -> Mat<'a, Buf> {
+        Mat::at(buf, 0, self.stat, 1, 1)
+    }
+    /// Component j of the latent.
+    pub fn comp_mut<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a mut Buf, j: usize) -> MatMut<'a, Buf> {
+        self.lat.comp_mut(buf, self.stat, j)
+    }
+    /// The whole latent.
+    pub fn whole_mat<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a Buf) -> Mat<'a, Buf> {
+        self.lat.whole_mat(buf, self.stat)
+    }
+    pub fn whole_mut<'a, Buf: boost_tensor::DeviceBuf>(&self, buf: &'a mut Buf) -> MatMut<'a, Buf> {
+        self.lat.whole_mut(buf, self.stat)
+    }
+    /// (offset, length) that component j's collective covers when each component is summed
+    /// on its own (an ungrouped latent): the first also carries the statistic ahead of it.
+    pub fn comp_span(&self, j: usize) -> (usize, usize) {
+        let n = self.lat.t * self.lat.r;
+        if j == 0 { (0, self.stat + n) } else { (self.stat + self.lat.comp(j).0, n) }
+    }
+}
+
 impl ProjGroup {
     /// The buffer this group's z fills from its start: the φ output, the LN output (LaX,
     /// identity φ), or the latent itself.
@@ -188,5 +236,26 @@ impl<B: Backend> ProjActs<B> {
         let z = self.z.as_mut().expect("a boundary holds z");
         let n = z.len();
         (z, n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The statistic sits ahead of the latent; the per-component spans of an ungrouped
+    /// latent tile the whole buffer in order, the statistic inside the first.
+    #[test]
+    fn packed_parts_tile_the_buffer() {
+        let lat = LatGeom { t: 5, c: 3, r: 4, grouped: false };
+        for (packed, stat) in [(Packed::stat_then_latent(lat), 5), (Packed::latent_only(lat), 0)] {
+            assert_eq!((packed.stat, packed.len()), (stat, stat + 60));
+            let spans: Vec<(usize, usize)> = (0..3).map(|j| packed.comp_span(j)).collect();
+            assert_eq!(spans, [(0, stat + 20), (stat + 20, 20), (stat + 40, 20)]);
+            let buf = vec![0.0f32; packed.len()];
+            let whole = packed.whole_mat(&buf);
+            assert_eq!((whole.off, whole.rows, whole.cols), (stat, 15, 4));
+            assert_eq!((packed.stat_mat(&buf).rows, packed.stat_mat(&buf).off), (stat, 0));
+        }
     }
 }

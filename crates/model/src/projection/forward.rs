@@ -6,7 +6,7 @@ use crate::labels;
 use crate::params::Slot;
 use crate::pass::Ctx;
 use crate::plan::NormPlacement;
-use crate::projection::{Call, Gate, LaxSlots, ProjActs, ProjGroup, Scratch, Weights};
+use crate::projection::{Call, Gate, LaxSlots, Packed, ProjActs, ProjGroup, Scratch, Weights};
 use boost_tensor::LayerNormFwd;
 use boost_tensor::{Backend, Mat, MatMut};
 
@@ -57,15 +57,17 @@ impl ProjGroup {
             Weights::Full { w } => self.full_forward(&s, w, input, out),
             Weights::LowRank { a, .. } if staged => {
                 let (t, geo) = (s.t, self.geom(s.t));
-                self.down_gemm(&s, a, input, wa, sum, t);
-                self.down_sum(&s, sum, t);
-                s.be.copy(MatMut::new(&mut acts.stat, t, 1), Mat::at(sum, 0, t, 1, 1));
-                s.be.copy(geo.whole_mut(&mut acts.lat, 0), geo.whole_mat(sum, t));
+                let packed = Packed::stat_then_latent(geo);
+                self.down_gemm(&s, a, input, wa, sum, packed);
+                self.down_sum(&s, sum, packed);
+                s.be.copy(MatMut::new(&mut acts.stat, t, 1), packed.stat_mat(sum));
+                s.be.copy(geo.whole_mut(&mut acts.lat, 0), packed.whole_mat(sum));
                 self.online_norm_finish(&s, acts);
             }
             Weights::LowRank { a, .. } => {
-                self.down_gemm(&s, a, input, wa, &mut acts.lat, 0);
-                self.down_sum(&s, &mut acts.lat, 0);
+                let packed = Packed::latent_only(self.geom(s.t));
+                self.down_gemm(&s, a, input, wa, &mut acts.lat, packed);
+                self.down_sum(&s, &mut acts.lat, packed);
                 if s.online {
                     self.online_norm_finish(&s, acts);
                 }
@@ -120,8 +122,8 @@ impl ProjGroup {
         }
     }
 
-    /// P = input·A into the latent at `base` of `lat`: one GEMM when grouped, else one per
-    /// component. With γ folded, A is diag(γ)·A in `wa`.
+    /// P = input·A into the latent of `lat` (laid out as `packed`): one GEMM when grouped,
+    /// else one per component. With γ folded, A is diag(γ)·A in `wa`.
     fn down_gemm<B: Backend>(
         &self,
         s: &Call<B>,
@@ -129,32 +131,31 @@ impl ProjGroup {
         input: Mat<B::Buf>,
         wa: &B::Buf,
         lat: &mut B::Buf,
-        base: usize,
+        packed: Packed,
     ) {
-        let (din, geo, r) = (s.din, self.geom(s.t), self.r_loc);
+        let (din, r) = (s.din, self.r_loc);
         let (a_buf, a_off, a_ld) = if s.fold { (wa, 0, a.cols) } else { (&s.cx.params[a.buf], a.off, a.ld) };
         if self.grouped {
-            s.be.gemm(geo.whole_mut(lat, base), input, Mat::at(a_buf, a_off, din, a.cols, a_ld), 1.0, false);
+            s.be.gemm(packed.whole_mut(lat), input, Mat::at(a_buf, a_off, din, a.cols, a_ld), 1.0, false);
         } else {
             for j in 0..self.c {
                 let aj = Mat::at(a_buf, a_off + j * r, din, r, a_ld);
-                s.be.gemm(geo.comp_mut(lat, base, j), input, aj, 1.0, false);
+                s.be.gemm(packed.comp_mut(lat, j), input, aj, 1.0, false);
             }
         }
     }
 
-    /// Row-parallel A (BTP): g = all-reduce of the partial latent at `base` of `buf`, with
-    /// whatever precedes it (the staged norm statistic) riding in the first call.
-    fn down_sum<B: Backend>(&self, s: &Call<B>, buf: &mut B::Buf, base: usize) {
+    /// Row-parallel A (BTP): g = all-reduce of the partial latent of `buf` (laid out as
+    /// `packed`), the staged norm statistic ahead of it riding in the first call.
+    fn down_sum<B: Backend>(&self, s: &Call<B>, buf: &mut B::Buf, packed: Packed) {
         if !self.plan.first.sum_output {
             return;
         }
-        let (t, geo) = (s.t, self.geom(s.t));
         if self.grouped {
-            s.cx.g(buf, 0, base + geo.len(), labels::a_fwd(self.kind, None), self.layer);
+            s.cx.g(buf, 0, packed.len(), labels::a_fwd(self.kind, None), self.layer);
         } else {
             for j in 0..self.c {
-                let (off, n) = if j == 0 { (0, base + t * self.r_loc) } else { (base + geo.comp(j).0, t * self.r_loc) };
+                let (off, n) = packed.comp_span(j);
                 s.cx.g(buf, off, n, labels::a_fwd(self.kind, Some(j)), self.layer);
             }
         }

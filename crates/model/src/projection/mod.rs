@@ -11,7 +11,7 @@
 //!   `t × c·r` matrix (one GEMM, one collective); ungrouped, c blocks of `t × r`.
 
 use crate::layout::{Dims, Layout};
-use crate::params::{ParamStore, Slot, bind};
+use crate::params::{ParamStore, Slot};
 use crate::plan::{GroupPlan, NormPlacement, Plan};
 use boost_config::ModelConfig;
 use boost_tensor::Backend;
@@ -37,20 +37,6 @@ pub struct LaxSlots {
     pub gate: Gate,
     pub ln_w: Slot,
     pub ln_b: Slot,
-}
-
-impl LaxSlots {
-    /// Point the slots at their buffers: [gate first, gate second, LN weight, LN bias].
-    pub(super) fn bind(self, ids: [usize; 4]) -> Self {
-        Self {
-            gate: match self.gate {
-                Gate::Dense { w, b } => Gate::Dense { w: bind(w, ids[0]), b: bind(b, ids[1]) },
-                Gate::Kron { ka, kb } => Gate::Kron { ka: bind(ka, ids[0]), kb: bind(kb, ids[1]) },
-            },
-            ln_w: bind(self.ln_w, ids[2]),
-            ln_b: bind(self.ln_b, ids[3]),
-        }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -111,8 +97,9 @@ pub struct Scratch<B: Backend> {
     pub dh: B::Buf,
     pub dlat: B::Buf,
     pub dlat2: B::Buf,
-    /// `[stat (t) | latent]`: where a group whose online norm statistic rides with A's
-    /// all-reduce sums both in one collective ([`ProjGroup::stages_sum`]); empty otherwise.
+    /// `[stat (t) | latent]` ([`Packed::stat_then_latent`]): where a group whose online norm
+    /// statistic rides with A's all-reduce sums both in one collective
+    /// ([`ProjGroup::stages_sum`]); empty otherwise.
     pub sum: B::Buf,
     pub row: B::Buf,
     pub kron: B::Buf,
@@ -156,6 +143,6 @@ pub mod kind;
 
 pub use crate::pass::Ctx;
 pub use backward::{GradFlow, ProjSaved};
-pub use buffers::LatGeom;
+pub use buffers::{LatGeom, Packed};
 pub use forward::Latent;
 pub use kind::ProjKind;

@@ -42,9 +42,9 @@ pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, case: &Case, ove
         let mut learner = setup.learner(m);
         learner.sync_grads(&*dpg, &mut None);
         let (m, opt) = (&learner.model, &learner.opt);
-        let pieces = m.store.pieces.iter().map(|p| (p.clone(), held_grads(m, opt, p))).collect();
+        let pieces = m.store().pieces().iter().map(|p| (p.clone(), held_grads(m, opt, p))).collect();
         // The loss of each replica's last stage (tp rank 0), summed by the caller.
-        let reports = m.layout.last_stage() && c.tp == 0;
+        let reports = m.layout().last_stage() && c.tp == 0;
         Ok((if reports { loss.sum * scale } else { 0.0 }, pieces))
     })
     .unwrap()
@@ -54,12 +54,12 @@ pub(super) fn run<E: Backend>(engine: &Engine<E>, cfg: &Config, case: &Case, ove
 /// in this replica's shard of the reduced buffer (None elsewhere).
 fn held_grads<E: Backend>(m: &Model<E>, opt: &Optimizer<E>, p: &boost_model::params::Piece) -> Vec<Option<f64>> {
     match opt {
-        Optimizer::Replicated(_) => m.be.read_mat(p.slot.of(&m.store.grads)).into_iter().map(Some).collect(),
+        Optimizer::Replicated(_) => m.be().read_mat(p.slot.of(m.store().grads())).into_iter().map(Some).collect(),
         Optimizer::Zero1(z) => {
-            let own = z.owned(p.slot.buf, m.store.bufs[p.slot.buf].len);
+            let own = z.owned(p.slot.buf, m.store().bufs()[p.slot.buf].len);
             // The reduced shard sits at its own offsets of the staging buffer.
             let n = own.len().max(1);
-            let shard: Vec<f64> = m.be.read_mat(Mat::at(z.shard_grads(p.slot.buf), own.start, 1, n, n));
+            let shard: Vec<f64> = m.be().read_mat(Mat::at(z.shard_grads(p.slot.buf), own.start, 1, n, n));
             let mut out = vec![None; p.rows.len() * p.cols.len()];
             for r in 0..p.slot.rows {
                 for q in 0..p.slot.cols {

@@ -81,7 +81,8 @@ fn reference<E: Backend>(engine: &Engine<E>, cfg: &Config, mbs: usize) -> (f64, 
     for (ids, targets) in batches(cfg.model.vocab, mbs) {
         loss += m.forward_backward(&Solo, &Batch { ids: &ids, targets: &targets, batch: B, seq: S }, scale).sum;
     }
-    let pieces = m.store.pieces.iter().map(|p| (p.clone(), m.be.read_mat(p.slot.of(&m.store.grads)))).collect();
+    let pieces =
+        m.store().pieces().iter().map(|p| (p.clone(), m.be().read_mat(p.slot.of(m.store().grads())))).collect();
     (loss * scale, pieces)
 }
 

@@ -136,10 +136,12 @@ fn step_and_read<E: Backend>(
     let logits = m.logits(tp, ids, B, S);
     let loss = m.forward_backward(tp, &Batch { ids, targets, batch: B, seq: S }, 1.0 / (B * S) as f64);
     let pieces = m
-        .store
-        .pieces
+        .store()
+        .pieces()
         .iter()
-        .map(|p| (p.clone(), m.be.read_mat(p.slot.of(&m.store.values)), m.be.read_mat(p.slot.of(&m.store.grads))))
+        .map(|p| {
+            (p.clone(), m.be().read_mat(p.slot.of(m.store().values())), m.be().read_mat(p.slot.of(m.store().grads())))
+        })
         .collect();
     RankOut { rank, logits, loss: loss.sum / loss.tokens as f64, embed_grad: m.embed_out_grad(), pieces }
 }

@@ -61,7 +61,7 @@ fn one_step<E: Backend>(
     let ids: Vec<u32> = (0..batch * seq).map(|i| (i * 7 % cfg.vocab) as u32).collect();
     let targets: Vec<u32> = (0..batch * seq).map(|i| ((i * 7 + 3) % cfg.vocab) as u32).collect();
     let l = m.forward_backward(tp, &Batch { ids: &ids, targets: &targets, batch, seq }, 1.0 / 16.0);
-    let grads = m.store.pieces.iter().map(|p| m.be.read_mat(p.slot.of(&m.store.grads))).collect();
-    let names = m.store.pieces.iter().map(|p| p.name.clone()).collect();
+    let grads = m.store().pieces().iter().map(|p| m.be().read_mat(p.slot.of(m.store().grads()))).collect();
+    let names = m.store().pieces().iter().map(|p| p.name.clone()).collect();
     (l.sum / l.tokens as f64, grads, names)
 }

@@ -104,7 +104,7 @@ impl Generator {
                 self.context
             );
         }
-        let vocab = self.model.cfg.vocab;
+        let vocab = self.model.cfg().vocab;
         if let Some((i, id)) = prompt.iter().enumerate().find(|(_, id)| **id as usize >= vocab) {
             bail!(
                 "prompt token {i} has id {id}, outside the model's vocabulary of {vocab} (model.vocab): the tokenizer \
@@ -173,14 +173,15 @@ impl Generator {
 
 /// A CPU f32 copy of a whole single-rank model on any backend (for sampling during training).
 pub fn cpu_copy<B: Backend>(m: &Model<B>) -> Result<Model<Cpu<f32>>> {
-    if m.layout.tp != 1 || m.layout.stages != 1 {
+    if m.layout().tp != 1 || m.layout().stages != 1 {
         bail!("a sample needs the whole model on one rank (tp = pp = 1)");
     }
-    let mut cpu = Model::declare(Cpu::<f32>::new(), &m.cfg, Layout::single(&m.cfg))?;
-    for (src, dst) in m.store.pieces.iter().zip(cpu.store.pieces.clone()) {
+    let mut cpu = Model::declare(Cpu::<f32>::new(), m.cfg(), Layout::single(m.cfg()))?;
+    for (src, dst) in m.store().pieces().iter().zip(cpu.store().pieces().to_vec()) {
         assert_eq!(src.name, dst.name, "the same declaration gives the same pieces");
-        let values: Vec<f32> = m.be.read_mat(src.slot.of(&m.store.values));
-        cpu.be.write_mat(dst.slot.of_mut(&mut cpu.store.values), &values);
+        let values: Vec<f32> = m.be().read_mat(src.slot.of(m.store().values()));
+        let (be, store) = cpu.be_and_store_mut();
+        be.write_mat(dst.slot.of_mut(store.values_mut()), &values);
     }
     Ok(cpu)
 }

@@ -250,7 +250,7 @@ impl<B: Backend> Job<'_, B> {
                 s.val.last().map(|(_, v)| format!(", val loss {v:.4}")).unwrap_or_default(),
                 self.learner
                     .model
-                    .be
+                    .be()
                     .peak_memory_bytes()
                     .map(|b| format!("; device peak memory {:.1} MiB", b as f64 / (1024.0 * 1024.0)))
                     .unwrap_or_default(),

@@ -112,7 +112,7 @@ impl<B: Backend> Job<'_, B> {
             tmp: checkpoint::begin(&root, meta.step)?,
             root,
             grid: WriterGrid { dp: p.dp, pp: p.pp, tp: p.tp, zero: matches!(opt, Optimizer::Zero1(_)) },
-            coords: (model.layout.stage, model.layout.tp_rank, self.dp_rank),
+            coords: (model.layout().stage, model.layout().tp_rank, self.dp_rank),
             meta,
             tokenizer: self.ctx.data.dir.join("tokenizer.json"),
             keep: t.keep_checkpoints,

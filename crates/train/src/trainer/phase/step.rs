@@ -109,8 +109,8 @@ impl<B: Backend> Job<'_, B> {
             step_time_s: dt,
             tokens: self.at.tokens,
             elapsed_s: self.start.elapsed().as_secs_f64(),
-            device_peak_mib: self.learner.model.be.peak_memory_bytes().map(|b| b as f64 / (1024.0 * 1024.0)),
-            attention: self.learner.model.be.attention_kernels(),
+            device_peak_mib: self.learner.model.be().peak_memory_bytes().map(|b| b as f64 / (1024.0 * 1024.0)),
+            attention: self.learner.model.be().attention_kernels(),
             mfu: self.mfu.as_ref().map(|f| f.of(out.tokens as f64 / dt)),
             // Read by the rank that writes the record only.
             peak_rss_mib: self.metrics.as_ref().and_then(|_| boost_data::job::peak_rss_mib()),

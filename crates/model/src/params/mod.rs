@@ -6,6 +6,9 @@
 use boost_tensor::{Backend, DeviceBuf, Mat, MatMut};
 use std::ops::Range;
 
+mod builder;
+pub use builder::{BufBuilder, BufOpts, Held, Split, shard};
+
 /// How a canonical tensor is first filled.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Init {
@@ -94,18 +97,38 @@ pub struct BufInfo {
     pub pipeline_copy: bool,
 }
 
+/// A rank's parameters: buffer i has its values, its gradient and its [`BufInfo`], and each
+/// [`Piece`] points into one of them. The fields stay private so that the four lists keep
+/// one length and the pieces keep pointing at buffers that exist: buffers are read and
+/// written through the methods, never added or dropped from outside.
 pub struct ParamStore<B: Backend> {
-    pub values: Vec<B::Buf>,
-    pub grads: Vec<B::Buf>,
-    pub bufs: Vec<BufInfo>,
-    pub pieces: Vec<Piece>,
+    values: Vec<B::Buf>,
+    grads: Vec<B::Buf>,
+    bufs: Vec<BufInfo>,
+    pieces: Vec<Piece>,
     /// Record the declaration only: buffers are empty (for reading another rank's share).
     shapes_only: bool,
+    /// Builders opened and not yet finished: the next one opened gets id `bufs.len() + opening`.
+    opening: usize,
+}
+
+/// [`ParamStore::for_update`]: the values writable beside the gradients and buffer infos.
+pub struct ForUpdate<'a, B: Backend> {
+    pub values: &'a mut [B::Buf],
+    pub grads: &'a [B::Buf],
+    pub bufs: &'a [BufInfo],
 }
 
 impl<B: Backend> ParamStore<B> {
     pub fn new() -> Self {
-        Self { values: Vec::new(), grads: Vec::new(), bufs: Vec::new(), pieces: Vec::new(), shapes_only: false }
+        Self {
+            values: Vec::new(),
+            grads: Vec::new(),
+            bufs: Vec::new(),
+            pieces: Vec::new(),
+            shapes_only: false,
+            opening: 0,
+        }
     }
 
     /// A store that records tensors, slots and buffer sizes but allocates nothing.
@@ -113,12 +136,85 @@ impl<B: Backend> ParamStore<B> {
         Self { shapes_only: true, ..Self::new() }
     }
 
-    pub fn add_buf(&mut self, backend: &B, name: &str, len: usize, decay: bool, replicated: bool) -> usize {
+    fn add_buf(&mut self, backend: &B, name: &str, len: usize, opts: BufOpts) -> usize {
         let n = if self.shapes_only { 0 } else { len };
         self.values.push(backend.alloc_param(n));
         self.grads.push(backend.alloc(n));
+        let BufOpts { decay, replicated } = opts;
         self.bufs.push(BufInfo { name: name.to_string(), len, decay, replicated, pipeline_copy: false });
         self.bufs.len() - 1
+    }
+
+    /// Number of buffers.
+    pub fn buf_count(&self) -> usize {
+        self.bufs.len()
+    }
+    /// What each buffer is.
+    pub fn bufs(&self) -> &[BufInfo] {
+        &self.bufs
+    }
+    /// Every canonical tensor this rank holds a part of, in declaration order.
+    pub fn pieces(&self) -> &[Piece] {
+        &self.pieces
+    }
+    /// The pieces, the buffers dropped (a declaration read for its layout).
+    pub fn into_pieces(self) -> Vec<Piece> {
+        self.pieces
+    }
+    /// Buffer `i`'s values.
+    pub fn value(&self, i: usize) -> &B::Buf {
+        &self.values[i]
+    }
+    pub fn value_mut(&mut self, i: usize) -> &mut B::Buf {
+        &mut self.values[i]
+    }
+    /// Buffer `i`'s gradient.
+    pub fn grad(&self, i: usize) -> &B::Buf {
+        &self.grads[i]
+    }
+    pub fn grad_mut(&mut self, i: usize) -> &mut B::Buf {
+        &mut self.grads[i]
+    }
+    /// Every buffer's values (what [`Slot::of`] reads).
+    pub fn values(&self) -> &[B::Buf] {
+        &self.values
+    }
+    pub fn values_mut(&mut self) -> &mut [B::Buf] {
+        &mut self.values
+    }
+    /// Every buffer's gradient.
+    pub fn grads(&self) -> &[B::Buf] {
+        &self.grads
+    }
+    pub fn grads_mut(&mut self) -> &mut [B::Buf] {
+        &mut self.grads
+    }
+    /// Values to update, the gradients that update them and what each buffer is, together
+    /// (an optimizer step, ZeRO-1's gather of the updated shards).
+    pub fn for_update(&mut self) -> ForUpdate<'_, B> {
+        ForUpdate { values: &mut self.values, grads: &self.grads, bufs: &self.bufs }
+    }
+    /// Lend the values out (a pass that fills them as it reads); [`ParamStore::put_values`]
+    /// gives them back.
+    pub fn take_values(&mut self) -> Vec<B::Buf> {
+        std::mem::take(&mut self.values)
+    }
+    pub fn put_values(&mut self, values: Vec<B::Buf>) {
+        assert_eq!(values.len(), self.bufs.len(), "values given back for {} buffers", self.bufs.len());
+        self.values = values;
+    }
+    /// Lend the gradients out (a backward, or the summing of tp chunks);
+    /// [`ParamStore::put_grads`] gives them (or their replacement) back.
+    pub fn take_grads(&mut self) -> Vec<B::Buf> {
+        std::mem::take(&mut self.grads)
+    }
+    pub fn put_grads(&mut self, grads: Vec<B::Buf>) {
+        assert_eq!(grads.len(), self.bufs.len(), "gradients given back for {} buffers", self.bufs.len());
+        self.grads = grads;
+    }
+    /// Mark buffer `i` as a copy another pipeline stage holds too ([`BufInfo::pipeline_copy`]).
+    pub fn mark_pipeline_copy(&mut self, i: usize) {
+        self.bufs[i].pipeline_copy = true;
     }
 
     pub fn piece(&self, name: &str) -> Option<&Piece> {
@@ -166,96 +262,6 @@ impl<B: Backend> Default for ParamStore<B> {
     fn default() -> Self {
         Self::new()
     }
-}
-
-/// Rank `idx`'s part of `0..n` split into `parts` equal chunks.
-pub fn shard(n: usize, parts: usize, idx: usize) -> Range<usize> {
-    debug_assert_eq!(n % parts, 0, "{n} does not split into {parts}");
-    let k = n / parts;
-    idx * k..(idx + 1) * k
-}
-
-/// Which canonical dimension a tensor is split along across tensor-parallel ranks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Split {
-    Whole,
-    Rows,
-    Cols,
-}
-
-/// The part of a canonical tensor a rank holds: its name and whole shape, the rows and
-/// columns of it held here, and how it is initialised.
-pub struct Held {
-    pub name: String,
-    pub shape: Vec<usize>,
-    pub rows: Range<usize>,
-    pub cols: Range<usize>,
-    pub init: Init,
-}
-
-/// A held tensor waiting for its buffer, at offset `off` with row stride `ld`.
-struct Pending {
-    held: Held,
-    off: usize,
-    ld: usize,
-}
-
-/// Builds one parameter buffer out of canonical tensors laid out side by side.
-pub struct BufBuilder {
-    name: String,
-    pieces: Vec<Pending>,
-    len: usize,
-}
-
-impl BufBuilder {
-    pub fn new(name: impl Into<String>) -> Self {
-        Self { name: name.into(), pieces: Vec::new(), len: 0 }
-    }
-
-    /// Append `name` as its own contiguous block; returns its local slot (buffer id filled
-    /// in by `finish`).
-    pub fn block(&mut self, name: String, shape: Vec<usize>, split: Split, tp: usize, rank: usize, init: Init) -> Slot {
-        let (r, c) = match shape.as_slice() {
-            [n] => (1, *n),
-            [r, c] => (*r, *c),
-            _ => unreachable!(),
-        };
-        let rows = if split == Split::Rows { shard(r, tp, rank) } else { 0..r };
-        let cols = if split == Split::Cols { shard(c, tp, rank) } else { 0..c };
-        let slot = Slot { buf: usize::MAX, off: self.len, rows: rows.len(), cols: cols.len(), ld: cols.len() };
-        self.len += rows.len() * cols.len();
-        self.pieces.push(Pending { held: Held { name, shape, rows, cols, init }, off: slot.off, ld: slot.ld });
-        slot
-    }
-
-    /// Place `held` at a given rectangle (`off`, `ld`) of a buffer laid out by the caller
-    /// (e.g. a column block of a grouped weight); `len` grows to cover it.
-    pub fn at(&mut self, held: Held, off: usize, ld: usize) -> Slot {
-        let (rows, cols) = (held.rows.len(), held.cols.len());
-        let slot = Slot { buf: usize::MAX, off, rows, cols, ld };
-        self.len = self.len.max(off + (rows.max(1) - 1) * ld + cols);
-        self.pieces.push(Pending { held, off, ld });
-        slot
-    }
-
-    pub fn reserve(&mut self, len: usize) {
-        self.len = self.len.max(len);
-    }
-
-    /// Allocate the buffer and register its pieces; returns the buffer id.
-    pub fn finish<B: Backend>(self, store: &mut ParamStore<B>, backend: &B, decay: bool, replicated: bool) -> usize {
-        let id = store.add_buf(backend, &self.name, self.len, decay, replicated);
-        for Pending { held: Held { name, shape, rows, cols, init }, off, ld } in self.pieces {
-            let slot = Slot { buf: id, off, rows: rows.len(), cols: cols.len(), ld };
-            store.pieces.push(Piece { name, shape, rows, cols, slot, init });
-        }
-        id
-    }
-}
-
-/// Point a slot returned by a builder at its buffer.
-pub fn bind(slot: Slot, buf: usize) -> Slot {
-    Slot { buf, ..slot }
 }
 
 /// Two slots of different buffers, both mutable.
