@@ -99,6 +99,39 @@ pub struct XentFinish<'a, Buf, Ids> {
     pub grad_scale: Option<f64>,
 }
 
+/// [`crate::Backend::head_xent`]: the LM head's logits `h·wᵀ` and their cross-entropy,
+/// with the backward when `grad` is given.
+pub struct HeadXent<'a, Buf, Ids> {
+    /// Per-token losses (rows×1), as [`crate::Backend::cross_entropy`] gives them.
+    pub losses: MatMut<'a, Buf>,
+    /// The head's input (t × d).
+    pub h: Mat<'a, Buf>,
+    /// The head's weight (v × d): row j gives logit j.
+    pub w: Mat<'a, Buf>,
+    pub targets: &'a Ids,
+    /// Rows of logits a backend that chunks them may hold at once (at least 1).
+    pub chunk_rows: usize,
+    pub grad: Option<HeadXentGrad<'a, Buf>>,
+}
+
+impl<Buf: crate::DeviceBuf, Ids> HeadXent<'_, Buf, Ids> {
+    /// Its GEMMs' work (the logits, and dW and dh with the backward), for the profile.
+    pub fn work(&self) -> crate::profile::Work {
+        let gemms = if self.grad.is_some() { 3.0 } else { 1.0 };
+        let flops = 2.0 * (self.h.rows * self.w.rows * self.h.cols) as f64 * gemms;
+        crate::profile::Work { flops, gemm: None }
+    }
+}
+
+/// The backward of [`HeadXent`], from dL/dlogits = `scale·(softmax − onehot)`.
+pub struct HeadXentGrad<'a, Buf> {
+    pub scale: f64,
+    /// dL/dh (t × d), overwritten.
+    pub dh: MatMut<'a, Buf>,
+    /// dL/dw (v × d), accumulated.
+    pub dw: MatMut<'a, Buf>,
+}
+
 /// [`crate::Backend::kron_bwd`]: `dz += …`, `dka += …`, `dkb += …`.
 pub struct KronBwd<'a, Buf> {
     pub dz: MatMut<'a, Buf>,

@@ -113,6 +113,9 @@ macro_rules! kernel_table {
             /// Rotate every head of every row in place (position = row mod seq); `inverse` undoes it
             /// (the backward of a rotation is its inverse).
             [Other] fn rope(x: MatMut<Self::Buf>, table: &Self::Buf, seq: usize, head_dim: usize, inverse: bool);
+            /// [`rope`](Self::rope) on q and on k of a `qkv` block laid out as attention reads it
+            /// (q: `tokens × q_width` first, k: `tokens × kv_width` after it), in one pass.
+            [Other] fn rope_qk(qkv: &mut Self::Buf, table: &Self::Buf, shape: AttnShape, inverse: bool);
             /// Causal softmax attention. `qkv` holds three row-major blocks one after the other:
             /// q (`T × heads·d_h`), k and v (`T × kv_heads·d_h` each). `probs` receives what the
             /// backward needs, `attention_saved_len` elements: each row's log-sum-exp, from which
@@ -141,6 +144,13 @@ macro_rules! kernel_table {
                 targets: &Self::Ids,
                 grad_scale: Option<f64>,
             );
+
+            /// The LM head and its cross-entropy in one call (see the struct): a device backend
+            /// holds `chunk_rows` rows of logits at a time, never the whole t × v; the CPU runs
+            /// the unfused sequence (GEMM, [`cross_entropy`](Self::cross_entropy), the two GEMMs
+            /// of the backward).
+            [Gemm, flops = args.work()]
+            fn head_xent(args: $crate::args::HeadXent<Self::Buf, Self::Ids>);
 
             // ---- vocabulary-parallel cross-entropy (logits split by columns across ranks) ----
             /// `max[i] = max_j logits[i, j]` over this rank's columns.

@@ -62,7 +62,7 @@ impl Block {
     ) {
         let BlockSaved { x_in, acts, prev, above_lax } = saved;
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
-        let (dres, f, qw, kw) = (dims.d_res, dims.d_ff_loc, dims.q_loc(), dims.kv_w_loc());
+        let (dres, f, qw) = (dims.d_res, dims.d_ff_loc, dims.q_loc());
         let pg = |f: fn(&Block) -> &ProjGroup, g: fn(&BlockActs<B>) -> &ProjActs<B>| prev.map(|(b, a)| (f(b), g(a)));
         let BlockGrads { dqkv, dattn, dgu, dm, attn_scratch, carries, dx_act } = bg;
         // LaX carries: this layer reads the slot the layer above wrote, (layer+1) mod 2, and
@@ -98,8 +98,7 @@ impl Block {
             qkv: &acts.qkv_out,
             shape: self.attn_shape(dims, cx.batch, cx.seq),
         });
-        be.rope(MatMut::at(dqkv, 0, t, qw, qw), cx.rope, cx.seq, dims.head_dim, true);
-        be.rope(MatMut::at(dqkv, t * qw, t, kw, kw), cx.rope, cx.seq, dims.head_dim, true);
+        be.rope_qk(dqkv, cx.rope, self.attn_shape(dims, cx.batch, cx.seq), true);
         let (ci, co) = carry_io(&mut carries[0], rd, above_lax, self.qkv.has_lax());
         let saved = ProjSaved { x: Some(Mat::new(x_in, t, dres)), acts: &acts.qkv, prev: pg(|b| &b.qkv, |a| &a.qkv) };
         self.qkv.backward(cx, grads, saved, GradFlow { dout: dqkv, dx, carry_in: ci, carry_out: co }, sc);
@@ -111,11 +110,9 @@ impl Block {
             return cache.attend(self.layer, cx, &mut acts.qkv_out, &mut acts.attn);
         }
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
-        let (qw, kw) = (dims.q_loc(), dims.kv_w_loc());
-        be.rope(MatMut::at(&mut acts.qkv_out, 0, t, qw, qw), cx.rope, cx.seq, dims.head_dim, false);
-        be.rope(MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw), cx.rope, cx.seq, dims.head_dim, false);
         let sh = self.attn_shape(dims, cx.batch, cx.seq);
-        be.attention_fwd(MatMut::new(&mut acts.attn, t, qw), &mut acts.attn_saved, &acts.qkv_out, sh);
+        be.rope_qk(&mut acts.qkv_out, cx.rope, sh, false);
+        be.attention_fwd(MatMut::new(&mut acts.attn, t, dims.q_loc()), &mut acts.attn_saved, &acts.qkv_out, sh);
     }
 
     /// The SwiGLU product `m` of the gate and up outputs (the forward's).
