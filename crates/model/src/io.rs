@@ -5,7 +5,7 @@
 use crate::model::{FirstStage, LastStage, Model, Work};
 use crate::plan::{Entry, Exit};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
-use boost_tensor::{RmsNormBwd, XentFinish};
+use boost_tensor::{RmsNormBwdRows, XentFinish};
 
 fn reduce<B: Backend>(tp: &dyn Collective<B>, buf: &mut B::Buf, n: usize, op: ReduceOp, label: &'static str) {
     if tp.size() > 1 {
@@ -205,17 +205,16 @@ impl<B: Backend> Model<B> {
         };
         let final_norm = stage.final_norm;
         let g = final_norm.of(values);
-        be.rmsnorm_bwd_dot(MatMut::new(&mut w.dot, t, 1), Mat::new(&w.dhf, t, dims.d), xf, g);
         let dst = if self.plan.exit == Exit::Gather { &mut w.rm } else { &mut w.dx };
-        be.rmsnorm_bwd(RmsNormBwd {
+        // The final norm is over whole rows (d): its dot and dx in one pass.
+        be.rmsnorm_bwd_rows(RmsNormBwdRows {
             dx: MatMut::new(dst, t, dims.d),
             dgamma: final_norm.of_mut(grads),
             dy: Mat::new(&w.dhf, t, dims.d),
             x: xf,
             gamma: g,
             rstd: Mat::new(&w.frstd, t, 1),
-            dot: Mat::new(&w.dot, t, 1),
-            n: dims.d,
+            dot: MatMut::new(&mut w.dot, t, 1),
             accumulate: false,
         });
         if self.plan.exit == Exit::Gather {

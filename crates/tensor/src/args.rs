@@ -20,6 +20,34 @@ pub struct RmsNormBwd<'a, Buf> {
     pub accumulate: bool,
 }
 
+/// [`crate::Backend::residual_rmsnorm`]: `x += r`, then `y = x·rstd·gamma` with
+/// `rstd[i] = 1/√(Σ_j x²/n + eps)` over the whole row (n = `x.cols`).
+pub struct ResidualRmsNorm<'a, Buf> {
+    /// The residual stream, updated in place.
+    pub x: MatMut<'a, Buf>,
+    /// The branch output added to it.
+    pub r: Mat<'a, Buf>,
+    pub y: MatMut<'a, Buf>,
+    /// rows×1.
+    pub rstd: MatMut<'a, Buf>,
+    pub gamma: Mat<'a, Buf>,
+    pub eps: f64,
+}
+
+/// [`crate::Backend::rmsnorm_bwd_rows`]: [`RmsNormBwd`] over whole rows (n = `x.cols`), its
+/// per-row dot computed on the way and left in `dot`.
+pub struct RmsNormBwdRows<'a, Buf> {
+    pub dx: MatMut<'a, Buf>,
+    pub dgamma: MatMut<'a, Buf>,
+    pub dy: Mat<'a, Buf>,
+    pub x: Mat<'a, Buf>,
+    pub gamma: Mat<'a, Buf>,
+    pub rstd: Mat<'a, Buf>,
+    /// rows×1, written.
+    pub dot: MatMut<'a, Buf>,
+    pub accumulate: bool,
+}
+
 /// [`crate::Backend::online_norm_bwd`]: `dx (+)= gamma⊙g + 2·ds[i]·x`; `dgamma += Σ_i x⊙g`.
 pub struct OnlineNormBwd<'a, Buf> {
     pub dx: MatMut<'a, Buf>,

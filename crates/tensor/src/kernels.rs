@@ -62,6 +62,13 @@ macro_rules! kernel_table {
             );
             /// `dx (+)= rstd·gamma⊙dy − x·rstd³·dot/n`; `dgamma += Σ_i dy⊙x·rstd`.
             [Other] fn rmsnorm_bwd(args: $crate::args::RmsNormBwd<Self::Buf>);
+            /// The residual add and the next RMSNorm over whole rows (see the struct): on the CPU,
+            /// [`axpy`](Self::axpy), [`row_sumsq`](Self::row_sumsq),
+            /// [`rstd_from_sumsq`](Self::rstd_from_sumsq) and [`rmsnorm_apply`](Self::rmsnorm_apply).
+            [Other] fn residual_rmsnorm(args: $crate::args::ResidualRmsNorm<Self::Buf>);
+            /// RMSNorm's backward over whole rows, the dot included: on the CPU,
+            /// [`rmsnorm_bwd_dot`](Self::rmsnorm_bwd_dot) then [`rmsnorm_bwd`](Self::rmsnorm_bwd).
+            [Other] fn rmsnorm_bwd_rows(args: $crate::args::RmsNormBwdRows<Self::Buf>);
             /// `out[i] (+)= alpha · Σ_j a[i,j]·b[i,j] · row[i]²` (row optional) — the online norm's dS.
             [Other] fn row_dot(
                 out: MatMut<Self::Buf>,

@@ -1,12 +1,60 @@
-//! The fused kernels: RoPE on q and k in one launch, SwiGLU's backward with the product
-//! rebuilt in the same pass, and the LM head's cross-entropy over chunks of tokens, whose
-//! memory high-water mark is compared with the unfused sequence's.
+//! The fused kernels: the residual add with the next RMSNorm, RMSNorm's backward over whole
+//! rows, RoPE on q and k in one launch, SwiGLU's backward with the product rebuilt in the same
+//! pass, and the LM head's cross-entropy over chunks of tokens, whose memory high-water mark
+//! is compared with the unfused sequence's. Each against the CPU engine (`case!`, at the
+//! tolerances of `main.rs`), whose implementation is the unfused sequence.
 
 use crate::{Outs, buf, f32buf, read, rnd};
 use boost_cuda::{Cuda, Precision};
 use boost_tensor::cpu::IGNORE;
 use boost_tensor::trace::{Collector, Ctx, attach};
 use boost_tensor::{AttnShape, Backend, HeadXent, HeadXentGrad, Mat, MatMut, rope_inv_freq};
+use boost_tensor::{ResidualRmsNorm, RmsNormBwdRows};
+
+fn residual_rmsnorm_case<B: Backend>(be: &B, act: bool) -> Outs {
+    // 300 columns: more than one pass of a block's 256 threads; x at a row stride of 301.
+    let (t, d, ld) = (7, 300, 301);
+    // The residual stream stays fp32 (as the model's); the branch output is an activation.
+    let mut x = f32buf(be, &rnd(t * ld, 40));
+    let r = buf(be, act, &rnd(t * d, 41));
+    let gamma = f32buf(be, &rnd(d, 42).iter().map(|v| 1.0 + 0.5 * v).collect::<Vec<_>>());
+    let mut y = buf(be, act, &vec![0.0; t * d]);
+    let mut rstd = f32buf(be, &vec![0.0; t]);
+    be.residual_rmsnorm(ResidualRmsNorm {
+        x: MatMut::at(&mut x, 0, t, d, ld),
+        r: Mat::new(&r, t, d),
+        y: MatMut::new(&mut y, t, d),
+        rstd: MatMut::new(&mut rstd, t, 1),
+        gamma: Mat::new(&gamma, 1, d),
+        eps: 1e-6,
+    });
+    let mut outs = vec![
+        ("x + r", read(be, Mat::at(&x, 0, t, d, ld))),
+        ("rstd", read(be, Mat::new(&rstd, t, 1))),
+        ("y", read(be, Mat::new(&y, t, d))),
+    ];
+    let dy = buf(be, act, &rnd(t * d, 43));
+    let mut dx = f32buf(be, &rnd(t * d, 44));
+    let mut dg = f32buf(be, &rnd(d, 45));
+    let mut dot = f32buf(be, &vec![0.0; t]);
+    for accumulate in [true, false] {
+        be.rmsnorm_bwd_rows(RmsNormBwdRows {
+            dx: MatMut::new(&mut dx, t, d),
+            dgamma: MatMut::new(&mut dg, 1, d),
+            dy: Mat::new(&dy, t, d),
+            x: Mat::at(&x, 0, t, d, ld),
+            gamma: Mat::new(&gamma, 1, d),
+            rstd: Mat::new(&rstd, t, 1),
+            dot: MatMut::new(&mut dot, t, 1),
+            accumulate,
+        });
+        outs.push(("dx", read(be, Mat::new(&dx, t, d))));
+    }
+    outs.push(("dot", read(be, Mat::new(&dot, t, 1))));
+    outs.push(("dgamma", read(be, Mat::new(&dg, 1, d))));
+    outs
+}
+case!(residual_add_and_rmsnorm_forward_backward, residual_rmsnorm_case);
 
 fn rope_qk_case<B: Backend>(be: &B, act: bool) -> Outs {
     let sh = AttnShape { batch: 2, seq: 6, heads: 4, kv_heads: 2, head_dim: 8 };
@@ -82,6 +130,35 @@ fn fused_kernels_launch_once() {
         if crate::common::on_gpu(&be) {
             return; // launches are counted on the emulator's trace
         }
+        let (t, d) = (3, 40);
+        let (mut x, r, g) = (buf(&be, false, &rnd(t * d, 4)), buf(&be, true, &rnd(t * d, 5)), buf(&be, false, &rnd(d, 6)));
+        let (mut y, mut rstd, mut dx, mut dg, mut dot) =
+            (buf(&be, true, &rnd(t * d, 7)), be.alloc(t), be.alloc(t * d), be.alloc(d), be.alloc(t));
+        let fwd = launches(|| {
+            be.residual_rmsnorm(ResidualRmsNorm {
+                x: MatMut::new(&mut x, t, d),
+                r: Mat::new(&r, t, d),
+                y: MatMut::new(&mut y, t, d),
+                rstd: MatMut::new(&mut rstd, t, 1),
+                gamma: Mat::new(&g, 1, d),
+                eps: 1e-5,
+            })
+        });
+        assert_eq!(fwd, ["k_residual_rmsnorm"], "the residual add and RMSNorm (four kernels unfused)");
+        let bwd = launches(|| {
+            be.rmsnorm_bwd_rows(RmsNormBwdRows {
+                dx: MatMut::new(&mut dx, t, d),
+                dgamma: MatMut::new(&mut dg, 1, d),
+                dy: Mat::new(&y, t, d),
+                x: Mat::new(&x, t, d),
+                gamma: Mat::new(&g, 1, d),
+                rstd: Mat::new(&rstd, t, 1),
+                dot: MatMut::new(&mut dot, t, 1),
+                accumulate: true,
+            })
+        });
+        assert_eq!(bwd, ["k_rmsnorm_dgamma", "k_rmsnorm_bwd_rows"], "RMSNorm's backward (three kernels unfused)");
+
         let sh = AttnShape { batch: 1, seq: 4, heads: 2, kv_heads: 1, head_dim: 8 };
         let table = be.rope_table(sh.seq, &rope_inv_freq(sh.head_dim, 10000.0, None));
         let mut qkv = buf(&be, true, &rnd(sh.qkv_len(), 1));

@@ -40,10 +40,21 @@ impl Block {
         self.rope_attention(cx, acts);
         let qw = dims.q_loc();
         self.o.forward(cx, Mat::new(&acts.attn, t, qw), &mut acts.o, pg(|b| &b.o, |a| &a.o), &mut acts.mid, sc);
-        be.axpy(MatMut::new(&mut acts.mid, t, dres), x, 1.0);
+        // The residual add joins the MLP's norm where it is an ordinary RMSNorm: one kernel.
+        let joined = self.gu.joins_residual(cx);
+        if joined {
+            self.gu.residual_norm(cx, MatMut::new(&mut acts.mid, t, dres), x, &mut acts.gu, &mut sc.h);
+        } else {
+            be.axpy(MatMut::new(&mut acts.mid, t, dres), x, 1.0);
+        }
 
         let mid = Mat::new(&acts.mid, t, dres);
-        self.gu.forward(cx, mid, &mut acts.gu, pg(|b| &b.gu, |a| &a.gu), &mut acts.gu_out, sc);
+        let prev_gu = pg(|b| &b.gu, |a| &a.gu);
+        if joined {
+            self.gu.forward_normed(cx, mid, &mut acts.gu, prev_gu, &mut acts.gu_out, sc);
+        } else {
+            self.gu.forward(cx, mid, &mut acts.gu, prev_gu, &mut acts.gu_out, sc);
+        }
         self.swiglu(cx, m, &acts.gu_out);
         let f = dims.d_ff_loc;
         self.down.forward(cx, Mat::new(m, t, f), &mut acts.down, pg(|b| &b.down, |a| &a.down), x_out, sc);

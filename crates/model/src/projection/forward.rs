@@ -7,7 +7,7 @@ use crate::params::Slot;
 use crate::pass::Ctx;
 use crate::plan::NormPlacement;
 use crate::projection::{Call, Gate, LaxSlots, ProjActs, ProjGroup, Scratch, Weights};
-use boost_tensor::LayerNormFwd;
+use boost_tensor::{LayerNormFwd, ResidualRmsNorm};
 use boost_tensor::{Backend, Mat, MatMut};
 
 /// How [`ProjGroup::forward_latent`] starts.
@@ -31,14 +31,62 @@ impl ProjGroup {
         out: &mut B::Buf,
         sc: &mut Scratch<B>,
     ) {
-        self.forward_down(cx, x, acts, out, sc);
+        self.forward_down(cx, x, acts, out, sc, false);
         self.forward_latent(cx, acts, prev, sc, Latent::Compute);
         self.forward_up(cx, acts, out);
     }
 
+    /// [`forward`](Self::forward) after [`residual_norm`](Self::residual_norm) has left the
+    /// norm's output in `sc.h` and its statistic in `acts.stat`.
+    pub fn forward_normed<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        x: Mat<B::Buf>,
+        acts: &mut ProjActs<B>,
+        prev: Option<(&ProjGroup, &ProjActs<B>)>,
+        out: &mut B::Buf,
+        sc: &mut Scratch<B>,
+    ) {
+        self.forward_down(cx, x, acts, out, sc, true);
+        self.forward_latent(cx, acts, prev, sc, Latent::Compute);
+        self.forward_up(cx, acts, out);
+    }
+
+    /// Whether the residual add before this group can join its norm: an ordinary RMSNorm
+    /// over whole rows (the residual replicated).
+    pub fn joins_residual<B: Backend>(&self, cx: &Ctx<B>) -> bool {
+        self.norm.is_some() && cx.plan.norm == NormPlacement::Replicated && self.d_in_loc == self.d_in
+    }
+
+    /// `x += r`, then the group's RMSNorm of the sum into `h` and the statistic into
+    /// `acts.stat`, in one kernel ([`Backend::residual_rmsnorm`]): what the residual add and
+    /// [`forward_down`](Self::forward_down)'s norm compute. Only where
+    /// [`joins_residual`](Self::joins_residual).
+    pub fn residual_norm<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        x: MatMut<B::Buf>,
+        r: Mat<B::Buf>,
+        acts: &mut ProjActs<B>,
+        h: &mut B::Buf,
+    ) {
+        assert!(self.joins_residual(cx), "the residual joins only a replicated RMSNorm");
+        let (t, din) = (cx.t, self.d_in_loc);
+        let gamma = self.norm.expect("a norm").of(cx.params);
+        cx.be.residual_rmsnorm(ResidualRmsNorm {
+            x,
+            r,
+            y: MatMut::new(h, t, din),
+            rstd: MatMut::at(&mut acts.stat, 0, t, 1, 1),
+            gamma,
+            eps: cx.norm_eps,
+        });
+    }
+
     /// Norm, down-projection and its collective: leaves the latent P (after the all-reduce,
     /// normalised) in `acts.lat` and the norm's rstd in `acts.stat`. A full-rank group is
-    /// finished here: its output goes to `out`.
+    /// finished here: its output goes to `out`. `normed`: the norm was applied already
+    /// ([`residual_norm`](Self::residual_norm)), its output is in `sc.h`.
     pub fn forward_down<B: Backend>(
         &self,
         cx: &Ctx<B>,
@@ -46,13 +94,18 @@ impl ProjGroup {
         acts: &mut ProjActs<B>,
         out: &mut B::Buf,
         sc: &mut Scratch<B>,
+        normed: bool,
     ) {
         let s = self.call(cx);
         assert_eq!((x.rows, x.cols), (s.t, s.din), "group input shape");
         let Scratch { h, wa, sum, .. } = sc;
         // One all-reduce sums the statistic and the latent: both go through `sum`, [stat | P].
         let staged = self.stages_sum(&cx.plan);
-        let input = self.gemm_input(&s, x, if staged { &mut *sum } else { &mut acts.stat }, h, wa);
+        let input = if normed {
+            Mat::new(&*h, s.t, s.din)
+        } else {
+            self.gemm_input(&s, x, if staged { &mut *sum } else { &mut acts.stat }, h, wa)
+        };
         match &self.w {
             Weights::Full { w } => self.full_forward(&s, w, input, out),
             Weights::LowRank { a, .. } if staged => {
