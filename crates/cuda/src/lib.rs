@@ -66,6 +66,7 @@ pub mod kernels {
 
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 pub use backend::{Cuda, Precision};
+pub use ops::set_head_loss_chunk_bytes;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 pub use buf::{CudaBuf, CudaIds, DType};
 #[cfg(feature = "cuda")]

@@ -5,6 +5,7 @@ use crate::buf::{CudaBuf, CudaIds};
 use crate::device::{Launch, P};
 use crate::launch::{NT, tv, tvm};
 use boost_tensor::{HeadXent, HeadXentGrad, XentFinish};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use boost_tensor::cpu::IGNORE;
 use boost_tensor::{Backend, Mat, MatMut};
 
@@ -161,4 +162,21 @@ pub(crate) fn head_xent(be: &Cuda, args: HeadXent<CudaBuf, CudaIds>) {
     be.touched(&losses);
     // `logits` is freed in stream order, after the last chunk's kernels.
     drop(logits);
+}
+
+/// Bytes of logits the model's loss holds at once on a GPU (64 MiB unless set).
+static HEAD_CHUNK_BYTES: AtomicUsize = AtomicUsize::new(64 << 20);
+
+/// Set the bytes of logits above which the model's LM head loss goes by chunks of rows
+/// ([`boost_tensor::Backend::head_xent`]) of at most this many bytes, for every backend of
+/// the process (tests and benchmarks; the default is 64 MiB).
+pub fn set_head_loss_chunk_bytes(bytes: usize) {
+    HEAD_CHUNK_BYTES.store(bytes, Ordering::Relaxed);
+}
+
+/// Whole logits up to the budget (one GEMM fewer: the chunked loss recomputes its logits in
+/// the backward); past it, as many rows as fit in it, at least one.
+pub(crate) fn head_loss_chunk_rows(tokens: usize, vocab: usize, elem_bytes: usize) -> Option<usize> {
+    let (budget, row) = (HEAD_CHUNK_BYTES.load(Ordering::Relaxed), vocab * elem_bytes);
+    (tokens * row > budget).then(|| (budget / row.max(1)).max(1))
 }

@@ -158,7 +158,16 @@ impl<B: Backend> Model<B> {
         assert_eq!(self.layout.stages, 1, "logits of a whole model");
         let mut w = self.take_work(0, &Batch { ids, targets: &[], batch, seq });
         self.forward(Params::Ready(&self.store.values), tp, &mut w, None);
-        let out = self.be.read_mat(Mat::new(&w.logits, batch * seq, self.dims.vocab_loc));
+        let (t, vl) = (batch * seq, self.dims.vocab_loc);
+        let out = if w.head_chunk.is_some() {
+            // The loss goes by chunks, so the forward kept no logits: computed here.
+            let mut logits = self.be.alloc_act(t * vl);
+            let stage = self.last.expect("a whole model has the head");
+            self.head_logits(stage, &self.store.values, &w.hf, t, &mut logits);
+            self.be.read_mat(Mat::new(&logits, t, vl))
+        } else {
+            self.be.read_mat(Mat::new(&w.logits, t, vl))
+        };
         self.put_work(0, w);
         out
     }
