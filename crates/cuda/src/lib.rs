@@ -66,7 +66,6 @@ pub mod kernels {
 
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 pub use backend::{Cuda, Precision};
-pub use ops::set_head_loss_chunk_bytes;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 pub use buf::{CudaBuf, CudaIds, DType};
 #[cfg(feature = "cuda")]
@@ -75,6 +74,7 @@ pub use cuda_dev::{compile_with_nvrtc, nvrtc_present};
 pub use host_staged::HostStaged;
 #[cfg(feature = "cuda")]
 pub use nccl::{NcclGroup, Rendezvous};
+pub use ops::set_head_loss_chunk_bytes;
 pub use probe::{DeviceInfo, probe, probe_device};
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 pub use select::AttentionKernels;

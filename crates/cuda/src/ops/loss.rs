@@ -4,10 +4,10 @@ use crate::backend::Cuda;
 use crate::buf::{CudaBuf, CudaIds};
 use crate::device::{Launch, P};
 use crate::launch::{NT, tv, tvm};
-use boost_tensor::{HeadXent, HeadXentGrad, XentFinish};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use boost_tensor::cpu::IGNORE;
 use boost_tensor::{Backend, Mat, MatMut};
+use boost_tensor::{HeadXent, HeadXentGrad, XentFinish};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub(crate) fn embed(be: &Cuda, out: MatMut<CudaBuf>, table: Mat<CudaBuf>, ids: &CudaIds, first: usize) {
     assert_eq!(out.rows, ids.len(), "embed: one row per id");

@@ -4,7 +4,9 @@ use crate::backend::Cuda;
 use crate::buf::CudaBuf;
 use crate::device::P;
 use crate::launch::{same_shape, tv, tvm};
-use boost_tensor::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, ResidualRmsNorm, RmsNormBwd, RmsNormBwdRows, SiluNormBwd};
+use boost_tensor::{
+    LayerNormBwd, LayerNormFwd, OnlineNormBwd, ResidualRmsNorm, RmsNormBwd, RmsNormBwdRows, SiluNormBwd,
+};
 use boost_tensor::{Mat, MatMut};
 
 pub(crate) fn row_sumsq(be: &Cuda, out: MatMut<CudaBuf>, x: Mat<CudaBuf>) {

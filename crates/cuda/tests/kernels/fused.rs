@@ -90,7 +90,11 @@ fn head_xent_case<B: Backend>(be: &B, act: bool) -> Outs {
             w: Mat::new(&w, v, d),
             targets: &targets,
             chunk_rows: chunk,
-            grad: Some(HeadXentGrad { scale: 1.0 / 33.0, dh: MatMut::new(&mut dh, t, d), dw: MatMut::new(&mut dw, v, d) }),
+            grad: Some(HeadXentGrad {
+                scale: 1.0 / 33.0,
+                dh: MatMut::new(&mut dh, t, d),
+                dw: MatMut::new(&mut dw, v, d),
+            }),
         });
         outs.push(("losses", read(be, Mat::new(&losses, t, 1))));
         outs.push(("dh", read(be, Mat::new(&dh, t, d))));
@@ -131,7 +135,8 @@ fn fused_kernels_launch_once() {
             return; // launches are counted on the emulator's trace
         }
         let (t, d) = (3, 40);
-        let (mut x, r, g) = (buf(&be, false, &rnd(t * d, 4)), buf(&be, true, &rnd(t * d, 5)), buf(&be, false, &rnd(d, 6)));
+        let (mut x, r, g) =
+            (buf(&be, false, &rnd(t * d, 4)), buf(&be, true, &rnd(t * d, 5)), buf(&be, false, &rnd(d, 6)));
         let (mut y, mut rstd, mut dx, mut dg, mut dot) =
             (buf(&be, true, &rnd(t * d, 7)), be.alloc(t), be.alloc(t * d), be.alloc(d), be.alloc(t));
         let fwd = launches(|| {
@@ -174,7 +179,13 @@ fn fused_kernels_launch_once() {
             assert_eq!(fwd, ["k_swiglu"]);
             let (mut dgu, mut dm) = (buf(&be, true, &vec![0.0; 2 * t * n]), buf(&be, true, &rnd(t * n, 3)));
             let bwd = launches(|| {
-                be.swiglu_bwd(MatMut::new(&mut dgu, 2 * t, n), MatMut::new(&mut dm, t, n), Mat::new(&gu, 2 * t, n), outer, true)
+                be.swiglu_bwd(
+                    MatMut::new(&mut dgu, 2 * t, n),
+                    MatMut::new(&mut dm, t, n),
+                    Mat::new(&gu, 2 * t, n),
+                    outer,
+                    true,
+                )
             });
             assert_eq!(bwd, ["k_swiglu_bwd"], "SwiGLU backward and the rebuilt product");
             let (a, b): (Vec<f32>, Vec<f32>) = (be.read_mat(Mat::new(&dm, t, n)), be.read_mat(Mat::new(&m, t, n)));

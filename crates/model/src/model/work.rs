@@ -146,7 +146,8 @@ impl<B: Backend> Model<B> {
         // Logits are a GEMM's output and, overwritten by their gradient, two GEMMs' operand:
         // activation dtype, the cross-entropy reading them in fp32.
         let head_act = |n: usize| be.alloc_act(if last { n } else { 0 });
-        let head_chunk = if last && self.layout.tp == 1 { be.head_loss_chunk_rows(t, self.vocab_valid()) } else { None };
+        let head_chunk =
+            if last && self.layout.tp == 1 { be.head_loss_chunk_rows(t, self.vocab_valid()) } else { None };
         let z_in =
             (!self.layout.first_stage() && self.cfg.arch == Arch::Lax).then(|| self.blocks[0].alloc_boundary(be, t));
         Work {

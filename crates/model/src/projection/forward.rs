@@ -7,8 +7,8 @@ use crate::params::Slot;
 use crate::pass::Ctx;
 use crate::plan::NormPlacement;
 use crate::projection::{Call, Gate, LaxSlots, ProjActs, ProjGroup, Scratch, Weights};
-use boost_tensor::{LayerNormFwd, ResidualRmsNorm};
 use boost_tensor::{Backend, Mat, MatMut};
+use boost_tensor::{LayerNormFwd, ResidualRmsNorm};
 
 /// How [`ProjGroup::forward_latent`] starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

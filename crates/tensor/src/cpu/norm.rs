@@ -1,7 +1,9 @@
 //! RMSNorm (plain and over a hidden shard) and LayerNorm, forward and backward.
 // Each kernel takes the operands of its `Backend` method, however many.
 use super::par::{col_reduce, par_rows, par_rows_of_work, row};
-use crate::args::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, ResidualRmsNorm, RmsNormBwd, RmsNormBwdRows, SiluNormBwd};
+use crate::args::{
+    LayerNormBwd, LayerNormFwd, OnlineNormBwd, ResidualRmsNorm, RmsNormBwd, RmsNormBwdRows, SiluNormBwd,
+};
 use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
 use rayon::prelude::*;

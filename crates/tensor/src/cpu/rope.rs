@@ -1,8 +1,8 @@
 //! Rotary position embedding, Hugging Face LLaMA layout (rotate_half).
 
 use super::par::par_rows;
-use crate::scalar::Scalar;
 use crate::backend::AttnShape;
+use crate::scalar::Scalar;
 use crate::view::MatMut;
 use rayon::prelude::*;
 
