@@ -24,8 +24,15 @@ fn batch() -> (Vec<u32>, Vec<u32>) {
     (ids, targets)
 }
 
-/// One step's mean loss and every gradient, and the device's high-water mark when a GPU.
-fn step<B: Backend>(be: B, cfg: &ModelConfig) -> (f64, Vec<(String, Vec<f64>)>, Option<u64>, Vec<f64>) {
+/// One step's mean loss, every gradient, the device's high-water mark (a GPU's) and the logits.
+struct Step {
+    loss: f64,
+    grads: Vec<(String, Vec<f64>)>,
+    peak: Option<u64>,
+    logits: Vec<f64>,
+}
+
+fn step<B: Backend>(be: B, cfg: &ModelConfig) -> Step {
     let mut model = Model::new(be, cfg, Layout::single(cfg), 7).unwrap();
     let (ids, targets) = batch();
     let b = Batch { ids: &ids, targets: &targets, batch: BATCH, seq: SEQ };
@@ -34,7 +41,7 @@ fn step<B: Backend>(be: B, cfg: &ModelConfig) -> (f64, Vec<(String, Vec<f64>)>, 
     let st = &model.store;
     let grads = st.pieces.iter().map(|p| (p.name.clone(), model.be.read_mat(p.slot.of(&st.grads)))).collect();
     let logits = model.logits(&Solo, &ids, BATCH, SEQ);
-    (l.sum / l.tokens as f64, grads, peak, logits)
+    Step { loss: l.sum / l.tokens as f64, grads, peak, logits }
 }
 
 /// Tolerances as `training.rs`'s one-step test: fp32 1e-4 (summation order: the head's
@@ -57,16 +64,16 @@ fn a_step_with_the_chunked_head_loss_matches_the_cpu_engine_in_less_memory() {
             set_head_loss_chunk_bytes(usize::MAX);
             assert_eq!(be.head_loss_chunk_rows(t, VOCAB), None);
             let fresh = || if common::on_gpu(&be) { be.clone() } else { Cuda::emulated(prec) };
-            let (_, _, whole_peak, _) = step(fresh(), &cfg);
+            let whole_peak = step(fresh(), &cfg).peak;
             set_head_loss_chunk_bytes(8 * VOCAB * act);
             assert_eq!(be.head_loss_chunk_rows(t, VOCAB), Some(8));
-            let (lg, gg, chunked_peak, logits_g) = step(fresh(), &cfg);
-            let (lc, gc, _, logits_c) = step(Cpu::<f32>::new(), &cfg);
+            let (g, c) = (step(fresh(), &cfg), step(Cpu::<f32>::new(), &cfg));
+            let chunked_peak = g.peak;
             let what = format!("{name} [{}]", be.name());
-            tol.check_out(&format!("{what} loss"), &[lg], &[lc]);
-            tol.check_out(&format!("{what} logits"), &logits_g, &logits_c);
+            tol.check_out(&format!("{what} loss"), &[g.loss], &[c.loss]);
+            tol.check_out(&format!("{what} logits"), &g.logits, &c.logits);
             let (mut all_g, mut all_c) = (Vec::new(), Vec::new());
-            for ((n, g), (_, c)) in gg.iter().zip(&gc) {
+            for ((n, g), (_, c)) in g.grads.iter().zip(&c.grads) {
                 tol.check_tensor(&format!("{what} grad {n}"), g, c);
                 all_g.extend_from_slice(g);
                 all_c.extend_from_slice(c);
