@@ -36,6 +36,21 @@ KERNEL(k_residual_rmsnorm) {
     for (long long j = threadIdx.x; j < cols; j += NT) st(p.v[2], i, j, ld(p.v[0], i, j) * r * ld(p.v[4], 0, j));
 }
 
+// v0 = x (the residual, in place), v1 = r, v2 = out (rows × 1). x += r; out = Σ_j x²: the
+// residual add and k_row_sumsq in one launch (a sharded norm's statistic, finished elsewhere).
+KERNEL(k_residual_sumsq) {
+    SHARED(float, sh, NT);
+    long long i = blockIdx.x, cols = p.n[1];
+    float acc = 0.0f;
+    for (long long j = threadIdx.x; j < cols; j += NT) {
+        st(p.v[0], i, j, ld(p.v[0], i, j) + ld(p.v[1], i, j));
+        float x = ld(p.v[0], i, j); // as stored
+        acc += x * x;
+    }
+    float s = block_sum(acc, sh);
+    if (threadIdx.x == 0) st(p.v[2], i, 0, s);
+}
+
 // v0 = dx, v1 = dy, v2 = x, v3 = gamma, v4 = rstd, v5 = dot (rows × 1, written); n[3] =
 // accumulate. k_rmsnorm_bwd_dot then k_rmsnorm_bwd_dx over whole rows (n = cols), one block
 // per row.

@@ -5,7 +5,7 @@
 use crate::model::{FirstStage, LastStage, Model, Work};
 use crate::plan::{Entry, Exit};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
-use boost_tensor::{HeadXent, HeadXentGrad, RmsNormBwdRows, XentFinish};
+use boost_tensor::{HeadXent, HeadXentGrad, ResidualRmsNorm, RmsNormBwdRows, XentFinish};
 
 fn reduce<B: Backend>(tp: &dyn Collective<B>, buf: &mut B::Buf, n: usize, op: ReduceOp, label: &'static str) {
     if tp.size() > 1 {
@@ -108,10 +108,23 @@ impl<B: Backend> Model<B> {
         } else {
             Mat::new(&w.resid[last], t, dims.d)
         };
-        be.row_sumsq(MatMut::new(&mut w.frstd, t, 1), xf);
-        be.rstd_from_sumsq(MatMut::new(&mut w.frstd, t, 1), dims.d, self.cfg.norm_eps);
         let final_norm = stage.final_norm;
-        be.rmsnorm_apply(MatMut::new(&mut w.hf, t, dims.d), xf, final_norm.of(params), Mat::new(&w.frstd, t, 1));
+        if let Some(k) = self.deferred_set() {
+            let mid = &w.blocks[k].mid;
+            // The last layer's residual add, with the final norm (`exit` is not Gather here).
+            be.residual_rmsnorm(ResidualRmsNorm {
+                x: MatMut::new(&mut w.resid[last], t, dims.d),
+                r: Mat::new(mid, t, dims.d),
+                y: MatMut::new(&mut w.hf, t, dims.d),
+                rstd: MatMut::new(&mut w.frstd, t, 1),
+                gamma: final_norm.of(params),
+                eps: self.cfg.norm_eps,
+            });
+        } else {
+            be.row_sumsq(MatMut::new(&mut w.frstd, t, 1), xf);
+            be.rstd_from_sumsq(MatMut::new(&mut w.frstd, t, 1), dims.d, self.cfg.norm_eps);
+            be.rmsnorm_apply(MatMut::new(&mut w.hf, t, dims.d), xf, final_norm.of(params), Mat::new(&w.frstd, t, 1));
+        }
         // A chunked loss computes its logits itself.
         if w.head_chunk.is_none() {
             self.head_logits(stage, params, &w.hf, t, &mut w.logits);

@@ -66,6 +66,10 @@ macro_rules! kernel_table {
             /// [`axpy`](Self::axpy), [`row_sumsq`](Self::row_sumsq),
             /// [`rstd_from_sumsq`](Self::rstd_from_sumsq) and [`rmsnorm_apply`](Self::rmsnorm_apply).
             [Other] fn residual_rmsnorm(args: $crate::args::ResidualRmsNorm<Self::Buf>);
+            /// `x += r`, then `out[i] = Σ_j x[i,j]²` (out is rows×1): the residual add and the
+            /// statistic of a norm over a shard, which is finished elsewhere; on the CPU,
+            /// [`axpy`](Self::axpy) then [`row_sumsq`](Self::row_sumsq).
+            [Other] fn residual_sumsq(x: MatMut<Self::Buf>, r: Mat<Self::Buf>, out: MatMut<Self::Buf>);
             /// RMSNorm's backward over whole rows, the dot included: on the CPU,
             /// [`rmsnorm_bwd_dot`](Self::rmsnorm_bwd_dot) then [`rmsnorm_bwd`](Self::rmsnorm_bwd).
             [Other] fn rmsnorm_bwd_rows(args: $crate::args::RmsNormBwdRows<Self::Buf>);

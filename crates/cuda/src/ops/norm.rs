@@ -68,6 +68,16 @@ pub(crate) fn residual_rmsnorm(be: &Cuda, args: ResidualRmsNorm<CudaBuf>) {
     be.touched(&rstd);
 }
 
+/// One launch where the model ran two (axpy, row_sumsq).
+pub(crate) fn residual_sumsq(be: &Cuda, x: MatMut<CudaBuf>, r: Mat<CudaBuf>, out: MatMut<CudaBuf>) {
+    same_shape((x.rows, x.cols), &r, "residual_sumsq: r");
+    assert_eq!((out.rows, out.cols), (x.rows, 1), "residual_sumsq: one output per row");
+    let mut p = P::of(&[tvm(&x), tv(&r), tvm(&out)]);
+    be.per_row("k_residual_sumsq", x.rows, x.cols, &mut p);
+    be.touched(&x);
+    be.touched(&out);
+}
+
 /// dγ's column reduction, then the dot and dx in one pass over each row (two launches, not three).
 pub(crate) fn rmsnorm_bwd_rows(be: &Cuda, args: RmsNormBwdRows<CudaBuf>) {
     let RmsNormBwdRows { dx, dgamma, dy, x, gamma, rstd, dot, accumulate } = args;

@@ -49,6 +49,12 @@ pub fn residual_rmsnorm<T: Scalar>(args: ResidualRmsNorm<Vec<T>>) {
 }
 
 /// The unfused sequence, kernel by kernel (the same bits).
+pub fn residual_sumsq<T: Scalar>(mut x: MatMut<Vec<T>>, r: Mat<Vec<T>>, out: MatMut<Vec<T>>) {
+    super::elementwise::axpy(x.rb(), r, 1.0);
+    row_sumsq(out, x.as_ref());
+}
+
+/// The unfused sequence, kernel by kernel (the same bits).
 pub fn rmsnorm_bwd_rows<T: Scalar>(args: RmsNormBwdRows<Vec<T>>) {
     let RmsNormBwdRows { dx, dgamma, dy, x, gamma, rstd, mut dot, accumulate } = args;
     rmsnorm_bwd_dot(dot.rb(), dy, x, gamma);

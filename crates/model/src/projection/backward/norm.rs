@@ -60,7 +60,7 @@ impl ProjGroup {
             });
             return;
         }
-        if self.joins_residual(cx) {
+        if self.joins_residual(cx.plan.norm) {
             // Whole rows: the dot and dx in one pass.
             be.rmsnorm_bwd_rows(RmsNormBwdRows {
                 dx: MatMut::new(dx, t, din),
