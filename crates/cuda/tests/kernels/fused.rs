@@ -1,4 +1,4 @@
-//! The fused kernels: the residual add with the next RMSNorm, RMSNorm's backward over whole
+//! The fused kernels: the residual add with the next RMSNorm (or its statistic), RMSNorm's backward over whole
 //! rows, RoPE on q and k in one launch, SwiGLU's backward with the product rebuilt in the same
 //! pass, and the LM head's cross-entropy over chunks of tokens, whose memory high-water mark
 //! is compared with the unfused sequence's. Each against the CPU engine (`case!`, at the
@@ -33,6 +33,12 @@ fn residual_rmsnorm_case<B: Backend>(be: &B, act: bool) -> Outs {
         ("rstd", read(be, Mat::new(&rstd, t, 1))),
         ("y", read(be, Mat::new(&y, t, d))),
     ];
+    // The add with a shard's sum of squares only, over a copy of x (the stream stays as above).
+    let mut x2 = f32buf(be, &read(be, Mat::at(&x, 0, t, d, ld)));
+    let mut sumsq = f32buf(be, &vec![0.0; t]);
+    be.residual_sumsq(MatMut::new(&mut x2, t, d), Mat::new(&r, t, d), MatMut::new(&mut sumsq, t, 1));
+    outs.push(("(x + r) + r", read(be, Mat::new(&x2, t, d))));
+    outs.push(("sumsq", read(be, Mat::new(&sumsq, t, 1))));
     let dy = buf(be, act, &rnd(t * d, 43));
     let mut dx = f32buf(be, &rnd(t * d, 44));
     let mut dg = f32buf(be, &rnd(d, 45));
@@ -150,6 +156,9 @@ fn fused_kernels_launch_once() {
             })
         });
         assert_eq!(fwd, ["k_residual_rmsnorm"], "the residual add and RMSNorm (four kernels unfused)");
+        let add =
+            launches(|| be.residual_sumsq(MatMut::new(&mut x, t, d), Mat::new(&r, t, d), MatMut::new(&mut rstd, t, 1)));
+        assert_eq!(add, ["k_residual_sumsq"], "the residual add and a sum of squares (two unfused)");
         let bwd = launches(|| {
             be.rmsnorm_bwd_rows(RmsNormBwdRows {
                 dx: MatMut::new(&mut dx, t, d),
