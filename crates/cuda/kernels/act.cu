@@ -34,18 +34,22 @@ KERNEL(k_swiglu) {
     }
 }
 
-// v0 = dgu (stacked like gu), v1 = dm (t × n), v2 = gu; n[2] = outer SiLU.
+// v0 = dgu (stacked like gu), v1 = dm (t × n), v2 = gu; n[2] = outer SiLU; n[3] = rebuild:
+// then dm ← m, the forward's product (k_swiglu's arithmetic), over the pair just read.
 KERNEL(k_swiglu_bwd) {
     long long t = p.n[0];
     FOR_EACH_PAIR(t, p.n[1]) {
         F2 d = ld2(p.v[1], i, j, two);
         F2 g = ld2(p.v[2], i, j, two), u = ld2(p.v[2], t + i, j, two);
+        F2 a = g;
         if (p.n[2]) {
             st2(p.v[0], i, j, two, F2{d.x * u.x * silu_grad(g.x), d.y * u.y * silu_grad(g.y)});
             st2(p.v[0], t + i, j, two, F2{d.x * g.x * sigmoidf_(g.x), d.y * g.y * sigmoidf_(g.y)});
+            a = F2{g.x * sigmoidf_(g.x), g.y * sigmoidf_(g.y)};
         } else {
             st2(p.v[0], i, j, two, F2{d.x * u.x, d.y * u.y});
             st2(p.v[0], t + i, j, two, F2{d.x * g.x, d.y * g.y});
         }
+        if (p.n[3]) st2(p.v[1], i, j, two, F2{a.x * u.x, a.y * u.y});
     }
 }

@@ -17,6 +17,60 @@ KERNEL(k_rmsnorm_apply) {
     }
 }
 
+// v0 = x (the residual, in place), v1 = r, v2 = y, v3 = rstd (rows × 1), v4 = gamma; f[0] =
+// eps. x += r; rstd = 1/√(Σ_j x²/n + eps), n = cols; y = x·rstd·gamma. One block per row:
+// the residual add, k_row_sumsq, k_rstd_from_sumsq and k_rmsnorm_apply in one launch.
+KERNEL(k_residual_rmsnorm) {
+    SHARED(float, sh, NT);
+    long long i = blockIdx.x, cols = p.n[1];
+    float acc = 0.0f;
+    for (long long j = threadIdx.x; j < cols; j += NT) {
+        st(p.v[0], i, j, ld(p.v[0], i, j) + ld(p.v[1], i, j));
+        float x = ld(p.v[0], i, j); // as stored
+        acc += x * x;
+    }
+    float s = block_sum(acc, sh);
+    float inv_n = (float)(1.0 / (double)cols), eps = (float)p.f[0];
+    float r = 1.0f / sqrtf(s * inv_n + eps);
+    if (threadIdx.x == 0) st(p.v[3], i, 0, r);
+    for (long long j = threadIdx.x; j < cols; j += NT) st(p.v[2], i, j, ld(p.v[0], i, j) * r * ld(p.v[4], 0, j));
+}
+
+// v0 = x (the residual, in place), v1 = r, v2 = out (rows × 1). x += r; out = Σ_j x²: the
+// residual add and k_row_sumsq in one launch (a sharded norm's statistic, finished elsewhere).
+KERNEL(k_residual_sumsq) {
+    SHARED(float, sh, NT);
+    long long i = blockIdx.x, cols = p.n[1];
+    float acc = 0.0f;
+    for (long long j = threadIdx.x; j < cols; j += NT) {
+        st(p.v[0], i, j, ld(p.v[0], i, j) + ld(p.v[1], i, j));
+        float x = ld(p.v[0], i, j); // as stored
+        acc += x * x;
+    }
+    float s = block_sum(acc, sh);
+    if (threadIdx.x == 0) st(p.v[2], i, 0, s);
+}
+
+// v0 = dx, v1 = dy, v2 = x, v3 = gamma, v4 = rstd, v5 = dot (rows × 1, written); n[3] =
+// accumulate. k_rmsnorm_bwd_dot then k_rmsnorm_bwd_dx over whole rows (n = cols), one block
+// per row.
+KERNEL(k_rmsnorm_bwd_rows) {
+    SHARED(float, sh, NT);
+    long long i = blockIdx.x, cols = p.n[1];
+    float acc = 0.0f;
+    for (long long j = threadIdx.x; j < cols; j += NT)
+        acc += ld(p.v[1], i, j) * ld(p.v[2], i, j) * ld(p.v[3], 0, j);
+    float dot = block_sum(acc, sh);
+    if (threadIdx.x == 0) st(p.v[5], i, 0, dot);
+    float inv_n = (float)(1.0 / (double)cols), r = ld(p.v[4], i, 0);
+    float c = dot * r * r * r * inv_n;
+    for (long long j = threadIdx.x; j < cols; j += NT) {
+        float v = r * ld(p.v[3], 0, j) * ld(p.v[1], i, j) - ld(p.v[2], i, j) * c;
+        if (p.n[3]) v += ld(p.v[0], i, j);
+        st(p.v[0], i, j, v);
+    }
+}
+
 // v0 = dot (rows × 1), v1 = dy, v2 = x, v3 = gamma; dot[i] = Σ_j dy·x·gamma. One block per row.
 KERNEL(k_rmsnorm_bwd_dot) {
     SHARED(float, sh, NT);

@@ -219,6 +219,9 @@ impl Backend for Cuda {
     fn attention_kernels(&self) -> Option<&'static str> {
         Some(Cuda::attention_kernels(self).name())
     }
+    fn head_loss_chunk_rows(&self, tokens: usize, vocab: usize) -> Option<usize> {
+        crate::ops::head_loss_chunk_rows(tokens, vocab, self.elem_bytes())
+    }
     fn sync(&self) {
         self.dev().sync()
     }

@@ -80,6 +80,8 @@ pub use cuda_dev::{compile_with_nvrtc, nvrtc_present};
 pub use host_staged::HostStaged;
 #[cfg(feature = "cuda")]
 pub use nccl::{NcclGroup, Rendezvous};
+#[cfg(any(feature = "cuda", feature = "emulate"))]
+pub use ops::set_head_loss_chunk_bytes;
 pub use probe::{DeviceInfo, probe, probe_device};
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 pub use select::AttentionKernels;

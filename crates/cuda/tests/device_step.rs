@@ -144,7 +144,8 @@ fn multi_tensor_norm_clip_and_adamw_equal_the_per_buffer_kernels_bit_for_bit() {
             clipped += (norm > MAX_NORM) as usize;
             for (i, info) in a.store().bufs().iter().enumerate() {
                 let (x, y, n) = (a.store().value(i), b.store().value(i), info.len);
-                let (x, y): (Vec<f32>, Vec<f32>) = (a.be().read_mat(Mat::new(x, 1, n)), b.be().read_mat(Mat::new(y, 1, n)));
+                let (x, y): (Vec<f32>, Vec<f32>) =
+                    (a.be().read_mat(Mat::new(x, 1, n)), b.be().read_mat(Mat::new(y, 1, n)));
                 let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
                 assert!(bits(&x) == bits(&y), "{prec:?} step {s}: buffer {i} differs");
             }

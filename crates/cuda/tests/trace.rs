@@ -34,6 +34,18 @@ fn the_emulated_stream_traces_gemms_and_attention_kernels() {
     assert!(on("gpu stream (emulated)", "gemm") > 0, "GEMMs on the stream");
     assert!(on("gpu stream (emulated)", "attention") > 0, "attention kernels on the stream");
     assert_eq!(on("compute", "forward"), cfg.layers + 3, "each layer, the embedding, head and loss");
+    // The fused kernels, one step of this model (its norms online, γ folded into A): every
+    // residual add runs with the norm after it (the MLP's and the next layer's statistic, the
+    // final norm whole), so only the first layer's norm, after the embedding, sums squares on
+    // its own; the final norm's backward goes by rows; RoPE on q and k is one launch each way
+    // and SwiGLU one each way.
+    let named = |name: &str| spans.iter().filter(|s| s.track == "gpu stream (emulated)" && s.name == name).count();
+    let l = cfg.layers;
+    assert_eq!((named("k_residual_sumsq"), named("k_residual_rmsnorm")), (2 * l - 1, 1), "residual adds");
+    assert_eq!((named("k_row_sumsq"), named("k_rmsnorm_apply")), (1, 0), "norms on their own");
+    assert_eq!((named("k_rmsnorm_bwd_rows"), named("k_rmsnorm_bwd_dot")), (1, 0), "the final norm's backward");
+    assert_eq!((named("k_rope_qk"), named("k_rope")), (2 * l, 0), "RoPE on q and k");
+    assert_eq!((named("k_swiglu"), named("k_swiglu_bwd")), (l, l), "SwiGLU");
     // Every kernel span lies inside the layer pass that launched it, or outside every layer.
     let layers: Vec<_> = spans.iter().filter(|s| s.track == "compute").collect();
     for k in spans.iter().filter(|s| s.track != "compute") {

@@ -5,7 +5,7 @@
 use crate::model::{FirstStage, LastStage, Model, Work};
 use crate::plan::{Entry, Exit};
 use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
-use boost_tensor::{RmsNormBwd, XentFinish};
+use boost_tensor::{HeadXent, HeadXentGrad, ResidualRmsNorm, RmsNormBwdRows, XentFinish};
 
 fn reduce<B: Backend>(tp: &dyn Collective<B>, buf: &mut B::Buf, n: usize, op: ReduceOp, label: &'static str) {
     if tp.size() > 1 {
@@ -19,7 +19,7 @@ impl<B: Backend> Model<B> {
         self.layout.tp_rank * self.dims.vocab_loc
     }
     /// Vocabulary rows held here that are real (not padding).
-    fn vocab_valid(&self) -> usize {
+    pub(crate) fn vocab_valid(&self) -> usize {
         let v = self.dims.vocab;
         ((self.layout.tp_rank + 1) * self.dims.vocab_loc).min(v) - self.vocab_first().min(v)
     }
@@ -108,20 +108,42 @@ impl<B: Backend> Model<B> {
         } else {
             Mat::new(&w.resid[last], t, dims.d)
         };
-        be.row_sumsq(MatMut::new(&mut w.frstd, t, 1), xf);
-        be.rstd_from_sumsq(MatMut::new(&mut w.frstd, t, 1), dims.d, self.cfg.norm_eps);
         let final_norm = stage.final_norm;
-        be.rmsnorm_apply(MatMut::new(&mut w.hf, t, dims.d), xf, final_norm.of(params), Mat::new(&w.frstd, t, 1));
-        let valid = self.vocab_valid();
+        if let Some(k) = self.deferred_set() {
+            let mid = &w.blocks[k].mid;
+            // The last layer's residual add, with the final norm (`exit` is not Gather here).
+            be.residual_rmsnorm(ResidualRmsNorm {
+                x: MatMut::new(&mut w.resid[last], t, dims.d),
+                r: Mat::new(mid, t, dims.d),
+                y: MatMut::new(&mut w.hf, t, dims.d),
+                rstd: MatMut::new(&mut w.frstd, t, 1),
+                gamma: final_norm.of(params),
+                eps: self.cfg.norm_eps,
+            });
+        } else {
+            be.row_sumsq(MatMut::new(&mut w.frstd, t, 1), xf);
+            be.rstd_from_sumsq(MatMut::new(&mut w.frstd, t, 1), dims.d, self.cfg.norm_eps);
+            be.rmsnorm_apply(MatMut::new(&mut w.hf, t, dims.d), xf, final_norm.of(params), Mat::new(&w.frstd, t, 1));
+        }
+        // A chunked loss computes its logits itself.
+        if w.head_chunk.is_none() {
+            self.head_logits(stage, params, &w.hf, t, &mut w.logits);
+        }
+    }
+
+    /// This rank's logits of the final norm's output `hf` into `logits` (t × vocab_loc).
+    pub(crate) fn head_logits(&self, stage: LastStage, params: &[B::Buf], hf: &B::Buf, t: usize, logits: &mut B::Buf) {
+        let (valid, d) = (self.vocab_valid(), self.dims.d);
         let hs = stage.head;
-        let head = Mat::at(&params[hs.buf], hs.off, valid, dims.d, dims.d);
-        be.gemm(
-            MatMut::at(&mut w.logits, 0, t, valid, dims.vocab_loc),
-            Mat::new(&w.hf, t, dims.d),
-            head.t(),
-            1.0,
-            false,
-        );
+        let head = Mat::at(&params[hs.buf], hs.off, valid, d, d);
+        let out = MatMut::at(logits, 0, t, valid, self.dims.vocab_loc);
+        self.be.gemm(out, Mat::new(hf, t, d), head.t(), 1.0, false);
+    }
+
+    /// The head's weight rows that are real vocabulary (valid × d).
+    fn head_weight<'a>(&self, stage: LastStage, params: &'a [B::Buf]) -> Mat<'a, B::Buf> {
+        let hs = stage.head;
+        Mat::at(&params[hs.buf], hs.off, self.vocab_valid(), self.dims.d, self.dims.d)
     }
 
     /// Per-token losses (and, with `grad_scale`, dL/dlogits in place of the logits).
@@ -135,7 +157,19 @@ impl<B: Backend> Model<B> {
         let _s = boost_tensor::trace::span("forward", || "loss");
         let (t, be) = (w.t(), &self.be);
         let (valid, vl) = (self.vocab_valid(), self.dims.vocab_loc);
-        if tp.size() == 1 {
+        if let Some(rows) = w.head_chunk {
+            // By chunks of logits, losses only: the backward recomputes them with the gradient.
+            let stage = self.last.expect("the last stage computes the loss");
+            w.grad_scale = grad_scale;
+            be.head_xent(HeadXent {
+                losses: MatMut::new(&mut w.losses, t, 1),
+                h: Mat::new(&w.hf, t, self.dims.d),
+                w: self.head_weight(stage, self.store.values()),
+                targets: &w.targets,
+                chunk_rows: rows,
+                grad: None,
+            });
+        } else if tp.size() == 1 {
             be.cross_entropy(
                 MatMut::new(&mut w.losses, t, 1),
                 MatMut::at(&mut w.logits, 0, t, valid, vl),
@@ -180,22 +214,38 @@ impl<B: Backend> Model<B> {
         let (t, dims) = (w.t(), self.dims);
         let (valid, vl) = (self.vocab_valid(), dims.vocab_loc);
         let (be, values) = (&self.be, self.store.values());
-        let dl = Mat::at(&w.logits, 0, t, valid, vl);
         let h = stage.head;
-        be.gemm(
-            MatMut::at(&mut grads[h.buf], h.off, valid, dims.d, dims.d),
-            dl.t(),
-            Mat::new(&w.hf, t, dims.d),
-            1.0,
-            true,
-        );
-        be.gemm(
-            MatMut::new(&mut w.dhf, t, dims.d),
-            dl,
-            Mat::at(&values[h.buf], h.off, valid, dims.d, dims.d),
-            1.0,
-            false,
-        );
+        if let Some(rows) = w.head_chunk {
+            let scale = w.grad_scale.expect("the loss was computed with a gradient scale");
+            be.head_xent(HeadXent {
+                losses: MatMut::new(&mut w.losses, t, 1),
+                h: Mat::new(&w.hf, t, dims.d),
+                w: self.head_weight(stage, values),
+                targets: &w.targets,
+                chunk_rows: rows,
+                grad: Some(HeadXentGrad {
+                    scale,
+                    dh: MatMut::new(&mut w.dhf, t, dims.d),
+                    dw: MatMut::at(&mut grads[h.buf], h.off, valid, dims.d, dims.d),
+                }),
+            });
+        } else {
+            let dl = Mat::at(&w.logits, 0, t, valid, vl);
+            be.gemm(
+                MatMut::at(&mut grads[h.buf], h.off, valid, dims.d, dims.d),
+                dl.t(),
+                Mat::new(&w.hf, t, dims.d),
+                1.0,
+                true,
+            );
+            be.gemm(
+                MatMut::new(&mut w.dhf, t, dims.d),
+                dl,
+                Mat::at(&values[h.buf], h.off, valid, dims.d, dims.d),
+                1.0,
+                false,
+            );
+        }
         reduce(tp, &mut w.dhf, t * dims.d, ReduceOp::Sum, "head.f.bwd");
         let last = self.blocks.len();
         let xf = if self.plan.exit == Exit::Gather {
@@ -205,17 +255,16 @@ impl<B: Backend> Model<B> {
         };
         let final_norm = stage.final_norm;
         let g = final_norm.of(values);
-        be.rmsnorm_bwd_dot(MatMut::new(&mut w.dot, t, 1), Mat::new(&w.dhf, t, dims.d), xf, g);
         let dst = if self.plan.exit == Exit::Gather { &mut w.rm } else { &mut w.dx };
-        be.rmsnorm_bwd(RmsNormBwd {
+        // The final norm is over whole rows (d): its dot and dx in one pass.
+        be.rmsnorm_bwd_rows(RmsNormBwdRows {
             dx: MatMut::new(dst, t, dims.d),
             dgamma: final_norm.of_mut(grads),
             dy: Mat::new(&w.dhf, t, dims.d),
             x: xf,
             gamma: g,
             rstd: Mat::new(&w.frstd, t, 1),
-            dot: Mat::new(&w.dot, t, 1),
-            n: dims.d,
+            dot: MatMut::new(&mut w.dot, t, 1),
             accumulate: false,
         });
         if self.plan.exit == Exit::Gather {

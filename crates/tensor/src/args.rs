@@ -20,6 +20,34 @@ pub struct RmsNormBwd<'a, Buf> {
     pub accumulate: bool,
 }
 
+/// [`crate::Backend::residual_rmsnorm`]: `x += r`, then `y = x·rstd·gamma` with
+/// `rstd[i] = 1/√(Σ_j x²/n + eps)` over the whole row (n = `x.cols`).
+pub struct ResidualRmsNorm<'a, Buf> {
+    /// The residual stream, updated in place.
+    pub x: MatMut<'a, Buf>,
+    /// The branch output added to it.
+    pub r: Mat<'a, Buf>,
+    pub y: MatMut<'a, Buf>,
+    /// rows×1.
+    pub rstd: MatMut<'a, Buf>,
+    pub gamma: Mat<'a, Buf>,
+    pub eps: f64,
+}
+
+/// [`crate::Backend::rmsnorm_bwd_rows`]: [`RmsNormBwd`] over whole rows (n = `x.cols`), its
+/// per-row dot computed on the way and left in `dot`.
+pub struct RmsNormBwdRows<'a, Buf> {
+    pub dx: MatMut<'a, Buf>,
+    pub dgamma: MatMut<'a, Buf>,
+    pub dy: Mat<'a, Buf>,
+    pub x: Mat<'a, Buf>,
+    pub gamma: Mat<'a, Buf>,
+    pub rstd: Mat<'a, Buf>,
+    /// rows×1, written.
+    pub dot: MatMut<'a, Buf>,
+    pub accumulate: bool,
+}
+
 /// [`crate::Backend::online_norm_bwd`]: `dx (+)= gamma⊙g + 2·ds[i]·x`; `dgamma += Σ_i x⊙g`.
 pub struct OnlineNormBwd<'a, Buf> {
     pub dx: MatMut<'a, Buf>,
@@ -97,6 +125,39 @@ pub struct XentFinish<'a, Buf, Ids> {
     /// The first vocabulary column held here.
     pub first: usize,
     pub grad_scale: Option<f64>,
+}
+
+/// [`crate::Backend::head_xent`]: the LM head's logits `h·wᵀ` and their cross-entropy,
+/// with the backward when `grad` is given.
+pub struct HeadXent<'a, Buf, Ids> {
+    /// Per-token losses (rows×1), as [`crate::Backend::cross_entropy`] gives them.
+    pub losses: MatMut<'a, Buf>,
+    /// The head's input (t × d).
+    pub h: Mat<'a, Buf>,
+    /// The head's weight (v × d): row j gives logit j.
+    pub w: Mat<'a, Buf>,
+    pub targets: &'a Ids,
+    /// Rows of logits a backend that chunks them may hold at once (at least 1).
+    pub chunk_rows: usize,
+    pub grad: Option<HeadXentGrad<'a, Buf>>,
+}
+
+impl<Buf: crate::DeviceBuf, Ids> HeadXent<'_, Buf, Ids> {
+    /// Its GEMMs' work (the logits, and dW and dh with the backward), for the profile.
+    pub fn work(&self) -> crate::profile::Work {
+        let gemms = if self.grad.is_some() { 3.0 } else { 1.0 };
+        let flops = 2.0 * (self.h.rows * self.w.rows * self.h.cols) as f64 * gemms;
+        crate::profile::Work { flops, gemm: None }
+    }
+}
+
+/// The backward of [`HeadXent`], from dL/dlogits = `scale·(softmax − onehot)`.
+pub struct HeadXentGrad<'a, Buf> {
+    pub scale: f64,
+    /// dL/dh (t × d), overwritten.
+    pub dh: MatMut<'a, Buf>,
+    /// dL/dw (v × d), accumulated.
+    pub dw: MatMut<'a, Buf>,
 }
 
 /// [`crate::Backend::kron_bwd`]: `dz += …`, `dka += …`, `dkb += …`.

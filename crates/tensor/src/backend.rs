@@ -117,6 +117,13 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn peak_memory_bytes(&self) -> Option<u64> {
         None
     }
+    /// Rows of logits at a time when the model's LM head loss should go through
+    /// [`Backend::head_xent`] instead of keeping the whole `tokens × vocab` logits (a device
+    /// whose memory they would crowd); None, the default and the CPU's: the whole logits.
+    fn head_loss_chunk_rows(&self, tokens: usize, vocab: usize) -> Option<usize> {
+        let _ = (tokens, vocab);
+        None
+    }
     /// Which attention kernels a device backend runs (a GPU's: "boost" or "cudnn",
     /// `train.attention`); None on the CPU, which has one.
     fn attention_kernels(&self) -> Option<&'static str> {

@@ -62,6 +62,17 @@ macro_rules! kernel_table {
             );
             /// `dx (+)= rstd·gamma⊙dy − x·rstd³·dot/n`; `dgamma += Σ_i dy⊙x·rstd`.
             [Other] fn rmsnorm_bwd(args: $crate::args::RmsNormBwd<Self::Buf>);
+            /// The residual add and the next RMSNorm over whole rows (see the struct): on the CPU,
+            /// [`axpy`](Self::axpy), [`row_sumsq`](Self::row_sumsq),
+            /// [`rstd_from_sumsq`](Self::rstd_from_sumsq) and [`rmsnorm_apply`](Self::rmsnorm_apply).
+            [Other] fn residual_rmsnorm(args: $crate::args::ResidualRmsNorm<Self::Buf>);
+            /// `x += r`, then `out[i] = Σ_j x[i,j]²` (out is rows×1): the residual add and the
+            /// statistic of a norm over a shard, which is finished elsewhere; on the CPU,
+            /// [`axpy`](Self::axpy) then [`row_sumsq`](Self::row_sumsq).
+            [Other] fn residual_sumsq(x: MatMut<Self::Buf>, r: Mat<Self::Buf>, out: MatMut<Self::Buf>);
+            /// RMSNorm's backward over whole rows, the dot included: on the CPU,
+            /// [`rmsnorm_bwd_dot`](Self::rmsnorm_bwd_dot) then [`rmsnorm_bwd`](Self::rmsnorm_bwd).
+            [Other] fn rmsnorm_bwd_rows(args: $crate::args::RmsNormBwdRows<Self::Buf>);
             /// `out[i] (+)= alpha · Σ_j a[i,j]·b[i,j] · row[i]²` (row optional) — the online norm's dS.
             [Other] fn row_dot(
                 out: MatMut<Self::Buf>,
@@ -113,6 +124,9 @@ macro_rules! kernel_table {
             /// Rotate every head of every row in place (position = row mod seq); `inverse` undoes it
             /// (the backward of a rotation is its inverse).
             [Other] fn rope(x: MatMut<Self::Buf>, table: &Self::Buf, seq: usize, head_dim: usize, inverse: bool);
+            /// [`rope`](Self::rope) on q and on k of a `qkv` block laid out as attention reads it
+            /// (q: `tokens × q_width` first, k: `tokens × kv_width` after it), in one pass.
+            [Other] fn rope_qk(qkv: &mut Self::Buf, table: &Self::Buf, shape: AttnShape, inverse: bool);
             /// Causal softmax attention. `qkv` holds three row-major blocks one after the other:
             /// q (`T × heads·d_h`), k and v (`T × kv_heads·d_h` each). `probs` receives what the
             /// backward needs, `attention_saved_len` elements: each row's log-sum-exp, from which
@@ -141,6 +155,13 @@ macro_rules! kernel_table {
                 targets: &Self::Ids,
                 grad_scale: Option<f64>,
             );
+
+            /// The LM head and its cross-entropy in one call (see the struct): a device backend
+            /// holds `chunk_rows` rows of logits at a time, never the whole t × v; the CPU runs
+            /// the unfused sequence (GEMM, [`cross_entropy`](Self::cross_entropy), the two GEMMs
+            /// of the backward).
+            [Gemm, flops = args.work()]
+            fn head_xent(args: $crate::args::HeadXent<Self::Buf, Self::Ids>);
 
             // ---- vocabulary-parallel cross-entropy (logits split by columns across ranks) ----
             /// `max[i] = max_j logits[i, j]` over this rank's columns.

@@ -18,8 +18,8 @@ pub mod trace;
 pub mod view;
 
 pub use args::{
-    AdamAll, AdamUpdate, AttentionBwd, KronBwd, LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd, SiluNormBwd,
-    XentFinish,
+    AdamAll, AdamUpdate, AttentionBwd, HeadXent, HeadXentGrad, KronBwd, LayerNormBwd, LayerNormFwd, OnlineNormBwd,
+    ResidualRmsNorm, RmsNormBwd, RmsNormBwdRows, SiluNormBwd, XentFinish,
 };
 pub use backend::{AdamStep, AttnShape, Backend, Collective, Label, ReduceOp, Solo};
 pub use pending::{Handle, Pending, Ready};

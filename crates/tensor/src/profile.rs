@@ -204,6 +204,9 @@ impl<B: Backend> Backend for Profiled<B> {
     fn peak_memory_bytes(&self) -> Option<u64> {
         self.inner.peak_memory_bytes()
     }
+    fn head_loss_chunk_rows(&self, tokens: usize, vocab: usize) -> Option<usize> {
+        self.inner.head_loss_chunk_rows(tokens, vocab)
+    }
     fn attention_kernels(&self) -> Option<&'static str> {
         self.inner.attention_kernels()
     }

@@ -4,9 +4,10 @@ use crate::backend::Cuda;
 use crate::buf::{CudaBuf, CudaIds};
 use crate::device::{Launch, P};
 use crate::launch::{NT, tv, tvm};
-use boost_tensor::XentFinish;
 use boost_tensor::cpu::IGNORE;
-use boost_tensor::{Mat, MatMut};
+use boost_tensor::{Backend, Mat, MatMut};
+use boost_tensor::{HeadXent, HeadXentGrad, XentFinish};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub(crate) fn embed(be: &Cuda, out: MatMut<CudaBuf>, table: Mat<CudaBuf>, ids: &CudaIds, first: usize) {
     assert_eq!(out.rows, ids.len(), "embed: one row per id");
@@ -94,4 +95,62 @@ pub(crate) fn xent_finish(be: &Cuda, args: XentFinish<CudaBuf, CudaIds>) {
     be.per_row("k_xent_finish", logits.rows, logits.cols, &mut p);
     be.touched(&losses);
     be.touched(&logits);
+}
+
+/// The head's logits and their cross-entropy, `chunk_rows` tokens at a time: each chunk's
+/// logits (stored as activations, as the model stores the whole logits: bf16 under
+/// `Precision::Bf16`; in one workspace reused by every chunk) are computed, turned into their
+/// gradient in place by the whole-row kernel, and consumed by dW and the chunk's rows of dh
+/// before the next chunk overwrites them. Whole rows need no online log-sum-exp and no
+/// recomputed GEMM; the full t × v logits are never held.
+pub(crate) fn head_xent(be: &Cuda, args: HeadXent<CudaBuf, CudaIds>) {
+    let HeadXent { mut losses, h, w, targets, chunk_rows, mut grad } = args;
+    let (t, v, d) = (h.rows, w.rows, h.cols);
+    assert_eq!(w.cols, d, "head_xent: h is {t}×{d}, w is {v}×{}", w.cols);
+    assert_eq!(targets.len(), t, "head_xent: one target per row");
+    assert_eq!((losses.rows, losses.cols), (t, 1), "head_xent: one loss per row");
+    for &id in &targets.host {
+        assert!(id == IGNORE || (id as usize) < v, "target id {id} is outside the vocabulary of {v}");
+    }
+    if let Some(HeadXentGrad { dh, dw, .. }) = &grad {
+        assert_eq!((dh.rows, dh.cols), (t, d), "head_xent: dh is t×d");
+        assert_eq!((dw.rows, dw.cols), (v, d), "head_xent: dw is v×d");
+    }
+    let rows = chunk_rows.clamp(1, t.max(1));
+    let mut logits = be.alloc_act(rows * v);
+    for r0 in (0..t).step_by(rows) {
+        let n = rows.min(t - r0);
+        let mut lg = MatMut::new(&mut logits, n, v);
+        be.gemm(lg.rb(), h.rows(r0, r0 + n), w.t(), 1.0, false);
+        let mut p = P::of(&[tvm(&losses.rb().rows(r0, r0 + n)), tvm(&lg)]);
+        p.v[2].p = targets.ptr() + 4 * r0 as u64;
+        p.n[2] = grad.is_some() as i64;
+        p.f[0] = grad.as_ref().map_or(0.0, |g| g.scale);
+        be.per_row("k_cross_entropy", n, v, &mut p);
+        if let Some(HeadXentGrad { dh, dw, .. }) = &mut grad {
+            let dl = Mat::new(&logits, n, v);
+            be.gemm(dw.rb(), dl.t(), h.rows(r0, r0 + n), 1.0, true);
+            be.gemm(dh.rb().rows(r0, r0 + n), dl, w, 1.0, false);
+        }
+    }
+    be.touched(&losses);
+    // `logits` is freed in stream order, after the last chunk's kernels.
+    drop(logits);
+}
+
+/// Bytes of logits the model's loss holds at once on a GPU (64 MiB unless set).
+static HEAD_CHUNK_BYTES: AtomicUsize = AtomicUsize::new(64 << 20);
+
+/// Set the bytes of logits above which the model's LM head loss goes by chunks of rows
+/// ([`boost_tensor::Backend::head_xent`]) of at most this many bytes, for every backend of
+/// the process (tests and benchmarks; the default is 64 MiB).
+pub fn set_head_loss_chunk_bytes(bytes: usize) {
+    HEAD_CHUNK_BYTES.store(bytes, Ordering::Relaxed);
+}
+
+/// Whole logits up to the budget (one GEMM fewer: the chunked loss recomputes its logits in
+/// the backward); past it, as many rows as fit in it, at least one.
+pub(crate) fn head_loss_chunk_rows(tokens: usize, vocab: usize, elem_bytes: usize) -> Option<usize> {
+    let (budget, row) = (HEAD_CHUNK_BYTES.load(Ordering::Relaxed), vocab * elem_bytes);
+    (tokens * row > budget).then(|| (budget / row.max(1)).max(1))
 }

@@ -14,4 +14,5 @@ mod rope;
 
 // A kernel added to any of these files is found by the generated impl without more edits.
 pub(crate) use flash::takes as flash_takes;
+pub use loss::set_head_loss_chunk_bytes;
 pub(crate) use {act::*, attention::*, dense::*, kron::*, loss::*, norm::*, optim::*, rope::*};

@@ -4,7 +4,9 @@ use crate::backend::Cuda;
 use crate::buf::CudaBuf;
 use crate::device::P;
 use crate::launch::{same_shape, tv, tvm};
-use boost_tensor::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd, SiluNormBwd};
+use boost_tensor::{
+    LayerNormBwd, LayerNormFwd, OnlineNormBwd, ResidualRmsNorm, RmsNormBwd, RmsNormBwdRows, SiluNormBwd,
+};
 use boost_tensor::{Mat, MatMut};
 
 pub(crate) fn row_sumsq(be: &Cuda, out: MatMut<CudaBuf>, x: Mat<CudaBuf>) {
@@ -49,6 +51,48 @@ pub(crate) fn rmsnorm_bwd(be: &Cuda, args: RmsNormBwd<CudaBuf>) {
     p.n[3] = accumulate as i64;
     be.ew("k_rmsnorm_bwd_dx", dx.rows, dx.cols, &mut p);
     be.touched(&dx);
+}
+
+/// One launch where the model ran four (axpy, row_sumsq, rstd_from_sumsq, rmsnorm_apply).
+pub(crate) fn residual_rmsnorm(be: &Cuda, args: ResidualRmsNorm<CudaBuf>) {
+    let ResidualRmsNorm { x, r, y, rstd, gamma, eps } = args;
+    same_shape((x.rows, x.cols), &r, "residual_rmsnorm: r");
+    same_shape((y.rows, y.cols), &x.as_ref(), "residual_rmsnorm: y");
+    assert_eq!((rstd.rows, rstd.cols), (x.rows, 1), "residual_rmsnorm: one rstd per row");
+    assert_eq!(gamma.cols, x.cols, "residual_rmsnorm: gamma width");
+    let mut p = P::of(&[tvm(&x), tv(&r), tvm(&y), tvm(&rstd), tv(&gamma)]);
+    p.f[0] = eps;
+    be.per_row("k_residual_rmsnorm", x.rows, x.cols, &mut p);
+    be.touched(&x);
+    be.touched(&y);
+    be.touched(&rstd);
+}
+
+/// One launch where the model ran two (axpy, row_sumsq).
+pub(crate) fn residual_sumsq(be: &Cuda, x: MatMut<CudaBuf>, r: Mat<CudaBuf>, out: MatMut<CudaBuf>) {
+    same_shape((x.rows, x.cols), &r, "residual_sumsq: r");
+    assert_eq!((out.rows, out.cols), (x.rows, 1), "residual_sumsq: one output per row");
+    let mut p = P::of(&[tvm(&x), tv(&r), tvm(&out)]);
+    be.per_row("k_residual_sumsq", x.rows, x.cols, &mut p);
+    be.touched(&x);
+    be.touched(&out);
+}
+
+/// dγ's column reduction, then the dot and dx in one pass over each row (two launches, not three).
+pub(crate) fn rmsnorm_bwd_rows(be: &Cuda, args: RmsNormBwdRows<CudaBuf>) {
+    let RmsNormBwdRows { dx, dgamma, dy, x, gamma, rstd, dot, accumulate } = args;
+    assert_eq!((dgamma.rows, dgamma.cols), (1, x.cols), "rmsnorm_bwd_rows: dgamma is 1×{}", x.cols);
+    assert_eq!((dot.rows, dot.cols), (x.rows, 1), "rmsnorm_bwd_rows: one dot per row");
+    same_shape((dx.rows, dx.cols), &x, "rmsnorm_bwd_rows");
+    same_shape((dy.rows, dy.cols), &x, "rmsnorm_bwd_rows: dy");
+    let mut p = P::of(&[tvm(&dgamma), tv(&dy), tv(&x), tv(&rstd)]);
+    be.per_col("k_rmsnorm_dgamma", x.rows, x.cols, &mut p);
+    be.touched(&dgamma);
+    let mut p = P::of(&[tvm(&dx), tv(&dy), tv(&x), tv(&gamma), tv(&rstd), tvm(&dot)]);
+    p.n[3] = accumulate as i64;
+    be.per_row("k_rmsnorm_bwd_rows", x.rows, x.cols, &mut p);
+    be.touched(&dx);
+    be.touched(&dot);
 }
 
 pub(crate) fn row_dot(

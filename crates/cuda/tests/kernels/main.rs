@@ -64,6 +64,7 @@ macro_rules! case {
 // The cases, by topic (after `case!`, which they use).
 mod adamw;
 mod dense;
+mod fused;
 mod kron;
 mod norms;
 mod sequence;

@@ -145,5 +145,5 @@ impl<B: Backend> BlockActs<B> {
 mod passes;
 mod recompute;
 
-pub use passes::BlockSaved;
+pub use passes::{BlockSaved, Join};
 pub use recompute::Kept;

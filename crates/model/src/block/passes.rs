@@ -2,7 +2,7 @@
 
 use crate::block::{Block, BlockActs, BlockGrads};
 use crate::pass::Ctx;
-use crate::projection::{GradFlow, ProjActs, ProjGroup, ProjSaved, Scratch};
+use crate::projection::{GradFlow, Pre, ProjActs, ProjGroup, ProjSaved, Scratch};
 use boost_tensor::{AttentionBwd, Backend, DeviceBuf, Mat, MatMut};
 
 /// What a layer's backward reads of its forward.
@@ -16,38 +16,66 @@ pub struct BlockSaved<'a, B: Backend> {
     pub above_lax: bool,
 }
 
+/// How a layer's residual adds meet the norms beside them in the model's forward.
+pub struct Join<'a, B: Backend> {
+    /// The layer below left its last residual add undone: its `mid`, which this layer adds
+    /// to its input in one kernel with its first norm.
+    pub add_in: Option<&'a B::Buf>,
+    /// Leave `x_out` without `mid` added: the norm after this layer adds it.
+    pub defer_out: bool,
+}
+
+impl<B: Backend> Join<'_, B> {
+    /// Each residual add on its own.
+    pub fn none() -> Self {
+        Self { add_in: None, defer_out: false }
+    }
+}
+
 impl Block {
     /// `x_out = layer(x_in)`. `prev` is the layer below (LaX crossing). `m` holds the SwiGLU
     /// product between its kernel and the down projection (t × d_ff): it is not kept, the
-    /// backward rebuilds it.
+    /// backward rebuilds it. `join` says which residual adds the norms beside them take.
     #[allow(clippy::too_many_arguments)]
     pub fn forward<B: Backend>(
         &self,
         cx: &Ctx<B>,
-        x_in: &B::Buf,
+        x_in: &mut B::Buf,
         x_out: &mut B::Buf,
         acts: &mut BlockActs<B>,
         prev: Option<(&Block, &BlockActs<B>)>,
         m: &mut B::Buf,
         sc: &mut Scratch<B>,
+        join: Join<B>,
     ) {
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
         let dres = dims.d_res;
-        let x = Mat::new(x_in, t, dres);
+        let pre = match join.add_in {
+            Some(r) => self.qkv.residual_norm(cx, MatMut::new(x_in, t, dres), Mat::new(r, t, dres), &mut acts.qkv, sc),
+            None => Pre::Nothing,
+        };
+        let x = Mat::new(&*x_in, t, dres);
         let pg = |f: fn(&Block) -> &ProjGroup, g: fn(&BlockActs<B>) -> &ProjActs<B>| prev.map(|(b, a)| (f(b), g(a)));
 
-        self.qkv.forward(cx, x, &mut acts.qkv, pg(|b| &b.qkv, |a| &a.qkv), &mut acts.qkv_out, sc);
+        self.qkv.forward_from(cx, x, &mut acts.qkv, pg(|b| &b.qkv, |a| &a.qkv), &mut acts.qkv_out, sc, pre);
         self.rope_attention(cx, acts);
         let qw = dims.q_loc();
         self.o.forward(cx, Mat::new(&acts.attn, t, qw), &mut acts.o, pg(|b| &b.o, |a| &a.o), &mut acts.mid, sc);
-        be.axpy(MatMut::new(&mut acts.mid, t, dres), x, 1.0);
-
+        // The residual add joins the MLP's norm: one kernel with the norm, or its statistic.
+        let pre = if self.gu.norm.is_some() {
+            self.gu.residual_norm(cx, MatMut::new(&mut acts.mid, t, dres), x, &mut acts.gu, sc)
+        } else {
+            be.axpy(MatMut::new(&mut acts.mid, t, dres), x, 1.0);
+            Pre::Nothing
+        };
         let mid = Mat::new(&acts.mid, t, dres);
-        self.gu.forward(cx, mid, &mut acts.gu, pg(|b| &b.gu, |a| &a.gu), &mut acts.gu_out, sc);
+        self.gu.forward_from(cx, mid, &mut acts.gu, pg(|b| &b.gu, |a| &a.gu), &mut acts.gu_out, sc, pre);
         self.swiglu(cx, m, &acts.gu_out);
         let f = dims.d_ff_loc;
         self.down.forward(cx, Mat::new(m, t, f), &mut acts.down, pg(|b| &b.down, |a| &a.down), x_out, sc);
-        be.axpy(MatMut::new(x_out, t, dres), mid, 1.0);
+        if !join.defer_out {
+            be.axpy(MatMut::new(x_out, t, dres), mid, 1.0);
+        }
     }
 
     /// Backward of the layer: `dx` holds dL/dx_out on entry and dL/dx_in on return.
@@ -62,7 +90,7 @@ impl Block {
     ) {
         let BlockSaved { x_in, acts, prev, above_lax } = saved;
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
-        let (dres, f, qw, kw) = (dims.d_res, dims.d_ff_loc, dims.q_loc(), dims.kv_w_loc());
+        let (dres, f, qw) = (dims.d_res, dims.d_ff_loc, dims.q_loc());
         let pg = |f: fn(&Block) -> &ProjGroup, g: fn(&BlockActs<B>) -> &ProjActs<B>| prev.map(|(b, a)| (f(b), g(a)));
         let BlockGrads { dqkv, dattn, dgu, dm, attn_scratch, carries, dx_act } = bg;
         // LaX carries: this layer reads the slot the layer above wrote, (layer+1) mod 2, and
@@ -98,8 +126,7 @@ impl Block {
             qkv: &acts.qkv_out,
             shape: self.attn_shape(dims, cx.batch, cx.seq),
         });
-        be.rope(MatMut::at(dqkv, 0, t, qw, qw), cx.rope, cx.seq, dims.head_dim, true);
-        be.rope(MatMut::at(dqkv, t * qw, t, kw, kw), cx.rope, cx.seq, dims.head_dim, true);
+        be.rope_qk(dqkv, cx.rope, self.attn_shape(dims, cx.batch, cx.seq), true);
         let (ci, co) = carry_io(&mut carries[0], rd, above_lax, self.qkv.has_lax());
         let saved = ProjSaved { x: Some(Mat::new(x_in, t, dres)), acts: &acts.qkv, prev: pg(|b| &b.qkv, |a| &a.qkv) };
         self.qkv.backward(cx, grads, saved, GradFlow { dout: dqkv, dx, carry_in: ci, carry_out: co }, sc);
@@ -111,11 +138,9 @@ impl Block {
             return cache.attend(self.layer, cx, &mut acts.qkv_out, &mut acts.attn);
         }
         let (be, t, dims) = (cx.be, cx.t, &cx.dims);
-        let (qw, kw) = (dims.q_loc(), dims.kv_w_loc());
-        be.rope(MatMut::at(&mut acts.qkv_out, 0, t, qw, qw), cx.rope, cx.seq, dims.head_dim, false);
-        be.rope(MatMut::at(&mut acts.qkv_out, t * qw, t, kw, kw), cx.rope, cx.seq, dims.head_dim, false);
         let sh = self.attn_shape(dims, cx.batch, cx.seq);
-        be.attention_fwd(MatMut::new(&mut acts.attn, t, qw), &mut acts.attn_saved, &acts.qkv_out, sh);
+        be.rope_qk(&mut acts.qkv_out, cx.rope, sh, false);
+        be.attention_fwd(MatMut::new(&mut acts.attn, t, dims.q_loc()), &mut acts.attn_saved, &acts.qkv_out, sh);
     }
 
     /// The SwiGLU product `m` of the gate and up outputs (the forward's).

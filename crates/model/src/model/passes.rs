@@ -2,11 +2,12 @@
 //! backward (docs/PARALLELISM.md §5), and the per-slot calls an executor makes of them.
 
 use super::recompute::{act_set, act_slots};
-use crate::block::BlockSaved;
+use crate::block::{BlockSaved, Join};
 use crate::model::work::Work;
 use crate::model::{Batch, GradsFinal, GradsReady, LossSum, Model, ParamsNeeded, PassInputs, ctx};
 use crate::pass::CachedAttention;
 use crate::pass::Ctx;
+use crate::plan::Exit;
 use boost_config::{Arch, Recompute};
 use boost_tensor::{Backend, Collective, Mat, trace};
 
@@ -76,15 +77,35 @@ impl<B: Backend> Model<B> {
         let t = w.t();
         let (lo, hi) = w.resid.split_at_mut(l + 1);
         let (cur, prev) = act_slots(&mut w.blocks, self.act_set(l), l.checked_sub(1).map(|q| self.act_set(q)));
+        let prev = prev.map(|p| &*p);
+        let join =
+            Join { add_in: prev.filter(|_| l > 0 && self.defers(l - 1)).map(|p| &p.mid), defer_out: self.defers(l) };
         let prev = match prev {
-            Some(p) => Some((&self.blocks[l - 1], &*p)),
+            Some(p) => Some((&self.blocks[l - 1], p)),
             None => w.z_in.as_ref().map(|z| (&self.blocks[0], z)),
         };
-        block.forward(&cx, &lo[l], &mut hi[0], cur, prev, &mut w.bg.dm, &mut w.sc);
+        block.forward(&cx, &mut lo[l], &mut hi[0], cur, prev, &mut w.bg.dm, &mut w.sc, join);
         let policy = self.policy_of(l);
         if policy != Recompute::None {
             block.save_kept(&self.be, t, policy, cur, &mut w.kept[l]);
         }
+    }
+
+    /// Whether layer `l` leaves its last residual add to the norm after it, which runs it in
+    /// one kernel with the norm or its statistic ([`ProjGroup::residual_norm`]): the next
+    /// layer's first norm, or the final norm over whole rows, on this stage.
+    pub(crate) fn defers(&self, l: usize) -> bool {
+        match self.blocks.get(l + 1) {
+            Some(next) => next.qkv.norm.is_some(),
+            None => self.last.is_some() && self.plan.exit != Exit::Gather && self.dims.d_res == self.dims.d,
+        }
+    }
+
+    /// The activation set of the last layer, whose `mid` the final norm adds, when that
+    /// layer left its residual add to it.
+    pub(crate) fn deferred_set(&self) -> Option<usize> {
+        let l = self.blocks.len().checked_sub(1)?;
+        self.defers(l).then(|| self.act_set(l))
     }
 
     /// Forward of micro-batch slot `slot` on this stage, telling `need` which parameter
@@ -158,7 +179,16 @@ impl<B: Backend> Model<B> {
         assert_eq!(self.layout.stages, 1, "logits of a whole model");
         let mut w = self.take_work(0, &Batch { ids, targets: &[], batch, seq });
         self.forward(Params::Ready(self.store.values()), tp, &mut w, None);
-        let out = self.be.read_mat(Mat::new(&w.logits, batch * seq, self.dims.vocab_loc));
+        let (t, vl) = (batch * seq, self.dims.vocab_loc);
+        let out = if w.head_chunk.is_some() {
+            // The loss goes by chunks, so the forward kept no logits: computed here.
+            let mut logits = self.be.alloc_act(t * vl);
+            let stage = self.last.expect("a whole model has the head");
+            self.head_logits(stage, self.store.values(), &w.hf, t, &mut logits);
+            self.be.read_mat(Mat::new(&logits, t, vl))
+        } else {
+            self.be.read_mat(Mat::new(&w.logits, t, vl))
+        };
         self.put_work(0, w);
         out
     }
@@ -228,8 +258,9 @@ impl<B: Backend> Model<B> {
                     }
                     let pv = prev.as_deref().map(|p| (&self.blocks[l - 1], p)).or(boundary);
                     // The layer's output is not needed again: its buffer takes the rerun's.
+                    // Its input is whole already, and its output is written whole.
                     let (lo, hi) = w.resid.split_at_mut(l + 1);
-                    block.forward(&cx, &lo[l], &mut hi[0], cur, pv, &mut w.bg.dm, &mut w.sc);
+                    block.forward(&cx, &mut lo[l], &mut hi[0], cur, pv, &mut w.bg.dm, &mut w.sc, Join::none());
                 }
             }
             drop(recomputing);

@@ -60,7 +60,13 @@ pub struct Work<B: Backend> {
     pub(crate) rm: B::Buf,
     pub(crate) frstd: B::Buf,
     pub(crate) hf: B::Buf,
+    /// The whole logits; empty when the loss goes by chunks of `head_chunk` rows.
     pub(crate) logits: B::Buf,
+    /// Rows of logits at a time ([`Backend::head_xent`]) where the backend asks for it and
+    /// the vocabulary is whole here.
+    pub(crate) head_chunk: Option<usize>,
+    /// The loss's gradient scale, for a chunked loss's backward.
+    pub(crate) grad_scale: Option<f64>,
     pub(crate) losses: B::Buf,
     pub(crate) lmax: B::Buf,
     pub(crate) lstats: B::Buf,
@@ -144,6 +150,8 @@ impl<B: Backend> Model<B> {
         // Logits are a GEMM's output and, overwritten by their gradient, two GEMMs' operand:
         // activation dtype, the cross-entropy reading them in fp32.
         let head_act = |n: usize| be.alloc_act(if last { n } else { 0 });
+        let head_chunk =
+            if last && self.layout.tp == 1 { be.head_loss_chunk_rows(t, self.vocab_valid()) } else { None };
         let z_in =
             (!self.layout.first_stage() && self.cfg.arch == Arch::Lax).then(|| self.blocks[0].alloc_boundary(be, t));
         Work {
@@ -169,7 +177,9 @@ impl<B: Backend> Model<B> {
             rm: be.alloc(if sharded { t * dims.d } else { 0 }),
             frstd: head(t),
             hf: be.alloc_act(if last || self.plan.entry == Entry::VocabReduceScatter { t * dims.d } else { 0 }),
-            logits: head_act(t * dims.vocab_loc),
+            logits: head_act(if head_chunk.is_some() { 0 } else { t * dims.vocab_loc }),
+            head_chunk,
+            grad_scale: None,
             losses: head(t),
             lmax: head(t),
             lstats: head(2 * t),

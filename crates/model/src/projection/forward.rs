@@ -7,8 +7,8 @@ use crate::params::Slot;
 use crate::pass::Ctx;
 use crate::plan::NormPlacement;
 use crate::projection::{Call, Gate, LaxSlots, Packed, ProjActs, ProjGroup, Scratch, Weights};
-use boost_tensor::LayerNormFwd;
 use boost_tensor::{Backend, Mat, MatMut};
+use boost_tensor::{LayerNormFwd, ResidualRmsNorm};
 
 /// How [`ProjGroup::forward_latent`] starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +17,17 @@ pub enum Latent {
     Compute,
     /// From a kept crossing value `a` (LaX); `rebuild_p` also recovers P for the backward.
     FromA { rebuild_p: bool },
+}
+
+/// What [`ProjGroup::residual_norm`] did of a group's norm, which its forward then skips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pre {
+    /// Nothing: the forward runs the whole norm.
+    Nothing,
+    /// The sum of squares, in the statistic's place.
+    SumSq,
+    /// The whole RMSNorm: its output in `sc.h`, rstd in `acts.stat`.
+    Norm,
 }
 
 impl ProjGroup {
@@ -31,14 +42,67 @@ impl ProjGroup {
         out: &mut B::Buf,
         sc: &mut Scratch<B>,
     ) {
-        self.forward_down(cx, x, acts, out, sc);
+        self.forward_from(cx, x, acts, prev, out, sc, Pre::Nothing)
+    }
+
+    /// [`forward`](Self::forward) after [`residual_norm`](Self::residual_norm) did `pre`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward_from<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        x: Mat<B::Buf>,
+        acts: &mut ProjActs<B>,
+        prev: Option<(&ProjGroup, &ProjActs<B>)>,
+        out: &mut B::Buf,
+        sc: &mut Scratch<B>,
+        pre: Pre,
+    ) {
+        self.forward_down(cx, x, acts, out, sc, pre);
         self.forward_latent(cx, acts, prev, sc, Latent::Compute);
         self.forward_up(cx, acts, out);
     }
 
+    /// Whether the group's norm is an ordinary RMSNorm over whole rows (the residual
+    /// replicated), which one kernel runs with the residual add before it.
+    pub fn joins_residual(&self, norm: NormPlacement) -> bool {
+        self.norm.is_some() && norm == NormPlacement::Replicated && self.d_in_loc == self.d_in
+    }
+
+    /// `x += r` with as much of the group's norm as one kernel takes, writing what
+    /// [`forward_down`](Self::forward_down) would: the whole RMSNorm where
+    /// [`joins_residual`](Self::joins_residual) ([`Backend::residual_rmsnorm`]: the output in
+    /// `sc.h`, rstd in `acts.stat`), else the sum of squares of this shard
+    /// ([`Backend::residual_sumsq`]) in the statistic's place. The group has a norm.
+    pub fn residual_norm<B: Backend>(
+        &self,
+        cx: &Ctx<B>,
+        x: MatMut<B::Buf>,
+        r: Mat<B::Buf>,
+        acts: &mut ProjActs<B>,
+        sc: &mut Scratch<B>,
+    ) -> Pre {
+        let gamma = self.norm.expect("the residual add joins a group's norm").of(cx.params);
+        let (t, din) = (cx.t, self.d_in_loc);
+        if self.joins_residual(cx.plan.norm) {
+            cx.be.residual_rmsnorm(ResidualRmsNorm {
+                x,
+                r,
+                y: MatMut::new(&mut sc.h, t, din),
+                rstd: MatMut::at(&mut acts.stat, 0, t, 1, 1),
+                gamma,
+                eps: cx.norm_eps,
+            });
+            return Pre::Norm;
+        }
+        let stat = if self.stages_sum(&cx.plan) { &mut sc.sum } else { &mut acts.stat };
+        cx.be.residual_sumsq(x, r, MatMut::at(stat, 0, t, 1, 1));
+        Pre::SumSq
+    }
+
     /// Norm, down-projection and its collective: leaves the latent P (after the all-reduce,
     /// normalised) in `acts.lat` and the norm's rstd in `acts.stat`. A full-rank group is
-    /// finished here: its output goes to `out`.
+    /// finished here: its output goes to `out`. `pre`: what [`residual_norm`](Self::residual_norm)
+    /// did of the norm already.
     pub fn forward_down<B: Backend>(
         &self,
         cx: &Ctx<B>,
@@ -46,13 +110,14 @@ impl ProjGroup {
         acts: &mut ProjActs<B>,
         out: &mut B::Buf,
         sc: &mut Scratch<B>,
+        pre: Pre,
     ) {
         let s = self.call(cx);
         assert_eq!((x.rows, x.cols), (s.t, s.din), "group input shape");
         let Scratch { h, wa, sum, .. } = sc;
         // One all-reduce sums the statistic and the latent: both go through `sum`, [stat | P].
         let staged = self.stages_sum(&cx.plan);
-        let input = self.gemm_input(&s, x, if staged { &mut *sum } else { &mut acts.stat }, h, wa);
+        let input = self.gemm_input(&s, x, if staged { &mut *sum } else { &mut acts.stat }, h, wa, pre);
         match &self.w {
             Weights::Full { w } => self.full_forward(&s, w, input, out),
             Weights::LowRank { a, .. } if staged => {
@@ -86,11 +151,16 @@ impl ProjGroup {
         stat: &mut B::Buf,
         h: &'i mut B::Buf,
         wa: &mut B::Buf,
+        pre: Pre,
     ) -> Mat<'i, B::Buf> {
         let Some(gamma) = self.norm else { return x };
         let (be, cx, t, din) = (s.be, s.cx, s.t, s.din);
         let g = gamma.of(cx.params);
-        be.row_sumsq(MatMut::at(stat, 0, t, 1, 1), x);
+        match pre {
+            Pre::Norm => return Mat::new(&*h, t, din),
+            Pre::SumSq => {}
+            Pre::Nothing => be.row_sumsq(MatMut::at(stat, 0, t, 1, 1), x),
+        }
         if s.fold {
             let Weights::LowRank { a, .. } = &self.w else { unreachable!("only low-rank groups fold γ") };
             let mut wa = MatMut::new(wa, din, a.cols);

@@ -144,5 +144,5 @@ pub mod kind;
 pub use crate::pass::Ctx;
 pub use backward::{GradFlow, ProjSaved};
 pub use buffers::{LatGeom, Packed};
-pub use forward::Latent;
+pub use forward::{Latent, Pre};
 pub use kind::ProjKind;

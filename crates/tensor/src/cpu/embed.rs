@@ -1,7 +1,7 @@
 //! Token embedding lookup and the cross-entropy loss.
 
 use super::par::{COL_BLOCK, par_rows, par_rows_of_work, row};
-use crate::args::XentFinish;
+use crate::args::{HeadXent, HeadXentGrad, XentFinish};
 use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
 use rayon::prelude::*;
@@ -130,4 +130,20 @@ pub fn xent_finish<T: Scalar>(args: XentFinish<Vec<T>, Vec<u32>>) {
             }
         }
     });
+}
+
+/// The unfused sequence: the whole logits, [`cross_entropy`] over them, then dW and dh from the
+/// gradient left in their place (`chunk_rows` is for backends that chunk).
+pub fn head_xent<T: Scalar>(args: HeadXent<Vec<T>, Vec<u32>>) {
+    let HeadXent { losses, h, w, targets, chunk_rows: _, grad } = args;
+    assert_eq!(h.cols, w.cols, "head_xent: h is t×{}, w is v×{}", h.cols, w.cols);
+    let (t, v) = (h.rows, w.rows);
+    let mut logits = vec![T::zero(); t * v];
+    super::gemm::gemm(MatMut::new(&mut logits, t, v), h, w.t(), 1.0, false);
+    cross_entropy(losses, MatMut::new(&mut logits, t, v), targets, grad.as_ref().map(|g| g.scale));
+    if let Some(HeadXentGrad { dh, dw, .. }) = grad {
+        let dl = Mat::new(&logits, t, v);
+        super::gemm::gemm(dw, dl.t(), h, 1.0, true);
+        super::gemm::gemm(dh, dl, w, 1.0, false);
+    }
 }

@@ -1,7 +1,9 @@
 //! RMSNorm (plain and over a hidden shard) and LayerNorm, forward and backward.
 // Each kernel takes the operands of its `Backend` method, however many.
 use super::par::{col_reduce, par_rows, par_rows_of_work, row};
-use crate::args::{LayerNormBwd, LayerNormFwd, OnlineNormBwd, RmsNormBwd, SiluNormBwd};
+use crate::args::{
+    LayerNormBwd, LayerNormFwd, OnlineNormBwd, ResidualRmsNorm, RmsNormBwd, RmsNormBwdRows, SiluNormBwd,
+};
 use crate::scalar::Scalar;
 use crate::view::{Mat, MatMut};
 use rayon::prelude::*;
@@ -34,6 +36,29 @@ pub fn rmsnorm_apply<T: Scalar>(y: MatMut<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Ve
             *o = *v * r * *gj;
         }
     });
+}
+
+/// The unfused sequence, kernel by kernel (the same bits).
+pub fn residual_rmsnorm<T: Scalar>(args: ResidualRmsNorm<Vec<T>>) {
+    let ResidualRmsNorm { mut x, r, y, mut rstd, gamma, eps } = args;
+    let n = x.cols;
+    super::elementwise::axpy(x.rb(), r, 1.0);
+    row_sumsq(rstd.rb(), x.as_ref());
+    rstd_from_sumsq(rstd.rb(), n, eps);
+    rmsnorm_apply(y, x.as_ref(), gamma, rstd.as_ref());
+}
+
+/// The unfused sequence, kernel by kernel (the same bits).
+pub fn residual_sumsq<T: Scalar>(mut x: MatMut<Vec<T>>, r: Mat<Vec<T>>, out: MatMut<Vec<T>>) {
+    super::elementwise::axpy(x.rb(), r, 1.0);
+    row_sumsq(out, x.as_ref());
+}
+
+/// The unfused sequence, kernel by kernel (the same bits).
+pub fn rmsnorm_bwd_rows<T: Scalar>(args: RmsNormBwdRows<Vec<T>>) {
+    let RmsNormBwdRows { dx, dgamma, dy, x, gamma, rstd, mut dot, accumulate } = args;
+    rmsnorm_bwd_dot(dot.rb(), dy, x, gamma);
+    rmsnorm_bwd(RmsNormBwd { dx, dgamma, dy, x, gamma, rstd, dot: dot.as_ref(), n: x.cols, accumulate });
 }
 
 pub fn rmsnorm_bwd_dot<T: Scalar>(dot: MatMut<Vec<T>>, dy: Mat<Vec<T>>, x: Mat<Vec<T>>, gamma: Mat<Vec<T>>) {

@@ -1,6 +1,7 @@
 //! Rotary position embedding, Hugging Face LLaMA layout (rotate_half).
 
 use super::par::par_rows;
+use crate::backend::AttnShape;
 use crate::scalar::Scalar;
 use crate::view::MatMut;
 use rayon::prelude::*;
@@ -32,4 +33,11 @@ pub fn rope<T: Scalar>(x: MatMut<Vec<T>>, table: &[T], seq: usize, head_dim: usi
             T::rotate_halves(a, b, c, s, inverse);
         }
     });
+}
+
+/// [`rope`] on q, then on k: the CPU runs the two as the model did before they were one kernel.
+pub fn rope_qk<T: Scalar>(qkv: &mut Vec<T>, table: &[T], sh: AttnShape, inverse: bool) {
+    let (t, qw, kw) = (sh.tokens(), sh.q_width(), sh.kv_width());
+    rope(MatMut::at(qkv, 0, t, qw, qw), table, sh.seq, sh.head_dim, inverse);
+    rope(MatMut::at(qkv, t * qw, t, kw, kw), table, sh.seq, sh.head_dim, inverse);
 }

@@ -6,7 +6,7 @@ use crate::plan::NormPlacement;
 use crate::projection::backward::ProjSaved;
 use crate::projection::{Call, ProjGroup};
 use boost_tensor::{Backend, Mat, MatMut};
-use boost_tensor::{OnlineNormBwd, RmsNormBwd};
+use boost_tensor::{OnlineNormBwd, RmsNormBwd, RmsNormBwdRows};
 
 impl ProjGroup {
     /// The GEMM input as the forward saw it: norm(x) or x ⊙ γ recomputed into `h`, or x itself
@@ -56,6 +56,20 @@ impl ProjGroup {
                 x,
                 gamma: g,
                 ds: Mat::new(&*row, t, 1),
+                accumulate: true,
+            });
+            return;
+        }
+        if self.joins_residual(cx.plan.norm) {
+            // Whole rows: the dot and dx in one pass.
+            be.rmsnorm_bwd_rows(RmsNormBwdRows {
+                dx: MatMut::new(dx, t, din),
+                dgamma: gamma.of_mut(grads),
+                dy: gy,
+                x,
+                gamma: g,
+                rstd: self.stat(saved.acts, t),
+                dot: MatMut::new(row, t, 1),
                 accumulate: true,
             });
             return;
