@@ -212,7 +212,7 @@ impl<'a, B: Backend> GradSync<'a, B> {
     }
 
     /// Start what is left, wait for every call (in start order) and put the results in place:
-    /// summed gradients in `store.grads`, or ZeRO-1's shards in its staging buffers.
+    /// the summed gradients in the store, or ZeRO-1's shards in its staging buffers.
     pub fn finish(mut self, be: &B, store: &mut ParamStore<B>) {
         self.need(be, store.buf_count(), store.values_mut());
         while self.started < self.buckets.len() {
