@@ -47,10 +47,11 @@ fn main() {
             .lines()
             .filter_map(|l| l.trim().strip_prefix("KERNEL(")?.split(')').next().map(str::to_string))
             .collect();
-        // A kernel whose body (up to the next kernel) uses a block barrier (tc_attn_*: the
-        // tensor-core attention's templates, with barriers and warp operations).
+        // A kernel whose body (up to the next kernel) uses a block barrier: directly, or
+        // through a block-wide helper (named block_*: block_sum, block_max and the files' own),
+        // col_reduce, or the tensor-core attention's templates (tc_attn_*).
         for (k, body) in text.split("KERNEL(").skip(1).enumerate() {
-            if ["__syncthreads", "block_sum", "block_max", "col_reduce", "tc_attn_"].iter().any(|m| body.contains(m)) {
+            if ["__syncthreads", "block_", "col_reduce", "tc_attn_"].iter().any(|m| body.contains(m)) {
                 sync.push(names[k].clone());
             }
         }

@@ -17,19 +17,25 @@ KERNEL(k_rmsnorm_apply) {
     }
 }
 
-// v0 = x (the residual, in place), v1 = r, v2 = y, v3 = rstd (rows × 1), v4 = gamma; f[0] =
-// eps. x += r; rstd = 1/√(Σ_j x²/n + eps), n = cols; y = x·rstd·gamma. One block per row:
-// the residual add, k_row_sumsq, k_rstd_from_sumsq and k_rmsnorm_apply in one launch.
-KERNEL(k_residual_rmsnorm) {
-    SHARED(float, sh, NT);
-    long long i = blockIdx.x, cols = p.n[1];
+// Row i of x (v0) += r (v1), then Σ_j x² of the stored row (the block's sum, every thread):
+// the residual add with the next norm's statistic, shared by the two kernels after it.
+__device__ __forceinline__ float block_residual_add_sumsq(const P& p, long long i, long long cols, float* sh) {
     float acc = 0.0f;
     for (long long j = threadIdx.x; j < cols; j += NT) {
         st(p.v[0], i, j, ld(p.v[0], i, j) + ld(p.v[1], i, j));
         float x = ld(p.v[0], i, j); // as stored
         acc += x * x;
     }
-    float s = block_sum(acc, sh);
+    return block_sum(acc, sh);
+}
+
+// v0 = x (the residual, in place), v1 = r, v2 = y, v3 = rstd (rows × 1), v4 = gamma; f[0] =
+// eps. x += r; rstd = 1/√(Σ_j x²/n + eps), n = cols; y = x·rstd·gamma. One block per row:
+// the residual add, k_row_sumsq, k_rstd_from_sumsq and k_rmsnorm_apply in one launch.
+KERNEL(k_residual_rmsnorm) {
+    SHARED(float, sh, NT);
+    long long i = blockIdx.x, cols = p.n[1];
+    float s = block_residual_add_sumsq(p, i, cols, sh);
     float inv_n = (float)(1.0 / (double)cols), eps = (float)p.f[0];
     float r = 1.0f / sqrtf(s * inv_n + eps);
     if (threadIdx.x == 0) st(p.v[3], i, 0, r);
@@ -41,14 +47,17 @@ KERNEL(k_residual_rmsnorm) {
 KERNEL(k_residual_sumsq) {
     SHARED(float, sh, NT);
     long long i = blockIdx.x, cols = p.n[1];
-    float acc = 0.0f;
-    for (long long j = threadIdx.x; j < cols; j += NT) {
-        st(p.v[0], i, j, ld(p.v[0], i, j) + ld(p.v[1], i, j));
-        float x = ld(p.v[0], i, j); // as stored
-        acc += x * x;
-    }
-    float s = block_sum(acc, sh);
+    float s = block_residual_add_sumsq(p, i, cols, sh);
     if (threadIdx.x == 0) st(p.v[2], i, 0, s);
+}
+
+// Σ_j dy·x·gamma over row i (v1 = dy, v2 = x, v3 = gamma; the block's sum, every thread):
+// the RMSNorm backward's row dot, alone or followed by its dx.
+__device__ __forceinline__ float block_rmsnorm_row_dot(const P& p, long long i, long long cols, float* sh) {
+    float acc = 0.0f;
+    for (long long j = threadIdx.x; j < cols; j += NT)
+        acc += ld(p.v[1], i, j) * ld(p.v[2], i, j) * ld(p.v[3], 0, j);
+    return block_sum(acc, sh);
 }
 
 // v0 = dx, v1 = dy, v2 = x, v3 = gamma, v4 = rstd, v5 = dot (rows × 1, written); n[3] =
@@ -57,10 +66,7 @@ KERNEL(k_residual_sumsq) {
 KERNEL(k_rmsnorm_bwd_rows) {
     SHARED(float, sh, NT);
     long long i = blockIdx.x, cols = p.n[1];
-    float acc = 0.0f;
-    for (long long j = threadIdx.x; j < cols; j += NT)
-        acc += ld(p.v[1], i, j) * ld(p.v[2], i, j) * ld(p.v[3], 0, j);
-    float dot = block_sum(acc, sh);
+    float dot = block_rmsnorm_row_dot(p, i, cols, sh);
     if (threadIdx.x == 0) st(p.v[5], i, 0, dot);
     float inv_n = (float)(1.0 / (double)cols), r = ld(p.v[4], i, 0);
     float c = dot * r * r * r * inv_n;
@@ -75,10 +81,7 @@ KERNEL(k_rmsnorm_bwd_rows) {
 KERNEL(k_rmsnorm_bwd_dot) {
     SHARED(float, sh, NT);
     long long i = blockIdx.x, cols = p.n[1];
-    float acc = 0.0f;
-    for (long long j = threadIdx.x; j < cols; j += NT)
-        acc += ld(p.v[1], i, j) * ld(p.v[2], i, j) * ld(p.v[3], 0, j);
-    float s = block_sum(acc, sh);
+    float s = block_rmsnorm_row_dot(p, i, cols, sh);
     if (threadIdx.x == 0) st(p.v[0], i, 0, s);
 }
 
