@@ -163,6 +163,12 @@ __device__ __forceinline__ void col_reduce(const Tv& out, long long rows, long l
     }
 }
 
+// An entry of a multi-tensor table (k_full_sum_multi, k_zero_multi): a view and its shape.
+struct SumView {
+    Tv v;
+    long long rows, cols;
+};
+
 // Grid-stride loop over the elements (i, j) of a rows × cols view.
 #define FOR_EACH(rows, cols)                                                  \
     for (long long e = gtid(), n_ = (rows) * (cols); e < n_; e += gthreads()) \

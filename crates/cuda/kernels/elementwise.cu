@@ -51,3 +51,10 @@ KERNEL(k_bias_grad) {
     Tv dy = p.v[1];
     col_reduce(p.v[0], p.n[0], p.n[1], [&](long long i, long long j) { return ld(dy, i, j); });
 }
+
+// Many views zeroed in one launch: view blockIdx.y + n[1] of the table v0 (SumView entries),
+// its elements grid-strided by the gridDim.x blocks of row y.
+KERNEL(k_zero_multi) {
+    SumView w = ((const SumView*)p.v[0].p)[blockIdx.y + p.n[1]];
+    FOR_EACH(w.rows, w.cols) st(w.v, i, j, 0.0f);
+}

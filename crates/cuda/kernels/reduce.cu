@@ -59,12 +59,6 @@ KERNEL(k_row_max) {
     if (threadIdx.x == 0) st(p.v[0], i, 0, r);
 }
 
-// A view of the multi-tensor sum: its elements and shape.
-struct SumView {
-    Tv v;
-    long long rows, cols;
-};
-
 // k_full_sum over many views in one launch: view blockIdx.y + n[1] of the table v0 is
 // reduced by the gridDim.x blocks of row y exactly as k_full_sum's grid would, its partials
 // written to v1 at (blockIdx.y + n[1]) · gridDim.x + blockIdx.x; n[2] = square first.

@@ -265,6 +265,9 @@ impl Backend for Cuda {
     fn adamw_all(&self, a: boost_tensor::AdamAll<CudaBuf>) {
         ops::multi::adamw_all(self, a)
     }
+    fn zero_all(&self, views: Vec<MatMut<CudaBuf>>) {
+        ops::multi::zero_all(self, views)
+    }
 
     // Each kernel is the function of its name in `ops`, called with the backend first.
     boost_tensor::kernel_table!(boost_tensor::forward_kernels { self, ops });

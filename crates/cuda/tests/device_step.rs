@@ -91,6 +91,34 @@ fn optimizer_launches_do_not_depend_on_the_number_of_buffers() {
     assert_eq!(oa.gemms, 0);
 }
 
+#[test]
+fn gradients_are_zeroed_in_one_launch_whatever_the_number_of_buffers() {
+    for layers in [1, 4] {
+        let Some(be) = common::backend(Precision::Bf16) else { return };
+        let cfg = config(layers);
+        let mut m = Model::new(be.clone(), &cfg, Layout::single(&cfg), 7).unwrap();
+        grads(&mut m, 0);
+        let nonzero = |m: &Model<Cuda>| {
+            let st = m.store();
+            (st.grads().iter().zip(st.bufs()))
+                .filter(|(g, i)| m.be().read_mat::<f32>(Mat::new(g, 1, i.len)).iter().any(|&x| x != 0.0))
+                .count()
+        };
+        assert!(nonzero(&m) > 10, "{layers} layers: the backward left most gradients non-zero");
+        for _ in 0..2 {
+            let c0 = be.counters();
+            m.zero_grads();
+            let c = be.counters().since(&c0);
+            assert_eq!(c.launches.get("k_zero_multi"), Some(&1), "{layers} layers: {c:?}");
+            assert_eq!(c.kernel_launches(), 1, "{layers} layers, {} buffers: {c:?}", m.store().buf_count());
+            // The table of views went up with the first zeroing (before the backward above);
+            // zeroing the same buffers again reuses it.
+            assert_eq!((c.allocs, c.uploads, c.syncs), (0, 0, 0), "{c:?}");
+            assert_eq!(nonzero(&m), 0, "{layers} layers: a gradient was left non-zero");
+        }
+    }
+}
+
 /// The clipping threshold of the bit-for-bit comparison: below the first steps' norms.
 const MAX_NORM: f64 = 0.5;
 

@@ -156,6 +156,13 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn adamw_all(&self, a: crate::AdamAll<Self::Buf>) {
         adamw_each(self, a)
     }
+    /// Zero every view (a model's gradients before a step); a device backend launches one
+    /// kernel for all of them. By default, [`Backend::fill`] on each view in turn.
+    fn zero_all(&self, views: Vec<MatMut<Self::Buf>>) {
+        for v in views {
+            self.fill(v, 0.0);
+        }
+    }
 
     // The kernels, one method each, generated from the kernel table (crate::kernels).
     crate::kernel_table!(declare_kernels {});

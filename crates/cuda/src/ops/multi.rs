@@ -7,8 +7,8 @@
 use crate::backend::Cuda;
 use crate::buf::{CudaBuf, DType};
 use crate::device::{Launch, Mem, P, Tv};
-use crate::launch::{NT, tv, tv_of};
-use boost_tensor::{AdamAll, AdamStep, Mat};
+use crate::launch::{NT, tv, tv_of, tvm};
+use boost_tensor::{AdamAll, AdamStep, Mat, MatMut};
 
 /// Blocks of a full reduction: fixed, so its summation order is too (`k_full_sum`'s grid).
 pub(crate) const SUM_BLOCKS: usize = 64;
@@ -66,6 +66,8 @@ pub(crate) struct OptimState {
     /// AdamW's chunks and tensors.
     chunks: Table,
     tensors: Table,
+    /// The views zeroed together (`zero_all`: a model's gradients).
+    zero: Table,
 }
 
 fn tv_words(t: Tv) -> [u64; 3] {
@@ -191,4 +193,27 @@ pub(crate) fn adamw_all(be: &Cuda, a: AdamAll<CudaBuf>) {
     p.n[0] = nchunks as i64;
     p.n[1] = a.device_clip as i64;
     be.blocks("k_adamw_multi", nchunks.min(ADAM_BLOCKS), &p);
+}
+
+/// `Backend::zero_all`: every view zeroed in one launch (a grid row per view, `Y_MAX` views a
+/// launch). A view of a buffer with a bf16 copy to refresh goes through `fill` instead.
+pub(crate) fn zero_all(be: &Cuda, views: Vec<MatMut<CudaBuf>>) {
+    let (plain, shadowed): (Vec<_>, Vec<_>) =
+        views.into_iter().filter(|v| v.rows > 0 && v.cols > 0).partition(|v| v.buf.shadow.is_none());
+    for v in shadowed {
+        super::fill(be, v, 0.0);
+    }
+    if plain.is_empty() {
+        return;
+    }
+    let words: Vec<u64> =
+        plain.iter().flat_map(|x| tv_words(tvm(x)).into_iter().chain([x.rows as u64, x.cols as u64])).collect();
+    let table = be.optim().zero.of(be, words);
+    for first in (0..plain.len()).step_by(Y_MAX) {
+        let mut p = P::default();
+        p.v[0].p = table;
+        p.n[1] = first as i64;
+        let rows = (plain.len() - first).min(Y_MAX);
+        be.launch("k_zero_multi", Launch { grid: (SUM_BLOCKS as u32, rows as u32, 1), block: (NT, 1, 1) }, &p);
+    }
 }

@@ -253,9 +253,7 @@ impl<B: Backend> ParamStore<B> {
 
 /// Zero each of `bufs`, buffer i holding `infos[i].len` elements.
 fn zero_like<B: Backend>(backend: &B, bufs: &mut [B::Buf], infos: &[BufInfo]) {
-    for (g, info) in bufs.iter_mut().zip(infos) {
-        backend.fill(MatMut::new(g, 1, info.len), 0.0);
-    }
+    backend.zero_all(bufs.iter_mut().zip(infos).map(|(g, info)| MatMut::new(g, 1, info.len)).collect());
 }
 
 impl<B: Backend> Default for ParamStore<B> {
