@@ -265,8 +265,8 @@ impl Backend for Cuda {
     fn adamw_all(&self, a: boost_tensor::AdamAll<CudaBuf>) {
         ops::multi::adamw_all(self, a)
     }
-    fn zero_all(&self, views: Vec<MatMut<CudaBuf>>) {
-        ops::multi::zero_all(self, views)
+    fn zero_all<'a>(&self, views: impl IntoIterator<Item = MatMut<'a, CudaBuf>>) {
+        ops::multi::zero_all(self, views.into_iter().collect())
     }
 
     // Each kernel is the function of its name in `ops`, called with the backend first.

@@ -157,8 +157,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
         adamw_each(self, a)
     }
     /// Zero every view (a model's gradients before a step); a device backend launches one
-    /// kernel for all of them. By default, [`Backend::fill`] on each view in turn.
-    fn zero_all(&self, views: Vec<MatMut<Self::Buf>>) {
+    /// kernel for all of them. By default, [`Backend::fill`] on each view in turn (an
+    /// iterator, so the CPU engine's step allocates nothing here).
+    fn zero_all<'a>(&self, views: impl IntoIterator<Item = MatMut<'a, Self::Buf>>) {
         for v in views {
             self.fill(v, 0.0);
         }

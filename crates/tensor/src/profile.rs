@@ -239,7 +239,7 @@ impl<B: Backend> Backend for Profiled<B> {
         }
     }
     /// A device's multi-tensor zeroing, timed as one call; elsewhere each view's `fill`.
-    fn zero_all(&self, views: Vec<MatMut<Self::Buf>>) {
+    fn zero_all<'a>(&self, views: impl IntoIterator<Item = MatMut<'a, Self::Buf>>) {
         if self.inner.keeps_grad_sumsq() {
             self.time_named(Cat::Other, "zero_all", Work::default(), || self.inner.zero_all(views))
         } else {

@@ -253,7 +253,7 @@ impl<B: Backend> ParamStore<B> {
 
 /// Zero each of `bufs`, buffer i holding `infos[i].len` elements.
 fn zero_like<B: Backend>(backend: &B, bufs: &mut [B::Buf], infos: &[BufInfo]) {
-    backend.zero_all(bufs.iter_mut().zip(infos).map(|(g, info)| MatMut::new(g, 1, info.len)).collect());
+    backend.zero_all(bufs.iter_mut().zip(infos).map(|(g, info)| MatMut::new(g, 1, info.len)));
 }
 
 impl<B: Backend> Default for ParamStore<B> {
