@@ -56,6 +56,8 @@ struct Inner {
     ws: Mutex<Vec<Option<Mem>>>,
     /// The optimizer's device tables and scalars (`ops::multi`).
     optim: Mutex<ops::multi::OptimState>,
+    /// The head loss's chunk of logits (`ops::head_xent`), kept for the next step.
+    head_logits: Mutex<Option<CudaBuf>>,
     emulated: bool,
     /// cuDNN's attention, when chosen (`Cuda::choose_attention`).
     #[cfg(feature = "cudnn")]
@@ -83,9 +85,17 @@ impl Cuda {
         let dev: Box<dyn Device> = Box::new(Counted { inner: dev, counts: Default::default() });
         let ws = Mutex::new((0..WS_SLOTS).map(|_| None).collect());
         #[cfg(feature = "cudnn")]
-        let inner = Inner { dev, prec, ws, optim: Mutex::default(), emulated, cudnn: Mutex::new(None) };
+        let inner = Inner {
+            dev,
+            prec,
+            ws,
+            optim: Mutex::default(),
+            head_logits: Mutex::default(),
+            emulated,
+            cudnn: Mutex::new(None),
+        };
         #[cfg(not(feature = "cudnn"))]
-        let inner = Inner { dev, prec, ws, optim: Mutex::default(), emulated };
+        let inner = Inner { dev, prec, ws, optim: Mutex::default(), head_logits: Mutex::default(), emulated };
         Self { inner: Arc::new(inner) }
     }
 
@@ -173,6 +183,17 @@ impl Cuda {
 
     pub(crate) fn optim(&self) -> std::sync::MutexGuard<'_, ops::multi::OptimState> {
         self.inner.optim.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A buffer of at least `n` activations for the head loss's chunk of logits, grown (never
+    /// shrunk) when too small: a step after the first allocates none.
+    pub(crate) fn head_logits(&self, n: usize) -> std::sync::MutexGuard<'_, Option<CudaBuf>> {
+        let mut held = self.inner.head_logits.lock().unwrap_or_else(|e| e.into_inner());
+        if held.as_ref().is_none_or(|b| b.len < n) {
+            *held = None;
+            *held = Some(self.alloc_act(n));
+        }
+        held
     }
 
     /// Device address of `bytes` of workspace in `slot`, valid until the slot grows.

@@ -99,9 +99,9 @@ pub(crate) fn xent_finish(be: &Cuda, args: XentFinish<CudaBuf, CudaIds>) {
 
 /// The head's logits and their cross-entropy, `chunk_rows` tokens at a time: each chunk's
 /// logits (stored as activations, as the model stores the whole logits: bf16 under
-/// `Precision::Bf16`; in one workspace reused by every chunk) are computed, turned into their
-/// gradient in place by the whole-row kernel, and consumed by dW and the chunk's rows of dh
-/// before the next chunk overwrites them. Whole rows need no online log-sum-exp and no
+/// `Precision::Bf16`; in one buffer reused by every chunk and kept for the next step) are
+/// computed, turned into their gradient in place by the whole-row kernel, and consumed by dW
+/// and the chunk's rows of dh before the next chunk overwrites them. Whole rows need no online log-sum-exp and no
 /// recomputed GEMM; the full t × v logits are never held.
 pub(crate) fn head_xent(be: &Cuda, args: HeadXent<CudaBuf, CudaIds>) {
     let HeadXent { mut losses, h, w, targets, chunk_rows, mut grad } = args;
@@ -117,10 +117,11 @@ pub(crate) fn head_xent(be: &Cuda, args: HeadXent<CudaBuf, CudaIds>) {
         assert_eq!((dw.rows, dw.cols), (v, d), "head_xent: dw is v×d");
     }
     let rows = chunk_rows.clamp(1, t.max(1));
-    let mut logits = be.alloc_act(rows * v);
+    let mut held = be.head_logits(rows * v);
+    let logits = held.as_mut().expect("head_logits holds a buffer");
     for r0 in (0..t).step_by(rows) {
         let n = rows.min(t - r0);
-        let mut lg = MatMut::new(&mut logits, n, v);
+        let mut lg = MatMut::new(logits, n, v);
         be.gemm(lg.rb(), h.rows(r0, r0 + n), w.t(), 1.0, false);
         let mut p = P::of(&[tvm(&losses.rb().rows(r0, r0 + n)), tvm(&lg)]);
         p.v[2].p = targets.ptr() + 4 * r0 as u64;
@@ -128,14 +129,12 @@ pub(crate) fn head_xent(be: &Cuda, args: HeadXent<CudaBuf, CudaIds>) {
         p.f[0] = grad.as_ref().map_or(0.0, |g| g.scale);
         be.per_row("k_cross_entropy", n, v, &mut p);
         if let Some(HeadXentGrad { dh, dw, .. }) = &mut grad {
-            let dl = Mat::new(&logits, n, v);
+            let dl = Mat::new(logits, n, v);
             be.gemm(dw.rb(), dl.t(), h.rows(r0, r0 + n), 1.0, true);
             be.gemm(dh.rb().rows(r0, r0 + n), dl, w, 1.0, false);
         }
     }
     be.touched(&losses);
-    // `logits` is freed in stream order, after the last chunk's kernels.
-    drop(logits);
 }
 
 /// Bytes of logits the model's loss holds at once on a GPU (64 MiB unless set).
