@@ -8,7 +8,7 @@
 mod common;
 
 use boost_config::{Arch, LaxGate, ModelConfig};
-use boost_cuda::{Cuda, Precision, set_head_loss_chunk_bytes};
+use boost_cuda::{Precision, set_head_loss_chunk_bytes};
 use boost_model::{Batch, Layout, Model};
 use boost_tensor::cpu::Cpu;
 use boost_tensor::{Backend, Solo};
@@ -63,7 +63,7 @@ fn a_step_with_the_chunked_head_loss_matches_the_cpu_engine_in_less_memory() {
             // Whole logits (the budget holds them), then chunks of 8 rows.
             set_head_loss_chunk_bytes(usize::MAX);
             assert_eq!(be.head_loss_chunk_rows(t, VOCAB), None);
-            let fresh = || if common::on_gpu(&be) { be.clone() } else { Cuda::emulated(prec) };
+            let fresh = || if common::on_gpu(&be) { be.clone() } else { common::backend(prec).expect("the emulator") };
             let whole_peak = step(fresh(), &cfg).peak;
             set_head_loss_chunk_bytes(8 * VOCAB * act);
             assert_eq!(be.head_loss_chunk_rows(t, VOCAB), Some(8));

@@ -5,7 +5,7 @@
 //! tolerances of `main.rs`), whose implementation is the unfused sequence.
 
 use crate::{Outs, buf, f32buf, read, rnd};
-use boost_cuda::{Cuda, Precision};
+use boost_cuda::Precision;
 use boost_tensor::cpu::IGNORE;
 use boost_tensor::trace::{Collector, Ctx, attach};
 use boost_tensor::{AttnShape, Backend, HeadXent, HeadXentGrad, Mat, MatMut, rope_inv_freq};
@@ -205,9 +205,11 @@ fn fused_kernels_launch_once() {
 
 /// Bytes the device holds at most while the head's loss and gradients are computed, above
 /// the operands (h, w, targets, losses, dh, dw), fused (`chunk` rows of logits) or not (the
-/// whole logits as the model allocates them, `alloc_act`).
+/// whole logits as the model allocates them, `alloc_act`). The emulator's: a GPU's mark is
+/// its memory pool's, shared by every backend of the process.
+#[cfg(feature = "emulate")]
 fn loss_peak(prec: Precision, t: usize, d: usize, v: usize, chunk: Option<usize>) -> (u64, Vec<f64>) {
-    let be = Cuda::emulated(prec);
+    let be = boost_cuda::Cuda::emulated(prec);
     let h = buf(&be, true, &rnd(t * d, 90));
     let mut w = be.alloc_param(v * d);
     be.write_mat(MatMut::new(&mut w, v, d), &rnd(v * d, 91));
@@ -243,11 +245,43 @@ fn loss_peak(prec: Precision, t: usize, d: usize, v: usize, chunk: Option<usize>
     (peak, out)
 }
 
+/// The chunk of logits is kept by the backend: a second loss (the next step's) allocates
+/// nothing, so a step with the chunked loss stays free of allocations after the first.
+#[test]
+fn chunked_head_loss_allocates_only_the_first_time() {
+    let (t, d, v) = (64, 8, 96);
+    let Some(be) = crate::common::backend(Precision::Bf16) else { return };
+    let h = buf(&be, true, &rnd(t * d, 92));
+    let mut w = be.alloc_param(v * d);
+    be.write_mat(MatMut::new(&mut w, v, d), &rnd(v * d, 93));
+    let ids: Vec<u32> = (0..t as u32).map(|i| (i * 7) % v as u32).collect();
+    let mut targets = be.alloc_ids(t);
+    be.write_ids(&mut targets, &ids);
+    let (mut losses, mut dh, mut dw) = (be.alloc(t), be.alloc_act(t * d), be.alloc(v * d));
+    let allocs: Vec<u64> = (0..3)
+        .map(|_| {
+            let c0 = be.counters();
+            be.head_xent(HeadXent {
+                losses: MatMut::new(&mut losses, t, 1),
+                h: Mat::new(&h, t, d),
+                w: Mat::new(&w, v, d),
+                targets: &targets,
+                chunk_rows: 16,
+                grad: Some(HeadXentGrad {
+                    scale: 1.0 / t as f64,
+                    dh: MatMut::new(&mut dh, t, d),
+                    dw: MatMut::new(&mut dw, v, d),
+                }),
+            });
+            be.counters().since(&c0).allocs
+        })
+        .collect();
+    assert_eq!(allocs, [1, 0, 0], "allocations of three chunked losses");
+}
+
+#[cfg(feature = "emulate")]
 #[test]
 fn chunked_head_loss_never_holds_the_logits() {
-    if !cfg!(feature = "emulate") {
-        return;
-    }
     // Logits dominate: t·v = 1024·4096 elements against t·d and v·d of 32 columns.
     let (t, d, v, chunk) = (1024, 32, 4096, 128);
     for (prec, tol) in [(Precision::F32, crate::TOL_F32), (Precision::Bf16, crate::TOL_BF16)] {
