@@ -85,7 +85,7 @@ pub fn kind_of(kernel: &str) -> &'static str {
     match kernel {
         k if k.contains("adamw") || (k.contains("sum") && k.contains("multi")) || k == "k_norm_finish" => "optimizer",
         "k_full_sum" => "norm",
-        k if k.contains("attn") || k.contains("flash") || k.contains("attention") => "attention",
+        k if crate::device::is_attention(k) => "attention",
         k if k.contains("embed") => "embedding",
         "k_copy" => "copy",
         _ => "other",

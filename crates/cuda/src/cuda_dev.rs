@@ -183,7 +183,7 @@ impl Device for CudaDev {
         self.bind();
         let f = self.funcs.get(kernel).unwrap_or_else(|| panic!("no kernel named {kernel}"));
         let cfg = LaunchConfig { grid_dim: at.grid, block_dim: at.block, shared_mem_bytes: 0 };
-        let cat = if kernel.contains("attn") || kernel.contains("flash") { "attention" } else { "kernel" };
+        let cat = crate::device::kernel_cat(kernel);
         self.times.around(
             &self.stream,
             cat,

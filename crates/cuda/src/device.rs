@@ -31,6 +31,16 @@ pub(crate) struct Launch {
     pub block: (u32, u32, u32),
 }
 
+/// Whether a kernel is one of attention's (its category in traces and launch counts).
+pub(crate) fn is_attention(kernel: &str) -> bool {
+    kernel.contains("attn") || kernel.contains("attention") || kernel.contains("flash")
+}
+
+/// A kernel's category in the trace: attention, or other work.
+pub(crate) fn kernel_cat(kernel: &str) -> &'static str {
+    if is_attention(kernel) { "attention" } else { "kernel" }
+}
+
 /// Element types of device memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DType {

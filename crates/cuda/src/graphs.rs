@@ -92,10 +92,7 @@ impl Core {
 
     fn run(&self, ops: &[Op]) {
         for op in ops {
-            match op {
-                Op::Kernel(k, at, p) => self.inner.launch(k, *at, p),
-                Op::Gemm(g) => self.inner.gemm(g),
-            }
+            self.inner.run_op(op);
         }
     }
 

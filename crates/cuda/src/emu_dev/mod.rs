@@ -98,15 +98,6 @@ fn store(p: u64, i: usize, dtype: DType, v: f32) {
 /// The trace's track of the emulated device's work (`boost train --trace`).
 const STREAM: &str = "gpu stream (emulated)";
 
-/// A kernel's category in the trace: attention, or other work.
-fn kernel_cat(kernel: &str) -> &'static str {
-    if kernel.contains("attn") || kernel.contains("attention") || kernel.contains("flash") {
-        "attention"
-    } else {
-        "kernel"
-    }
-}
-
 /// Runs `kernel` on the emulator, its blocks as fibers when `sync`; the launcher's code (0,
 /// or what went wrong).
 ///
@@ -151,7 +142,7 @@ impl Device for EmuDev {
     }
     fn launch(&self, kernel: &'static str, at: Launch, p: &P) {
         // The emulator runs a kernel when it is launched: its span is the emulated stream's.
-        let _s = boost_tensor::trace::span_on(STREAM, kernel_cat(kernel), || kernel);
+        let _s = boost_tensor::trace::span_on(STREAM, crate::device::kernel_cat(kernel), || kernel);
         let sync = crate::kernels::WITH_BARRIERS.contains(&kernel);
         // SAFETY: the parameter block's pointers address live emulator memory.
         match unsafe { launch_raw(kernel, at, p, sync) } {
