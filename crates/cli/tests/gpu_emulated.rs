@@ -243,3 +243,70 @@ fn cuda_graphs_give_the_eager_losses_bit_for_bit() {
     let e = Config::load(None, &["train.cuda_graphs=true".to_string()]).unwrap_err().to_string();
     assert!(e.contains("train.cuda_graphs") && e.contains("train.device"), "{e}");
 }
+
+/// The run `sets` describe, on the emulated GPU or the CPU (`train.device`), in `root/name`:
+/// its summary or error, and the steps and flags its metrics recorded.
+#[allow(clippy::type_complexity)]
+fn guarded(root: &std::path::Path, name: &str, sets: &[&str]) -> (Result<Summary, String>, Vec<(u64, bool)>) {
+    let dir = root.join(name);
+    let mut all: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    all.push(format!("run.dir={}", dir.display()));
+    let refs: Vec<&str> = all.iter().map(|s| s.as_str()).collect();
+    let out = train(common::config(root, &refs), TrainOptions { quiet: true, ..Default::default() });
+    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap_or_default();
+    let steps = (text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()))
+        .filter(|v| v.get("loss").is_some())
+        .map(|v| {
+            let skipped = v["flags"].as_array().is_some_and(|f| f.iter().any(|x| x == "skipped"));
+            (v["step"].as_u64().unwrap(), skipped)
+        })
+        .collect();
+    (out.map_err(|e| format!("{e:#}")), steps)
+}
+
+/// A single-rank GPU step is queued whole and its figures read after the next step is
+/// queued; the guard runs on the device. A rate that ruins the weights at the first update
+/// makes step 2's gradient norm NaN: without `train.skip_nonfinite` the run stops there with
+/// the CPU run's message, having recorded step 1 only; with it, every later step is skipped
+/// and flagged as on the CPU, and the final checkpoint is refused.
+#[test]
+fn a_gpu_run_stops_or_skips_on_a_non_finite_norm_as_the_cpu_run_does() {
+    let root = tempfile::tempdir().unwrap();
+    common::build_dataset(&root.path().join("data"));
+    let ruin = ["train.lr=1e6", "train.warmup_steps=0", "train.checkpoint_every=0"];
+    for skip in [false, true] {
+        let s = format!("train.skip_nonfinite={skip}");
+        let sets = |device: &'static str| [&ruin[..], &[device, s.as_str()]].concat();
+        let (cpu, cpu_steps) = guarded(root.path(), &format!("cpu-{skip}"), &sets("train.device=cpu"));
+        let (gpu, gpu_steps) = guarded(root.path(), &format!("gpu-{skip}"), &sets("train.device=cuda"));
+        let (cpu, gpu) = (cpu.unwrap_err(), gpu.unwrap_err());
+        assert_eq!(gpu_steps, cpu_steps, "skip_nonfinite={skip}: GPU {gpu}\nCPU {cpu}");
+        if skip {
+            assert_eq!(gpu_steps.len(), 6, "{gpu_steps:?}");
+            assert!(gpu_steps[1..].iter().all(|&(_, skipped)| skipped), "{gpu_steps:?}");
+            assert!(gpu.contains("not written") && cpu.contains("not written"), "GPU: {gpu}\nCPU: {cpu}");
+        } else {
+            assert_eq!(gpu_steps, [(1, false)]);
+            let said = "the gradient norm became NaN at step 2; the update was not applied";
+            assert!(gpu.contains(said) && cpu.contains(said), "GPU: {gpu}\nCPU: {cpu}");
+        }
+    }
+}
+
+/// Steps read one behind still give a record for every step in order, with evaluations and
+/// checkpoints at the steps they are due (their steps are read at once).
+#[test]
+fn a_gpu_run_records_every_step_in_order_with_its_evaluations_and_checkpoints() {
+    let root = tempfile::tempdir().unwrap();
+    common::build_dataset(&root.path().join("data"));
+    let sets = ["train.device=cuda", "train.steps=7", "train.eval_every=3", "train.checkpoint_every=4"];
+    let (summary, steps) = guarded(root.path(), "run", &sets);
+    let summary = summary.unwrap();
+    assert_eq!(steps, (1..=7).map(|s| (s, false)).collect::<Vec<_>>());
+    assert_eq!(summary.losses.len(), 7);
+    assert!(summary.losses.iter().all(|l| l.is_finite()), "{:?}", summary.losses);
+    assert_eq!(summary.val.iter().map(|v| v.0).collect::<Vec<_>>(), [3, 6, 7]);
+    let last = summary.last_checkpoint.expect("the final checkpoint");
+    let meta = std::fs::read_to_string(last.join("meta.json")).unwrap();
+    assert!(meta.contains("\"step\": 7") || meta.contains("\"step\":7"), "{meta}");
+}

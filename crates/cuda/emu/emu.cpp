@@ -568,6 +568,7 @@ unsigned emu_shfl_xor(unsigned v, int m) {
 #include "rmsnorm.cu"
 #include "rope.cu"
 #include "softmax.cu"
+#include "step.cu"
 #include "xent.cu"
 
 // The emulator's own checks (emu_dev.rs's tests), writing into v[0]: a block of more than 64

@@ -38,17 +38,38 @@ struct AdamChunk {
     long long tensor, off, len;
 };
 
+// β^t as the host's f64::powi computes it (compiler-builtins' __powidf2: square-and-multiply
+// from the lowest bit), so that bias corrections computed here match the host's bit for bit.
+__device__ __forceinline__ double powi_host(double a, long long t) {
+    double r = 1.0;
+    for (;;) {
+        if (t & 1) r *= a;
+        t >>= 1;
+        if (t == 0) break;
+        a *= a;
+    }
+    return r;
+}
+
 // Every tensor of a model in one launch. v0 = chunks (n[0] of them), v1 = tensors, v2 = the
-// step's scalars (doubles, written on the device): [0] Σg², [1] ‖g‖, [2] clip coefficient,
+// step's scalars (common.cuh's S_*; doubles): [0] Σg², [1] ‖g‖, [2] clip coefficient,
 // [3] β1, [4] β2, [5] 1−β1, [6] 1−β2, [7] 1 − lr·wd, [8] lr/bc1, [9] √bc2, [10] eps,
 // [11] grad scale given by the host. n[1]: scale by the clip coefficient [2] instead of [11].
+// n[2]: the guard judged the norm (step.cu): nothing is updated unless its verdict is 0, and
+// the bias corrections are those of update t = [S_T] less the skips the host has not seen.
 KERNEL(k_adamw_multi) {
     const AdamChunk* chunks = (const AdamChunk*)p.v[0].p;
     const AdamTensor* ts = (const AdamTensor*)p.v[1].p;
     const double* s = (const double*)p.v[2].p;
     float b1 = (float)s[3], b2 = (float)s[4], ob1 = (float)s[5], ob2 = (float)s[6];
-    float step = (float)s[8], sq_bc2 = (float)s[9], eps = (float)s[10];
-    float gs = (float)(p.n[1] ? s[2] : s[11]);
+    float step = (float)s[S_STEP], sq_bc2 = (float)s[S_SQRT_BC2], eps = (float)s[10];
+    float gs = (float)(p.n[1] ? s[S_CLIP] : s[11]);
+    if (p.n[2]) {
+        if (s[S_VERDICT] != 0.0) return;
+        long long t = (long long)(s[S_T] - (s[S_SKIPS] - s[S_SKIPS_SEEN]));
+        step = (float)(s[S_LR] / (1.0 - powi_host(s[S_BETA1], t)));
+        sq_bc2 = (float)sqrt(1.0 - powi_host(s[S_BETA2], t));
+    }
     for (long long c = blockIdx.x; c < p.n[0]; c += gridDim.x) {
         AdamChunk ch = chunks[c];
         const AdamTensor& t = ts[ch.tensor];

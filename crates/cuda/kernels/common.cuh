@@ -44,6 +44,29 @@ struct P {
 #define SHARED2(type, name, rows, cols) __shared__ type name[rows][cols]
 #endif
 
+// The optimizer's step scalars (doubles in device memory; crates/cuda/src/ops/multi.rs
+// names the same slots). Written by the device: S_SUMSQ, S_NORM, S_CLIP and from S_VERDICT
+// on; by the host before each update: S_BETA1 to S_SKIPS_SEEN.
+#define S_SUMSQ 0
+#define S_NORM 1
+#define S_CLIP 2
+#define S_BETA1 3
+#define S_BETA2 4
+#define S_STEP 8
+#define S_SQRT_BC2 9
+#define S_T 12
+#define S_LR 13
+#define S_SKIPS_SEEN 14
+#define S_VERDICT 15
+#define S_Z 16
+#define S_SKIPS 17
+#define S_HALTED 18
+#define S_LOSS 19
+#define S_WIN_COUNT 20
+#define S_WIN_HEAD 21
+#define S_WIN 22
+#define S_WIN_MAX 64
+
 // Threads per block of the row kernels (one block per row) and full reductions.
 #define NT 256
 // Column reductions: blocks of CR_X columns × CR_Y row lanes.

@@ -75,24 +75,3 @@ KERNEL(k_full_sum_multi) {
     double s = block_sum(acc, sh);
     if (threadIdx.x == 0) ((double*)p.v[1].p)[t * gridDim.x + blockIdx.x] = s;
 }
-
-// One thread: the gradient norm from the partials v0 (n[0] views × n[2] blocks), added as the
-// host adds them (each view's blocks in order, then the views in order), into the step's
-// scalars v1: [0] Σ, [1] √Σ, [2] PyTorch's clip coefficient min(1, f[0] / (√Σ + 1e-6)),
-// 1 when f[0] ≤ 0.
-KERNEL(k_norm_finish) {
-    if (blockIdx.x != 0 || threadIdx.x != 0) return;
-    const double* part = (const double*)p.v[0].p;
-    double* s = (double*)p.v[1].p;
-    double sq = 0.0;
-    for (long long t = 0; t < p.n[0]; t++) {
-        double v = 0.0;
-        for (long long b = 0; b < p.n[2]; b++) v += part[t * p.n[2] + b];
-        sq += v;
-    }
-    double norm = sqrt(sq);
-    s[0] = sq;
-    s[1] = norm;
-    double c = p.f[0] / (norm + 1e-6);
-    s[2] = p.f[0] <= 0.0 ? 1.0 : (c < 1.0 ? c : 1.0);
-}

@@ -277,8 +277,20 @@ impl Backend for Cuda {
     fn keeps_grad_sumsq(&self) -> bool {
         true
     }
-    fn queue_grad_sumsq(&self, views: &[Mat<CudaBuf>], max_norm: f64) -> bool {
-        ops::multi::queue_grad_sumsq(self, views, max_norm)
+    fn queue_grad_sumsq(&self, views: &[Mat<CudaBuf>], max_norm: f64, guard: Option<&boost_tensor::GuardSpec>) -> bool {
+        ops::multi::queue_grad_sumsq(self, views, max_norm, guard)
+    }
+    fn begin_loss_tally(&self) {
+        ops::report::begin_loss_tally(self)
+    }
+    fn tally_loss(&self, x: Mat<CudaBuf>) -> bool {
+        ops::report::tally_loss(self, x)
+    }
+    fn snapshot_report(&self) -> Option<u64> {
+        ops::report::snapshot_report(self)
+    }
+    fn read_report(&self, ticket: u64) -> boost_tensor::StepReport {
+        ops::report::read_report(self, ticket)
     }
     fn read_grad_sumsq(&self) -> f64 {
         ops::multi::read_grad_sumsq(self)

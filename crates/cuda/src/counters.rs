@@ -21,6 +21,10 @@ pub struct Counters {
     pub downloads: u64,
     /// Host-to-device copies (none of them waits for the device).
     pub uploads: u64,
+    /// Copies set aside for the host to read later (step reports), and the reads of them,
+    /// each a wait for its copy only, not for the work queued after it (not in `syncs`).
+    pub asides: u64,
+    pub aside_reads: u64,
     /// Device buffers allocated.
     pub allocs: u64,
     /// CUDA graphs (`Cuda::set_cuda_graphs`): lists of launches captured, graphs launched
@@ -60,6 +64,8 @@ impl Counters {
             syncs: self.syncs - earlier.syncs,
             downloads: self.downloads - earlier.downloads,
             uploads: self.uploads - earlier.uploads,
+            asides: self.asides - earlier.asides,
+            aside_reads: self.aside_reads - earlier.aside_reads,
             allocs: self.allocs - earlier.allocs,
             graph_captures: self.graph_captures - earlier.graph_captures,
             graph_replays: self.graph_replays - earlier.graph_replays,
@@ -140,6 +146,14 @@ impl Device for Counted {
     fn sync(&self) {
         self.count(|c| c.syncs += 1);
         self.inner.sync()
+    }
+    fn copy_aside(&self, slot: usize, src: u64, bytes: usize) {
+        self.count(|c| c.asides += 1);
+        self.inner.copy_aside(slot, src, bytes)
+    }
+    fn read_aside(&self, slot: usize, dst: &mut [u8]) {
+        self.count(|c| c.aside_reads += 1);
+        self.inner.read_aside(slot, dst)
     }
     fn peak_bytes(&self) -> Option<u64> {
         self.inner.peak_bytes()

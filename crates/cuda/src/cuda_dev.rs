@@ -27,6 +27,8 @@ pub(crate) struct CudaDev {
     source: String,
     /// Kernel and GEMM times from the device's events under `--trace`.
     times: crate::gpu_trace::GpuTimes,
+    /// Copies set aside for the host (`Device::copy_aside`), made at the first.
+    aside: Mutex<Option<crate::aside::PinnedAside>>,
 }
 
 fn err<E: std::fmt::Debug>(what: &str) -> impl FnOnce(E) -> String + '_ {
@@ -86,7 +88,7 @@ impl CudaDev {
         let stream = ctx.new_stream().map_err(err("creating a stream"))?;
         let blas = CudaBlas::new(stream.clone()).map_err(err("creating the cuBLAS handle"))?;
         let (funcs, source) = load_kernels(&ctx, &info)?;
-        Ok(Self { ctx, stream, blas, funcs, info, source, times: Default::default() })
+        Ok(Self { ctx, stream, blas, funcs, info, source, times: Default::default(), aside: Mutex::default() })
     }
 
     fn check<T>(&self, what: &str, r: Result<T, result::DriverError>) -> T {
@@ -207,6 +209,23 @@ impl Device for CudaDev {
         self.check("synchronize", self.stream.synchronize());
         self.times.resolve();
     }
+    fn copy_aside(&self, slot: usize, src: u64, bytes: usize) {
+        self.bind();
+        let mut a = self.aside.lock().unwrap_or_else(|e| e.into_inner());
+        if a.as_ref().is_none_or(|a| a.slots() <= slot) {
+            let slots = (slot + 1).max(crate::ops::report::RING);
+            let made = crate::aside::PinnedAside::new(slots, bytes.max(8 * crate::ops::multi::SCALARS));
+            *a = Some(self.check("page-locked memory for step reports", made));
+        }
+        let r = a.as_mut().unwrap().copy(slot, src, bytes, self.stream.cu_stream());
+        self.check("copying a step report aside", r);
+    }
+    fn read_aside(&self, slot: usize, dst: &mut [u8]) {
+        self.bind();
+        let a = self.aside.lock().unwrap_or_else(|e| e.into_inner());
+        let r = a.as_ref().expect("read_aside: nothing copied aside").read(slot, dst);
+        self.check("reading a step report", r);
+    }
     fn capture(&self, ops: &[Op]) -> Result<Graph, String> {
         self.capture_graph(ops)
     }
@@ -317,6 +336,11 @@ impl CudaDev {
 
 impl Drop for CudaDev {
     fn drop(&mut self) {
+        // The page-locked slots are the context's: freed while it is current.
+        if let Some(a) = self.aside.get_mut().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = self.ctx.bind_to_thread();
+            drop(a);
+        }
         // Spans of the last traced work not yet read: the stream drains first.
         if self.times.pending() && self.stream.synchronize().is_ok() {
             self.times.resolve();

@@ -119,6 +119,12 @@ pub(crate) trait Device: Send + Sync {
     fn gemm(&self, g: &Gemm);
     /// Wait for all queued work.
     fn sync(&self);
+    /// Copy `bytes` from `src` into host slot `slot` when the work queued before it is done,
+    /// without waiting for it: [`Device::read_aside`] reads the slot later.
+    fn copy_aside(&self, slot: usize, src: u64, bytes: usize);
+    /// Slot `slot`'s copy (its first `dst.len()` bytes): waits for that copy only, not for
+    /// the work queued after it.
+    fn read_aside(&self, slot: usize, dst: &mut [u8]);
     /// Capture `ops` as one graph that [`Device::replay`] runs; they run as it is made (by
     /// default the graph is the list, run launch by launch). An error says why the device
     /// would not capture (it ran the list launch by launch).

@@ -201,6 +201,14 @@ impl Device for Graphs {
         self.core.flush();
         self.core.inner.sync()
     }
+    fn copy_aside(&self, slot: usize, src: u64, bytes: usize) {
+        self.core.flush();
+        self.core.inner.copy_aside(slot, src, bytes)
+    }
+    /// Waits for the copy only: launches held back since stay held.
+    fn read_aside(&self, slot: usize, dst: &mut [u8]) {
+        self.core.inner.read_aside(slot, dst)
+    }
     fn peak_bytes(&self) -> Option<u64> {
         self.core.inner.peak_bytes()
     }

@@ -29,6 +29,8 @@
 //!
 //! User guide: `docs/guide/parallel.md` (GPUs); status and GPU checks: `crates/cuda/README.md`.
 
+#[cfg(feature = "cuda")]
+mod aside;
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 mod backend;
 #[cfg(any(feature = "cuda", feature = "emulate"))]

@@ -7,7 +7,7 @@ use crate::optim::{AdamW, adam_step};
 use crate::overlap::ParamGathers;
 use boost_config::TrainConfig;
 use boost_model::params::ParamStore;
-use boost_tensor::{Backend, Collective, Label, Mat, MatMut, ReduceOp};
+use boost_tensor::{Backend, Collective, GuardSpec, Label, Mat, MatMut, ReduceOp};
 
 /// Elements per gradient all-reduce bucket.
 pub const BUCKET: usize = 1 << 22;
@@ -142,7 +142,31 @@ impl<B: Backend> Optimizer<B> {
         world: &dyn Collective<B>,
         scalar: &mut B::Buf,
     ) -> f64 {
-        let counted = store.bufs().iter().enumerate().filter_map(|(i, info)| {
+        let mut sq = crate::optim::sumsq(be, self.counted(store, tp_rank, dp_rank));
+        if world.size() > 1 {
+            be.write_mat(MatMut::new(scalar, 1, 1), &[sq]);
+            world.all_reduce(scalar, 0, 1, ReduceOp::Sum, Label::op("grad_norm"));
+            sq = be.read_mat::<f64>(Mat::new(scalar, 1, 1))[0];
+        }
+        sq.sqrt()
+    }
+
+    /// Queue [`Optimizer::grad_norm`] of a single rank on the device, its clip coefficient
+    /// for `max_norm`, and `guard`'s verdict on it ([`Backend::queue_grad_sumsq`]); false
+    /// where the backend keeps no norm on a device.
+    pub fn queue_guarded_norm(&self, be: &B, store: &ParamStore<B>, max_norm: f64, guard: &GuardSpec) -> bool {
+        let views: Vec<Mat<B::Buf>> = self.counted(store, 0, 0).collect();
+        be.queue_grad_sumsq(&views, max_norm, Some(guard))
+    }
+
+    /// The views [`Optimizer::grad_norm`] sums on this rank.
+    fn counted<'s>(
+        &'s self,
+        store: &'s ParamStore<B>,
+        tp_rank: usize,
+        dp_rank: usize,
+    ) -> impl Iterator<Item = Mat<'s, B::Buf>> + 's {
+        store.bufs().iter().enumerate().filter_map(move |(i, info)| {
             if (info.replicated && tp_rank != 0) || info.pipeline_copy {
                 return None;
             }
@@ -154,14 +178,7 @@ impl<B: Backend> Optimizer<B> {
                 Optimizer::Replicated(_) if dp_rank == 0 => Some(Mat::new(store.grad(i), 1, info.len)),
                 Optimizer::Replicated(_) => None,
             }
-        });
-        let mut sq = crate::optim::sumsq(be, counted);
-        if world.size() > 1 {
-            be.write_mat(MatMut::new(scalar, 1, 1), &[sq]);
-            world.all_reduce(scalar, 0, 1, ReduceOp::Sum, Label::op("grad_norm"));
-            sq = be.read_mat::<f64>(Mat::new(scalar, 1, 1))[0];
-        }
-        sq.sqrt()
+        })
     }
 
     /// One AdamW update with learning rate `lr`, the gradient scaled by `grad_scale` first.

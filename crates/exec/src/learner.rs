@@ -5,7 +5,7 @@ use crate::dp::Optimizer;
 use crate::overlap::ParamGathers;
 use boost_config::{ParallelConfig, TrainConfig};
 use boost_model::Model;
-use boost_tensor::{Backend, Collective};
+use boost_tensor::{Backend, Collective, GuardSpec};
 
 /// A rank's model and optimizer.
 pub struct Learner<B: Backend> {
@@ -50,6 +50,30 @@ impl<B: Backend> Learner<B> {
     ) -> ParamGathers<'d, B> {
         let (be, store) = self.model.be_and_store_mut();
         self.opt.update(be, store, t, lr, grad_scale, dp)
+    }
+
+    /// Whether a step can stay on the device: the backend keeps the gradient norm and the
+    /// step's report there, and the optimizer is the replicated one.
+    pub fn keeps_step_on_device(&self) -> bool {
+        self.model.be().keeps_grad_sumsq() && matches!(self.opt, Optimizer::Replicated(_))
+    }
+
+    /// A single rank's update at rate `lr`, queued on the device without waiting: the
+    /// gradient norm, its clip coefficient, `guard`'s verdict on it, and AdamW obeying the
+    /// verdict. Counted as applied until [`Learner::unapply`].
+    pub fn update_guarded(&mut self, t: &TrainConfig, lr: f64, guard: &GuardSpec) {
+        let (be, store) = self.model.be_and_store_mut();
+        assert!(matches!(self.opt, Optimizer::Replicated(_)), "a guarded update needs the replicated optimizer");
+        assert!(self.opt.queue_guarded_norm(be, store, t.grad_clip, guard), "{}: no norm on the device", be.name());
+        let Optimizer::Replicated(a) = &mut self.opt else { unreachable!() };
+        a.update_guarded(be, store, t, lr);
+    }
+
+    /// A step's report showed its guarded update was not applied.
+    pub fn unapply(&mut self) {
+        if let Optimizer::Replicated(a) = &mut self.opt {
+            a.unapply();
+        }
     }
 
     /// Complete an update's parameter gathers now.

@@ -23,4 +23,4 @@ pub mod step;
 pub use groups::Groups;
 pub use learner::Learner;
 pub use rank::RankSetup;
-pub use step::{Accumulated, StepOut, StepRunner};
+pub use step::{Accumulated, Queued, StepOut, StepRunner};

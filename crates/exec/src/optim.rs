@@ -12,6 +12,9 @@ pub struct AdamW<B: Backend> {
     pub step: u64,
     /// Per buffer: its length and whether weight decay applies (`Backend::adamw_all`).
     lens: Vec<(usize, bool)>,
+    /// Guarded updates the device skipped that step reports have shown
+    /// ([`AdamW::update_guarded`], [`AdamW::unapply`]).
+    skips_seen: u64,
 }
 
 impl<B: Backend> AdamW<B> {
@@ -21,13 +24,14 @@ impl<B: Backend> AdamW<B> {
             v: store.bufs().iter().map(|b| be.alloc(b.len)).collect(),
             step: 0,
             lens: store.bufs().iter().map(|b| (b.len, b.decay)).collect(),
+            skips_seen: 0,
         }
     }
 
     /// One update with learning rate `lr`; the gradient is multiplied by `grad_scale` first
     /// (the clipping coefficient).
     pub fn update(&mut self, be: &B, store: &mut ParamStore<B>, cfg: &TrainConfig, lr: f64, grad_scale: f64) {
-        self.update_all(be, store, cfg, lr, grad_scale, false)
+        self.update_all(be, store, cfg, lr, Clip::Host(grad_scale))
     }
 
     /// One update with learning rate `lr`, the gradients clipped to `max_norm` by the norm
@@ -38,16 +42,30 @@ impl<B: Backend> AdamW<B> {
         let views = || store.grads().iter().zip(store.bufs()).map(|(g, i)| Mat::new(g, 1, i.len));
         if be.keeps_grad_sumsq() {
             let views: Vec<Mat<B::Buf>> = views().collect();
-            assert!(be.queue_grad_sumsq(&views, max_norm), "{}: no gradient sum on the device", be.name());
-            self.update_all(be, store, cfg, lr, 1.0, true)
+            assert!(be.queue_grad_sumsq(&views, max_norm, None), "{}: no gradient sum on the device", be.name());
+            self.update_all(be, store, cfg, lr, Clip::Device)
         } else {
             let coef = clip_coef(sumsq_in_order(be, views()).sqrt(), max_norm);
-            self.update_all(be, store, cfg, lr, coef, false)
+            self.update_all(be, store, cfg, lr, Clip::Host(coef))
         }
     }
 
-    fn update_all(&mut self, be: &B, store: &mut ParamStore<B>, cfg: &TrainConfig, lr: f64, scale: f64, device: bool) {
+    /// One update at rate `lr`, clipped by the norm that [`Backend::queue_grad_sumsq`] with
+    /// a guard just judged on the device, applied only if the guard says so: counted as
+    /// applied until a step report says otherwise ([`AdamW::unapply`]).
+    pub fn update_guarded(&mut self, be: &B, store: &mut ParamStore<B>, cfg: &TrainConfig, lr: f64) {
+        self.update_all(be, store, cfg, lr, Clip::Guarded)
+    }
+
+    /// A step report showed that the device skipped a guarded update: it is not counted.
+    pub fn unapply(&mut self) {
+        self.step -= 1;
+        self.skips_seen += 1;
+    }
+
+    fn update_all(&mut self, be: &B, store: &mut ParamStore<B>, cfg: &TrainConfig, lr: f64, clip: Clip) {
         self.step += 1;
+        let scale = if let Clip::Host(c) = clip { c } else { 1.0 };
         let s = adam_step(cfg, self.step, lr, scale);
         let u = store.for_update();
         be.adamw_all(boost_tensor::AdamAll {
@@ -57,9 +75,20 @@ impl<B: Backend> AdamW<B> {
             v: &mut self.v,
             lens: &self.lens,
             step: &s,
-            device_clip: device,
+            device_clip: clip != Clip::Host(scale),
+            guarded: (clip == Clip::Guarded)
+                .then_some(boost_tensor::Guarded { t: self.step, skips_seen: self.skips_seen }),
         });
     }
+}
+
+/// Where an update's clip coefficient comes from: the host's, the device's norm, or the
+/// device's norm that its guard judged (the update obeys the verdict).
+#[derive(Clone, Copy, PartialEq)]
+enum Clip {
+    Host(f64),
+    Device,
+    Guarded,
 }
 
 /// ‖g‖₂ over the whole model: each rank sums its buffers (a buffer replicated across the
@@ -85,7 +114,7 @@ pub fn sumsq<'a, B: Backend>(be: &B, views: impl IntoIterator<Item = Mat<'a, B::
         return sumsq_in_order(be, views);
     }
     let views: Vec<Mat<B::Buf>> = views.into_iter().collect();
-    assert!(be.queue_grad_sumsq(&views, 0.0), "{}: no gradient sum on the device", be.name());
+    assert!(be.queue_grad_sumsq(&views, 0.0, None), "{}: no gradient sum on the device", be.name());
     be.read_grad_sumsq()
 }
 

@@ -13,6 +13,9 @@ use boost_data::{Loader, TrainStream};
 use boost_model::{Batch, LossSum, Model};
 use boost_tensor::{Backend, Label, Mat, MatMut, ReduceOp, trace};
 
+mod queued;
+pub use queued::Queued;
+
 /// What one optimizer step did.
 #[derive(Debug, Clone, Copy)]
 pub struct StepOut {
@@ -54,6 +57,8 @@ pub struct StepRunner<'g, B: Backend> {
     /// ZeRO-1 with overlap: the last update's parameter all-gathers, still in flight until
     /// the next forward reads each buffer, or [`StepRunner::settle`].
     gathers: ParamGathers<'g, B>,
+    /// The guard a queued step's device applies ([`StepRunner::queue`]).
+    guard: Option<boost_tensor::GuardSpec>,
 }
 
 impl<'g, B: Backend> StepRunner<'g, B> {
@@ -85,6 +90,7 @@ impl<'g, B: Backend> StepRunner<'g, B> {
             dp: par.dp,
             dp_rank,
             gathers: ParamGathers::new(),
+            guard: None,
         }
     }
 
@@ -150,17 +156,12 @@ impl<'g, B: Backend> StepRunner<'g, B> {
         data: &TrainStream,
         position: u64,
     ) -> Accumulated {
-        let t = &self.train;
-        let (mb, seq, acc, dp) = (t.micro_batch, t.seq_len, t.accumulation, self.dp);
-        let global_tokens = (acc * dp * mb * seq) as f64;
         l.zero_grads();
-        for a in 0..acc {
-            let first = position + ((self.dp_rank * acc + a) * mb) as u64;
-            data.fill(first, mb, &mut self.inputs[a], &mut self.targets[a]);
-        }
-        let batches: Vec<Batch> =
-            (0..acc).map(|a| Batch { ids: &self.inputs[a], targets: &self.targets[a], batch: mb, seq }).collect();
-        let scale = 1.0 / global_tokens;
+        let scale = self.fill(data, position);
+        let (mb, seq) = (self.train.micro_batch, self.train.seq_len);
+        let batches: Vec<Batch> = (0..self.train.accumulation)
+            .map(|a| Batch { ids: &self.inputs[a], targets: &self.targets[a], batch: mb, seq })
+            .collect();
         let gathers = std::mem::take(&mut self.gathers);
         let loss = match self.sync.as_mut() {
             Some(plan) => {
@@ -195,6 +196,18 @@ impl<'g, B: Backend> StepRunner<'g, B> {
             l.grad_norm(self.dp_rank, g.world, &mut self.scalar)
         };
         Accumulated { loss, grad_norm }
+    }
+
+    /// Fill this replica's micro-batches of the step at stream position `position`; returns
+    /// the gradient scale, 1 / the global batch's tokens.
+    fn fill(&mut self, data: &TrainStream, position: u64) -> f64 {
+        let t = &self.train;
+        let (mb, seq, acc) = (t.micro_batch, t.seq_len, t.accumulation);
+        for a in 0..acc {
+            let first = position + ((self.dp_rank * acc + a) * mb) as u64;
+            data.fill(first, mb, &mut self.inputs[a], &mut self.targets[a]);
+        }
+        1.0 / (acc * self.dp * mb * seq) as f64
     }
 
     /// The second half of [`StepRunner::step`]: clip, update at rate `lr`, and agree on the

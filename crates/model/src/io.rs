@@ -199,7 +199,10 @@ impl<B: Backend> Model<B> {
             });
         }
         let tokens = targets.iter().filter(|&&x| x != boost_tensor::cpu::IGNORE).count();
-        crate::LossSum { sum: be.sum(Mat::new(&w.losses, t, 1)), tokens }
+        let losses = Mat::new(&w.losses, t, 1);
+        // Summed on the device, its sum read with the step's report: NaN stands in for it.
+        let on_device = self.loss_on_device && grad_scale.is_some() && be.tally_loss(losses);
+        crate::LossSum { sum: if on_device { f64::NAN } else { be.sum(losses) }, tokens }
     }
 
     /// LM head, its `f`, the final norm and the exit, backward: leaves dL/d(stack output) in

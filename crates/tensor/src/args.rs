@@ -185,6 +185,22 @@ pub struct AdamAll<'a, Buf> {
     /// Scale the gradients by the clip coefficient that the last
     /// [`crate::Backend::queue_grad_sumsq`] left on the device, instead of `step.grad_scale`.
     pub device_clip: bool,
+    /// With `device_clip` after a norm the device's guard judged
+    /// ([`crate::Backend::queue_grad_sumsq`] with a guard): the update obeys its verdict.
+    pub guarded: Option<Guarded>,
+}
+
+/// [`AdamAll::guarded`]: how the device numbers an update whose predecessors it may have
+/// skipped without the host knowing yet.
+#[derive(Debug, Clone, Copy)]
+pub struct Guarded {
+    /// The update's number as the host counts it: applied updates it knows of, plus this one
+    /// and the ones it queued since its last report.
+    pub t: u64,
+    /// Updates the device skipped that the host has seen (in step reports). The device
+    /// numbers the update `t` less the skips not seen yet, so bias corrections count
+    /// applied updates only.
+    pub skips_seen: u64,
 }
 
 /// [`crate::Backend::adamw`]: one update of `n` elements from `off` (p, g, m, v aligned).

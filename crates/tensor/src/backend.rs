@@ -142,10 +142,30 @@ pub trait Backend: Send + Sync + Sized + 'static {
     }
     /// Queue Σ of the squares of every view, added as `sumsq_each` then the views in order
     /// would be, and PyTorch's clip coefficient for `max_norm` from it, on the device:
-    /// [`Backend::adamw_all`] with `device_clip` reads the coefficient there. False where the
-    /// backend keeps no such sum on a device (the caller sums on the host).
-    fn queue_grad_sumsq(&self, _views: &[Mat<Self::Buf>], _max_norm: f64) -> bool {
+    /// [`Backend::adamw_all`] with `device_clip` reads the coefficient there. With `guard`,
+    /// the device also judges the norm, and that update obeys its verdict (the step's
+    /// report holds it). False where the backend keeps no such sum on a device (the caller
+    /// sums on the host).
+    fn queue_grad_sumsq(&self, _views: &[Mat<Self::Buf>], _max_norm: f64, _guard: Option<&crate::GuardSpec>) -> bool {
         false
+    }
+    /// Start a step's loss on the device: the next [`Backend::tally_loss`] sets it.
+    fn begin_loss_tally(&self) {}
+    /// Add Σ of `x` (per-token losses) to the step's loss on the device, without waiting;
+    /// false where the backend keeps no such tally (the caller sums on the host).
+    fn tally_loss(&self, _x: Mat<Self::Buf>) -> bool {
+        false
+    }
+    /// Copy the step's report (the loss tally, the gradient norm and the guard's verdict)
+    /// aside when the device reaches this point, to read later without waiting for the
+    /// work queued after it: its ticket. None where the backend keeps no report.
+    fn snapshot_report(&self) -> Option<u64> {
+        None
+    }
+    /// The report of `ticket` ([`Backend::snapshot_report`]): waits for the device to
+    /// reach that snapshot, not for later work.
+    fn read_report(&self, _ticket: u64) -> crate::StepReport {
+        panic!("{}: no step report on a device", self.name())
     }
     /// The sum the last [`Backend::queue_grad_sumsq`] queued (waits for the device).
     fn read_grad_sumsq(&self) -> f64 {

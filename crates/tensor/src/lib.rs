@@ -9,6 +9,7 @@
 pub mod args;
 pub mod backend;
 pub mod cpu;
+pub mod device_step;
 mod kernels;
 pub mod pending;
 pub mod profile;
@@ -18,10 +19,11 @@ pub mod trace;
 pub mod view;
 
 pub use args::{
-    AdamAll, AdamUpdate, AttentionBwd, HeadXent, HeadXentGrad, KronBwd, LayerNormBwd, LayerNormFwd, OnlineNormBwd,
-    ResidualRmsNorm, RmsNormBwd, RmsNormBwdRows, SiluNormBwd, XentFinish,
+    AdamAll, AdamUpdate, AttentionBwd, Guarded, HeadXent, HeadXentGrad, KronBwd, LayerNormBwd, LayerNormFwd,
+    OnlineNormBwd, ResidualRmsNorm, RmsNormBwd, RmsNormBwdRows, SiluNormBwd, XentFinish,
 };
 pub use backend::{AdamStep, AttnShape, Backend, Collective, Label, ReduceOp, Solo};
+pub use device_step::{GuardSpec, StepReport, Verdict};
 pub use pending::{Handle, Pending, Ready};
 pub use rope::{Llama3Scaling, rope_inv_freq};
 pub use scalar::Scalar;

@@ -222,10 +222,22 @@ impl<B: Backend> Backend for Profiled<B> {
     fn keeps_grad_sumsq(&self) -> bool {
         self.inner.keeps_grad_sumsq()
     }
-    fn queue_grad_sumsq(&self, views: &[Mat<Self::Buf>], max_norm: f64) -> bool {
+    fn queue_grad_sumsq(&self, views: &[Mat<Self::Buf>], max_norm: f64, guard: Option<&crate::GuardSpec>) -> bool {
         self.time_named(Cat::Other, "queue_grad_sumsq", Work::default(), || {
-            self.inner.queue_grad_sumsq(views, max_norm)
+            self.inner.queue_grad_sumsq(views, max_norm, guard)
         })
+    }
+    fn begin_loss_tally(&self) {
+        self.inner.begin_loss_tally()
+    }
+    fn tally_loss(&self, x: Mat<Self::Buf>) -> bool {
+        self.inner.tally_loss(x)
+    }
+    fn snapshot_report(&self) -> Option<u64> {
+        self.inner.snapshot_report()
+    }
+    fn read_report(&self, ticket: u64) -> crate::StepReport {
+        self.inner.read_report(ticket)
     }
     fn read_grad_sumsq(&self) -> f64 {
         self.inner.read_grad_sumsq()

@@ -4,6 +4,7 @@
 //! gradient norm stuck at exactly zero), which are warned about and flagged in the metrics.
 
 use anyhow::{Result, bail};
+use boost_tensor::{GuardSpec, Verdict as DeviceVerdict};
 use std::collections::VecDeque;
 
 /// Gradient norms remembered for the outlier test.
@@ -44,11 +45,9 @@ impl Guard {
     pub fn check_grad(&mut self, step: u64, norm: f64, last_good: &str) -> Result<Verdict> {
         if !norm.is_finite() {
             if self.skip {
-                return Ok(Verdict::Skip(format!("step {step}: gradient norm {norm}; update skipped")));
+                return Ok(Verdict::Skip(non_finite(step, norm)));
             }
-            bail!(
-                "the gradient norm became {norm} at step {step}; the update was not applied and no checkpoint was written ({last_good}). Lower train.lr or raise train.warmup_steps, or set train.skip_nonfinite=true to skip such steps"
-            );
+            bail!(halted(step, norm, last_good));
         }
         if self.skip && self.norms.len() >= MIN_HISTORY {
             let n = self.norms.len() as f64;
@@ -56,17 +55,45 @@ impl Guard {
             let sd = (self.norms.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt();
             let z = (norm - mean) / sd.max(1e-12 * mean.abs().max(1e-30));
             if z > Z_MAX {
-                return Ok(Verdict::Skip(format!(
-                    "step {step}: gradient norm {norm:.4e} is an outlier (z = {z:.1} against the last {} steps); update skipped",
-                    self.norms.len()
-                )));
+                return Ok(Verdict::Skip(self.outlier(step, norm, z)));
             }
         }
+        self.remember(norm);
+        Ok(Verdict::Apply)
+    }
+
+    /// The same tests, for a device to apply before its update ([`Guard::device_verdict`]).
+    pub fn spec(&self) -> GuardSpec {
+        GuardSpec { skip_nonfinite: self.skip, window: WINDOW, min_history: MIN_HISTORY, z_max: Z_MAX }
+    }
+
+    /// The verdict a device reached on step `step`'s norm with [`Guard::spec`], as
+    /// [`Guard::check_grad`] would have said it (the device's window of norms and this one
+    /// stay the same).
+    pub fn device_verdict(&mut self, step: u64, norm: f64, v: DeviceVerdict, last_good: &str) -> Result<Verdict> {
+        match v {
+            DeviceVerdict::Apply => {
+                self.remember(norm);
+                Ok(Verdict::Apply)
+            }
+            DeviceVerdict::SkipNonFinite => Ok(Verdict::Skip(non_finite(step, norm))),
+            DeviceVerdict::SkipOutlier { z } => Ok(Verdict::Skip(self.outlier(step, norm, z))),
+            DeviceVerdict::Halt => bail!(halted(step, norm, last_good)),
+        }
+    }
+
+    fn remember(&mut self, norm: f64) {
         self.norms.push_back(norm);
         if self.norms.len() > WINDOW {
             self.norms.pop_front();
         }
-        Ok(Verdict::Apply)
+    }
+
+    fn outlier(&self, step: u64, norm: f64, z: f64) -> String {
+        format!(
+            "step {step}: gradient norm {norm:.4e} is an outlier (z = {z:.1} against the last {} steps); update skipped",
+            self.norms.len()
+        )
     }
 
     /// Flags for a finished step (`"diverging"`, `"grad_norm_zero"`), each with a console
@@ -94,6 +121,16 @@ impl Guard {
         }
         (flags, warnings)
     }
+}
+
+fn non_finite(step: u64, norm: f64) -> String {
+    format!("step {step}: gradient norm {norm}; update skipped")
+}
+
+fn halted(step: u64, norm: f64, last_good: &str) -> String {
+    format!(
+        "the gradient norm became {norm} at step {step}; the update was not applied and no checkpoint was written ({last_good}). Lower train.lr or raise train.warmup_steps, or set train.skip_nonfinite=true to skip such steps"
+    )
 }
 
 #[cfg(test)]

@@ -47,6 +47,9 @@ impl Drop for HostMem {
 pub(crate) struct EmuDev {
     info: DeviceInfo,
     held: Arc<Held>,
+    /// Copies set aside (the emulator runs each kernel as it is launched, so a copy is
+    /// taken at once).
+    aside: std::sync::Mutex<Vec<Vec<u8>>>,
 }
 
 impl EmuDev {
@@ -71,7 +74,7 @@ impl EmuDev {
             nccl: false,
             nvrtc: false,
         };
-        Self { info, held: Arc::default() }
+        Self { info, held: Arc::default(), aside: Default::default() }
     }
 }
 
@@ -182,6 +185,19 @@ impl Device for EmuDev {
         unsafe { boost_emu_check_buffer(g.c as *const u8, c"the emulated GEMM".as_ptr()) }
     }
     fn sync(&self) {}
+    fn copy_aside(&self, slot: usize, src: u64, bytes: usize) {
+        let mut a = self.aside.lock().unwrap_or_else(|e| e.into_inner());
+        if a.len() <= slot {
+            a.resize(slot + 1, Vec::new());
+        }
+        a[slot].resize(bytes, 0);
+        self.download(src, &mut a[slot]);
+    }
+    fn read_aside(&self, slot: usize, dst: &mut [u8]) {
+        let a = self.aside.lock().unwrap_or_else(|e| e.into_inner());
+        let n = dst.len();
+        dst.copy_from_slice(&a.get(slot).expect("read_aside: nothing copied into the slot")[..n]);
+    }
     fn peak_bytes(&self) -> Option<u64> {
         Some(self.held.peak.load(Ordering::Relaxed))
     }

@@ -10,6 +10,7 @@ mod loss;
 pub(crate) mod multi;
 mod norm;
 mod optim;
+pub(crate) mod report;
 mod rope;
 
 // A kernel added to any of these files is found by the generated impl without more edits.

@@ -8,7 +8,7 @@ use crate::backend::Cuda;
 use crate::buf::{CudaBuf, DType};
 use crate::device::{Launch, Mem, P, Tv};
 use crate::launch::{NT, tv, tv_of, tvm};
-use boost_tensor::{AdamAll, AdamStep, Mat, MatMut};
+use boost_tensor::{AdamAll, AdamStep, GuardSpec, Mat, MatMut};
 
 /// Blocks of a full reduction: fixed, so its summation order is too (`k_full_sum`'s grid).
 pub(crate) const SUM_BLOCKS: usize = 64;
@@ -18,8 +18,17 @@ const CHUNK: usize = 32 * NT as usize;
 const ADAM_BLOCKS: usize = 8192;
 /// Views per multi-tensor sum launch (CUDA's limit on gridDim.y).
 const Y_MAX: usize = 65535;
-/// Doubles of the step's scalars (`k_adamw_multi`).
-const SCALARS: usize = 16;
+/// Doubles of the step scalars (kernels/common.cuh's `S_*`), and the slots named here.
+pub(crate) const SCALARS: usize = 96;
+/// The first slot the host writes before each update, and how many.
+const S_HOST: usize = 3;
+const HOST_SLOTS: usize = 12;
+pub(crate) const S_NORM: usize = 1;
+pub(crate) const S_VERDICT: usize = 15;
+pub(crate) const S_Z: usize = 16;
+pub(crate) const S_LOSS: usize = 19;
+/// The device guard's window (`S_WIN_MAX`).
+const WIN_MAX: usize = 64;
 
 /// A device table of plain words, rebuilt and uploaded only when its contents change.
 #[derive(Default)]
@@ -60,6 +69,14 @@ pub(crate) struct OptimState {
     norm_part: Option<Mem>,
     norm_views: usize,
     scalars: Option<Mem>,
+    /// The step's loss tally (`Backend::tally_loss`): the next one sets it; one was queued
+    /// since `begin_loss_tally`.
+    pub(crate) tally_fresh: bool,
+    pub(crate) tallied: bool,
+    /// Step reports copied aside (`Backend::snapshot_report`): the next ticket, and whether
+    /// each slot's step tallied a loss.
+    pub(crate) tickets: u64,
+    pub(crate) ticket_tallied: [bool; super::report::RING],
     /// Views of other sums of many views (`sumsq_each`) and their partials.
     each: Table,
     each_part: Option<Mem>,
@@ -104,14 +121,25 @@ pub(crate) fn partials_each(be: &Cuda, xs: &[Mat<CudaBuf>], square: bool) -> Vec
     bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
+/// The step scalars' address: allocated and zeroed (the guard's state, the skips) once.
+pub(crate) fn scalars(be: &Cuda, st: &mut OptimState) -> u64 {
+    if st.scalars.is_none() {
+        let mem = be.dev().alloc(8 * SCALARS);
+        be.dev().upload(mem.ptr, &[0u8; 8 * SCALARS]);
+        st.scalars = Some(mem);
+    }
+    st.scalars.as_ref().unwrap().ptr
+}
+
 /// `Backend::queue_grad_sumsq`: the partials of every non-empty view in one launch, then
-/// one thread adds them as the host would and computes the clip coefficient.
-pub(crate) fn queue_grad_sumsq(be: &Cuda, views: &[Mat<CudaBuf>], max_norm: f64) -> bool {
+/// one thread adds them as the host would, computes the clip coefficient and, with `guard`,
+/// judges the norm (kernels/step.cu).
+pub(crate) fn queue_grad_sumsq(be: &Cuda, views: &[Mat<CudaBuf>], max_norm: f64, guard: Option<&GuardSpec>) -> bool {
     let views: Vec<Mat<CudaBuf>> = views.iter().copied().filter(|x| x.rows > 0 && x.cols > 0).collect();
     let mut st = be.optim();
     let table = st.norm.of(be, sum_table(&views));
     let part = grown(be, &mut st.norm_part, 8 * SUM_BLOCKS * views.len().max(1));
-    let scalars = grown(be, &mut st.scalars, 8 * SCALARS);
+    let scalars = scalars(be, &mut st);
     st.norm_views = views.len();
     launch_partials(be, table, part, views.len(), true);
     let mut p = P::default();
@@ -120,6 +148,14 @@ pub(crate) fn queue_grad_sumsq(be: &Cuda, views: &[Mat<CudaBuf>], max_norm: f64)
     p.n[0] = views.len() as i64;
     p.n[2] = SUM_BLOCKS as i64;
     p.f[0] = max_norm;
+    if let Some(g) = guard {
+        assert!((1..=WIN_MAX).contains(&g.window), "the device guard keeps 1 to {WIN_MAX} norms, not {}", g.window);
+        p.n[1] = g.skip_nonfinite as i64;
+        p.n[3] = 1;
+        p.n[4] = g.window as i64;
+        p.n[5] = g.min_history as i64;
+        p.f[1] = g.z_max;
+    }
     be.launch("k_norm_finish", Launch { grid: (1, 1, 1), block: (1, 1, 1) }, &p);
     true
 }
@@ -132,8 +168,9 @@ pub(crate) fn read_grad_sumsq(be: &Cuda) -> f64 {
     f64::from_le_bytes(b)
 }
 
-/// The host's share of the step's scalars (`k_adamw_multi`'s [3..12]).
-fn host_scalars(s: &AdamStep) -> [f64; 9] {
+/// The host's share of the step scalars (`k_adamw_multi`'s [3..15]): update `t`'s, and the
+/// device's skips the host has seen.
+fn host_scalars(s: &AdamStep, t: u64, skips_seen: u64) -> [f64; HOST_SLOTS] {
     [
         s.beta1,
         s.beta2,
@@ -144,6 +181,9 @@ fn host_scalars(s: &AdamStep) -> [f64; 9] {
         s.bias_corr2.sqrt(),
         s.eps,
         s.grad_scale,
+        t as f64,
+        s.lr,
+        skips_seen as f64,
     ]
 }
 
@@ -156,6 +196,7 @@ pub(crate) fn adamw_all(be: &Cuda, a: AdamAll<CudaBuf>) {
     let multi = a.p.iter().chain(a.g).chain(a.m.iter()).chain(a.v.iter()).all(f32s);
     if !multi {
         assert!(!a.device_clip, "adamw_all: the clip coefficient on the device needs fp32 buffers");
+        assert!(a.guarded.is_none(), "adamw_all: a guarded update needs fp32 buffers");
         let it = a.p.iter_mut().zip(a.g).zip(a.m.iter_mut().zip(a.v.iter_mut())).zip(a.lens);
         for (((p, g), (m, v)), &(n, decay)) in it {
             super::adamw(be, boost_tensor::AdamUpdate { p, g, m, v, off: 0, n, step: a.step, decay });
@@ -183,15 +224,17 @@ pub(crate) fn adamw_all(be: &Cuda, a: AdamAll<CudaBuf>) {
     let mut st = be.optim();
     let chunk_table = st.chunks.of(be, chunks);
     let tensor_table = st.tensors.of(be, tensors);
-    let scalars = grown(be, &mut st.scalars, 8 * SCALARS);
-    let words: Vec<u8> = host_scalars(a.step).iter().flat_map(|v| v.to_le_bytes()).collect();
-    be.dev().upload(scalars + 24, &words);
+    let scalars = scalars(be, &mut st);
+    let (t, seen) = a.guarded.map_or((0, 0), |g| (g.t, g.skips_seen));
+    let words: Vec<u8> = host_scalars(a.step, t, seen).iter().flat_map(|v| v.to_le_bytes()).collect();
+    be.dev().upload(scalars + 8 * S_HOST as u64, &words);
     let mut p = P::default();
     p.v[0].p = chunk_table;
     p.v[1].p = tensor_table;
     p.v[2].p = scalars;
     p.n[0] = nchunks as i64;
     p.n[1] = a.device_clip as i64;
+    p.n[2] = a.guarded.is_some() as i64;
     be.blocks("k_adamw_multi", nchunks.min(ADAM_BLOCKS), &p);
 }
 

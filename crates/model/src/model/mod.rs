@@ -96,6 +96,8 @@ pub struct Model<B: Backend> {
     /// Buffers per micro-batch in flight (slot 0 outside a pipeline; one per chunk with
     /// `parallel.tp_chunks`).
     works: Vec<Option<Work<B>>>,
+    /// Training losses are summed on the device ([`Model::set_loss_on_device`]).
+    pub(crate) loss_on_device: bool,
 }
 
 impl<B: Backend> Model<B> {
@@ -125,6 +127,7 @@ impl<B: Backend> Model<B> {
             recompute: Recompute::None,
             recompute_layers: 0,
             works: Vec::new(),
+            loss_on_device: false,
         })
     }
 
@@ -150,6 +153,12 @@ impl<B: Backend> Model<B> {
     /// The backend and the parameters, the latter mutable (writing values, an optimizer step).
     pub fn be_and_store_mut(&mut self) -> (&B, &mut ParamStore<B>) {
         (&self.be, &mut self.store)
+    }
+    /// With `on`, the losses of [`Model::forward_backward`] are added up on the device
+    /// ([`Backend::tally_loss`], read from the step's report) where the backend can: the
+    /// [`LossSum`] it returns then holds NaN, not the sum, and the host does not wait.
+    pub fn set_loss_on_device(&mut self, on: bool) {
+        self.loss_on_device = on;
     }
     /// Zero every gradient buffer.
     pub fn zero_grads(&mut self) {

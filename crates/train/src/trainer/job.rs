@@ -71,6 +71,15 @@ pub(super) struct Stream {
     pub(super) tokens: u64,
 }
 
+/// A step left queued on the device ([`boost_exec::StepRunner::queue`]): when it was queued,
+/// its number and the run's tokens after it.
+pub(super) struct Lagged {
+    pub(super) q: boost_exec::Queued,
+    pub(super) t0: Instant,
+    pub(super) step: u64,
+    pub(super) tokens: u64,
+}
+
 /// Everything one rank's run holds between its steps.
 pub(super) struct Job<'a, B: Backend> {
     pub(super) ctx: &'a RankCtx<'a>,
@@ -102,6 +111,11 @@ pub(super) struct Job<'a, B: Backend> {
     pub(super) pending: Option<Pending>,
     /// This rank's trace, recording during the steps `--trace` names.
     pub(super) trace: Option<crate::trace::RankTrace>,
+    /// Steps stay on the device: queued whole, read later.
+    pub(super) on_device: bool,
+    /// The step left queued, and when the host last read a step's report.
+    pub(super) lagged: Option<Lagged>,
+    pub(super) last_read: Option<Instant>,
 }
 
 impl<'a, B: Backend> Job<'a, B> {
@@ -162,7 +176,13 @@ impl<'a, B: Backend> Job<'a, B> {
                 peak / 1e9
             ));
         }
-        let runner = setup.runner(&learner.model);
+        let mut runner = setup.runner(&learner.model);
+        // Gradients dumped between the backward and the update need the host's step.
+        let on_device = runner.keeps_step_on_device(&learner, g) && ctx.opts.dump_grads.is_none();
+        let guard = Guard::new(t.skip_nonfinite);
+        if on_device {
+            runner.set_device_guard(guard.spec());
+        }
         if let Some((bytes, n)) = runner.bucket_sizes() {
             log.line(format!(
                 "data-parallel gradients overlap the backward in {n} bucket(s) of {:.1} MB (parallel.bucket_mb = {})",
@@ -195,7 +215,7 @@ impl<'a, B: Backend> Job<'a, B> {
             bar,
             batch_log,
             mfu,
-            guard: Guard::new(t.skip_nonfinite),
+            guard,
             log,
             at,
             summary,
@@ -203,6 +223,9 @@ impl<'a, B: Backend> Job<'a, B> {
             tokens_at_start: at.tokens,
             pending: None,
             trace: None,
+            on_device,
+            lagged: None,
+            last_read: None,
         })
     }
 }
@@ -212,7 +235,8 @@ impl<B: Backend> Job<'_, B> {
     pub(super) fn run(mut self) -> Result<Option<Summary>> {
         let steps = self.ctx.cfg.train.steps as u64;
         while self.at.step < steps {
-            let (out, mut m) = self.step()?;
+            // None: the step stays queued on the device; its record comes with the next.
+            let Some((out, mut m)) = self.step()? else { continue };
             let last = self.at.step == steps;
             if self.eval_due(last) {
                 self.eval(&mut m);
@@ -230,6 +254,7 @@ impl<B: Backend> Job<'_, B> {
                 break;
             }
         }
+        self.finish_lagged()?;
         // The parameters are whole when the run ends.
         self.runner.settle(&mut self.learner);
         self.join_checkpoint()?;

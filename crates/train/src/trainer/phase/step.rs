@@ -1,20 +1,31 @@
 //! A run's step phase: one optimizer step under the guard's watch, the data stream moved on,
-//! and the step's metrics record written and shown.
+//! and the step's metrics record written and shown. A step that stays on the device is
+//! queued whole; its figures are read once the next step is queued, unless anything right
+//! after it (an evaluation, a checkpoint, a sample, the end) needs them or its weights.
 
 use crate::guard::Verdict;
 use crate::metrics::{StepMetrics, TimeSplit};
 use crate::trainer::StepOut;
-use crate::trainer::job::Job;
+use crate::trainer::job::{Job, Lagged};
 use anyhow::{Result, bail};
 use boost_comm::Snapshot;
+use boost_exec::Queued;
 use boost_tensor::{Backend, trace};
 use std::time::{Duration, Instant};
 
+/// What a step's work left: its figures, or a step queued on the device.
+enum Stepped {
+    Done(StepOut),
+    Queued(Queued),
+}
+
 impl<B: Backend> Job<'_, B> {
-    /// One optimizer step and its metrics record (flags set, no validation yet). An applied
-    /// update whose loss is not finite ends the run.
-    pub(in crate::trainer) fn step(&mut self) -> Result<(StepOut, StepMetrics)> {
+    /// One optimizer step and its metrics record (flags set, no validation yet); None when
+    /// the step stays queued on the device (its record is written after the next step is
+    /// queued). An applied update whose loss is not finite ends the run.
+    pub(in crate::trainer) fn step(&mut self) -> Result<Option<(StepOut, StepMetrics)>> {
         if self.ctx.opts.fault == Some((self.rank, self.at.step)) {
+            self.finish_lagged()?;
             bail!("injected fault at step {}", self.at.step);
         }
         let traced = self.ctx.opts.trace.is_some_and(|t| t.contains(self.at.step + 1));
@@ -29,7 +40,7 @@ impl<B: Backend> Job<'_, B> {
         // hold a pool worker.)
         // The pool's thread records into this rank's trace too.
         let here = trace::current();
-        let out = match (self.world, self.ctx.cfg.train.device.as_str()) {
+        let stepped = match (self.world, self.ctx.cfg.train.device.as_str()) {
             // On the CPU with the other workers kept awake, so none is woken late at each
             // kernel.
             (1, "cpu") => boost_tensor::cpu::pool::hold_pool(|| {
@@ -49,10 +60,68 @@ impl<B: Backend> Job<'_, B> {
         }
         let comm = self.recorder.map(|r| r.take());
         let exposed_tp = self.runner.take_chunk_exposed();
-        self.at.position += out.sequences;
+        let sequences = match &stepped {
+            Stepped::Done(out) => out.sequences,
+            Stepped::Queued(q) => q.sequences(),
+        };
+        self.at.position += sequences;
+        let out = match stepped {
+            Stepped::Done(out) => out,
+            Stepped::Queued(q) => {
+                self.at.tokens += q.tokens();
+                self.at.step += 1;
+                // The step before, left queued: the device has reached this one.
+                self.finish_lagged()?;
+                let steps = self.ctx.cfg.train.steps as u64;
+                let last = self.at.step == steps;
+                let stop = q.stop().is_some();
+                let boundary = traced
+                    || last
+                    || stop
+                    || self.eval_due(last)
+                    || self.sample_due()
+                    || self.checkpoint_due(last, stop);
+                let lagged = Lagged { q, t0, step: self.at.step, tokens: self.at.tokens };
+                if !boundary {
+                    self.lagged = Some(lagged);
+                    return Ok(None);
+                }
+                return self.resolve(lagged).map(Some);
+            }
+        };
         self.at.tokens += out.tokens;
         self.at.step += 1;
-        let mut m = self.step_metrics(&out, t0.elapsed().as_secs_f64(), comm, exposed_tp);
+        let m = self.step_metrics(&out, (self.at.step, self.at.tokens), t0.elapsed().as_secs_f64(), comm, exposed_tp);
+        self.finished(out, m).map(Some)
+    }
+
+    /// Read the step left queued, if any, and write its record.
+    pub(in crate::trainer) fn finish_lagged(&mut self) -> Result<()> {
+        if let Some(l) = self.lagged.take() {
+            let (_, m) = self.resolve(l)?;
+            self.record(&m)?;
+        }
+        Ok(())
+    }
+
+    /// A queued step's figures from its report, judged by the guard as the host would.
+    fn resolve(&mut self, l: Lagged) -> Result<(StepOut, StepMetrics)> {
+        let (out, verdict) = self.runner.resolve(&mut self.learner, l.q);
+        let last_good = self.last_good("no checkpoint was written in this run");
+        if let Verdict::Skip(why) = self.guard.device_verdict(l.step, out.grad_norm, verdict, &last_good)? {
+            self.warn(format!("warning: {why}"));
+        }
+        // The device ran this step after the last one read (or from when it was queued).
+        let now = Instant::now();
+        let from = self.last_read.filter(|&r| r > l.t0).unwrap_or(l.t0);
+        self.last_read = Some(now);
+        let m = self.step_metrics(&out, (l.step, l.tokens), (now - from).as_secs_f64(), None, None);
+        self.finished(out, m)
+    }
+
+    /// The guard's flags on a step's figures; an applied update whose loss is not finite
+    /// ends the run.
+    fn finished(&mut self, out: StepOut, mut m: StepMetrics) -> Result<(StepOut, StepMetrics)> {
         let (flags, warnings) = self.guard.flags(m.step, out.loss, out.grad_norm);
         m.flags = flags;
         if out.skipped {
@@ -74,9 +143,16 @@ impl<B: Backend> Job<'_, B> {
         Ok((out, m))
     }
 
-    /// Gradients, the guard's verdict on them, then the update (or not).
-    fn train_step(&mut self) -> Result<StepOut> {
+    /// Gradients, the guard's verdict on them, then the update (or not); on a device that
+    /// keeps the step, all of it queued, the guard's verdict taken there.
+    fn train_step(&mut self) -> Result<Stepped> {
         let step = self.at.step;
+        let lr = crate::schedule::lr_at(&self.ctx.cfg.train, step as usize);
+        if self.on_device {
+            let signal = crate::signals::received();
+            let q = self.runner.queue(&mut self.learner, self.g, &self.train, lr, self.at.position, signal);
+            return Ok(Stepped::Queued(q));
+        }
         let acc = self.runner.accumulate(&mut self.learner, self.g, &self.train, self.at.position);
         if self.ctx.opts.dump_grads == Some(step + 1) {
             self.dump_grads(step + 1)?;
@@ -86,28 +162,29 @@ impl<B: Backend> Job<'_, B> {
         if let Verdict::Skip(why) = &verdict {
             self.warn(format!("warning: {why}"));
         }
-        let lr = crate::schedule::lr_at(&self.ctx.cfg.train, step as usize);
         let skip = verdict != Verdict::Apply;
-        Ok(self.runner.apply(&mut self.learner, self.g, lr, acc, skip, crate::signals::received()))
+        Ok(Stepped::Done(self.runner.apply(&mut self.learner, self.g, lr, acc, skip, crate::signals::received())))
     }
 
-    /// The record of the step just done, `dt` seconds long, with the collectives it issued
-    /// (and, with tp chunks, the tp time they left exposed).
+    /// The record of step `at` (its number and the run's tokens after it), `dt` seconds
+    /// long, with the collectives it issued (and, with tp chunks, the tp time they left
+    /// exposed).
     fn step_metrics(
         &self,
         out: &StepOut,
+        at: (u64, u64),
         dt: f64,
         comm: Option<Snapshot>,
         exposed_tp: Option<Duration>,
     ) -> StepMetrics {
         StepMetrics {
-            step: self.at.step,
+            step: at.0,
             loss: out.loss,
             lr: out.lr,
             grad_norm: out.grad_norm,
             tokens_per_sec: out.tokens as f64 / dt,
             step_time_s: dt,
-            tokens: self.at.tokens,
+            tokens: at.1,
             elapsed_s: self.start.elapsed().as_secs_f64(),
             device_peak_mib: self.learner.model.be().peak_memory_bytes().map(|b| b as f64 / (1024.0 * 1024.0)),
             attention: self.learner.model.be().attention_kernels(),
