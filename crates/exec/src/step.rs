@@ -158,10 +158,7 @@ impl<'g, B: Backend> StepRunner<'g, B> {
     ) -> Accumulated {
         l.zero_grads();
         let scale = self.fill(data, position);
-        let (mb, seq) = (self.train.micro_batch, self.train.seq_len);
-        let batches: Vec<Batch> = (0..self.train.accumulation)
-            .map(|a| Batch { ids: &self.inputs[a], targets: &self.targets[a], batch: mb, seq })
-            .collect();
+        let batches = batches(&self.inputs, &self.targets, &self.train);
         let gathers = std::mem::take(&mut self.gathers);
         let loss = match self.sync.as_mut() {
             Some(plan) => {
@@ -262,6 +259,12 @@ impl<'g, B: Backend> StepRunner<'g, B> {
         let (total, _) = self.report(&l.model, g, total, None);
         total.sum / total.tokens.max(1) as f64
     }
+}
+
+/// The micro-batches of a step of `t`'s shape, from their filled ids and targets.
+fn batches<'a>(inputs: &'a [Vec<u32>], targets: &'a [Vec<u32>], t: &TrainConfig) -> Vec<Batch<'a>> {
+    let (mb, seq) = (t.micro_batch, t.seq_len);
+    (inputs.iter().zip(targets)).map(|(ids, targets)| Batch { ids, targets, batch: mb, seq }).collect()
 }
 
 /// A step's micro-batches through this rank's stage, by the stage's op table: as tp chunks

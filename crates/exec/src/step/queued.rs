@@ -8,7 +8,6 @@ use crate::Learner;
 use crate::groups::Groups;
 use crate::pipeline::Hooks;
 use boost_data::TrainStream;
-use boost_model::Batch;
 use boost_tensor::{Backend, GuardSpec, Verdict, trace};
 
 /// A step queued on the device ([`StepRunner::queue`]): what the host knows of it, and the
@@ -65,10 +64,7 @@ impl<'g, B: Backend> StepRunner<'g, B> {
         l.zero_grads();
         let scale = self.fill(data, position);
         let t = &self.train;
-        let (mb, seq) = (t.micro_batch, t.seq_len);
-        let batches: Vec<Batch> = (0..t.accumulation)
-            .map(|a| Batch { ids: &self.inputs[a], targets: &self.targets[a], batch: mb, seq })
-            .collect();
+        let batches = super::batches(&self.inputs, &self.targets, t);
         l.model.be().begin_loss_tally();
         l.model.set_loss_on_device(true);
         let loss = run_stage(&mut self.stage, &mut l.model, g, &batches, scale, Hooks::default());
