@@ -310,3 +310,20 @@ fn a_gpu_run_records_every_step_in_order_with_its_evaluations_and_checkpoints() 
     let meta = std::fs::read_to_string(last.join("meta.json")).unwrap();
     assert!(meta.contains("\"step\": 7") || meta.contains("\"step\":7"), "{meta}");
 }
+
+/// A checkpoint of queued steps holds the update count the device used (its reports read
+/// before the checkpoint): resuming from it continues the run bit for bit.
+#[test]
+fn a_gpu_run_resumes_bit_for_bit_from_a_checkpoint_of_queued_steps() {
+    let root = tempfile::tempdir().unwrap();
+    common::build_dataset(&root.path().join("data"));
+    let (full, _) = guarded(root.path(), "full", &["train.device=cuda", "train.checkpoint_every=3"]);
+    let full = full.unwrap();
+    assert_eq!(full.losses.len(), 6);
+    let run2 = format!("run.dir={}", root.path().join("resumed").display());
+    let cfg = common::config(root.path(), &["train.device=cuda", "train.checkpoint_every=3", &run2]);
+    let ck = root.path().join("full/checkpoints/step-00000003");
+    let resumed = train(cfg, TrainOptions { resume: Some(ck), quiet: true, ..Default::default() }).unwrap();
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&resumed.losses), bits(&full.losses[3..]), "resumed {:?}, whole {:?}", resumed.losses, full.losses);
+}
