@@ -80,7 +80,7 @@ pub const EMULATED: &str = "the CUDA kernel emulator runs on the CPU: its times 
 pub fn table(r: &DeviceReport) -> String {
     let graphs = if r.cuda_graphs { "on" } else { "off" };
     let mut s = format!(
-        "{}; kernels: {}\nseq {} × micro-batch {}, CUDA graphs {graphs}; {} warm-up steps, {} timed; peer: {}\n",
+        "{}; kernels: {}\nseq {} × micro-batch {}, CUDA graphs {graphs}; {} warm-up and {} timed steps; peer: {}\n",
         r.device, r.kernels, r.seq, r.micro_batch, r.warmup, r.rounds, r.peer
     );
     if r.emulated {

@@ -7,8 +7,8 @@ use anyhow::{Result, bail};
 use boost_bench::BenchOptions;
 
 pub fn run(a: &BenchArgs, opts: &BenchOptions) -> Result<()> {
-    let device = boost_config::parse_device(&a.device)
-        .map_err(|e| anyhow::anyhow!("--device {}: {}", a.device, e.message))?;
+    let device =
+        boost_config::parse_device(&a.device).map_err(|e| anyhow::anyhow!("--device {}: {}", a.device, e.message))?;
     if device == boost_config::Device::Cpu {
         bail!("--cuda-graphs: CUDA graphs are the CUDA backend's; add --device cuda");
     }
@@ -48,12 +48,8 @@ fn run_on(a: &BenchArgs, opts: &BenchOptions) -> Result<()> {
         }
         configs.push(Config::load(None, &sets)?);
     }
-    let dev = boost_bench::device::DeviceOptions {
-        configs,
-        threads: opts.threads,
-        warmup: opts.warmup,
-        rounds: opts.rounds,
-    };
+    let dev =
+        boost_bench::device::DeviceOptions { configs, threads: opts.threads, warmup: opts.warmup, rounds: opts.rounds };
     let report = boost_bench::device::run(&dev, &|s| eprintln!("{s}"))?;
     if let Some(path) = &a.record {
         let mut command: Vec<String> = std::env::args().collect();
