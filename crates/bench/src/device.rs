@@ -55,7 +55,7 @@ pub fn run(opts: &DeviceOptions, log: &dyn Fn(String)) -> Result<DeviceReport> {
     for cfg in &opts.configs {
         // As `boost train` checks a run before it starts: the device (probed; an error naming
         // train.device without a driver), then whether the step fits its memory.
-        let Some(n) = devices.gpu(cfg, 0)? else { bail!("--device {}: not a CUDA device", cfg.train.device) };
+        let Some(n) = devices.gpu(cfg, 0)? else { bail!("train.device = {}: not a CUDA device", cfg.train.device) };
         boost_perf::fit::check_gpu_memory(cfg, 1, n, devices.gpu_memory(n))?;
         let (be, attention) = open_gpu(cfg, n)?;
         if about.is_none() {

@@ -38,11 +38,12 @@ fn run_on(a: &BenchArgs, opts: &BenchOptions) -> Result<()> {
             format!("model.preset={}", a.model),
             format!("model.arch={arch}"),
             format!("model.vocab={}", a.vocab),
-            format!("train.device={}", a.device),
             format!("train.seq_len={}", a.seq),
             format!("train.micro_batch={}", a.micro_batch),
         ];
         sets.extend(a.sets.iter().cloned());
+        // The flags that name the device and its graphs win over --set.
+        sets.push(format!("train.device={}", a.device));
         if a.cuda_graphs {
             sets.push("train.cuda_graphs=true".into());
         }
