@@ -11,7 +11,8 @@ docs/PERFORMANCE.md, `gpu-paper` there (the device benchmark's records, below), 
 in README.md (the records with a `readme` position).
 
 A record (schema boost-bench-record/1) is either written by `boost bench --record FILE` or
-transcribed from an earlier document, naming it in `source`. Fields read here: id, title,
+transcribed from an earlier document, naming it in `source`. One written by `boost bench
+--device cuda --record FILE` is in the gpu group, with each model's launches a step. Fields read here: id, title,
 group, command, commit, source, machine {cpu, simd, gpu, threads}, statistic, figures
 [{name, value, unit, runs}], headline, readme. A record written by `boost bench --record` has
 figures per architecture instead ({arch, vs_torch, mfu, ...}); they are turned into the same
@@ -57,11 +58,25 @@ def load_records():
                     continue
                 if f.get("vs_torch") is not None:
                     figures.append({"name": f"{f['arch']} vs PyTorch eager", "value": round(f["vs_torch"], 2), "unit": "×"})
-                figures.append({"name": f"{f['arch']} MFU", "value": round(100 * f["mfu"], 1), "unit": "%"})
+                if f.get("mfu") is not None:
+                    figures.append({"name": f"{f['arch']} MFU", "value": round(100 * f["mfu"], 1), "unit": "%"})
                 figures.append({"name": f"{f['arch']} tokens/s", "value": round(f["tokens_per_sec"]), "unit": ""})
+                figures += launch_figures(f)
+            if r.get("emulated"):
+                r["notes"] = "on the CUDA kernel emulator: times are not GPU times"
             r["figures"] = figures
         records.append(r)
     return records
+
+
+def launch_figures(f):
+    """A `boost bench --device cuda` record's launches of one steady-state step: kernels and
+    GEMMs, and those the host launched (a CUDA graph counts once)."""
+    l = f.get("launches_per_step")
+    if not l:
+        return []
+    return [{"name": f"{f['arch']} launches a step", "value": l["total"], "unit": "",
+             "note": f"{l['from_host']} from the host, {l['by_kind'].get('gemm', 0)} GEMMs"}]
 
 
 def number(v):

@@ -1,10 +1,11 @@
 //! `boost bench --record FILE`: one benchmark run as a JSON record for `bench/results/`, the
 //! form `bench/results/render.py` turns into the tables of docs/PERFORMANCE.md. A record says
 //! what ran (the command line, the commit), where (CPU model, SIMD paths, GPU: none for a CPU
-//! bench) and what came out: the headline figures of each model (medians over the run's timed
+//! bench, the device for `--device cuda`) and what came out: the headline figures of each model (medians over the run's timed
 //! steps or pairs of steps) and the whole report as `--json` prints it.
 
 use crate::BenchReport;
+use crate::launches::DeviceReport;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 use std::io::Write as _;
@@ -54,6 +55,39 @@ pub fn step_record(command: &[String], report: &BenchReport) -> Result<Value> {
     }))
 }
 
+/// The record of a run on the CUDA backend (`boost bench --device cuda`): each model's
+/// step time and tokens/s with one steady-state step's launches (`launches_per_step`, as the
+/// device benchmark records them), the device under `machine.gpu`.
+pub fn device_record(command: &[String], report: &DeviceReport) -> Result<Value> {
+    let figures: Vec<Value> = (report.results.iter())
+        .map(|r| {
+            json!({
+                "arch": r.arch,
+                "step_time_s": r.step_time_s,
+                "tokens_per_sec": r.tokens_per_sec,
+                "peak_memory_bytes": r.peak_memory_bytes,
+                "rounds": r.step_times_s.len(),
+                "launches_per_step": r.launches_per_step,
+            })
+        })
+        .collect();
+    Ok(json!({
+        "schema": SCHEMA,
+        "group": "gpu",
+        "title": "training step on the CUDA backend (boost bench --device cuda --record)",
+        "statistic": "medians over the run's timed steps; the launches of the last one",
+        "command": command.join(" "),
+        "commit": commit(),
+        "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+        "machine": { "cpu": report.cpu, "gpu": report.device_name, "threads": report.threads },
+        "emulated": report.emulated,
+        "shape": { "seq": report.seq, "micro_batch": report.micro_batch, "cuda_graphs": report.cuda_graphs },
+        "figures": figures,
+        "lowrank_over_full": report.lowrank_speedup,
+        "report": serde_json::to_value(report)?,
+    }))
+}
+
 /// Writes `record` to `path` as pretty JSON: a temporary file beside it, renamed into place.
 /// An existing `path` is replaced only when it is a regular file holding a record of this
 /// schema (an earlier run of the benchmark); anything else there (a user's file, a link, a
@@ -86,6 +120,21 @@ pub fn write(path: &Path, record: &Value) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_device_record_has_each_models_launches_by_kind() {
+        let report = crate::launches::tests::report();
+        let r = device_record(&["boost".into(), "bench".into()], &report).unwrap();
+        assert_eq!(r["machine"]["gpu"], "kernel emulator (CPU)");
+        assert_eq!(r["group"], "gpu");
+        assert_eq!(r["emulated"], true);
+        let f = &r["figures"][0];
+        assert_eq!(f["arch"], "cola");
+        assert_eq!(f["launches_per_step"]["by_kind"]["gemm"], 40);
+        assert_eq!(f["launches_per_step"]["from_host"], 1);
+        assert_eq!(r["figures"][1]["launches_per_step"]["total"], 33);
+        assert_eq!(r["report"]["peer"], crate::launches::NO_PEER);
+    }
 
     #[test]
     fn a_record_replaces_only_an_earlier_record() {

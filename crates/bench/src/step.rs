@@ -109,6 +109,20 @@ pub fn matmul_params<B: Backend>(m: &Model<B>) -> usize {
         .sum()
 }
 
+/// A fixed pseudo-random stream of `n` token ids below `vocab`: timing does not depend on
+/// the text.
+pub(crate) fn token_stream(n: usize, vocab: usize) -> Vec<u32> {
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % vocab as u64) as u32
+        })
+        .collect()
+}
+
 /// Our side of the benchmark: one model on the profiled CPU backend and a fixed batch.
 struct Ours {
     model: Model<Profiled<Cpu<f32>>>,
@@ -126,16 +140,7 @@ impl Ours {
         let model = Model::new(Profiled::new(Cpu::<f32>::new()), cfg, Layout::single(cfg), 1)?;
         let opt = AdamW::new(model.be(), model.store());
         let t = opts.micro_batch * opts.seq;
-        // A fixed pseudo-random token stream: timing does not depend on the text.
-        let mut x: u64 = 0x9e3779b97f4a7c15;
-        let ids: Vec<u32> = (0..t + 1)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x % cfg.vocab as u64) as u32
-            })
-            .collect();
+        let ids = token_stream(t + 1, cfg.vocab);
         let (micro_batch, seq, tc) = (opts.micro_batch, opts.seq, TrainConfig::default());
         let mut ours = Ours { model, opt, ids, micro_batch, seq, tc };
         for _ in 0..opts.warmup {

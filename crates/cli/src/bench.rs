@@ -1,5 +1,6 @@
 //! `boost bench`: one training step against a GEMM peak and the PyTorch peer, the
-//! tensor-parallel schemes side by side (`--tp`), or a 3D grid in this process (`--grid`).
+//! tensor-parallel schemes side by side (`--tp`), a 3D grid in this process (`--grid`), or the
+//! step on the CUDA backend with its launches (`--device cuda`, bench_device.rs).
 
 use crate::commands::set_threads;
 use anyhow::{Context, Result};
@@ -43,9 +44,19 @@ pub struct BenchArgs {
     /// torch.profiler).
     #[arg(long, default_value = "python3")]
     pub python: String,
-    /// Extra model overrides, e.g. `--set model.layers=2`.
+    /// Extra overrides, e.g. `--set model.layers=2`: the model's keys, or any key with --grid
+    /// or --device cuda (e.g. `train.attention`, `train.recompute`).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub sets: Vec<String>,
+    /// Where the step runs: `cpu` (the CPU engine, against the PyTorch peer), or `cuda` /
+    /// `cuda:N` (the CUDA backend `boost train` uses, in a build with the `cuda` feature; the
+    /// kernel emulator with `emulate`), reporting the launches of a step by kind. No peer runs
+    /// beside the device's steps.
+    #[arg(long, value_name = "DEVICE", default_value = "cpu")]
+    pub device: String,
+    /// With --device cuda: run the steps with CUDA graphs (`train.cuda_graphs`).
+    #[arg(long)]
+    pub cuda_graphs: bool,
     /// Print the report as JSON on stdout instead of the table.
     #[arg(long)]
     pub json: bool,
@@ -127,6 +138,9 @@ pub fn run(a: &BenchArgs) -> Result<()> {
         },
         python: (!a.no_torch).then(|| a.python.clone()),
     };
+    if a.device != "cpu" || a.cuda_graphs {
+        return crate::bench_device::run(a, &opts);
+    }
     if let Some(grid) = &a.grid {
         return bench_grid(a, &opts, grid);
     }
@@ -311,7 +325,7 @@ fn bench_tp(a: &BenchArgs, opts: &boost_bench::BenchOptions, tp: usize) -> Resul
 }
 
 /// `--json`: the report as JSON on stdout; otherwise its table.
-fn print_report<R: serde::Serialize>(json: bool, report: &R, table: impl FnOnce() -> String) -> Result<()> {
+pub(crate) fn print_report<R: serde::Serialize>(json: bool, report: &R, table: impl FnOnce() -> String) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(report)?);
     } else {

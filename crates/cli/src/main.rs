@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 
 mod bench;
+mod bench_device;
 mod commands;
 mod data_args;
 mod generate;

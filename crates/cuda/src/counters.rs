@@ -90,7 +90,7 @@ impl Counters {
 pub fn kind_of(kernel: &str) -> &'static str {
     match kernel {
         k if k.contains("adamw") || (k.contains("sum") && k.contains("multi")) || k == "k_norm_finish" => "optimizer",
-        "k_full_sum" => "norm",
+        "k_full_sum" => "reduction",
         k if crate::device::is_attention(k) => "attention",
         k if k.contains("embed") => "embedding",
         "k_copy" => "copy",

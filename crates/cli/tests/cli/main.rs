@@ -207,6 +207,24 @@ fn bench_names_the_cpu_and_the_simd_paths_it_ran() {
     assert!(table.starts_with(&format!("{cpu}; {simd}\n")), "{table}");
 }
 
+/// `boost bench --device cuda` in a build without the CUDA backend: refused before any work,
+/// naming the features that have it; a device that is none is refused as such.
+#[cfg(not(any(feature = "cuda", feature = "emulate")))]
+#[test]
+fn bench_on_a_device_this_build_lacks_names_the_feature() {
+    for (args, want) in [
+        (&["--device", "cuda"][..], "--features cuda"),
+        (&["--device", "cuda:1", "--cuda-graphs"], "--features emulate"),
+        (&["--device", "gpu"], "--device gpu: \"gpu\" is not a device"),
+        (&["--cuda-graphs"], "add --device cuda"),
+    ] {
+        let out = boost().arg("bench").args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(want) && !err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
 /// Options that belong to one mode of `boost bench` are refused without it, naming the mode,
 /// instead of being silently ignored; a chunk count of 0 is refused.
 #[test]

@@ -66,16 +66,8 @@ fn gpu_device(gpus: &Gpus, cfg: &Config, local: usize) -> Result<Option<usize>> 
 /// may share the GPU), recorded like the CPU groups' when the grid records.
 #[cfg(any(feature = "cuda", feature = "emulate"))]
 fn run_gpu(job: &RankCtx, rank: usize, grid: Grid, n: usize) -> Result<Option<Summary>> {
-    use boost_cuda::{Cuda, HostStaged, Precision};
-    #[cfg(feature = "cuda")]
-    let be = Cuda::new(n, Precision::Bf16).map_err(|e| anyhow::anyhow!("train.device = cuda:{n}: {e}"))?;
-    #[cfg(not(feature = "cuda"))]
-    let be = {
-        let _ = n;
-        Cuda::emulated(Precision::Bf16)
-    };
-    let attention = choose_attention(&be, job.cfg())?;
-    be.set_cuda_graphs(job.cfg().train.cuda_graphs);
+    use boost_cuda::{Cuda, HostStaged};
+    let (be, attention) = open_gpu(job.cfg(), n)?;
     if job.shows(rank) {
         // The model stores activations in what `Backend::alloc_act` gives; the residual
         // stream, statistics, gradients of weights and the optimizer stay fp32.
@@ -110,6 +102,25 @@ fn run_gpu(job: &RankCtx, rank: usize, grid: Grid, n: usize) -> Result<Option<Su
     };
     let g = Groups::<Cuda> { tp: &*tp, pp: &*pp, dp: &*dp, world: &*all, tp_chunks: Vec::new() };
     job.run_with(rank, grid.coord, world, be.clone(), &g, recorder.as_deref())
+}
+
+/// The backend of a rank on GPU `n` (the CPU emulator of the kernels in a build with only
+/// `emulate`), bf16 with fp32 master weights, its attention kernels chosen by
+/// `train.attention` and CUDA graphs by `train.cuda_graphs`: the backend and why those
+/// attention kernels. `boost bench --device cuda` opens its backend here too, so the bench
+/// measures the backend a run trains on.
+pub fn open_gpu(cfg: &Config, n: usize) -> Result<(boost_cuda::Cuda, String)> {
+    use boost_cuda::{Cuda, Precision};
+    #[cfg(feature = "cuda")]
+    let be = Cuda::new(n, Precision::Bf16).map_err(|e| anyhow::anyhow!("train.device = cuda:{n}: {e}"))?;
+    #[cfg(not(feature = "cuda"))]
+    let be = {
+        let _ = n;
+        Cuda::emulated(Precision::Bf16)
+    };
+    let attention = choose_attention(&be, cfg)?;
+    be.set_cuda_graphs(cfg.train.cuda_graphs);
+    Ok((be, attention))
 }
 
 /// `train.attention` on this rank's backend: cuDNN's or ours, and why (`cudnn` where cuDNN

@@ -17,7 +17,7 @@ pub use ranks::{CpuOnly, Devices, local_rank, run_options, train, train_launched
 
 /// The GPUs of a build with the `cuda` feature (or the CPU emulator of the kernels, `emulate`).
 #[cfg(any(feature = "cuda", feature = "emulate"))]
-pub use device::Gpus;
+pub use device::{Gpus, open_gpu};
 
 /// The devices of this build: its GPUs with the `cuda` or `emulate` feature, the CPU alone
 /// otherwise.
