@@ -190,6 +190,14 @@ def split(side):
     return " / ".join(f"{100 * p / total:.0f}" for p in parts)
 
 
+def launches(side):
+    """Kernels and GEMMs a step, and how many the host launched (graphs once each)."""
+    l = side and side.get("launches_per_step")
+    if not l:
+        return "–"
+    return f"{l['total']} ({l.get('from_host', l['total'])})"
+
+
 def gpu_paper_rows(r):
     """The rows of one device benchmark record: a shape each."""
     lines = []
@@ -206,8 +214,9 @@ def gpu_paper_rows(r):
             model, s["arch"], f"{s['seq']} × {s['micro_batch']}", s["recompute"], fits, step_ms(ours),
             "–" if not ours else f"{ours['tokens_per_sec']:.0f}",
             "–" if not ours or ours.get("mfu") is None else f"{100 * ours['mfu']:.1f} %", split(ours),
-            size(ours and ours.get("peak_memory_bytes")), who, step_ms(peer), "–" if vs is None else f"{vs:.2f}×",
-            size(peer and peer.get("peak_memory_bytes")),
+            size(ours and ours.get("peak_memory_bytes")), launches(ours), who, step_ms(peer),
+            "–" if vs is None else f"{vs:.2f}×", size(peer and peer.get("peak_memory_bytes")),
+            "–" if not (peer or {}).get("split") else str(peer["split"].get("kernel_calls", "–")),
             "–" if not plan else f"{1e3 * plan['step_time_s']:.1f} ({pct(plan.get('step_error'))})",
             "–" if not plan else f"{size(plan.get('memory_bytes'))} ({pct(plan.get('memory_error'))})",
         ]))
@@ -217,8 +226,9 @@ def gpu_paper_rows(r):
 def gpu_paper_table(records, link_prefix):
     head = [
         "| model | arch | seq × mb | recompute | fits | boost step (ms) | tokens/s | MFU | GEMM / attention / other / idle (%) "
-        "| peak memory | PyTorch | PyTorch step (ms) | PyTorch / boost | PyTorch peak memory | plan step (ms, error) | plan memory (error) |",
-        "|" + "---|" * 16,
+        "| peak memory | launches a step (from the host) | PyTorch | PyTorch step (ms) | PyTorch / boost | PyTorch peak memory "
+        "| PyTorch kernels a step | plan step (ms, error) | plan memory (error) |",
+        "|" + "---|" * 18,
     ]
     chosen = [r for r in records if r.get("schema") == GPU_PAPER]
     if not chosen:
