@@ -1,4 +1,4 @@
-//! The report of `boost bench --device cuda` ([`crate::device`]): each model's step time on
+//! The report of `boost bench --device cuda` (`device.rs`): each model's step time on
 //! the CUDA backend and what one steady-state step asks of the device, kernels and GEMMs by
 //! kind, launches from the host (a CUDA graph is one), waits, copies and allocations. Plain
 //! data, so the table and the record are the same in every build.
