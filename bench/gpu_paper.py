@@ -284,6 +284,9 @@ def side(results, peak, flops):
            "peak_memory_bytes": max(mem) if mem else None, "split": split, "runs": len(results)}
     if peak and flops:
         out["mfu"] = flops / step / (peak * 1e12)
+    backs = [r["step_time_back_to_back_s"] for r in results if r.get("step_time_back_to_back_s") is not None]
+    if backs:
+        out["step_time_back_to_back_s"] = statistics.median(backs)
     for k in ("activations", "kernels", "sdpa_backend", "attention", "attention_why", "launches_per_step"):
         if k in results[0]:
             out[k] = results[0][k]

@@ -21,7 +21,8 @@
 #
 # Each of our steps records its last step's kernel launches by kind and by kernel, GEMMs,
 # waits, allocations and uploads, and with graphs the launches from the host
-# (`launches_per_step`).
+# (`launches_per_step`); and the seconds a step of as many steps queued back to back as the
+# trainer runs them on one GPU, each read once the next is queued (`step_time_back_to_back_s`).
 #
 # On the GPU machine, from the repository root, with the bundle of bench/gpu_paper_build.sh:
 #

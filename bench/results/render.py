@@ -153,7 +153,9 @@ def step_ms(side):
     if not side:
         return "–"
     kernels = f" ({side['attention']} attention)" if side.get("attention") else ""
-    return f"{1e3 * side['step_time_s']:.1f}{kernels}"
+    b2b = side.get("step_time_back_to_back_s")
+    back = "" if b2b is None else f"; {1e3 * b2b:.1f} back to back"
+    return f"{1e3 * side['step_time_s']:.1f}{kernels}{back}"
 
 
 def attention_rows(r):
@@ -225,7 +227,7 @@ def gpu_paper_rows(r):
 
 def gpu_paper_table(records, link_prefix):
     head = [
-        "| model | arch | seq × mb | recompute | fits | boost step (ms) | tokens/s | MFU | GEMM / attention / other / idle (%) "
+        "| model | arch | seq × mb | recompute | fits | boost step (ms; steps queued back to back) | tokens/s | MFU | GEMM / attention / other / idle (%) "
         "| peak memory | launches a step (from the host) | PyTorch | PyTorch step (ms) | PyTorch / boost | PyTorch peak memory "
         "| PyTorch kernels a step | plan step (ms, error) | plan memory (error) |",
         "|" + "---|" * 18,

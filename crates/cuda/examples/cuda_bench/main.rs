@@ -20,7 +20,11 @@
 //! and the exit code is 3.
 //!
 //! A step is zero grads, forward/backward of one fixed random micro-batch, the global
-//! gradient norm and AdamW; each is timed from a device synchronize to the next. `--profile N`
+//! gradient norm and AdamW, the loss kept on the device; each is timed from a device
+//! synchronize to the next. Then as many steps run back to back as the trainer runs them on
+//! one GPU (each step's report read once the next is queued, a synchronize only at the ends):
+//! `step_time_back_to_back_s` is their seconds a step, the host's launch time hidden behind
+//! the device's work. `--profile N`
 //! then runs N more steps with every kernel timed (`Profiled`): the JSON's `split` gives a
 //! step's GEMM, attention and other kernels' seconds, the idle/launch rest of the untimed
 //! median step, and the kernel calls per step; per-kernel totals go to stderr.
@@ -158,6 +162,8 @@ mod bench {
             }
         }
         let params = run.model.store().global_len();
+        let back_to_back = run.back_to_back(&batch, a.rounds);
+        eprintln!("{} steps back to back: {:.2} ms a step", a.rounds, back_to_back * 1e3);
         drop(run);
         let median = median(times.clone());
         let split = match a.profile {
@@ -176,6 +182,7 @@ mod bench {
             "step_time_s": median,
             "step_times_s": times,
             "step_time_min_s": times.iter().copied().fold(f64::INFINITY, f64::min),
+            "step_time_back_to_back_s": back_to_back,
             "tokens_per_sec": t as f64 / median,
             "tokens_per_step": t,
             "device": info.name,
@@ -244,20 +251,50 @@ mod bench {
         /// clipped at 1.0 by the norm computed there, AdamW with `TrainConfig`'s defaults, and
         /// the step's report set aside (read after the closing synchronize).
         fn step(&mut self, batch: &Batch) -> (f64, f64) {
-            let Self { model, adam, train } = self;
-            model.be().sync();
+            self.model.be().sync();
             let t0 = Instant::now();
+            let queued = self.queue(batch);
+            self.model.be().sync();
+            let dt = t0.elapsed().as_secs_f64();
+            (dt, self.loss(queued))
+        }
+
+        /// One step queued: (its report's ticket, or its loss sum where the backend keeps no
+        /// report; its tokens).
+        fn queue(&mut self, batch: &Batch) -> (Result<u64, f64>, usize) {
+            let Self { model, adam, train } = self;
             model.zero_grads();
             model.be().begin_loss_tally();
             model.set_loss_on_device(true);
             let l = model.forward_backward(&Solo, batch, 1.0 / batch.ids.len() as f64);
             let (be, st) = model.be_and_store_mut();
             adam.update_clipped(be, st, train, 1e-3, 1.0);
-            let report = be.snapshot_report();
-            be.sync();
-            let dt = t0.elapsed().as_secs_f64();
-            let sum = report.map_or(l.sum, |t| be.read_report(t).loss_sum);
-            (dt, sum / l.tokens as f64)
+            (be.snapshot_report().ok_or(l.sum), l.tokens)
+        }
+
+        /// A queued step's mean loss (waits for that step only).
+        fn loss(&self, (report, tokens): (Result<u64, f64>, usize)) -> f64 {
+            report.map_or_else(|sum| sum, |t| self.model.be().read_report(t).loss_sum) / tokens as f64
+        }
+
+        /// `n` steps as the trainer runs them on one GPU: each step's report read once the
+        /// next one is queued, a synchronize only before the first and after the last; the
+        /// seconds a step.
+        fn back_to_back(&mut self, batch: &Batch, n: usize) -> f64 {
+            self.model.be().sync();
+            let t0 = Instant::now();
+            let mut pending = None;
+            for _ in 0..n {
+                let q = self.queue(batch);
+                if let Some(p) = pending.replace(q) {
+                    self.loss(p);
+                }
+            }
+            if let Some(p) = pending {
+                self.loss(p);
+            }
+            self.model.be().sync();
+            t0.elapsed().as_secs_f64() / n.max(1) as f64
         }
     }
 
