@@ -106,6 +106,8 @@ pub fn run(opts: &DeviceOptions, log: &dyn Fn(String)) -> Result<DeviceReport> {
 
 /// The warm-up steps, then the timed ones; the launches of the last.
 fn measure(opts: &DeviceOptions, cfg: &Config, be: Cuda, attention: String) -> Result<DeviceResult> {
+    let mut cfg = cfg.clone();
+    cfg.train.grad_clip = GRAD_CLIP;
     let t = &cfg.train;
     let (seq, per_step) = (t.seq_len, t.micro_batch * t.accumulation);
     // The steps' sequences, from a token file of their own.
@@ -114,16 +116,13 @@ fn measure(opts: &DeviceOptions, cfg: &Config, be: Cuda, attention: String) -> R
     let steps = opts.warmup + opts.rounds;
     boost_data::write_shard(&path, &token_stream(steps * per_step * seq + 1, cfg.model.vocab), cfg.model.vocab as u32)?;
     let data = TrainStream::One(Loader::new(TokenShard::open(&path)?, seq, 1)?);
-    let train = t.clone();
-    let mut cfg = cfg.clone();
-    cfg.train.grad_clip = GRAD_CLIP;
     let (mut learner, mut runner) = RankSetup::new(&cfg, Coord { dp: 0, pp: 0, tp: 0 }).seed(1).build(be.clone())?;
     static SOLO: Solo = Solo;
     let g = Groups { tp: &SOLO, pp: &SOLO, dp: &SOLO, world: &SOLO, tp_chunks: Vec::new() };
     if !runner.keeps_step_on_device(&learner, &g) {
         bail!("{}: the step does not stay on the device", be.name());
     }
-    runner.set_device_guard(Guard::new(train.skip_nonfinite).spec());
+    runner.set_device_guard(Guard::new(t.skip_nonfinite).spec());
     let (mut times, mut last) = (Vec::new(), Counters::default());
     for i in 0..steps {
         let before = be.counters();
@@ -139,14 +138,14 @@ fn measure(opts: &DeviceOptions, cfg: &Config, be: Cuda, attention: String) -> R
         }
     }
     let model = &learner.model;
-    let t = t.micro_batch * t.accumulation * seq;
+    let tokens = per_step * seq;
     let step = median(&times);
     Ok(DeviceResult {
         arch: cfg.model.arch.name().to_string(),
         params: model.store().global_len(),
         step_time_s: step,
         step_times_s: times,
-        tokens_per_sec: t as f64 / step,
+        tokens_per_sec: tokens as f64 / step,
         peak_memory_bytes: be.peak_memory_bytes(),
         attention,
         launches_per_step: Launches::from(&last),

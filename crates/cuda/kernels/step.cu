@@ -14,6 +14,13 @@
 #define DADD(a, b) __dadd_rn(a, b)
 #endif
 
+// Σ of n partials, in order.
+__device__ __forceinline__ double sum_in_order(const double* part, long long n) {
+    double v = 0.0;
+    for (long long b = 0; b < n; b++) v += part[b];
+    return v;
+}
+
 // v0 = partials (n[0] views × n[2] blocks), v1 = step scalars. The gradient norm, added as
 // the host adds the partials (each view's blocks in order, then the views in order): [S_SUMSQ]
 // Σ, [S_NORM] √Σ, [S_CLIP] PyTorch's clip coefficient min(1, f[0] / (√Σ + 1e-6)), 1 when
@@ -26,11 +33,7 @@ KERNEL(k_norm_finish) {
     const double* part = (const double*)p.v[0].p;
     double* s = (double*)p.v[1].p;
     double sq = 0.0;
-    for (long long t = 0; t < p.n[0]; t++) {
-        double v = 0.0;
-        for (long long b = 0; b < p.n[2]; b++) v += part[t * p.n[2] + b];
-        sq += v;
-    }
+    for (long long t = 0; t < p.n[0]; t++) sq += sum_in_order(part + t * p.n[2], p.n[2]);
     double norm = sqrt(sq);
     s[S_SUMSQ] = sq;
     s[S_NORM] = norm;
@@ -83,7 +86,6 @@ KERNEL(k_tally) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     const double* part = (const double*)p.v[0].p;
     double* s = (double*)p.v[1].p;
-    double v = 0.0;
-    for (long long b = 0; b < p.n[0]; b++) v += part[b];
+    double v = sum_in_order(part, p.n[0]);
     s[S_LOSS] = p.n[1] ? v : s[S_LOSS] + v;
 }

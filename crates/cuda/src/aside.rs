@@ -19,9 +19,12 @@ impl PinnedAside {
     pub fn new(slots: usize, each: usize) -> Result<Self, result::DriverError> {
         // SAFETY: a plain page-locked allocation, freed in Drop.
         let host = unsafe { result::malloc_host(slots * each, 0)? } as *mut u8;
-        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING;
-        let events = (0..slots).map(|_| result::event::create(flags)).collect::<Result<_, _>>()?;
-        Ok(Self { host, each, events })
+        // Built before the events, so that Drop frees what a failed creation leaves.
+        let mut made = Self { host, each, events: Vec::with_capacity(slots) };
+        for _ in 0..slots {
+            made.events.push(result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?);
+        }
+        Ok(made)
     }
 
     pub fn slots(&self) -> usize {

@@ -212,9 +212,8 @@ impl Device for CudaDev {
     fn copy_aside(&self, slot: usize, src: u64, bytes: usize) {
         self.bind();
         let mut a = self.aside.lock().unwrap_or_else(|e| e.into_inner());
-        if a.as_ref().is_none_or(|a| a.slots() <= slot) {
-            let slots = (slot + 1).max(crate::ops::report::RING);
-            let made = crate::aside::PinnedAside::new(slots, bytes.max(8 * crate::ops::multi::SCALARS));
+        if a.is_none() {
+            let made = crate::aside::PinnedAside::new(crate::ops::report::RING, 8 * crate::ops::multi::SCALARS);
             *a = Some(self.check("page-locked memory for step reports", made));
         }
         let r = a.as_mut().unwrap().copy(slot, src, bytes, self.stream.cu_stream());

@@ -63,9 +63,8 @@ impl<B: Backend> Learner<B> {
     /// verdict. Counted as applied until [`Learner::unapply`].
     pub fn update_guarded(&mut self, t: &TrainConfig, lr: f64, guard: &GuardSpec) {
         let (be, store) = self.model.be_and_store_mut();
-        assert!(matches!(self.opt, Optimizer::Replicated(_)), "a guarded update needs the replicated optimizer");
         assert!(self.opt.queue_guarded_norm(be, store, t.grad_clip, guard), "{}: no norm on the device", be.name());
-        let Optimizer::Replicated(a) = &mut self.opt else { unreachable!() };
+        let Optimizer::Replicated(a) = &mut self.opt else { panic!("a guarded update needs the replicated optimizer") };
         a.update_guarded(be, store, t, lr);
     }
 

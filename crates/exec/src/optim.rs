@@ -75,7 +75,7 @@ impl<B: Backend> AdamW<B> {
             v: &mut self.v,
             lens: &self.lens,
             step: &s,
-            device_clip: clip != Clip::Host(scale),
+            device_clip: !matches!(clip, Clip::Host(_)),
             guarded: (clip == Clip::Guarded)
                 .then_some(boost_tensor::Guarded { t: self.step, skips_seen: self.skips_seen }),
         });

@@ -37,7 +37,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// The verdict's code on the device (`kernels/reduce.cu`), with the outlier's z.
+    /// The verdict's code on the device (`kernels/step.cu`), with the outlier's z.
     pub fn from_code(code: f64, z: f64) -> Verdict {
         match code as i64 {
             0 => Verdict::Apply,

@@ -60,39 +60,35 @@ impl<B: Backend> Job<'_, B> {
         }
         let comm = self.recorder.map(|r| r.take());
         let exposed_tp = self.runner.take_chunk_exposed();
-        let sequences = match &stepped {
-            Stepped::Done(out) => out.sequences,
-            Stepped::Queued(q) => q.sequences(),
-        };
-        self.at.position += sequences;
         let out = match stepped {
             Stepped::Done(out) => out,
-            Stepped::Queued(q) => {
-                self.at.tokens += q.tokens();
-                self.at.step += 1;
-                // The step before, left queued: the device has reached this one.
-                self.finish_lagged()?;
-                let steps = self.ctx.cfg.train.steps as u64;
-                let last = self.at.step == steps;
-                let stop = q.stop().is_some();
-                let boundary = traced
-                    || last
-                    || stop
-                    || self.eval_due(last)
-                    || self.sample_due()
-                    || self.checkpoint_due(last, stop);
-                let lagged = Lagged { q, t0, step: self.at.step, tokens: self.at.tokens };
-                if !boundary {
-                    self.lagged = Some(lagged);
-                    return Ok(None);
-                }
-                return self.resolve(lagged).map(Some);
-            }
+            Stepped::Queued(q) => return self.queued(q, t0, traced),
         };
+        self.at.position += out.sequences;
         self.at.tokens += out.tokens;
         self.at.step += 1;
         let m = self.step_metrics(&out, (self.at.step, self.at.tokens), t0.elapsed().as_secs_f64(), comm, exposed_tp);
         self.finished(out, m).map(Some)
+    }
+
+    /// Step `q`, queued at `t0`, counted; the step before it, left queued, read (the device
+    /// has reached this one). This one stays queued (None) unless what follows it needs its
+    /// figures or weights.
+    fn queued(&mut self, q: Queued, t0: Instant, traced: bool) -> Result<Option<(StepOut, StepMetrics)>> {
+        self.at.position += q.sequences();
+        self.at.tokens += q.tokens();
+        self.at.step += 1;
+        self.finish_lagged()?;
+        let last = self.at.step == self.ctx.cfg.train.steps as u64;
+        let stop = q.stop().is_some();
+        let lagged = Lagged { q, t0, step: self.at.step, tokens: self.at.tokens };
+        let boundary =
+            traced || last || stop || self.eval_due(last) || self.sample_due() || self.checkpoint_due(last, stop);
+        if !boundary {
+            self.lagged = Some(lagged);
+            return Ok(None);
+        }
+        self.resolve(lagged).map(Some)
     }
 
     /// Read the step left queued, if any, and write its record.
@@ -113,7 +109,7 @@ impl<B: Backend> Job<'_, B> {
         }
         // The device ran this step after the last one read (or from when it was queued).
         let now = Instant::now();
-        let from = self.last_read.filter(|&r| r > l.t0).unwrap_or(l.t0);
+        let from = self.last_read.map_or(l.t0, |r| r.max(l.t0));
         self.last_read = Some(now);
         let m = self.step_metrics(&out, (l.step, l.tokens), (now - from).as_secs_f64(), None, None);
         self.finished(out, m)
